@@ -1,0 +1,29 @@
+# Two entry points (README quick start): `make run` and `make test`.
+# Each creates .venv on first use, with the versions pinned in constraints.txt.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev,mpe
+
+.PHONY: run test lint bench-deps clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m experiments.apex
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+# Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...).
+bench-deps: $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench,atari]'
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""RL algorithms as plain in-process objects (no transport imports)."""

@@ -1,0 +1,1 @@
+"""Vector environments (in-process and subprocess), multi-agent adapters, test envs."""

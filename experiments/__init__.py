@@ -1,0 +1,1 @@
+"""Runnable entry points: python -m experiments.apex / a3c / maddpg."""

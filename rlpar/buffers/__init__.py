@@ -1,0 +1,1 @@
+"""Replay storage: ring storage, trees, (prioritized) replay, distributed replay."""

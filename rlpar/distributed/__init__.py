@@ -1,0 +1,1 @@
+"""Many processes: World, RpcGroup, CollectiveGroup and a local launcher."""

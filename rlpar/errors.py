@@ -1,0 +1,50 @@
+"""Exceptions shared by every rlpar component.
+
+A failure in another thread, process or machine is re-raised where the user
+waits for it, carrying the other side's traceback as text, so the place where the
+bug happened is never lost.
+"""
+
+from __future__ import annotations
+
+
+class RlparError(Exception):
+    """Base class of all rlpar errors."""
+
+
+class ChildError(RlparError):
+    """A child (thread, process, pool worker, env worker) raised an exception.
+
+    ``child_traceback`` holds the formatted traceback from the child.
+    """
+
+    def __init__(self, message: str, *, child_name: str = "", child_traceback: str = "") -> None:
+        super().__init__(message)
+        self.child_name = child_name
+        self.child_traceback = child_traceback
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.child_traceback:
+            text += f"\n--- traceback in {self.child_name or 'child'} ---\n{self.child_traceback.rstrip()}"
+        return text
+
+
+class ChildDied(ChildError):
+    """A child process ended without reporting: killed by a signal or exited early."""
+
+    def __init__(self, message: str, *, child_name: str = "", exitcode: int | None = None) -> None:
+        super().__init__(message, child_name=child_name)
+        self.exitcode = exitcode
+
+
+class RemoteError(ChildError):
+    """An exception raised by a service on a remote peer, with its remote traceback."""
+
+
+class PeerUnavailable(RlparError):
+    """A remote peer is gone or did not answer within its timeout."""
+
+
+class ServiceNotFound(RlparError, LookupError):
+    """No member of the group hosts the requested service key."""

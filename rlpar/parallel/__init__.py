@@ -1,0 +1,1 @@
+"""One machine: exception-watching threads and processes, events, pools, queues."""

@@ -1,0 +1,1 @@
+"""Versioned key-value server, push-pull model and gradient servers."""
