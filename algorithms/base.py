@@ -1,0 +1,55 @@
+"""The algorithm interface: a plain in-process object.
+
+An algorithm acts (``act``), learns from a batch (``update``, a template method
+whose steps are named hooks a subclass overrides), and saves/restores its state.
+It never knows whether its batches come from a local buffer or from shards on
+other machines: transport lives in the roles under ``experiments/``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class Algorithm(abc.ABC):
+    """Base class. Subclasses set ``self.device`` and implement the abstract methods.
+
+    ``update`` is the template method; concrete algorithms split it into hooks
+    (``preprocess``, ``compute_loss``, ``target``, ``optimize``, ``postprocess``,
+    ...) so a user subclass can replace one step without copying the rest.
+    """
+
+    device: torch.device = torch.device("cpu")
+
+    @abc.abstractmethod
+    def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
+        """Actions for a batch of observations (leading axis = batch)."""
+
+    @abc.abstractmethod
+    def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """One learning step on ``batch``; returns scalar metrics for logging."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume learning (networks, optimizers, counters)."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """Hook: turn a batch of arrays into tensors on ``self.device``."""
+        return {key: as_tensor(value, self.device) for key, value in batch.items()}
+
+
+def as_tensor(value: Any, device: torch.device) -> torch.Tensor:
+    """A tensor on ``device``; float64 arrays become float32 (the nets' dtype)."""
+    tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if tensor.dtype == torch.float64:
+        tensor = tensor.float()
+    return tensor.to(device, non_blocking=True)
