@@ -1,0 +1,234 @@
+"""In-process gradient server for asynchronous advantage actor-critic (A3C).
+
+Workers compute gradients on a copy of the parameters tagged with a version and
+push them here; the server owns the optimizer and applies them either one by one
+as they arrive (``mode="async"``, the lock-step-free update order of A3C, Mnih et
+al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", with Hogwild!
+semantics, Recht et al. 2011) or averaged over every ``reduce_batch_size``
+gradients (``mode="reduce"``, synchronous data-parallel SGD).
+
+A gradient computed on version ``v`` arriving when the server is at version
+``V`` has staleness ``V - v``. With ``max_staleness=N`` a gradient with staleness
+above N is dropped (``staleness_policy="drop"``) or scaled by
+``1 / (1 + staleness - N)`` (``"downweight"``, in the spirit of staleness-aware
+async SGD, Zhang et al. 2016).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlpar.servers.model import check_newer_than, check_push_version
+from rlpar.servers.tensors import snapshot
+
+MODES = ("async", "reduce")
+POLICIES = ("drop", "downweight")
+
+
+@dataclass(frozen=True)
+class GradServerConfig:
+    """How a gradient server combines gradients; validated on construction.
+    Splat it into a server: ``GradServer(model=m, optimizer_factory=f, **vars(cfg))``."""
+
+    mode: str = "async"
+    reduce_batch_size: int = 1
+    max_staleness: int | None = None
+    staleness_policy: str = "drop"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        size = self.reduce_batch_size
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"reduce_batch_size must be an int >= 1, got {size!r}")
+        if self.mode == "async" and size != 1:
+            raise ValueError(
+                f"reduce_batch_size={size} only applies to mode='reduce'; async mode applies "
+                "every gradient on arrival"
+            )
+        bound = self.max_staleness
+        if bound is not None and (
+            not isinstance(bound, int) or isinstance(bound, bool) or bound < 0
+        ):
+            raise ValueError(f"max_staleness must be None or an int >= 0, got {bound!r}")
+        if self.staleness_policy not in POLICIES:
+            raise ValueError(
+                f"staleness_policy must be one of {POLICIES}, got {self.staleness_policy!r}"
+            )
+
+
+class GradServer:
+    """A thread-safe :class:`~rlpar.protocols.GradientSink` owning ``model`` and
+    its optimizer. The initial parameters are version 0; every optimizer step
+    makes a new version. ``pull`` returns detached copies (on ``pull_device`` if
+    given), cached per version so many pullers cost one copy."""
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        optimizer_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+        mode: str = "async",
+        reduce_batch_size: int = 1,
+        max_staleness: int | None = None,
+        staleness_policy: str = "drop",
+        lr_scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None = None,
+        pull_device: torch.device | str | None = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.config = GradServerConfig(
+            mode=mode,
+            reduce_batch_size=reduce_batch_size,
+            max_staleness=max_staleness,
+            staleness_policy=staleness_policy,
+        )
+        self.model = model
+        self._params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        if not self._params:
+            raise ValueError("model has no trainable parameters")
+        self.optimizer = optimizer_factory(list(self._params.values()))
+        if not isinstance(self.optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                "optimizer_factory must return a torch.optim.Optimizer, got "
+                f"{type(self.optimizer).__name__}"
+            )
+        self.scheduler = (
+            None if lr_scheduler_factory is None else lr_scheduler_factory(self.optimizer)
+        )
+        if self.scheduler is not None and not callable(getattr(self.scheduler, "step", None)):
+            raise TypeError("lr_scheduler_factory must return an object with a step() method")
+        self.pull_device = None if pull_device is None else torch.device(pull_device)
+        self._lock = threading.Lock()
+        self._version = 0
+        self._pending: dict[str, torch.Tensor] = {}
+        self._pending_count = 0
+        self._cache: tuple[int, dict[str, Any]] | None = None
+        self._received = self._applied = self._dropped = self._downweighted = self._steps = 0
+        self._staleness_sum = 0
+
+    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
+        """Apply (or accumulate) ``grads`` computed on parameters of ``version``.
+        Returns False when the gradient was dropped for staleness."""
+        self._check_grads(grads)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError(f"version must be an int >= 0, got {version!r}")
+        cfg = self.config
+        with self._lock:
+            if version > self._version:
+                raise ValueError(
+                    f"gradient computed on version {version}, but the server is only at "
+                    f"version {self._version}"
+                )
+            self._received += 1
+            staleness = self._version - version
+            weight = 1.0
+            if cfg.max_staleness is not None and staleness > cfg.max_staleness:
+                if cfg.staleness_policy == "drop":
+                    self._dropped += 1
+                    return False
+                weight = 1.0 / (1 + staleness - cfg.max_staleness)
+                self._downweighted += 1
+            self._applied += 1
+            self._staleness_sum += staleness
+            if cfg.mode == "async":
+                self._step({n: _scaled(g, weight) for n, g in grads.items() if g is not None})
+                return True
+            for name, grad in grads.items():
+                if grad is None:
+                    continue
+                grad = _scaled(grad, weight).to(self._params[name].device)
+                acc = self._pending.get(name)
+                self._pending[name] = grad.clone() if acc is None else acc.add_(grad)
+            self._pending_count += 1
+            if self._pending_count == cfg.reduce_batch_size:
+                mean = {n: g.div_(self._pending_count) for n, g in self._pending.items()}
+                self._pending, self._pending_count = {}, 0
+                self._step(mean)
+            return True
+
+    def _step(self, grads: Mapping[str, torch.Tensor]) -> None:
+        for name, param in self._params.items():
+            grad = grads.get(name)
+            # None makes the optimizer skip a parameter no gradient reached.
+            param.grad = None if grad is None else grad.to(param.device, param.dtype)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        for param in self._params.values():
+            param.grad = None
+        self._steps += 1
+        self._version += 1
+
+    def _check_grads(self, grads: Mapping[str, Any]) -> None:
+        if not isinstance(grads, Mapping):
+            raise TypeError(
+                f"grads must be a mapping of parameter name to tensor, got {type(grads).__name__}"
+            )
+        for name, grad in grads.items():
+            param = self._params.get(name)
+            if param is None:
+                raise ValueError(f"gradient for unknown or frozen parameter {name!r}")
+            if grad is None:
+                continue
+            if not isinstance(grad, torch.Tensor):
+                raise TypeError(f"gradient {name!r} must be a tensor, got {type(grad).__name__}")
+            if grad.shape != param.shape:
+                raise ValueError(
+                    f"gradient {name!r} has shape {tuple(grad.shape)}, parameter has {tuple(param.shape)}"
+                )
+
+    def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
+        """Overwrite the parameters (e.g. from a checkpoint). Gradients still
+        waiting to be averaged were computed on the old parameters and are dropped."""
+        with self._lock:
+            version = check_push_version(version, self._version)
+            self.model.load_state_dict(dict(state))
+            self._dropped += self._pending_count
+            self._pending, self._pending_count = {}, 0
+            self._version = version
+            return version
+
+    def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
+        check_newer_than(newer_than)
+        with self._lock:
+            if self._version <= newer_than:
+                return None
+            if self._cache is None or self._cache[0] != self._version:
+                self._cache = (
+                    self._version,
+                    snapshot(self.model.state_dict(), device=self.pull_device),
+                )
+            return dict(self._cache[1]), self._version
+
+    @property
+    def version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def metrics(self) -> dict[str, float]:
+        """``received``, ``applied`` (accepted, incl. down-weighted), ``dropped``,
+        ``downweighted``, ``steps`` (optimizer steps), ``pending`` (waiting to be
+        averaged), ``mean_staleness`` of applied gradients, ``version`` and ``lr``."""
+        with self._lock:
+            return {
+                "received": self._received,
+                "applied": self._applied,
+                "dropped": self._dropped,
+                "downweighted": self._downweighted,
+                "steps": self._steps,
+                "pending": self._pending_count,
+                "mean_staleness": self._staleness_sum / self._applied if self._applied else 0.0,
+                "version": self._version,
+                "lr": float(self.optimizer.param_groups[0]["lr"]),
+            }
+
+
+def _scaled(grad: torch.Tensor, weight: float) -> torch.Tensor:
+    return grad if weight == 1.0 else grad * weight
