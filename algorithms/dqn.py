@@ -1,0 +1,229 @@
+"""Deep Q-Networks.
+
+Mnih et al. 2015, "Human-level control through deep reinforcement learning"
+(Nature 518), with the usual improvements, each a config switch:
+
+- double Q-learning (van Hasselt et al. 2016, "Deep Reinforcement Learning with
+  Double Q-learning", AAAI): the online network picks the next action, the target
+  network values it;
+- dueling heads (Wang et al. 2016): a property of the network, see
+  :class:`algorithms.nets.DuelingHead`;
+- n-step returns (Sutton 1988; used by Ape-X): the batch carries the discounted
+  n-step reward sum and its ``discount = gamma ** k``, so the same update serves
+  any n;
+- prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay", ICLR):
+  the loss is weighted by the batch's importance ``weights`` and ``update`` returns
+  new priorities ``|TD error|``.
+
+A batch is a mapping of arrays with keys ``obs, action, reward, next_obs,
+terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
+(default 1). The regression target is
+
+    y = reward + discount * (1 - terminated) * Q_target(next_obs, a*)
+
+with ``a* = argmax_a Q_online(next_obs, a)`` (double) or ``argmax_a Q_target``.
+
+``update`` is a template method; override one hook to try an idea:
+``preprocess -> target -> compute_loss -> optimize -> postprocess``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from algorithms.base import Algorithm, as_tensor
+
+
+@dataclasses.dataclass
+class DQNConfig:
+    """Hyperparameters of :class:`DQN` (defaults tuned for CartPole-v1)."""
+
+    gamma: float = 0.99
+    lr: float = 1e-3
+    double_q: bool = True
+    # Huber loss threshold (Mnih et al. clip the TD error at 1); None = squared error.
+    huber_delta: float | None = 1.0
+    # Target network update every `target_update_interval` updates, with Polyak
+    # coefficient `tau` (1.0 = hard copy).
+    target_update_interval: int = 500
+    tau: float = 1.0
+    max_grad_norm: float | None = 10.0
+    adam_eps: float = 1e-8
+    # Added to |TD error| so no transition's priority is ever exactly zero.
+    priority_eps: float = 1e-6
+
+    def validate(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.huber_delta is not None and self.huber_delta <= 0:
+            raise ValueError(f"huber_delta must be positive or None, got {self.huber_delta}")
+        if self.target_update_interval < 1:
+            raise ValueError(f"target_update_interval must be >= 1, got {self.target_update_interval}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
+        if self.priority_eps < 0:
+            raise ValueError(f"priority_eps must be >= 0, got {self.priority_eps}")
+
+
+class DQN(Algorithm):
+    """DQN on any ``network: obs -> Q values of shape (batch, num_actions)``.
+
+    ``update(batch)`` returns scalar metrics and, under the key ``"priorities"``,
+    a float64 array of new replay priorities (one per transition).
+    """
+
+    def __init__(
+        self,
+        *,
+        network: nn.Module,
+        num_actions: int,
+        config: DQNConfig | None = None,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(network, nn.Module):
+            raise TypeError(f"network must be an nn.Module, got {type(network).__name__}")
+        if num_actions < 1:
+            raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+        self.config = config if config is not None else DQNConfig()
+        self.config.validate()
+        self.device = torch.device(device)
+        self.num_actions = int(num_actions)
+        self.network = network.to(self.device)
+        self.target_network = copy.deepcopy(self.network).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.lr,
+                                          eps=self.config.adam_eps)
+        self.epsilon = 0.0  # exploration rate used by act(explore=True)
+        self.updates = 0
+        self._rng = np.random.default_rng(seed)
+
+    # ---- acting -------------------------------------------------------------
+
+    @torch.no_grad()
+    def q_values(self, obs: Any) -> torch.Tensor:
+        return self.network(as_tensor(obs, self.device))
+
+    def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
+        """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``) or greedy."""
+        greedy = self.q_values(obs).argmax(dim=-1).cpu().numpy()
+        if not explore or self.epsilon <= 0.0:
+            return greedy
+        random = self._rng.integers(self.num_actions, size=greedy.shape)
+        return np.where(self._rng.random(greedy.shape) < self.epsilon, random, greedy)
+
+    # ---- learning: the template method and its hooks --------------------------
+
+    def update(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        tensors = self.preprocess(batch)
+        with torch.no_grad():
+            target = self.target(tensors)
+        loss, td_error, q_taken = self.compute_loss(tensors, target)
+        grad_norm = self.optimize(loss)
+        self.updates += 1
+        self.postprocess()
+        metrics: dict[str, Any] = {
+            "loss": float(loss.detach()),
+            "q_mean": float(q_taken.detach().mean()),
+            "target_mean": float(target.mean()),
+            "td_abs_mean": float(td_error.abs().mean()),
+            "grad_norm": grad_norm,
+        }
+        metrics["priorities"] = self.priorities(td_error)
+        return metrics
+
+    def target(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Hook: the regression target ``y`` (no gradient flows through it)."""
+        next_q_target = self.target_network(batch["next_obs"])
+        if self.config.double_q:
+            next_action = self.network(batch["next_obs"]).argmax(dim=-1, keepdim=True)
+        else:
+            next_action = next_q_target.argmax(dim=-1, keepdim=True)
+        next_value = next_q_target.gather(-1, next_action).squeeze(-1)
+        discount = batch.get("discount")
+        if discount is None:
+            discount = torch.full_like(next_value, self.config.gamma)
+        not_done = 1.0 - batch["terminated"].float()
+        return batch["reward"].float() + discount.float() * not_done * next_value
+
+    def compute_loss(
+        self, batch: Mapping[str, torch.Tensor], target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hook: ``(loss, td_error, q_taken)``; the loss is the importance-weighted
+        mean of the per-transition Huber (or squared) error."""
+        q = self.network(batch["obs"])
+        q_taken = q.gather(-1, batch["action"].long().view(-1, 1)).squeeze(-1)
+        td_error = target - q_taken
+        if self.config.huber_delta is None:
+            elementwise = 0.5 * td_error.pow(2)
+        else:
+            elementwise = F.huber_loss(q_taken, target, reduction="none", delta=self.config.huber_delta)
+        weights = batch.get("weights")
+        if weights is not None:
+            elementwise = elementwise * weights.float()
+        return elementwise.mean(), td_error.detach(), q_taken
+
+    def optimize(self, loss: torch.Tensor) -> float:
+        """Hook: one gradient step; returns the gradient norm before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
+        grad_norm = nn.utils.clip_grad_norm_(self.network.parameters(), max_norm)
+        self.optimizer.step()
+        return float(grad_norm)
+
+    def postprocess(self) -> None:
+        """Hook: after each step; syncs the target network on schedule."""
+        if self.updates % self.config.target_update_interval == 0:
+            self.update_target()
+
+    def priorities(self, td_error: torch.Tensor) -> np.ndarray:
+        """Hook: new replay priorities from the TD errors (Schaul et al.: ``|delta| + eps``)."""
+        return td_error.abs().double().cpu().numpy() + self.config.priority_eps
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        """``target <- tau * online + (1 - tau) * target`` (a hard copy when tau = 1)."""
+        tau = self.config.tau
+        online = self.network.state_dict()
+        for name, value in self.target_network.state_dict().items():
+            if not value.is_floating_point() or tau == 1.0:
+                value.copy_(online[name])
+            else:
+                value.lerp_(online[name], tau)
+
+    # ---- state --------------------------------------------------------------
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """What an actor needs to act: the online network's parameters."""
+        return self.network.state_dict()
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        self.network.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "network": self.network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+            "epsilon": self.epsilon,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.network.load_state_dict(state["network"])
+        self.target_network.load_state_dict(state["target_network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self.epsilon = float(state["epsilon"])

@@ -1,0 +1,192 @@
+"""DQN math against hand-computed values on tiny batches."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from algorithms.dqn import DQN, DQNConfig
+from algorithms.nets import DuelingHead, nature_cnn, q_network
+
+# Observations are one-hot state ids, so Q(s, .) is column s of a bias-free linear layer.
+ONLINE = [[1.0, 5.0, 0.0], [2.0, 4.0, 0.0]]  # Q_online(s, a) = ONLINE[a][s]
+TARGET = [[10.0, 7.0, 0.0], [20.0, 3.0, 0.0]]
+
+
+def table_dqn(**config) -> DQN:
+    net = nn.Linear(3, 2, bias=False)
+    dqn = DQN(network=net, num_actions=2, config=DQNConfig(**config))
+    with torch.no_grad():
+        dqn.network.weight.copy_(torch.tensor(ONLINE))
+        dqn.target_network.weight.copy_(torch.tensor(TARGET))
+    return dqn
+
+
+def onehot(*ids):
+    return np.eye(3, dtype=np.float32)[list(ids)]
+
+
+def batch(**over):
+    b = {
+        "obs": onehot(0, 1),
+        "action": np.array([1, 0]),
+        "reward": np.array([1.0, 2.0], dtype=np.float32),
+        "next_obs": onehot(1, 0),
+        "terminated": np.array([0.0, 0.0], dtype=np.float32),
+    }
+    b.update(over)
+    return b
+
+
+def test_double_q_target_uses_online_argmax_and_target_value():
+    dqn = table_dqn(gamma=0.5, double_q=True)
+    y = dqn.target(dqn.preprocess(batch()))
+    # next state 1: online argmax = action 0 (5 > 4) -> target Q = 7; next state 0: argmax 1 -> 20
+    np.testing.assert_allclose(y.numpy(), [1 + 0.5 * 7, 2 + 0.5 * 20])
+
+
+def test_vanilla_target_uses_target_max():
+    dqn = table_dqn(gamma=0.5, double_q=False)
+    y = dqn.target(dqn.preprocess(batch()))
+    np.testing.assert_allclose(y.numpy(), [1 + 0.5 * 7, 2 + 0.5 * 20])
+    y = dqn.target(dqn.preprocess(batch(next_obs=onehot(1, 1))))
+    # next state 1 under target: max(7, 3) = 7 either way; double picks a=0 too
+    np.testing.assert_allclose(y.numpy(), [1 + 0.5 * 7, 2 + 0.5 * 7])
+
+
+def test_double_and_vanilla_differ_where_argmaxes_differ():
+    dqn = table_dqn(gamma=1.0, double_q=True)
+    with torch.no_grad():
+        dqn.target_network.weight.copy_(torch.tensor([[10.0, 1.0, 0.0], [20.0, 3.0, 0.0]]))
+    b = batch(next_obs=onehot(1, 1))
+    double = dqn.target(dqn.preprocess(b))  # online argmax at state 1 is a=0 -> target 1
+    dqn.config.double_q = False
+    vanilla = dqn.target(dqn.preprocess(b))  # max of target at state 1 is 3
+    np.testing.assert_allclose(double.numpy(), [2.0, 3.0])
+    np.testing.assert_allclose(vanilla.numpy(), [4.0, 5.0])
+
+
+def test_n_step_discount_and_terminated_mask():
+    dqn = table_dqn(gamma=0.9)
+    b = batch(discount=np.array([0.9**3, 0.9**2], dtype=np.float32),
+              terminated=np.array([0.0, 1.0], dtype=np.float32))
+    y = dqn.target(dqn.preprocess(b))
+    np.testing.assert_allclose(y.numpy(), [1 + 0.9**3 * 7, 2.0], rtol=1e-6)
+
+
+def test_loss_weights_huber_and_priorities():
+    dqn = table_dqn(gamma=0.5, huber_delta=1.0, priority_eps=1e-3)
+    tensors = dqn.preprocess(batch(weights=np.array([0.5, 2.0], dtype=np.float32)))
+    target = dqn.target(tensors)  # [4.5, 12]
+    loss, td, q_taken = dqn.compute_loss(tensors, target)
+    np.testing.assert_allclose(q_taken.detach().numpy(), [2.0, 5.0])  # Q(s0,a1)=2, Q(s1,a0)=5
+    np.testing.assert_allclose(td.numpy(), [2.5, 7.0])
+    huber = np.array([2.5 - 0.5, 7.0 - 0.5])  # |d| - delta/2 beyond delta
+    assert float(loss.detach()) == pytest.approx(np.mean(huber * [0.5, 2.0]))
+    np.testing.assert_allclose(dqn.priorities(td), [2.501, 7.001])
+
+
+def test_squared_loss_when_huber_disabled():
+    dqn = table_dqn(gamma=0.5, huber_delta=None)
+    tensors = dqn.preprocess(batch())
+    loss, _, _ = dqn.compute_loss(tensors, dqn.target(tensors))
+    assert float(loss.detach()) == pytest.approx(np.mean(0.5 * np.array([2.5, 7.0]) ** 2))
+
+
+def test_update_returns_metrics_and_priorities_and_moves_towards_target():
+    dqn = table_dqn(gamma=0.5, lr=0.1, target_update_interval=1000)
+    b = batch()
+    before = dqn.q_values(b["obs"]).numpy()[[0, 1], [1, 0]]
+    metrics = dqn.update(b)
+    assert set(metrics) >= {"loss", "q_mean", "td_abs_mean", "grad_norm", "priorities"}
+    assert metrics["priorities"].shape == (2,) and metrics["priorities"].dtype == np.float64
+    np.testing.assert_allclose(metrics["priorities"], [2.5, 7.0], rtol=1e-5)
+    after = dqn.q_values(b["obs"]).numpy()[[0, 1], [1, 0]]
+    assert np.all(after > before)  # both targets are above the current estimates
+    assert dqn.updates == 1
+
+
+def test_gradient_clipping_bounds_the_step():
+    dqn = table_dqn(gamma=0.5, huber_delta=None, max_grad_norm=1e-3, lr=1.0)
+    dqn.optimizer = torch.optim.SGD(dqn.network.parameters(), lr=1.0)
+    w0 = dqn.network.weight.detach().clone()
+    dqn.update(batch())
+    assert float((dqn.network.weight.detach() - w0).norm()) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_hard_target_update_on_schedule():
+    dqn = table_dqn(target_update_interval=2, tau=1.0, lr=0.1)
+    dqn.update(batch())
+    assert not torch.equal(dqn.network.weight, dqn.target_network.weight)
+    dqn.update(batch())
+    assert torch.equal(dqn.network.weight, dqn.target_network.weight)
+
+
+def test_polyak_target_update():
+    dqn = table_dqn(target_update_interval=1, tau=0.25)
+    online, target = torch.tensor(ONLINE), torch.tensor(TARGET)
+    dqn.postprocess()  # updates == 0 is on schedule
+    np.testing.assert_allclose(dqn.target_network.weight.detach().numpy(),
+                               (0.25 * online + 0.75 * target).numpy(), rtol=1e-6)
+
+
+def test_act_greedy_and_epsilon():
+    dqn = table_dqn()
+    np.testing.assert_array_equal(dqn.act(onehot(0, 1, 0), explore=False), [1, 0, 1])
+    dqn.epsilon = 1.0
+    actions = dqn.act(onehot(*([0] * 400)))
+    assert 120 < (actions == 0).sum() < 280  # uniform, not greedy (greedy is always 1)
+
+
+def test_state_dict_round_trip():
+    a, b = table_dqn(lr=0.1), table_dqn(lr=0.1)
+    a.update(batch())
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.network.weight, b.network.weight) and b.updates == 1
+
+
+def test_dueling_head_is_mean_centred():
+    head = DuelingHead(5, 4)
+    x = torch.randn(7, 5)
+    q = head(x)
+    assert q.shape == (7, 4)
+    torch.testing.assert_close(q.mean(dim=-1, keepdim=True), head.value(x))
+    assert DuelingHead(5, 4, hidden=8)(x).shape == (7, 4)
+
+
+def test_q_network_shapes():
+    assert q_network((4,), 2, hidden=(16, 16))(torch.zeros(3, 4)).shape == (3, 2)
+    assert q_network((4, 84, 84), 6)(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 6)
+    assert nature_cnn(4)(torch.zeros(1, 4, 84, 84)).shape == (1, 512)
+    with pytest.raises(ValueError, match="shape"):
+        q_network((2, 3), 2)
+
+
+@pytest.mark.parametrize("field, value", [("gamma", 1.5), ("lr", 0.0), ("tau", 0.0),
+                                          ("target_update_interval", 0), ("max_grad_norm", -1.0)])
+def test_invalid_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(**{field: value}))
+
+
+def test_rejects_non_module_network():
+    with pytest.raises(TypeError, match="network"):
+        DQN(network=lambda x: x, num_actions=2)
+
+
+class MSEDQN(DQN):
+    """A user idea: plain squared error instead of Huber, by overriding one hook."""
+
+    def compute_loss(self, batch, target):
+        q = self.network(batch["obs"]).gather(-1, batch["action"].long().view(-1, 1)).squeeze(-1)
+        td = target - q
+        return (batch["weights"] * td.pow(2)).mean(), td.detach(), q
+
+
+def test_subclass_overrides_one_hook():
+    dqn = MSEDQN(network=nn.Linear(3, 2, bias=False), num_actions=2, config=DQNConfig(gamma=0.5))
+    with torch.no_grad():
+        dqn.network.weight.copy_(torch.tensor(ONLINE))
+        dqn.target_network.weight.copy_(torch.tensor(TARGET))
+    metrics = dqn.update(batch(weights=np.ones(2, dtype=np.float32)))
+    assert metrics["loss"] == pytest.approx(np.mean(np.array([2.5, 7.0]) ** 2))
