@@ -1,0 +1,55 @@
+"""Body of one rank started by :func:`rlpar.distributed.launch` (run as a module)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import traceback
+
+
+def _write(path: str, outcome: tuple) -> None:
+    # Write then rename, so the launcher never reads a half-written result.
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        try:
+            pickle.dump(outcome, f)
+        except Exception:
+            f.seek(0)
+            f.truncate()
+            text = traceback.format_exc()
+            pickle.dump(("error", ("UnpicklableResult", text)), f)
+    os.replace(tmp, path)
+
+
+def main(payload: str, result: str) -> int:
+    with open(payload, "rb") as f:
+        sys.path[:] = pickle.load(f)
+        import cloudpickle
+
+        entry, args = cloudpickle.load(f)
+    try:
+        value = entry(*args)
+    except BaseException as exc:
+        _write(result, ("error", (type(exc).__name__, traceback.format_exc())))
+        _leave_world(graceful=False)
+        return 1
+    _leave_world(graceful=True)
+    _write(result, ("ok", value))
+    return 0
+
+
+def _leave_world(*, graceful: bool) -> None:
+    # An entry that did not shut its World down still leaves cleanly.
+    from rlpar.distributed import world
+
+    if world._current is not None:
+        world._current.shutdown(graceful=graceful)
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1], sys.argv[2])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: torch's RPC/gloo threads can make it slow or hang.
+    os._exit(code)

@@ -1,0 +1,147 @@
+"""Run N ranks of one program on this machine, the way torchrun would.
+
+Each rank is a fresh Python interpreter (``python -m rlpar.distributed._child``) with
+RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and MASTER_PORT in its environment;
+it runs ``entry(*args)``, which calls :meth:`World.from_env` itself, so the same entry
+runs unchanged under ``torchrun --nproc-per-node N``. Fresh interpreters (not fork)
+because forking a process that already runs torch threads is unsafe.
+
+Children die with the launcher (PR_SET_PDEATHSIG) and are all torn down when one
+fails, so neither an error nor a crash of the parent leaves orphans.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from rlpar.distributed.world import free_port
+from rlpar.errors import ChildDied, ChildError
+
+_POLL_S = 0.02
+_GRACE_S = 3.0
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask the kernel to SIGKILL it when the
+    # launcher thread that forked it exits.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux: the launcher's own teardown still applies
+        pass
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        try:
+            p.terminate()
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + _GRACE_S
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _read_result(path: str) -> tuple[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return None
+
+
+def launch(
+    entry: Callable,
+    *,
+    nprocs: int,
+    args: tuple = (),
+    timeout: float | None = None,
+    master_port: int | None = None,
+    env: dict[str, str] | None = None,
+) -> list:
+    """Run ``entry(*args)`` in ``nprocs`` local ranks and return their results by rank.
+
+    Raises ChildError (with the rank's traceback) if a rank raises, ChildDied if a rank
+    is killed or exits without reporting, TimeoutError after ``timeout`` seconds; in
+    every case all ranks are gone when this returns or raises. ``env`` adds variables
+    to the children's environment.
+    """
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
+    if not callable(entry):
+        raise TypeError(f"entry must be callable, got {entry!r}")
+    if not isinstance(args, tuple):
+        raise TypeError(f"args must be a tuple, got {type(args).__name__}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+    port = free_port() if master_port is None else master_port
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"master_port must be in 1..65535, got {master_port!r}")
+
+    with tempfile.TemporaryDirectory(prefix="rlpar-launch-") as tmp:
+        payload = os.path.join(tmp, "entry.pkl")
+        with open(payload, "wb") as f:
+            # sys.path first, in plain pickle, so the child can import the modules the
+            # cloudpickled entry refers to by name.
+            pickle.dump(list(sys.path), f)
+            cloudpickle.dump((entry, args), f)
+        procs: list[subprocess.Popen] = []
+        try:
+            for rank in range(nprocs):
+                child_env = dict(os.environ)
+                child_env.update(env or {})
+                child_env.update(RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
+                                 LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
+                                 MASTER_PORT=str(port))
+                child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "rlpar.distributed._child", payload,
+                     os.path.join(tmp, f"result{rank}.pkl")],
+                    env=child_env, preexec_fn=_die_with_parent,
+                ))
+            return _supervise(procs, tmp, timeout)
+        finally:
+            _kill_all(procs)
+
+
+def _supervise(procs: list[subprocess.Popen], tmp: str, timeout: float | None) -> list:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results: dict[int, Any] = {}
+    while len(results) < len(procs):
+        for rank, p in enumerate(procs):
+            if rank in results or p.poll() is None:
+                continue
+            outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
+            if outcome is not None and outcome[0] == "error":
+                _kill_all(procs)
+                kind, text = outcome[1]
+                raise ChildError(f"rank {rank} raised {kind}", child_name=f"rank{rank}",
+                                 child_traceback=text)
+            if p.returncode != 0 or outcome is None:
+                _kill_all(procs)
+                how = (f"was killed by signal {signal.Signals(-p.returncode).name}"
+                       if p.returncode < 0 else f"exited with code {p.returncode} without a result")
+                raise ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}",
+                                exitcode=p.returncode)
+            results[rank] = outcome[1]
+        if deadline is not None and time.monotonic() > deadline:
+            _kill_all(procs)
+            raise TimeoutError(f"launch: ranks did not finish within {timeout} s")
+        time.sleep(_POLL_S)
+    return [results[r] for r in range(len(procs))]

@@ -1,0 +1,265 @@
+"""RpcGroup: named services and paired values hosted by the members of a group.
+
+A service ``key`` is a callable registered by the one member that hosts it; its host's
+name is written to the c10d store under the group's namespace. Callers read the store
+once per key and cache the host, so a call is one RPC round trip to a module-level
+dispatcher that looks the callable up in a process-local table.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed.rpc as rpc
+
+from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
+
+# (group name, key) -> callable / RRef, for what this process hosts.
+_services: dict[tuple[str, str], Callable] = {}
+_paired: dict[tuple[str, str], rpc.RRef] = {}
+_barrier_rounds: dict[str, int] = {}
+_table_lock = threading.Lock()
+
+
+class _Failure:
+    """What the dispatcher returns when the service raised: the remote traceback as text
+    (the exception object itself may not unpickle on the caller)."""
+
+    __slots__ = ("host", "kind", "text")
+
+    def __init__(self, host: str, kind: str, text: str) -> None:
+        self.host, self.kind, self.text = host, kind, text
+
+    def __reduce__(self):
+        return (_Failure, (self.host, self.kind, self.text))
+
+
+def _dispatch(group: str, key: str, args: tuple, kwargs: dict) -> Any:
+    fn = _services.get((group, key))
+    if fn is None:
+        return _Failure(rpc.get_worker_info().name, "ServiceNotFound", "")
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: B036 - every failure goes back to the caller
+        return _Failure(rpc.get_worker_info().name, type(exc).__name__, traceback.format_exc())
+
+
+def _fetch_paired(group: str, key: str) -> rpc.RRef | _Failure:
+    rref = _paired.get((group, key))
+    if rref is None:
+        return _Failure(rpc.get_worker_info().name, "ServiceNotFound", "")
+    return rref
+
+
+def forget_world(world) -> None:
+    """Drop everything this process hosted (called by World.shutdown)."""
+    with _table_lock:
+        _services.clear()
+        _paired.clear()
+        _barrier_rounds.clear()
+
+
+def _rebuild(name: str, members: list[str]) -> RpcGroup:
+    from rlpar.distributed.world import current_world
+
+    return current_world().create_rpc_group(name, members)
+
+
+def _transport_error(exc: BaseException, host: str, what: str) -> BaseException:
+    text = str(exc)
+    if "On WorkerInfo" in text and not isinstance(exc, RuntimeError):
+        # The remote side failed before our dispatcher ran (e.g. an argument that
+        # does not unpickle there): torch re-raises it here with the remote traceback.
+        return RemoteError(f"{what} failed on {host}: {type(exc).__name__}",
+                           child_name=host, child_traceback=text)
+    return PeerUnavailable(f"{what}: peer {host!r} is unavailable or did not answer in time: {text}")
+
+
+class RpcGroup:
+    """A named subset of the world's processes that host and call services.
+
+    Get one from :meth:`World.create_rpc_group`. Picklable: a copy sent to another
+    process resolves to that process's World.
+    """
+
+    def __init__(self, *, world, name: str, members: list[str]) -> None:
+        self._world = world
+        self.name = name
+        self.members = list(members)
+        self.size = len(self.members)
+        self.current_member = world.name
+        self._hosts: dict[str, str] = {}
+        self._prefix = f"svc/{name}/"
+
+    def __reduce__(self):
+        return (_rebuild, (self.name, self.members))
+
+    def __repr__(self) -> str:
+        return f"RpcGroup(name={self.name!r}, members={self.members})"
+
+    # --------------------------------------------------------------- hosting
+
+    def _require_member(self, action: str) -> None:
+        if self.current_member not in self.members:
+            raise ValueError(
+                f"{action}: {self.current_member!r} is not a member of group {self.name!r} "
+                f"({self.members})"
+            )
+
+    def _claim(self, slot: str, key: str) -> None:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key must be a non-empty string, got {key!r}")
+        me = self.current_member.encode()
+        holder = self._world.store.compare_set(self._prefix + slot + key, b"", me)
+        if holder != me or (self.name, key) in (_services if slot == "s/" else _paired):
+            raise ValueError(
+                f"key {key!r} is already registered in group {self.name!r} by {holder.decode()!r}"
+            )
+
+    def register(self, key: str, fn: Callable) -> None:
+        """Host service ``key`` in this process; a key already hosted in the group is a
+        ValueError. Register before others call (e.g. then :meth:`barrier`)."""
+        if not callable(fn):
+            raise TypeError(f"service {key!r}: fn must be callable, got {fn!r}")
+        self._require_member(f"register({key!r})")
+        with _table_lock:
+            self._claim("s/", key)
+            _services[(self.name, key)] = fn
+
+    def deregister(self, key: str) -> None:
+        """Stop hosting ``key`` (ServiceNotFound if this process does not host it)."""
+        with _table_lock:
+            if _services.pop((self.name, key), None) is None:
+                raise ServiceNotFound(
+                    f"service {key!r} is not hosted by {self.current_member!r} in group {self.name!r}"
+                )
+            self._world.store.delete_key(self._prefix + "s/" + key)
+        self._hosts.pop(key, None)
+
+    def is_registered(self, key: str) -> bool:
+        """Whether any member hosts ``key`` now (asks the store)."""
+        return self._world.store.check([self._prefix + "s/" + key])
+
+    # --------------------------------------------------------------- calling
+
+    def _host_of(self, slot: str, key: str) -> str:
+        store_key = self._prefix + slot + key
+        store = self._world.store
+        if not store.check([store_key]):
+            what = "service" if slot == "s/" else "paired value"
+            raise ServiceNotFound(f"no member of group {self.name!r} hosts {what} {key!r}")
+        return store.get(store_key).decode()
+
+    def _timeout(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._world.rpc_timeout
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        return timeout
+
+    def call_async(self, key: str, *args: Any, timeout: float | None = None,
+                   **kwargs: Any) -> torch.futures.Future:
+        """Start a call of service ``key``; the Future's ``wait()`` returns its result or
+        raises RemoteError / PeerUnavailable / ServiceNotFound like :meth:`call`."""
+        host = self._hosts.get(key)
+        if host is None:
+            host = self._hosts[key] = self._host_of("s/", key)
+        raw = rpc.rpc_async(host, _dispatch, args=(self.name, key, args, kwargs),
+                            timeout=self._timeout(timeout))
+        out: torch.futures.Future = torch.futures.Future()
+
+        def settle(fut: torch.futures.Future) -> None:
+            try:
+                value = fut.value()
+            except BaseException as exc:
+                out.set_exception(_transport_error(exc, host, f"call {key!r}"))
+                return
+            if type(value) is _Failure:
+                out.set_exception(self._failure(key, value))
+            else:
+                out.set_result(value)
+
+        raw.add_done_callback(settle)
+        return out
+
+    def call(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+        """Call service ``key`` with ``args``/``kwargs`` on its host; one round trip."""
+        host = self._hosts.get(key)
+        if host is None:
+            host = self._hosts[key] = self._host_of("s/", key)
+        fut = rpc.rpc_async(host, _dispatch, args=(self.name, key, args, kwargs),
+                            timeout=self._world.rpc_timeout if timeout is None else self._timeout(timeout))
+        try:
+            value = fut.wait()
+        except Exception as exc:
+            raise _transport_error(exc, host, f"call {key!r}") from exc
+        if type(value) is _Failure:
+            raise self._failure(key, value)
+        return value
+
+    def _failure(self, key: str, failure: _Failure) -> Exception:
+        if failure.kind == "ServiceNotFound" and not failure.text:
+            self._hosts.pop(key, None)  # stale cache: the host deregistered it
+            return ServiceNotFound(
+                f"service {key!r} is no longer hosted by {failure.host!r} in group {self.name!r}"
+            )
+        return RemoteError(
+            f"service {key!r} in group {self.name!r} raised {failure.kind} on {failure.host!r}",
+            child_name=failure.host, child_traceback=failure.text,
+        )
+
+    # --------------------------------------------------------------- paired values
+
+    def pair(self, key: str, value: Any) -> None:
+        """Share ``value`` (owned by this process) under ``key``; peers get an RRef."""
+        self._require_member(f"pair({key!r})")
+        with _table_lock:
+            self._claim("p/", key)
+            _paired[(self.name, key)] = rpc.RRef(value)
+
+    def get_paired(self, key: str, *, timeout: float | None = None) -> rpc.RRef:
+        """The RRef of the value paired under ``key`` (ServiceNotFound if none)."""
+        local = _paired.get((self.name, key))
+        if local is not None:
+            return local
+        host = self._host_of("p/", key)
+        try:
+            value = rpc.rpc_sync(host, _fetch_paired, args=(self.name, key),
+                                 timeout=self._timeout(timeout))
+        except Exception as exc:
+            raise _transport_error(exc, host, f"get_paired {key!r}") from exc
+        if type(value) is _Failure:
+            raise ServiceNotFound(f"no paired value {key!r} on {host!r} in group {self.name!r}")
+        return value
+
+    # --------------------------------------------------------------- sync
+
+    def barrier(self, timeout: float | None = None) -> None:
+        """Block until every member reached this barrier (PeerUnavailable on timeout)."""
+        self._require_member("barrier")
+        seconds = self._timeout(timeout)
+        with _table_lock:
+            round_ = _barrier_rounds.get(self.name, 0)
+            _barrier_rounds[self.name] = round_ + 1
+        store = self._world.store
+        key = f"barrier/{self.name}/{round_}"
+        if store.add(key, 1) == self.size:
+            store.set(key + "/done", "1")
+        # Poll instead of store.wait: a blocking wait holds the store client's lock and
+        # would stall every service lookup made meanwhile by this process's RPC threads.
+        deadline = time.monotonic() + seconds
+        pause = 0.0005
+        while not store.check([key + "/done"]):
+            if time.monotonic() > deadline:
+                arrived = store.add(key, 0)
+                raise PeerUnavailable(
+                    f"barrier of group {self.name!r}: only {arrived}/{self.size} members "
+                    f"arrived within {seconds} s"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)

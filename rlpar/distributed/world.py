@@ -1,0 +1,318 @@
+"""World: this process's place in a set of ranks joined by TensorPipe RPC and a c10d store.
+
+One World per process. It initializes ``torch.distributed.rpc`` (TensorPipe), connects
+to the rendezvous c10d store (where service names are registered), optionally joins a
+gloo/nccl process group for collectives, and hands out :class:`RpcGroup` and
+:class:`CollectiveGroup` objects.
+
+Security: RPC executes functions sent by peers. By default every socket TensorPipe and
+gloo open is bound to the loopback interface; listening anywhere else needs an explicit
+``listen_address`` and is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+
+import torch.distributed as dist
+import torch.distributed.rpc as rpc
+
+from rlpar.distributed.netif import interface_for_address
+
+log = logging.getLogger(__name__)
+
+_current: World | None = None
+_current_lock = threading.Lock()
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, then release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def current_world() -> World:
+    """The World this process has joined; raises RuntimeError if there is none."""
+    world = _current
+    if world is None:
+        raise RuntimeError("no rlpar World in this process: create World(...) or World.from_env()")
+    return world
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_timeout(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+    return float(value)
+
+
+class World:
+    """This process's membership in a world of ``world_size`` ranks.
+
+    Every rank constructs a World with the same ``master_addr``/``master_port``; rank 0
+    hosts the rendezvous store there (or torchrun's agent does). Construction blocks
+    until all ranks have joined (or ``rpc_timeout`` passes).
+    """
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        name: str | None = None,
+        master_addr: str = "127.0.0.1",
+        master_port: int,
+        rpc_timeout: float = 60.0,
+        listen_address: str = "127.0.0.1",
+        num_worker_threads: int = 16,
+        process_group_backend: str | None = None,
+    ) -> None:
+        for arg, value in (("rank", rank), ("world_size", world_size), ("master_port", master_port),
+                           ("num_worker_threads", num_worker_threads)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{arg} must be an int, got {value!r}")
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        if not 0 < master_port < 65536:
+            raise ValueError(f"master_port must be in 1..65535, got {master_port}")
+        if num_worker_threads < 1:
+            raise ValueError(f"num_worker_threads must be >= 1, got {num_worker_threads}")
+        self.rpc_timeout = _check_timeout("rpc_timeout", rpc_timeout)
+        if process_group_backend not in (None, "gloo", "nccl"):
+            raise ValueError(
+                f"process_group_backend must be None, 'gloo' or 'nccl', got {process_group_backend!r}"
+            )
+        name = f"rank{rank}" if name is None else name
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
+
+        self.rank = rank
+        self.world_size = world_size
+        self.name = name
+        self.master_addr = master_addr
+        self.master_port = master_port
+        self.listen_address = listen_address
+        self._process_group_backend = process_group_backend
+        self._rpc_groups: dict = {}
+        self._groups_lock = threading.Lock()
+        self._alive = False
+
+        global _current
+        with _current_lock:
+            if _current is not None:
+                raise RuntimeError(
+                    f"this process already joined a World as {_current.name!r}; shut it down first"
+                )
+            _current = self
+        try:
+            self._start(num_worker_threads)
+        except BaseException:
+            with _current_lock:
+                _current = None
+            raise
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        name: str | None = None,
+        rpc_timeout: float = 60.0,
+        listen_address: str | None = None,
+        num_worker_threads: int = 16,
+        process_group_backend: str | None = None,
+    ) -> World:
+        """Join the world described by torchrun's (or :func:`launch`'s) environment.
+
+        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT. ``listen_address`` defaults
+        to $RLPAR_LISTEN_ADDRESS, else 127.0.0.1 (multi-node runs must set one).
+        """
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                   if k not in os.environ]
+        if missing:
+            raise RuntimeError(
+                f"World.from_env: environment variables {missing} are not set "
+                "(run under torchrun or rlpar.distributed.launch)"
+            )
+        if listen_address is None:
+            listen_address = os.environ.get("RLPAR_LISTEN_ADDRESS", "127.0.0.1")
+        return cls(
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            name=name,
+            master_addr=os.environ["MASTER_ADDR"],
+            master_port=int(os.environ["MASTER_PORT"]),
+            rpc_timeout=rpc_timeout,
+            listen_address=listen_address,
+            num_worker_threads=num_worker_threads,
+            process_group_backend=process_group_backend,
+        )
+
+    # ------------------------------------------------------------------ setup
+
+    def _start(self, num_worker_threads: int) -> None:
+        self._pin_interfaces()
+        options = rpc.TensorPipeRpcBackendOptions(
+            init_method=f"tcp://{self.master_addr}:{self.master_port}",
+            rpc_timeout=self.rpc_timeout,
+            num_worker_threads=num_worker_threads,
+        )
+        rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
+                     rpc_backend_options=options)
+        self._alive = True
+        try:
+            # A second client of the same rendezvous store (torchrun's agent store or the
+            # one rank 0 started for RPC): service names live there, not in our own registry.
+            raw = dist.TCPStore(self.master_addr, self.master_port, is_master=False,
+                                timeout=timedelta(seconds=self.rpc_timeout))
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            self.store = dist.PrefixStore(f"rlpar/{attempt}/", raw)
+            self.store.set(f"world/name/{self.rank}", self.name)
+            self.names = [self.store.get(f"world/name/{r}").decode() for r in range(self.world_size)]
+            if self._process_group_backend is not None and not dist.is_initialized():
+                dist.init_process_group(
+                    self._process_group_backend, store=dist.PrefixStore("pg/", self.store),
+                    rank=self.rank, world_size=self.world_size,
+                    timeout=timedelta(seconds=self.rpc_timeout),
+                )
+        except BaseException:
+            self._alive = False
+            rpc.shutdown(graceful=False)
+            raise
+
+    def _pin_interfaces(self) -> None:
+        # TensorPipe's uv transport and gloo pick their listening interface from these
+        # variables; without them they bind to whatever the hostname resolves to.
+        if _is_loopback(self.listen_address):
+            iface = interface_for_address("127.0.0.1") or "lo"
+        else:
+            log.warning(
+                "rlpar World %r listens on %s, beyond loopback: RPC executes code sent by "
+                "any peer that can reach this address; use only on a trusted network",
+                self.name, self.listen_address,
+            )
+            iface = interface_for_address(self.listen_address)
+            if iface is None:
+                return  # e.g. 0.0.0.0: let TensorPipe resolve the hostname
+        os.environ["TP_SOCKET_IFNAME"] = iface
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+
+    # ------------------------------------------------------------------ groups
+
+    def create_rpc_group(self, name: str, members: Sequence[str]):
+        """A handle on the RPC group ``name`` made of ``members`` (world names).
+
+        Not collective: any process may create it; the same name must always come with
+        the same members (checked through the store; a mismatch is a ValueError).
+        """
+        from rlpar.distributed.rpc_group import RpcGroup
+
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"group name must be a non-empty string without '/', got {name!r}")
+        members = list(members)
+        if not members:
+            raise ValueError(f"group {name!r} needs at least one member")
+        unknown = [m for m in members if m not in self.names]
+        if unknown:
+            raise ValueError(f"group {name!r}: members {unknown} are not in the world {self.names}")
+        if len(set(members)) != len(members):
+            raise ValueError(f"group {name!r}: duplicate members in {members}")
+        with self._groups_lock:
+            group = self._rpc_groups.get(name)
+            if group is not None:
+                if group.members != members:
+                    raise ValueError(f"group {name!r} already exists with members {group.members}")
+                return group
+            encoded = "\0".join(members).encode()
+            stored = self.store.compare_set(f"group/{name}", b"", encoded)
+            if stored != encoded:
+                raise ValueError(
+                    f"group {name!r} already exists with members {stored.decode().split(chr(0))}"
+                )
+            group = RpcGroup(world=self, name=name, members=members)
+            self._rpc_groups[name] = group
+            return group
+
+    def get_rpc_group(self, name: str):
+        """The group ``name`` created by any process (ValueError if nobody created it)."""
+        with self._groups_lock:
+            group = self._rpc_groups.get(name)
+        if group is not None:
+            return group
+        key = f"group/{name}"
+        if not self.store.check([key]):
+            raise ValueError(f"no RPC group named {name!r} has been created")
+        return self.create_rpc_group(name, self.store.get(key).decode().split("\0"))
+
+    def create_collective_group(self, ranks: Sequence[int]):
+        """A :class:`CollectiveGroup` over ``ranks``; collective: every rank must call it."""
+        from rlpar.distributed.collective import CollectiveGroup
+
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "collectives need World(process_group_backend='gloo' or 'nccl')"
+            )
+        return CollectiveGroup(world=self, ranks=ranks)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def shutdown(self, *, graceful: bool = True, timeout: float | None = None) -> None:
+        """Leave the world. Graceful waits (up to ``timeout``) for every rank to shut down
+        too; on a timeout or a dead peer it falls back to a local shutdown, never hangs."""
+        global _current
+        if not self._alive:
+            return
+        self._alive = False
+        timeout = self.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
+        try:
+            if graceful:
+                try:
+                    rpc.shutdown(graceful=True, timeout=timeout)
+                except Exception as exc:  # dead peer or timeout: the local agent is finalized anyway
+                    log.warning("graceful RPC shutdown of %r failed: %s", self.name, exc)
+            else:
+                rpc.shutdown(graceful=False)
+        finally:
+            if self._process_group_backend is not None and dist.is_initialized():
+                try:
+                    dist.destroy_process_group()
+                except Exception as exc:
+                    log.warning("destroying the process group of %r failed: %s", self.name, exc)
+            from rlpar.distributed.rpc_group import forget_world
+
+            forget_world(self)
+            with _current_lock:
+                if _current is self:
+                    _current = None
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # After an error, peers may be gone or stuck: do not wait for them.
+        self.shutdown(graceful=exc_type is None)
+
+    def __repr__(self) -> str:
+        return f"World(name={self.name!r}, rank={self.rank}, world_size={self.world_size})"

@@ -1,0 +1,135 @@
+"""Entry points run in launched ranks by the distributed tests (importable by children)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+
+import torch
+
+from rlpar.distributed import World, current_world
+from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
+
+
+def square(x):
+    return x * x
+
+
+def fail_with_key_error(x):
+    raise KeyError(f"missing thing {x}")
+
+
+def _caught(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def use_group_remotely(group, x):
+    """Runs on another rank with an unpickled group: call a service through it."""
+    return group.current_member, group.call("square", x)
+
+
+def rpc_roundtrips():
+    """Three ranks: services, errors, pickled groups, pairing and barriers."""
+    torch.set_num_threads(1)
+    with World.from_env(rpc_timeout=20) as world:
+        g = world.create_rpc_group("svc", world.names)
+        out = {"names": world.names, "name": world.name, "rank": world.rank}
+        if world.rank == 1:
+            g.register("square", square)
+            g.register("fail", fail_with_key_error)
+            out["dup"] = _caught(g.register, "square", square)
+            g.pair("weights", torch.arange(4.0))
+        g.barrier(timeout=20)
+        if world.rank == 2:
+            out["dup_other"] = _caught(g.register, "square", square)
+        if world.rank == 0:
+            out["call"] = g.call("square", 7)
+            out["kwargs"] = g.call("square", x=torch.full((2,), 3.0)).tolist()
+            futs = [g.call_async("square", i) for i in range(20)]
+            out["async"] = [f.wait() for f in futs]
+            try:
+                g.call("fail", 5)
+            except RemoteError as exc:
+                out["remote"] = (str(exc), exc.child_name, exc.child_traceback)
+            try:
+                g.call_async("fail", 6).wait()
+            except RemoteError as exc:
+                out["remote_async"] = exc.child_traceback
+            out["missing"] = _caught(g.call, "nobody", 1)
+            out["bad_timeout"] = _caught(g.call, "square", 1, timeout=-1.0)
+            out["is_registered"] = (g.is_registered("square"), g.is_registered("nobody"))
+            out["paired"] = g.get_paired("weights").to_here().tolist()
+            out["paired_missing"] = _caught(g.get_paired, "nothing")
+        if world.rank == 2:
+            other = world.create_rpc_group("helper", ["rank2"])
+            other.register("use_group", use_group_remotely)
+        g.barrier(timeout=20)
+        if world.rank == 0:
+            helper = world.get_rpc_group("helper")
+            out["pickled"] = helper.call("use_group", g, 5)
+            out["conflict"] = _caught(world.create_rpc_group, "helper", ["rank0"])
+        g.barrier(timeout=20)
+        if world.rank == 1:
+            g.deregister("square")
+        g.barrier(timeout=20)
+        if world.rank == 0:
+            out["after_deregister"] = _caught(g.call, "square", 2)
+        g.barrier(timeout=20)
+        return out
+
+
+def _is_dead(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def call_dead_peer(timeout):
+    """Rank 1 hosts a service then SIGKILLs itself; rank 0 must get PeerUnavailable
+    within the timeout, and its shutdown must not hang."""
+    torch.set_num_threads(1)
+    world = World.from_env(rpc_timeout=timeout)
+    g = world.create_rpc_group("g", world.names)
+    if world.rank == 1:
+        g.register("square", square)
+        world.store.set("pid1", str(os.getpid()))
+    g.barrier(timeout=timeout)
+    if world.rank == 1:
+        g.barrier(timeout=timeout)
+        os.kill(os.getpid(), signal.SIGKILL)
+    first = g.call("square", 3)
+    g.barrier(timeout=timeout)
+    pid = int(world.store.get("pid1"))
+    while not _is_dead(pid):
+        time.sleep(0.01)
+    start = time.monotonic()
+    outcomes = []
+    for call in (lambda: g.call("square", 4, timeout=timeout),
+                 lambda: g.call_async("square", 5, timeout=timeout).wait()):
+        try:
+            call()
+            outcomes.append("no error")
+        except PeerUnavailable as exc:
+            outcomes.append(f"PeerUnavailable: {exc}")
+    elapsed = time.monotonic() - start
+    t0 = time.monotonic()
+    world.shutdown(timeout=timeout)
+    return first, outcomes, elapsed, time.monotonic() - t0
+
+
+def dump(path, value):
+    with open(path, "wb") as f:
+        pickle.dump(value, f)
+
+
+def current_world_name():
+    with World.from_env(rpc_timeout=20) as world:
+        return world.name, current_world() is world, ServiceNotFound.__name__
