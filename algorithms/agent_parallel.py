@@ -1,0 +1,301 @@
+"""Evaluate many agents' networks at once, in one of four interchangeable modes.
+
+``ParallelModules(modules=[net_0, ..., net_n], mode=...)`` maps a list of inputs
+(one per network) to a list of outputs. Every mode computes the same function of
+the same parameters (tests check equality), and gradients reach each network's
+own parameters in every mode, so the same object serves acting and learning:
+
+- ``loop``: one call after another in this thread (the reference).
+- ``threads``: a thread pool, one task per network (torch ops drop the GIL).
+- ``jit_fork``: the networks are TorchScript-scripted into one module whose
+  ``forward`` launches each with ``torch.jit.fork`` and joins with ``wait``, so
+  the fan-out runs on torch's inter-op pool without the GIL (Machin's approach).
+  TorchScript is deprecated in recent torch: exactly those deprecation warnings
+  are silenced (see ``quiet_torchscript``); scripting happens once, here.
+- ``batched``: networks with identical structure are stacked and run as one
+  batched computation. ``batched_impl="bmm"`` (default) handles ``nn.Sequential``
+  stacks of ``nn.Linear`` and elementwise activations with ``torch.baddbmm`` over
+  stacked weights; any other module (or ``batched_impl="vmap"``) goes through
+  ``torch.func.functional_call`` under ``torch.vmap``. Heterogeneous agents are
+  grouped by structure; a group of one runs as a plain call, and a group that
+  ``vmap`` cannot handle falls back to ``loop`` (with one warning).
+
+``auto`` picks ``batched`` when at least two networks share a structure and
+``loop`` otherwise. This follows ``experiments/bench/multiagent_inference.py``:
+on CPU and CUDA the stacked matmul beat the thread pool, ``jit_fork`` and the
+loop from 3 agents up, at every hidden size and batch measured, and for a single
+network nothing beats a plain call.
+
+Stacked weights are rebuilt on every call that needs gradients (``torch.stack``
+is differentiable, so the per-agent parameters get their gradients); without
+gradients they are cached and refreshed when any parameter's in-place version
+counter moves (optimizer steps, Polyak updates and ``load_state_dict`` all write
+in place). Replacing a Parameter object needs ``refresh()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
+
+import torch
+from torch import nn
+
+EvalMode = Literal["auto", "jit_fork", "threads", "batched", "loop"]
+MODES = ("auto", "jit_fork", "threads", "batched", "loop")
+BatchedImpl = Literal["bmm", "vmap"]
+
+# Elementwise activations: applying one instance to stacked activations equals
+# applying each agent's own instance to its slice.
+_ELEMENTWISE = (
+    nn.ReLU, nn.Tanh, nn.Sigmoid, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Softplus,
+    nn.Identity, nn.Hardtanh, nn.ReLU6, nn.Mish, nn.Softsign, nn.SELU, nn.CELU, nn.Tanhshrink,
+)
+
+
+@contextlib.contextmanager
+def quiet_torchscript() -> Iterator[None]:
+    """Silence only torch's "TorchScript is deprecated" warnings, nothing else."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r".*torch\.jit\.\w+.* is deprecated", category=DeprecationWarning
+        )
+        warnings.filterwarnings("ignore", message=r".*TorchScript.*deprecated", category=DeprecationWarning)
+        yield
+
+
+class _Forked(nn.Module):
+    """Scripted as a whole: forks every member network and waits for all."""
+
+    def __init__(self, members: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        futures = torch.jit.annotate(list[torch.jit.Future[torch.Tensor]], [])
+        for i, member in enumerate(self.members):
+            futures.append(torch.jit.fork(member, xs[i]))
+        outs = torch.jit.annotate(list[torch.Tensor], [])
+        for future in futures:
+            outs.append(torch.jit.wait(future))
+        return outs
+
+
+def _structure(module: nn.Module) -> tuple:
+    """Modules with equal structure keys can be stacked."""
+    params = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in module.named_parameters())
+    buffers = tuple((name, tuple(b.shape), b.dtype) for name, b in module.named_buffers())
+    layout = tuple((name, type(m).__name__, repr(m)) for name, m in module.named_modules())
+    return (type(module), params, buffers, layout)
+
+
+def _bmm_layers(module: nn.Module) -> list[tuple[str, nn.Module]] | None:
+    """The layer list if ``module`` is a Linear/elementwise Sequential, else None."""
+    if not isinstance(module, nn.Sequential):
+        return None
+    layers = []
+    for layer in module:
+        if isinstance(layer, nn.Linear):
+            layers.append(("linear", layer))
+        elif isinstance(layer, _ELEMENTWISE):
+            layers.append(("act", layer))
+        else:
+            return None
+    return layers
+
+
+class _Group:
+    """Networks with one structure, run as one stacked computation."""
+
+    def __init__(self, indices: list[int], modules: list[nn.Module], impl: BatchedImpl) -> None:
+        self.indices = indices
+        self.modules = modules
+        layers = _bmm_layers(modules[0])
+        self.impl: str = "bmm" if impl == "bmm" and layers is not None else "vmap"
+        self.layers = layers
+        self.params = [list(m.parameters()) for m in modules]
+        self._cache: tuple[tuple[int, ...], list[torch.Tensor]] | None = None
+        self.failed = False
+        if self.impl == "vmap":
+            self.names = [name for name, _ in modules[0].named_parameters()]
+            self.buffer_names = [name for name, _ in modules[0].named_buffers()]
+            self.base = modules[0]
+
+    def refresh(self) -> None:
+        self.params = [list(m.parameters()) for m in self.modules]
+        self._cache = None
+
+    def _stacked(self) -> list[torch.Tensor]:
+        """Per-parameter tensors stacked over agents (bmm layout for Linear weights)."""
+        grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.params[0])
+        if not grad:
+            key = tuple(p._version for ps in self.params for p in ps)
+            if self._cache is not None and self._cache[0] == key:
+                return self._cache[1]
+        stacked = [torch.stack(column) for column in zip(*self.params)]
+        if self.impl == "bmm":
+            stacked = self._bmm_layout(stacked)
+        if not grad:
+            self._cache = (key, stacked)
+        return stacked
+
+    def _bmm_layout(self, stacked: list[torch.Tensor]) -> list[torch.Tensor]:
+        out, k = [], 0
+        for kind, layer in self.layers:
+            if kind != "linear":
+                continue
+            out.append(stacked[k].transpose(1, 2))  # (n, in, out) for x @ W^T
+            k += 1
+            if layer.bias is not None:
+                out.append(stacked[k].unsqueeze(1))  # (n, 1, out) broadcasts over batch
+                k += 1
+            else:
+                out.append(None)
+        return out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        stacked = self._stacked()
+        if self.impl == "bmm":
+            k = 0
+            for kind, layer in self.layers:
+                if kind == "act":
+                    x = layer(x)
+                    continue
+                weight, bias = stacked[k], stacked[k + 1]
+                k += 2
+                x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+            return x
+        params = dict(zip(self.names, stacked))
+        buffers = {name: torch.stack([dict(m.named_buffers())[name] for m in self.modules])
+                   for name in self.buffer_names}
+
+        def one(p: dict, b: dict, xi: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(self.base, (p, b), (xi,))
+
+        return torch.vmap(one)(params, buffers, x)
+
+
+class ParallelModules:
+    """Runs ``modules[i](inputs[i])`` for every i in the selected ``mode``."""
+
+    def __init__(
+        self,
+        *,
+        modules: Sequence[nn.Module],
+        mode: EvalMode = "auto",
+        batched_impl: BatchedImpl = "bmm",
+        max_threads: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if batched_impl not in ("bmm", "vmap"):
+            raise ValueError(f"batched_impl must be 'bmm' or 'vmap', got {batched_impl!r}")
+        modules = list(modules)
+        if not modules or not all(isinstance(m, nn.Module) for m in modules):
+            raise TypeError("modules must be a non-empty sequence of nn.Module")
+        if max_threads is not None and max_threads < 1:
+            raise ValueError(f"max_threads must be >= 1, got {max_threads}")
+        self.modules = modules
+        self.batched_impl = batched_impl
+        by_structure: dict[tuple, list[int]] = {}
+        for i, m in enumerate(modules):
+            by_structure.setdefault(_structure(m), []).append(i)
+        self.structure_groups = list(by_structure.values())
+        if mode == "auto":
+            mode = "batched" if any(len(g) > 1 for g in self.structure_groups) else "loop"
+        self.mode: str = mode
+        self._max_threads = max_threads or min(len(modules), os.cpu_count() or 1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._groups: list[_Group] = []
+        self._scripted: torch.jit.ScriptModule | None = None
+        if mode == "batched":
+            self._groups = [_Group(g, [modules[i] for i in g], batched_impl) for g in self.structure_groups]
+        elif mode == "jit_fork":
+            try:
+                with quiet_torchscript():
+                    self._scripted = torch.jit.script(_Forked(modules))
+            except Exception as exc:  # scripting errors come in many types
+                raise TypeError(f"mode 'jit_fork' needs TorchScript-scriptable modules: {exc}") from exc
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+    def refresh(self) -> None:
+        """Re-read parameters after Parameter objects were replaced (not needed for in-place writes)."""
+        for group in self._groups:
+            group.refresh()
+
+    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if len(inputs) != len(self.modules):
+            raise ValueError(f"expected {len(self.modules)} inputs, got {len(inputs)}")
+        if self.mode == "loop":
+            return [m(x) for m, x in zip(self.modules, inputs)]
+        if self.mode == "threads":
+            return self._threads(inputs)
+        if self.mode == "jit_fork":
+            return self._scripted(list(inputs))
+        return self._batched(inputs)
+
+    def _threads(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._max_threads, thread_name_prefix="agents")
+        grad = torch.is_grad_enabled()  # grad mode is thread-local: carry the caller's
+
+        def run(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            with torch.set_grad_enabled(grad):
+                return m(x)
+
+        futures = [self._pool.submit(run, m, x) for m, x in zip(self.modules, inputs)]
+        return [f.result() for f in futures]
+
+    def _batched(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        outs: list[torch.Tensor | None] = [None] * len(self.modules)
+        for group in self._groups:
+            idx = group.indices
+            if len(idx) == 1 or group.failed:
+                for i in idx:
+                    outs[i] = self.modules[i](inputs[i])
+                continue
+            xs = [inputs[i] for i in idx]
+            first = xs[0]
+            if all(x is first for x in xs):
+                stacked = first.unsqueeze(0).expand(len(idx), *first.shape)
+            elif all(x.shape == first.shape for x in xs):
+                stacked = torch.stack(xs)
+            else:  # ragged batch sizes cannot be stacked
+                for i in idx:
+                    outs[i] = self.modules[i](inputs[i])
+                continue
+            squeeze = stacked.dim() == 2  # unbatched per-agent inputs
+            if squeeze:
+                stacked = stacked.unsqueeze(1)
+            try:
+                result = group(stacked)
+            except RuntimeError as exc:
+                if group.impl != "vmap":
+                    raise
+                warnings.warn(f"vmap cannot batch {type(group.modules[0]).__name__}; "
+                              f"falling back to a loop for agents {idx}: {exc}", stacklevel=2)
+                group.failed = True
+                for i in idx:
+                    outs[i] = self.modules[i](inputs[i])
+                continue
+            if squeeze:
+                result = result.squeeze(1)
+            for j, i in enumerate(idx):
+                outs[i] = result[j]
+        return outs  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
