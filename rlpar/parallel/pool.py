@@ -30,6 +30,33 @@ def task_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
+class _ResultIterator(Iterator[Any]):
+    """Yields task results; unlike a generator it stays usable after a task failed,
+    so one bad item does not hide the results after it."""
+
+    def __init__(self, results: list[AsyncResult], timeout: float | None, *,
+                 ordered: bool) -> None:
+        self._timeout = timeout
+        self._left = len(results)
+        self._finished: queue.SimpleQueue[AsyncResult] = queue.SimpleQueue()
+        if ordered:
+            for result in results:
+                self._finished.put(result)
+        else:
+            for result in results:
+                result.add_done_callback(self._finished.put)
+
+    def __next__(self) -> Any:
+        if self._left == 0:
+            raise StopIteration
+        try:
+            result = self._finished.get(timeout=self._timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no task finished within {self._timeout} s") from None
+        self._left -= 1
+        return result.get(self._timeout)
+
+
 class Pool:
     """Base class of ThreadPool and ProcessPool.
 
@@ -100,33 +127,14 @@ class Pool:
         Tasks are submitted at call time (not lazily), so the pool starts at once.
         """
         check_timeout(timeout)
-        results = self._submit_all(fn, iterable, False)
-
-        def generate() -> Iterator[Any]:
-            for result in results:
-                yield result.get(timeout)
-
-        return generate()
+        return _ResultIterator(self._submit_all(fn, iterable, False), timeout, ordered=True)
 
     def imap_unordered(
         self, fn: Callable[..., Any], iterable: Iterable[Any], *, timeout: float | None = None
     ) -> Iterator[Any]:
         """Results in completion order; a failed task raises when its turn comes."""
         check_timeout(timeout)
-        finished: queue.SimpleQueue[AsyncResult] = queue.SimpleQueue()
-        results = self._submit_all(fn, iterable, False)
-        for result in results:
-            result.add_done_callback(finished.put)
-
-        def generate() -> Iterator[Any]:
-            for _ in range(len(results)):
-                try:
-                    result = finished.get(timeout=timeout)
-                except queue.Empty:
-                    raise TimeoutError(f"no task finished within {timeout} s") from None
-                yield result.get(0)
-
-        return generate()
+        return _ResultIterator(self._submit_all(fn, iterable, False), timeout, ordered=False)
 
     # -- context manager -------------------------------------------------------------
     def __enter__(self) -> Pool:

@@ -114,7 +114,10 @@ class ProcessPool(Pool):
             if self._wake_pending:
                 return
             self._wake_pending = True
-        self._wake_writer.send_bytes(b"!")
+        try:
+            self._wake_writer.send_bytes(b"!")
+        except OSError:
+            pass  # the manager already stopped and closed its end: nothing to wake
 
     def _submit(self, fn: Callable[..., Any], args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> AsyncResult:
