@@ -1,0 +1,63 @@
+"""make_vector_env: one entry point for in-process and subprocess vector envs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+from envs.base import BatchVectorEnv
+from envs.inprocess import InProcessVectorEnv
+from envs.subproc import SubprocVectorEnv
+
+
+def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    return gym.make(env_id, **env_kwargs)
+
+
+def make_vector_env(
+    env_id_or_fn: str | Callable[[], gym.Env],
+    *,
+    num_envs: int,
+    num_workers: int | None = None,
+    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+    seed: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    restart_on_crash: bool = False,
+    step_in_parent: bool = True,
+) -> BatchVectorEnv:
+    """Build ``num_envs`` copies of an env.
+
+    ``env_id_or_fn`` is a registered gymnasium id (built with ``gym.make(id, **env_kwargs)``)
+    or a zero-argument factory (then ``env_kwargs`` must be None). ``num_workers=0`` gives an
+    :class:`InProcessVectorEnv`; otherwise a :class:`SubprocVectorEnv` with that many groups
+    (None: one per CPU). ``seed`` seeds the action spaces (``seed + i``); the caller still
+    seeds episodes with ``reset(seed=...)``.
+    """
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if isinstance(env_id_or_fn, str):
+        fn: Callable[[], gym.Env] = partial(_make_env, env_id_or_fn, dict(env_kwargs or {}))
+    elif callable(env_id_or_fn):
+        if env_kwargs:
+            raise ValueError("env_kwargs only applies to a registered env id, not to a factory")
+        fn = env_id_or_fn
+    else:
+        raise TypeError(f"env_id_or_fn must be an env id or a factory, got {env_id_or_fn!r}")
+    if num_workers == 0:
+        venv: BatchVectorEnv = InProcessVectorEnv([fn] * num_envs, autoreset_mode=autoreset_mode)
+    else:
+        venv = SubprocVectorEnv(
+            [fn] * num_envs,
+            num_workers=num_workers,
+            autoreset_mode=autoreset_mode,
+            restart_on_crash=restart_on_crash,
+            step_in_parent=step_in_parent,
+        )
+    if seed is not None:
+        venv.action_space.seed(seed)
+        venv.single_action_space.seed(seed)
+    return venv

@@ -1,0 +1,516 @@
+"""SubprocVectorEnv: W worker processes, each stepping K envs, batch in shared memory.
+
+Why it is faster than one-env-per-process designs (gymnasium AsyncVectorEnv, SB3,
+Tianshou): a step costs one 1-byte pipe message per *worker* each way instead of a
+pickled round trip per *env*; actions, observations, rewards and flags are read and
+written in place in one shared block; infos are only pickled when non-empty. With
+``step_in_parent=True`` (the default) the parent steps one share of the envs itself
+while the workers step theirs, so on a 2-core machine parent + 1 worker keep both
+cores busy without a third process competing for them.
+
+Failure handling: every wait watches the workers' process sentinels, so a worker
+killed by a signal or ``os._exit`` is noticed at once (never a hang) and becomes
+:class:`rlpar.errors.ChildDied`, or, with ``restart_on_crash=True``, a restarted worker
+whose envs were reset and are flagged in ``infos['env_restarted']``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait as mp_wait
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from envs import worker as W
+from envs.base import BatchVectorEnv
+from envs.runner import EnvFailure, EnvRunner
+from rlpar.errors import ChildDied, ChildError
+
+_START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
+
+
+def default_num_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def split_envs(num_envs: int, groups: int) -> list[tuple[int, int]]:
+    """Contiguous (lo, hi) ranges, sizes differing by at most one."""
+    base, extra = divmod(num_envs, groups)
+    out, lo = [], 0
+    for g in range(groups):
+        hi = lo + base + (1 if g < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+class _Pending:
+    """One outstanding step_async call."""
+
+    def __init__(self, workers: list[int], rows: list[slice]) -> None:
+        self.workers = workers
+        self.rows = rows
+        self.waiting = set(workers)
+        self.records: dict[int, list] = {}
+        self.error: ChildError | None = None
+        self.restarted: list[int] = []
+
+
+class SubprocVectorEnv(BatchVectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` stepping ``env_fns`` in worker processes.
+
+    Args:
+        env_fns: env factories (shipped to the workers with cloudpickle).
+        num_workers: number of env groups stepped in parallel (default: CPU count),
+            capped at the number of envs. With ``step_in_parent`` one group is
+            stepped by this process, the others by subprocesses.
+        autoreset_mode: NEXT_STEP (default) or SAME_STEP, as in gymnasium 1.x.
+        restart_on_crash: restart a dead worker (its envs reset, entries flagged in
+            ``infos['env_restarted']`` and reported as truncated) instead of raising.
+        step_in_parent: let this process step one group during ``step`` (fastest
+            for synchronous use; set False to keep every env out of the parent,
+            e.g. for crash isolation or to overlap inference with stepping).
+        copy: return copies of the observations (False: views valid until next step).
+        context: multiprocessing start method ("forkserver" by default: fast starts
+            without inheriting the parent's threads or its imported torch).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        num_workers: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        restart_on_crash: bool = False,
+        step_in_parent: bool = True,
+        copy: bool = True,
+        context: str = "forkserver",
+    ) -> None:
+        self.closed = True  # until fully built, close()/__del__ have nothing to do
+        fns = list(env_fns)
+        if not fns:
+            raise ValueError("env_fns must hold at least one env factory")
+        if num_workers is None:
+            num_workers = default_num_workers()
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
+        num_groups = min(num_workers, len(fns))
+        self.restart_on_crash = restart_on_crash
+        self.crash_count = 0
+        self._ctx = mp.get_context(context)
+        if context == "forkserver":
+            self._ctx.set_forkserver_preload(["envs.worker", "envs.runner"])
+        self.groups = split_envs(len(fns), num_groups)
+        self._local = 0 if step_in_parent else None
+
+        # Spaces come from one env: the parent's own first env, or a throwaway one.
+        local_envs = [fn() for fn in fns[slice(*self.groups[0])]] if step_in_parent else []
+        probe = local_envs[0] if local_envs else fns[0]()
+        self._init_spaces(
+            num_envs=len(fns),
+            obs_space=probe.observation_space,
+            act_space=probe.action_space,
+            metadata=probe.metadata,
+            render_mode=probe.render_mode,
+            autoreset_mode=autoreset_mode,
+            copy=copy,
+        )
+        if not local_envs:
+            probe.close()
+        self._fns = fns
+        self._buffer = self._ctx.RawArray("B", self.block_spec.nbytes)
+        self._bind_arrays(self._buffer)
+        self._runner: EnvRunner | None = None
+        if local_envs:
+            self._runner = self._make_runner(local_envs, self.groups[0][0])
+        self.worker_crashes = [0] * num_groups
+        self._procs: list[Any] = [None] * num_groups
+        self._conns: list[Any] = [None] * num_groups
+        self._pending: list[_Pending] = []
+        self._busy: set[int] = set()
+        self._broken: str | None = None
+        self.closed = False
+        try:
+            for w in self._remote_workers():
+                self._start(w)
+            for w in self._remote_workers():
+                self._expect(w, deadline=time.monotonic() + _START_TIMEOUT, what="start")
+        except BaseException:
+            self.close(terminate=True)
+            raise
+
+    # -- process management -------------------------------------------------------------
+    def _make_runner(self, envs: list, lo: int) -> EnvRunner:
+        return EnvRunner(
+            envs,
+            lo=lo,
+            spec=self.block_spec,
+            buffer=self._buffer,
+            num_obs=self._num_obs,
+            num_act=self._num_act,
+            obs_space=self.single_observation_space,
+            act_space=self.single_action_space,
+            autoreset_mode=self.autoreset_mode,
+        )
+
+    def _remote_workers(self) -> list[int]:
+        return [w for w in range(len(self.groups)) if w != self._local]
+
+    def _start(self, w: int) -> None:
+        lo, hi = self.groups[w]
+        payload = cloudpickle.dumps(
+            (
+                self._fns[lo:hi],
+                lo,
+                self.block_spec,
+                self._num_obs,
+                self._num_act,
+                self.single_observation_space,
+                self.single_action_space,
+                self.autoreset_mode,
+            )
+        )
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(
+            target=W.worker_main,
+            args=(payload, self._buffer, child_end),
+            name=f"rlpar-env-worker-{w}",
+            daemon=True,
+        )
+        proc.start()
+        child_end.close()  # so the parent sees EOF when the worker dies
+        self._procs[w], self._conns[w] = proc, parent_end
+
+    def _name(self, w: int) -> str:
+        lo, hi = self.groups[w]
+        return f"env worker {w} (envs {lo}..{hi - 1})"
+
+    def _died(self, w: int) -> ChildDied:
+        proc = self._procs[w]
+        proc.join(timeout=1.0)
+        code = proc.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return ChildDied(f"{self._name(w)} died ({how})", child_name=self._name(w), exitcode=code)
+
+    def _decode(self, w: int, msg: bytes, what: str) -> Any:
+        op = msg[:1]
+        if op == W.OK:
+            return None
+        if op == W.PAYLOAD:
+            return pickle.loads(msg[1:])
+        if op == W.ENV_ERROR:
+            j, tb = pickle.loads(msg[1:])
+            index = self.groups[w][0] + j
+            raise ChildError(
+                f"env {index} raised in {what} ({self._name(w)})",
+                child_name=f"env {index}",
+                child_traceback=tb,
+            )
+        raise ChildError(
+            f"{self._name(w)} failed in {what}",
+            child_name=self._name(w),
+            child_traceback=pickle.loads(msg[1:]),
+        )
+
+    def _recv_any(
+        self, workers: set[int], deadline: float | None
+    ) -> list[tuple[int, bytes | None]]:
+        """Replies from whichever of ``workers`` are ready (None = the worker died).
+        Watching the process sentinels is what turns a dead worker into an error at
+        once instead of a hang."""
+        conns = {self._conns[w]: w for w in workers}
+        sentinels = {self._procs[w].sentinel: w for w in workers}
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = mp_wait([*conns, *sentinels], timeout)
+        if not ready:
+            raise TimeoutError(f"no reply from env workers {sorted(workers)} within the timeout")
+        out, seen = [], set()
+        for obj in ready:
+            w = conns.get(obj)
+            if w is None:
+                w = sentinels[obj]
+            if w in seen:
+                continue
+            seen.add(w)
+            conn = self._conns[w]
+            try:
+                # A worker may reply and then die: read what it sent first.
+                out.append((w, conn.recv_bytes() if conn.poll() else None))
+            except (EOFError, OSError):
+                out.append((w, None))
+        return out
+
+    def _expect(self, w: int, *, deadline: float | None, what: str) -> Any:
+        while True:
+            for _, msg in self._recv_any({w}, deadline):
+                if msg is None:
+                    raise self._died(w)
+                return self._decode(w, msg, what)
+
+    def _restart(self, w: int) -> None:
+        """Replace dead worker ``w`` and reset its envs (flagged as truncated)."""
+        self.crash_count += 1
+        self.worker_crashes[w] += 1
+        try:
+            self._conns[w].close()
+        except OSError:
+            pass
+        self._start(w)
+        deadline = time.monotonic() + _START_TIMEOUT
+        self._expect(w, deadline=deadline, what="restart")
+        lo, hi = self.groups[w]
+        self._conns[w].send_bytes(W.RESET + pickle.dumps(([None] * (hi - lo), None, None, True)))
+        self._expect(w, deadline=deadline, what="reset after restart")
+
+    # -- checks --------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise RuntimeError("the vector env is closed")
+        if self._broken:
+            raise RuntimeError(
+                f"the vector env is unusable after an earlier failure: {self._broken}"
+            )
+
+    def _check_idle(self, what: str) -> None:
+        self._check_usable()
+        if self._pending:
+            raise RuntimeError(f"{what} called while a step_async is pending; call step_wait first")
+
+    # -- stepping ------------------------------------------------------------------------
+    def step_async(self, actions: Any, *, workers: Sequence[int] | None = None) -> None:
+        """Start stepping the envs of ``workers`` (default: all) with ``actions``, whose
+        leading dimension covers exactly those envs, in the order of ``workers``."""
+        self._check_usable()
+        ws = list(range(len(self.groups))) if workers is None else [int(w) for w in workers]
+        for w in ws:
+            if not 0 <= w < len(self.groups):
+                raise ValueError(f"worker index {w} out of range 0..{len(self.groups) - 1}")
+        if len(set(ws)) != len(ws) or not ws:
+            raise ValueError(f"workers must be distinct and non-empty, got {ws}")
+        busy = self._busy.intersection(ws)
+        if busy:
+            raise RuntimeError(f"workers {sorted(busy)} are still stepping; call step_wait first")
+        rows = [slice(*self.groups[w]) for w in ws]
+        self._write_actions(actions, rows)
+        for w in ws:
+            if w != self._local:
+                self._conns[w].send_bytes(W.STEP)
+        pending = _Pending(ws, rows)
+        self._pending.append(pending)
+        self._busy.update(ws)
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Results of the oldest pending ``step_async``; raises TimeoutError after
+        ``timeout`` seconds (the step stays pending and can be waited for again)."""
+        self._check_usable()
+        if not self._pending:
+            raise RuntimeError("step_wait called without a pending step_async")
+        p = self._pending[0]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._local in p.waiting:
+            # The parent's own share runs while the workers step theirs.
+            p.waiting.discard(self._local)
+            try:
+                p.records[self._local] = self._runner.step()
+            except EnvFailure as failure:
+                index = self.groups[self._local][0] + failure.local_index
+                p.error = ChildError(
+                    f"env {index} raised in step (parent's share)",
+                    child_name=f"env {index}",
+                    child_traceback=failure.tb,
+                )
+        while p.waiting:
+            for w, msg in self._recv_any(p.waiting, deadline):
+                p.waiting.discard(w)
+                if msg is None:
+                    if not self.restart_on_crash:
+                        p.error = p.error or self._died(w)
+                        self._broken = str(p.error)
+                        continue
+                    self._restart(w)
+                    p.restarted.append(w)
+                    continue
+                try:
+                    p.records[w] = self._decode(w, msg, "step")
+                except ChildError as exc:
+                    p.error = p.error or exc
+        self._pending.pop(0)
+        self._busy.difference_update(p.workers)
+        if p.error is not None:
+            raise p.error
+        n = sum(r.stop - r.start for r in p.rows)
+        obs, rew, term, trunc = self._gather(p.rows if len(p.rows) > 1 else p.rows[0])
+        infos: dict[str, Any] = {}
+        base = 0
+        for w, rows in zip(p.workers, p.rows):
+            records = p.records.get(w)
+            if records:
+                self._merge(infos, records, base, n)
+            if w in p.restarted:
+                restarted = infos.setdefault("env_restarted", np.zeros(n, dtype=np.bool_))
+                mask = infos.setdefault("_env_restarted", np.zeros(n, dtype=np.bool_))
+                restarted[base : base + rows.stop - rows.start] = True
+                mask[base : base + rows.stop - rows.start] = True
+            base += rows.stop - rows.start
+        return obs, rew, term, trunc, infos
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        self._check_idle("step")
+        self.step_async(actions)
+        return self.step_wait()
+
+    # -- commands to every group -----------------------------------------------------------
+    def _broadcast(
+        self, what: str, op: bytes, per_worker: Callable[[int], Any], local: Callable[[int], Any]
+    ) -> list[Any]:
+        """Send one command to every worker, run its local counterpart, gather results by group."""
+        self._check_idle(what)
+        results: list[Any] = [None] * len(self.groups)
+        remote = self._remote_workers()
+        for w in remote:
+            self._conns[w].send_bytes(op + pickle.dumps(per_worker(w), protocol=5))
+        error: ChildError | None = None
+        if self._local is not None:
+            try:
+                results[self._local] = local(self._local)
+            except EnvFailure as failure:
+                index = self.groups[self._local][0] + failure.local_index
+                error = ChildError(
+                    f"env {index} raised in {what} (parent's share)",
+                    child_name=f"env {index}",
+                    child_traceback=failure.tb,
+                )
+        waiting = set(remote)
+        while waiting:
+            for w, msg in self._recv_any(waiting, None):
+                waiting.discard(w)
+                if msg is None:
+                    died = self._died(w)
+                    if self.restart_on_crash:
+                        self._restart(w)
+                    else:
+                        self._broken = str(died)
+                    error = error or died
+                    continue
+                try:
+                    results[w] = self._decode(w, msg, what)
+                except ChildError as exc:
+                    error = error or exc
+        if error is not None:
+            raise error
+        return results
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        seeds = self._seeds(seed)
+        options, mask = self._reset_mask(options)
+        masks = None if mask is None else mask.tolist()
+
+        def args(w: int) -> tuple:
+            lo, hi = self.groups[w]
+            return seeds[lo:hi], options, None if masks is None else masks[lo:hi], False
+
+        def local(w: int) -> Any:
+            return self._runner.reset(*args(w)[:3])
+
+        results = self._broadcast("reset", W.RESET, args, local)
+        infos: dict[str, Any] = {}
+        for w, records in enumerate(results):
+            if records:
+                self._merge(infos, records, self.groups[w][0], self.num_envs)
+        obs, _, _, _ = self._gather(slice(0, self.num_envs))
+        return obs, infos
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        results = self._broadcast(
+            f"call({name!r})",
+            W.CALL,
+            lambda w: (name, args, kwargs),
+            lambda w: self._runner.call(name, args, kwargs),
+        )
+        return tuple(v for group in results for v in group)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        results = self._broadcast(
+            f"get_attr({name!r})", W.GET, lambda w: name, lambda w: self._runner.get_attr(name)
+        )
+        return tuple(v for group in results for v in group)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr got {len(values)} values for num_envs={self.num_envs}")
+        values = list(values)
+        self._broadcast(
+            f"set_attr({name!r})",
+            W.SET,
+            lambda w: (name, values[slice(*self.groups[w])]),
+            lambda w: self._runner.set_attr(name, values[slice(*self.groups[w])]),
+        )
+
+    def render(self) -> tuple[Any, ...] | None:
+        if self.render_mode is None:
+            return None
+        return self.call("render")
+
+    def envs_of_worker(self, worker: int) -> range:
+        """Indices of the envs stepped by ``worker`` (for subset stepping)."""
+        return range(*self.groups[worker])
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.groups)
+
+    # -- shutdown ------------------------------------------------------------------------
+    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
+        procs = [(w, p) for w, p in enumerate(self._procs) if p is not None]
+        busy = set(self._busy)
+        for w, proc in procs:
+            conn = self._conns[w]
+            try:
+                if w in busy and proc.is_alive() and not terminate:
+                    if conn.poll(1.0):  # drain the reply of an unfinished step
+                        conn.recv_bytes()
+                if proc.is_alive() and not terminate:
+                    conn.send_bytes(W.CLOSE)
+            except (EOFError, OSError):
+                pass
+        deadline = time.monotonic() + (0.1 if terminate else 2.0)
+        for w, proc in procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1.0)
+            try:
+                self._conns[w].close()
+            except OSError:
+                pass
+            self._procs[w] = None
+        self._pending.clear()
+        self._busy.clear()
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close(terminate=True)
+            except Exception:
+                pass

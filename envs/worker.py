@@ -1,0 +1,119 @@
+"""The env worker process: steps its envs on command, results in shared memory.
+
+Wire protocol on the worker's pipe (bytes; first byte is the opcode). The hot path
+(step) is one byte each way and no pickling: actions and results live in the shared
+block; only non-empty infos are pickled back.
+
+parent -> worker  b"s" step | b"r"+pickle(seeds, options, mask, restarted) reset
+                  b"c"+pickle(name, args, kwargs) call | b"g"+pickle(name) get_attr
+                  b"a"+pickle(name, values) set_attr | b"x" close
+worker -> parent  b"k" done, nothing to report | b"o"+pickle(payload) done with payload
+                  b"e"+pickle(local_index, traceback) an env raised
+                  b"E"+pickle(traceback) the worker itself failed (e.g. building envs)
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import traceback
+from typing import Any
+
+OK = b"k"
+PAYLOAD = b"o"
+ENV_ERROR = b"e"
+WORKER_ERROR = b"E"
+STEP = b"s"
+RESET = b"r"
+CALL = b"c"
+GET = b"g"
+SET = b"a"
+CLOSE = b"x"
+
+
+def _limit_threads() -> None:
+    # Envs rarely need intra-op threads, and W workers x N threads oversubscribe cores.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
+    """Entry point of one worker process. ``payload`` is the cloudpickled
+    (env_fns, lo, block_spec, num_obs, num_act, obs_space, act_space, autoreset_mode)."""
+    # The parent owns shutdown; a Ctrl-C in the terminal must not kill workers mid-step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_threads()
+    try:
+        import cloudpickle
+
+        from envs.runner import EnvFailure, EnvRunner
+
+        fns, lo, spec, num_obs, num_act, obs_space, act_space, mode = cloudpickle.loads(payload)
+        envs = [fn() for fn in fns]
+        _limit_threads()  # an env factory may have imported torch
+        runner = EnvRunner(
+            envs,
+            lo=lo,
+            spec=spec,
+            buffer=buffer,
+            num_obs=num_obs,
+            num_act=num_act,
+            obs_space=obs_space,
+            act_space=act_space,
+            autoreset_mode=mode,
+        )
+    except BaseException:
+        conn.send_bytes(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
+        return
+    conn.send_bytes(OK)
+    recv, send = conn.recv_bytes, conn.send_bytes
+    while True:
+        try:
+            msg = recv()
+        except (EOFError, OSError):  # parent gone: nothing left to serve
+            break
+        op = msg[:1]
+        try:
+            if op == STEP:
+                infos = runner.step()
+                send(PAYLOAD + pickle.dumps(infos, protocol=5) if infos else OK)
+                continue
+            if op == CLOSE:
+                runner.close()
+                send(OK)
+                break
+            args = pickle.loads(msg[1:])
+            if op == RESET:
+                seeds, options, mask, restarted = args
+                infos = runner.reset(seeds, options, mask)
+                if restarted:
+                    runner.mark_restarted()
+                send(PAYLOAD + pickle.dumps(infos, protocol=5) if infos else OK)
+            elif op == CALL:
+                send(PAYLOAD + _dumps(runner.call(*args)))
+            elif op == GET:
+                send(PAYLOAD + _dumps(runner.get_attr(args)))
+            elif op == SET:
+                runner.set_attr(*args)
+                send(OK)
+            else:
+                send(WORKER_ERROR + pickle.dumps(f"unknown opcode {op!r}"))
+        except EnvFailure as failure:
+            send(ENV_ERROR + pickle.dumps((failure.local_index, failure.tb)))
+        except Exception:
+            send(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
+
+
+def _dumps(value: Any) -> bytes:
+    # Attribute values may be lambdas or other objects plain pickle rejects.
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:
+        import cloudpickle
+
+        return cloudpickle.dumps(value)

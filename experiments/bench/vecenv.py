@@ -1,0 +1,163 @@
+"""Vector env throughput: rlpar's SubprocVectorEnv / InProcessVectorEnv against gymnasium's
+SyncVectorEnv and AsyncVectorEnv(shared_memory=True) (and EnvPool on Pong when installed).
+
+Run: ``python -m experiments.bench.vecenv [--quick]``. One JSON line per (case, impl):
+env steps per second, and for rlpar's implementations the ratio against every peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envs import InProcessVectorEnv, SubprocVectorEnv
+from envs.testing import CountingEnv
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def cpu_heavy() -> gym.Env:
+    # About 200 us of Python CPU work per step (see CountingEnv.cpu_us).
+    return CountingEnv(episode_length=500, cpu_us=200.0)
+
+
+def pong() -> gym.Env:
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84)
+    return gym.wrappers.FrameStackObservation(env, stack_size=4)
+
+
+def time_vec(venv: Any, seconds: float, warmup: int) -> float:
+    """Env steps per second of ``venv`` (a gymnasium-style vector env)."""
+    venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n = venv.num_envs
+    space = venv.single_action_space
+    actions = [rng.integers(0, space.n, size=n) for _ in range(64)]
+    for i in range(warmup):
+        venv.step(actions[i % 64])
+    steps, start = 0, time.perf_counter()
+    while True:
+        venv.step(actions[steps % 64])
+        steps += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and steps >= 5:
+            return steps * n / elapsed
+
+
+def envpool_impl(num_envs: int) -> Callable[[], Any] | str:
+    try:
+        import envpool
+    except Exception as exc:  # not installed or broken
+        return f"envpool not importable: {exc!r}"
+
+    class EnvPoolVec:
+        """EnvPool's gymnasium API with the same step/reset calls as the others."""
+
+        def __init__(self) -> None:
+            self.pool = envpool.make(
+                "Pong-v5",
+                env_type="gymnasium",
+                num_envs=num_envs,
+                batch_size=num_envs,
+                num_threads=min(num_envs, len(os.sched_getaffinity(0))),
+                episodic_life=False,
+                reward_clip=False,
+                repeat_action_probability=0.0,
+                noop_max=30,
+            )
+            self.num_envs = num_envs
+            self.single_action_space = self.pool.action_space
+
+        def reset(self, seed: int | None = None) -> Any:
+            return self.pool.reset()
+
+        def step(self, actions: np.ndarray) -> Any:
+            return self.pool.step(actions.astype(np.int32))
+
+        def close(self) -> None:
+            self.pool.close()
+
+    return EnvPoolVec
+
+
+def impls(fn: Callable[[], gym.Env], n: int, case: str) -> dict[str, Callable[[], Any] | str]:
+    out: dict[str, Callable[[], Any] | str] = {
+        "rlpar_subproc": lambda: SubprocVectorEnv([fn] * n),
+        "rlpar_inprocess": lambda: InProcessVectorEnv([fn] * n),
+        "gym_sync": lambda: gym.vector.SyncVectorEnv([fn] * n),
+        "gym_async": lambda: gym.vector.AsyncVectorEnv([fn] * n, shared_memory=True),
+    }
+    if case.startswith("pong"):
+        out["envpool"] = envpool_impl(n)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per impl")
+    parser.add_argument("--cases", default="", help="comma list of cases to run (default all)")
+    args = parser.parse_args(argv)
+    seconds, warmup = (0.2, 5) if args.quick else (args.seconds, 50)
+    cases: list[tuple[str, Callable[[], gym.Env], int]] = [
+        ("cartpole", cartpole, 8),
+        ("cartpole", cartpole, 32),
+        ("cartpole", cartpole, 64),
+        ("cpu_heavy", cpu_heavy, 8),
+        ("cpu_heavy", cpu_heavy, 32),
+        ("pong", pong, 8),
+    ]
+    if args.quick:
+        cases = [("cartpole", cartpole, 8), ("cpu_heavy", cpu_heavy, 8)]
+    wanted = set(filter(None, args.cases.split(",")))
+    for name, fn, n in cases:
+        case = f"{name}-{n}"
+        if wanted and case not in wanted and name not in wanted:
+            continue
+        if name == "pong":
+            try:
+                fn()
+            except Exception as exc:
+                print(json.dumps({"bench": "vecenv", "case": case, "skipped": f"ale-py: {exc!r}"}))
+                continue
+        rates: dict[str, float] = {}
+        for impl, make in impls(fn, n, case).items():
+            if isinstance(make, str):
+                print(json.dumps({"bench": "vecenv", "case": case, "impl": impl, "skipped": make}))
+                continue
+            venv = make()
+            try:
+                rates[impl] = time_vec(venv, seconds, warmup)
+            finally:
+                venv.close()
+        peers = {k: v for k, v in rates.items() if not k.startswith("rlpar")}
+        for impl, rate in rates.items():
+            line: dict[str, Any] = {
+                "bench": "vecenv",
+                "case": case,
+                "impl": impl,
+                "num_envs": n,
+                "steps_per_s": round(rate, 1),
+            }
+            if impl.startswith("rlpar") and peers:
+                for peer, prate in peers.items():
+                    line[f"ratio_vs_{peer}"] = round(rate / prate, 3)
+                line["ratio_vs_best_peer"] = round(rate / max(peers.values()), 3)
+            print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

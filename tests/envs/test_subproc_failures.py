@@ -1,0 +1,192 @@
+"""SubprocVectorEnv failure paths: env errors, dead workers, restarts, timeouts."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import time
+from functools import partial
+
+import numpy as np
+import pytest
+
+from envs import InProcessVectorEnv, SubprocVectorEnv
+from envs.testing import CountingEnv
+from rlpar.errors import ChildDied, ChildError
+
+ACT = np.zeros(4, dtype=np.int64)
+
+
+def fns(bad_index: int, **fail):
+    return [
+        partial(CountingEnv, episode_length=50, **(fail if i == bad_index else {}))
+        for i in range(4)
+    ]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("step_in_parent", [True, False])
+def test_env_raising_in_step_names_env_and_carries_traceback(step_in_parent):
+    bad = 0 if step_in_parent else 3  # env 0 is stepped by the parent when step_in_parent
+    venv = SubprocVectorEnv(fns(bad, fail_at=2), num_workers=2, step_in_parent=step_in_parent)
+    try:
+        venv.reset(seed=0)
+        venv.step(ACT)
+        with pytest.raises(ChildError, match=f"env {bad} raised in step") as err:
+            venv.step(ACT)
+        assert "failing on purpose in step" in str(err.value)
+        assert "RuntimeError" in err.value.child_traceback
+        venv.reset(seed=1)  # the other worker's reply was drained: still usable
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+def test_env_raising_in_reset_names_env():
+    venv = SubprocVectorEnv(fns(2, fail_at=1, fail_in="reset"), num_workers=2)
+    try:
+        venv.reset(seed=0)
+        with pytest.raises(ChildError, match="env 2 raised in reset") as err:
+            venv.reset(seed=0)
+        assert "failing on purpose in reset" in err.value.child_traceback
+    finally:
+        venv.close()
+
+
+def test_inprocess_env_error_is_child_error_too():
+    venv = InProcessVectorEnv(fns(1, fail_at=1))
+    venv.reset(seed=0)
+    with pytest.raises(ChildError, match="env 1 raised in step"):
+        venv.step(ACT)
+    venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("mode", ["exit", "kill", "segfault"])
+def test_dead_worker_detected_quickly(mode):
+    venv = SubprocVectorEnv(fns(3, fail_at=2, fail_mode=mode), num_workers=2, step_in_parent=False)
+    try:
+        venv.reset(seed=0)
+        venv.step(ACT)
+        start = time.monotonic()
+        with pytest.raises(ChildDied, match=r"env worker 1 \(envs 2..3\) died") as err:
+            venv.step(ACT)
+        assert time.monotonic() - start < 5.0  # ~immediate; generous for a loaded CI box
+        expected = {"exit": 3, "kill": -signal.SIGKILL, "segfault": -signal.SIGSEGV}[mode]
+        assert err.value.exitcode == expected
+        with pytest.raises(RuntimeError, match="unusable"):
+            venv.step(ACT)
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+def test_externally_killed_worker_detected():
+    venv = SubprocVectorEnv([partial(CountingEnv)] * 2, num_workers=2, step_in_parent=False)
+    try:
+        venv.reset(seed=0)
+        os.kill(venv._procs[0].pid, signal.SIGKILL)
+        with pytest.raises(ChildDied, match="env worker 0"):
+            venv.step(np.zeros(2, dtype=np.int64))
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(40)
+def test_restart_on_crash_resets_flags_and_counts():
+    venv = SubprocVectorEnv(
+        fns(3, fail_at=3, fail_mode="exit"),
+        num_workers=2,
+        step_in_parent=False,
+        restart_on_crash=True,
+    )
+    try:
+        venv.reset(seed=0)
+        venv.step(ACT)
+        venv.step(ACT)
+        obs, rew, term, trunc, info = venv.step(ACT)  # env 3 kills its worker here
+        assert venv.crash_count == 1 and venv.worker_crashes == [0, 1]
+        assert info["env_restarted"].tolist() == [False, False, True, True]
+        assert info["_env_restarted"].tolist() == [False, False, True, True]
+        assert trunc.tolist() == [False, False, True, True]
+        assert obs[:, 0].tolist() == [3, 3, 0, 0] and rew[2:].tolist() == [0.0, 0.0]
+        obs, _, _, trunc, info = venv.step(ACT)  # next-step autoreset of the cut episodes
+        assert obs[:, 0].tolist() == [4, 4, 0, 0] and "env_restarted" not in info
+        obs, *_ = venv.step(ACT)
+        assert obs[:, 0].tolist() == [5, 5, 1, 1]
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+def test_step_wait_timeout_then_completes():
+    slow = partial(CountingEnv, cpu_us=300_000)  # 0.3 s of CPU per step
+    venv = SubprocVectorEnv([slow, slow], num_workers=2, step_in_parent=False)
+    try:
+        venv.reset(seed=0)
+        venv.step_async(np.zeros(2, dtype=np.int64))
+        with pytest.raises(TimeoutError):
+            venv.step_wait(timeout=0.01)
+        with pytest.raises(RuntimeError, match="pending"):
+            venv.reset()
+        obs, *_ = venv.step_wait(timeout=30)
+        assert obs[:, 0].tolist() == [1, 1]
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+def test_subset_stepping_ping_pong():
+    venv = SubprocVectorEnv(
+        [partial(CountingEnv, episode_length=100)] * 4, num_workers=2, step_in_parent=False
+    )
+    try:
+        venv.reset(seed=0)
+        assert list(venv.envs_of_worker(1)) == [2, 3]
+        half = np.zeros(2, dtype=np.int64)
+        venv.step_async(half, workers=[0])
+        venv.step_async(half, workers=[1])
+        with pytest.raises(RuntimeError, match="still stepping"):
+            venv.step_async(half, workers=[1])
+        for i in range(5):
+            obs0, *_ = venv.step_wait()
+            assert obs0.shape == (2, 1) and obs0[:, 0].tolist() == [i + 1] * 2
+            venv.step_async(half, workers=[0])
+            obs1, *_ = venv.step_wait()
+            assert obs1[:, 0].tolist() == [i + 1] * 2
+            venv.step_async(half, workers=[1])
+        venv.step_wait()
+        venv.step_wait()
+        obs, *_ = venv.step(np.zeros(4, dtype=np.int64))
+        assert obs[:, 0].tolist() == [7, 7, 7, 7]
+        obs, *_ = venv.step_async(np.zeros(4, dtype=np.int64), workers=[1, 0]) or venv.step_wait()
+        assert obs[:, 0].tolist() == [8] * 4
+        with pytest.raises(ValueError, match="out of range"):
+            venv.step_async(half, workers=[2])
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+def test_close_with_pending_step_and_garbage_collection_leave_no_process():
+    venv = SubprocVectorEnv([partial(CountingEnv)] * 2, num_workers=2, step_in_parent=False)
+    venv.reset(seed=0)
+    venv.step_async(np.zeros(2, dtype=np.int64))
+    venv.close()
+    venv.close()
+    venv = SubprocVectorEnv([partial(CountingEnv)] * 2, num_workers=2, step_in_parent=False)
+    procs = list(venv._procs)
+    del venv
+    gc.collect()
+    assert all(not p.is_alive() for p in procs)
+
+
+@pytest.mark.timeout(30)
+def test_env_factory_failure_in_worker_is_reported():
+    def broken():
+        raise OSError("no such ROM")
+
+    with pytest.raises(ChildError, match="failed in start") as err:
+        SubprocVectorEnv([partial(CountingEnv), broken], num_workers=2)
+    assert "no such ROM" in err.value.child_traceback

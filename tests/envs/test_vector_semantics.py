@@ -1,0 +1,225 @@
+"""Gymnasium API conformance shared by InProcessVectorEnv and SubprocVectorEnv."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from envs import InProcessVectorEnv, SubprocVectorEnv, make_vector_env
+from envs.testing import CompositeEnv, CountingEnv
+
+
+def make(kind: str, fns, **kw):
+    if kind == "inprocess":
+        return InProcessVectorEnv(fns, **kw)
+    return SubprocVectorEnv(fns, num_workers=2, **kw)
+
+
+KINDS = ["inprocess", "subproc"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_spaces_dtypes_and_next_step_autoreset(kind):
+    fn = partial(CountingEnv, episode_length=2)
+    venv = make(kind, [fn] * 3)
+    try:
+        assert venv.num_envs == 3
+        assert venv.single_observation_space == CountingEnv().observation_space
+        assert venv.observation_space.shape == (3, 1)
+        assert venv.action_space.shape == (3,)
+        assert venv.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+        obs, info = venv.reset(seed=0)
+        assert obs.dtype == np.float32 and obs.shape == (3, 1)
+        assert info == {}
+        seen = []
+        for _ in range(4):
+            obs, rew, term, trunc, info = venv.step(np.array([0, 1, 0]))
+            assert rew.dtype == np.float64 and term.dtype == np.bool_ and trunc.dtype == np.bool_
+            assert venv.observation_space.contains(obs)
+            seen.append((obs[:, 0].tolist(), rew.tolist(), term.tolist()))
+        # step 1: count 0->1, step 2: terminates at 2, step 3: reset (obs 0, reward 0), step 4: 1
+        assert seen[0] == ([1, 1, 1], [1.0, 0.0, 1.0], [False] * 3)
+        assert seen[1] == ([2, 2, 2], [0.0, 1.0, 0.0], [True] * 3)
+        assert seen[2] == ([0, 0, 0], [0.0] * 3, [False] * 3)
+        assert seen[3][0] == [1, 1, 1]
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_step_autoreset_puts_final_obs_in_infos(kind):
+    fn = partial(CountingEnv, episode_length=2, truncate=True, with_info=True)
+    venv = make(kind, [fn] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        venv.reset(seed=0)
+        obs, _, _, trunc, info = venv.step(np.array([0, 0]))
+        assert "final_obs" not in info and obs[:, 0].tolist() == [1, 1]
+        obs, _, term, trunc, info = venv.step(np.array([0, 0]))
+        assert trunc.tolist() == [True, True] and term.tolist() == [False, False]
+        assert obs[:, 0].tolist() == [0, 0]  # already reset
+        assert info["_final_obs"].tolist() == [True, True]
+        assert [o[0] for o in info["final_obs"]] == [2, 2]
+        assert info["final_info"]["count"].tolist() == [2, 2]
+        assert info["reset_count"].tolist() == [2, 2]
+        obs, *_ = venv.step(np.array([0, 0]))
+        assert obs[:, 0].tolist() == [1, 1]
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_seeding_and_reset_options(kind):
+    fn = partial(CountingEnv, episode_length=5, random_start=True)
+    venv = make(kind, [fn] * 4)
+    try:
+        a, _ = venv.reset(seed=123)
+        b, _ = venv.reset(seed=[123, 124, 125, 126])
+        np.testing.assert_array_equal(a, b)
+        c, _ = venv.reset(seed=7, options={"start": 100})
+        assert (c >= 100).all()
+        mask = np.array([True, False, False, True])
+        d, _ = venv.reset(options={"reset_mask": mask, "start": 50})
+        assert (d[[0, 3]] >= 50).all() and (d[[0, 3]] < 100).all()
+        np.testing.assert_array_equal(d[[1, 2]], c[[1, 2]])
+        with pytest.raises(ValueError, match="seed list"):
+            venv.reset(seed=[1, 2])
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(40)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_trajectories_identical_inprocess_subproc_and_gymnasium(mode):
+    fns = [partial(gym.make, "CartPole-v1")] * 5
+    envs = [
+        InProcessVectorEnv(fns, autoreset_mode=mode),
+        SubprocVectorEnv(fns, num_workers=2, autoreset_mode=mode),
+        SubprocVectorEnv(fns, num_workers=2, autoreset_mode=mode, step_in_parent=False),
+        gym.vector.SyncVectorEnv(fns, autoreset_mode=mode),
+    ]
+    try:
+        rng = np.random.default_rng(0)
+        results = [[venv.reset(seed=42)[0]] for venv in envs]
+        ends = 0
+        for _ in range(60):
+            actions = rng.integers(0, 2, size=5)
+            for venv, res in zip(envs, results):
+                obs, rew, term, trunc, info = venv.step(actions)
+                res += [obs, rew, term, trunc]
+                if "final_obs" in info:
+                    res.append(np.stack(list(info["final_obs"][info["_final_obs"]])))
+            ends += int(term.any() or trunc.any())
+        assert ends > 0  # episodes ended, so autoreset paths were compared too
+        for res in results[1:]:
+            assert len(res) == len(results[0])
+            for x, y in zip(results[0], res):
+                np.testing.assert_array_equal(x, y)
+    finally:
+        for venv in envs:
+            venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_composite_observation_and_box_actions(kind):
+    venv = make(kind, [partial(CompositeEnv, episode_length=3)] * 3)
+    try:
+        obs, _ = venv.reset(seed=0)
+        assert venv.observation_space.contains(obs)
+        obs, rew, *_ = venv.step(np.full((3, 2), 0.25, dtype=np.float32))
+        assert venv.observation_space.contains(obs)
+        assert obs["count"].shape == (3, 2) and obs["count"][:, 1].tolist() == [2.0] * 3
+        assert obs["parity"].tolist() == [1, 1, 1]
+        assert obs["pair"][1].dtype == np.int8 and obs["pair"][1][:, 0].tolist() == [1] * 3
+        np.testing.assert_allclose(rew, 0.5)
+        # float64 actions convert (same kind) to the float32 Box
+        venv.step(np.zeros((3, 2)))
+        with pytest.raises(ValueError, match="shape"):
+            venv.step(np.zeros((3, 3), dtype=np.float32))
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_actions_rejected_before_sending(kind):
+    venv = make(kind, [partial(CountingEnv, episode_length=3)] * 2)
+    try:
+        venv.reset(seed=0)
+        with pytest.raises(ValueError, match=r"shape \(3,\)"):
+            venv.step(np.zeros(3, dtype=np.int64))
+        with pytest.raises(ValueError, match="dtype float64"):
+            venv.step(np.zeros(2, dtype=np.float64))
+        with pytest.raises(ValueError, match="dtype"):
+            venv.step(np.array(["a", "b"]))
+        obs, *_ = venv.step(np.zeros(2, dtype=np.int32))  # still in sync afterwards
+        assert obs[:, 0].tolist() == [1, 1]
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_call_get_set_attr_and_render(kind):
+    fn = partial(CountingEnv, episode_length=3, render_mode="rgb_array")
+    venv = make(kind, [fn] * 3)
+    try:
+        venv.reset(seed=0)
+        assert venv.get_attr("episode_length") == (3, 3, 3)
+        venv.set_attr("episode_length", [4, 5, 6])
+        assert venv.get_attr("episode_length") == (4, 5, 6)
+        venv.set_attr("episode_length", 7)
+        assert venv.call("episode_length") == (7, 7, 7)
+        venv.step(np.zeros(3, dtype=np.int64))
+        frames = venv.render()
+        assert len(frames) == 3 and frames[0].shape == (4, 4, 3) and frames[0][0, 0, 0] == 1
+        assert venv.call("render")[1].shape == (4, 4, 3)
+        with pytest.raises(ValueError, match="set_attr got 2 values"):
+            venv.set_attr("episode_length", [1, 2])
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_close_is_idempotent(kind):
+    venv = make(kind, [partial(CountingEnv)] * 2)
+    venv.close()
+    venv.close()
+    assert venv.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        venv.step(np.zeros(2, dtype=np.int64))
+
+
+@pytest.mark.timeout(30)
+def test_make_vector_env_ids_factories_and_typos():
+    venv = make_vector_env(
+        "CartPole-v1", num_envs=2, num_workers=0, env_kwargs={"max_episode_steps": 5}
+    )
+    try:
+        assert isinstance(venv, InProcessVectorEnv)
+        venv.reset(seed=0)
+        for _ in range(5):
+            *_, trunc, _ = venv.step(np.zeros(2, dtype=np.int64))
+        assert trunc.all()
+    finally:
+        venv.close()
+    venv = make_vector_env(partial(CountingEnv), num_envs=3, num_workers=2, seed=3)
+    try:
+        assert isinstance(venv, SubprocVectorEnv) and venv.num_workers == 2
+        assert venv.reset(seed=0)[0].shape == (3, 1)
+    finally:
+        venv.close()
+    with pytest.raises(ValueError, match="env_kwargs"):
+        make_vector_env(partial(CountingEnv), num_envs=2, env_kwargs={"x": 1})
+    with pytest.raises(ValueError, match="num_envs"):
+        make_vector_env("CartPole-v1", num_envs=0)
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        make_vector_env("CartPole-v1", num_envs=1, num_workers=0, autoreset_mode="sometimes")
