@@ -32,19 +32,51 @@ API::
         .metrics() -> {received, applied, dropped, downweighted, steps, pending,
                        mean_staleness, version, lr}
 
+    # RPC-hosted: ``group`` is an RpcGroup, ``name`` a string without '/'
+    KeyValueServer.host(group, name, *, history=4, timeout=None) -> RemoteKeyValueStore
+    PushPullModelServer.host(group, name, *, timeout=None) -> RemoteModelStore
+    PushPullGradServer.host(group, name, *, model, optimizer_factory, mode=..., ...,
+                            timeout=None) -> RemoteGradServer
+    X.connect(group, name, *, timeout=None) -> the same accessor, from any member
+
+Accessors are picklable (send them to workers) and have the local class's methods
+(``RemoteModelStore``: push, pull, stats, version; ``RemoteGradServer``: push,
+pull, push_gradients, metrics, version). ``timeout`` (seconds, default the
+World's RPC timeout) bounds every call; a dead or silent host raises
+:class:`~rlpar.errors.PeerUnavailable`. The host serves its own accessor calls
+in-process without RPC. Call ``group.barrier()`` after hosting so that nobody
+connects first. CUDA tensors travel as CPU tensors unless ``keep_device=True``
+(only with TensorPipe device maps set both ways).
+
 A pull with nothing newer returns ``None``; remotely that is one small round trip
 with no tensor payload, the hot path of Ape-X actors.
+
+Not done: sharding one gradient server over several hosts.
 """
 
 from rlpar.servers.grad import GradServer, GradServerConfig
 from rlpar.servers.kv import NO_VERSION, KeyValueStore, VersionConflict
 from rlpar.servers.model import ModelStore
+from rlpar.servers.remote import (
+    KeyValueServer,
+    PushPullGradServer,
+    PushPullModelServer,
+    RemoteGradServer,
+    RemoteKeyValueStore,
+    RemoteModelStore,
+)
 
 __all__ = [
     "NO_VERSION",
     "GradServer",
     "GradServerConfig",
+    "KeyValueServer",
     "KeyValueStore",
     "ModelStore",
+    "PushPullGradServer",
+    "PushPullModelServer",
+    "RemoteGradServer",
+    "RemoteKeyValueStore",
+    "RemoteModelStore",
     "VersionConflict",
 ]

@@ -49,10 +49,17 @@ class ModelStore:
         self._bytes_out = 0
 
     def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
-        copy = snapshot(state, device=self.device)
+        return self._push_owned(snapshot(state, device=self.device), version)
+
+    def _push_owned(self, state: dict[str, Any], version: int | None) -> int:
+        # For states nobody else holds (fresh from RPC deserialization): no copy.
+        if self.device is not None and any(
+            isinstance(v, torch.Tensor) and v.device != self.device for v in state.values()
+        ):
+            state = snapshot(state, device=self.device)
         with self._lock:
             version = check_push_version(version, self._version)
-            self._state, self._version = copy, version
+            self._state, self._version = state, version
             return version
 
     def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:

@@ -1,0 +1,287 @@
+"""RPC-hosted servers: one member of an RpcGroup hosts, every member uses an accessor.
+
+A server named ``name`` registers services ``name/<method>`` in the group. The
+accessors are small picklable objects (group, name, timeout) whose methods have the
+same signatures and semantics as the local classes: bad input raises the same
+ValueError/TypeError/KeyError (re-raised here, with the host named), a lost
+compare-and-set raises VersionConflict, and a host that is gone or silent raises
+PeerUnavailable within ``timeout``. In the hosting process the accessor calls the
+local object directly, without RPC.
+
+CUDA tensors are moved to CPU before they travel unless ``keep_device=True``, which
+is only valid when TensorPipe device maps are configured in both directions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import torch
+
+from rlpar.servers.grad import GradServer
+from rlpar.servers.kv import KeyValueStore, VersionConflict, check_version_args
+from rlpar.servers.model import ModelStore, check_newer_than
+from rlpar.servers.tensors import for_transfer
+
+# (group name, server name) -> (world, services) for the servers this process hosts.
+_hosted: dict[tuple[str, str], tuple[Any, Mapping[str, Callable]]] = {}
+_hosted_lock = threading.Lock()
+_PASS_THROUGH = (ValueError, TypeError, KeyError, VersionConflict)
+
+
+class _Raised:
+    """An input error raised by the hosted object, sent back to be re-raised as the
+    same type (RPC would otherwise turn it into a generic RemoteError)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self):
+        return (_Raised, (self.exc,))
+
+
+def _guard(fn: Callable) -> Callable:
+    def service(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except _PASS_THROUGH as exc:
+            return _Raised(exc)
+
+    return service
+
+
+def _current_world():
+    from rlpar.distributed import current_world
+
+    return current_world()
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"server name must be a non-empty string without '/', got {name!r}")
+
+
+def _host(group, name: str, methods: Mapping[str, Callable]) -> None:
+    _check_name(name)
+    for method, fn in methods.items():
+        group.register(f"{name}/{method}", _guard(fn))
+    with _hosted_lock:
+        _hosted[(group.name, name)] = (_current_world(), dict(methods))
+
+
+def _transfer_value(value: Any, keep_device: bool) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach() if keep_device or not value.is_cuda else value.detach().cpu()
+    if isinstance(value, Mapping) and any(isinstance(v, torch.Tensor) for v in value.values()):
+        return for_transfer(value, keep_device=keep_device)
+    return value
+
+
+class _Accessor:
+    def __init__(
+        self, group, name: str, *, timeout: float | None = None, keep_device: bool = False
+    ) -> None:
+        _check_name(name)
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+        self.group = group
+        self.name = name
+        self.timeout = timeout
+        self.keep_device = bool(keep_device)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(group={self.group.name!r}, name={self.name!r})"
+
+    def _local(self) -> Mapping[str, Callable] | None:
+        entry = _hosted.get((self.group.name, self.name))
+        if entry is not None and entry[0] is _current_world():
+            return entry[1]
+        return None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        local = self._local()
+        if local is not None:
+            return local[method](*args)
+        result = self.group.call(f"{self.name}/{method}", *args, timeout=self.timeout)
+        if type(result) is _Raised:
+            raise result.exc
+        return result
+
+
+class RemoteKeyValueStore(_Accessor):
+    """Accessor of a hosted :class:`KeyValueStore` (same methods)."""
+
+    def push(self, key: Hashable, value: Any, prev_version: int | None) -> int:
+        return self._call("push", key, _transfer_value(value, self.keep_device), prev_version)
+
+    def pull(
+        self, key: Hashable, version: int | None = None, newer_than: int | None = None
+    ) -> tuple[Any, int] | None:
+        check_version_args(version, newer_than)
+        return self._call("pull", key, version, newer_than)
+
+    def version(self, key: Hashable) -> int:
+        return self._call("version", key)
+
+    def keys(self) -> list[Hashable]:
+        return self._call("keys")
+
+
+class RemoteModelStore(_Accessor):
+    """Accessor of a hosted :class:`ModelStore`: a ParameterStore."""
+
+    def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
+        if self._local() is not None:
+            return self._call("push", state, version)
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"state must be a mapping of name to tensor, got {type(state).__name__}"
+            )
+        # RPC delivers a fresh copy: the host stores it without copying again.
+        return self._call("push_owned", for_transfer(state, keep_device=self.keep_device), version)
+
+    def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
+        check_newer_than(newer_than)
+        return self._call("pull", newer_than)
+
+    def stats(self) -> dict[str, int]:
+        return self._call("stats")
+
+    @property
+    def version(self) -> int:
+        return self._call("version")
+
+
+class RemoteGradServer(_Accessor):
+    """Accessor of a hosted :class:`GradServer`: a GradientSink."""
+
+    def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
+        return self._call("push", for_transfer(state, keep_device=self.keep_device), version)
+
+    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
+        if not isinstance(grads, Mapping):
+            raise TypeError(
+                f"grads must be a mapping of parameter name to tensor, got {type(grads).__name__}"
+            )
+        return self._call("push_gradients", _grads_for_transfer(grads, self.keep_device), version)
+
+    def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
+        check_newer_than(newer_than)
+        return self._call("pull", newer_than)
+
+    def metrics(self) -> dict[str, float]:
+        return self._call("metrics")
+
+    @property
+    def version(self) -> int:
+        return self._call("version")
+
+
+def _grads_for_transfer(grads: Mapping[str, Any], keep_device: bool) -> dict[str, Any]:
+    return {n: None if g is None else _transfer_value(g, keep_device) for n, g in grads.items()}
+
+
+class KeyValueServer:
+    """Host or reach a :class:`KeyValueStore` by name in an RpcGroup."""
+
+    @staticmethod
+    def host(
+        group,
+        name: str,
+        *,
+        history: int = 4,
+        timeout: float | None = None,
+        keep_device: bool = False,
+    ) -> RemoteKeyValueStore:
+        store = KeyValueStore(history=history)
+        _host(
+            group,
+            name,
+            {"push": store.push, "pull": store.pull, "version": store.version, "keys": store.keys},
+        )
+        return RemoteKeyValueStore(group, name, timeout=timeout, keep_device=keep_device)
+
+    @staticmethod
+    def connect(
+        group, name: str, *, timeout: float | None = None, keep_device: bool = False
+    ) -> RemoteKeyValueStore:
+        return RemoteKeyValueStore(group, name, timeout=timeout, keep_device=keep_device)
+
+
+class PushPullModelServer:
+    """Host or reach a :class:`ModelStore` by name in an RpcGroup: the learner
+    pushes, actors ``pull(newer_than=their_version)``."""
+
+    @staticmethod
+    def host(
+        group, name: str, *, timeout: float | None = None, keep_device: bool = False
+    ) -> RemoteModelStore:
+        store = ModelStore(device=None if keep_device else "cpu")
+        _host(
+            group,
+            name,
+            {
+                "push": store.push,
+                "push_owned": store._push_owned,
+                "pull": store.pull,
+                "stats": store.stats,
+                "version": lambda: store.version,
+            },
+        )
+        return RemoteModelStore(group, name, timeout=timeout, keep_device=keep_device)
+
+    @staticmethod
+    def connect(
+        group, name: str, *, timeout: float | None = None, keep_device: bool = False
+    ) -> RemoteModelStore:
+        return RemoteModelStore(group, name, timeout=timeout, keep_device=keep_device)
+
+
+class PushPullGradServer:
+    """Host or reach a :class:`GradServer` by name in an RpcGroup. ``host`` takes the
+    GradServer's keyword arguments (the model lives in the hosting process)."""
+
+    @staticmethod
+    def host(
+        group,
+        name: str,
+        *,
+        model: torch.nn.Module,
+        optimizer_factory: Callable,
+        mode: str = "async",
+        reduce_batch_size: int = 1,
+        max_staleness: int | None = None,
+        staleness_policy: str = "drop",
+        lr_scheduler_factory: Callable | None = None,
+        timeout: float | None = None,
+        keep_device: bool = False,
+    ) -> RemoteGradServer:
+        server = GradServer(
+            model=model,
+            optimizer_factory=optimizer_factory,
+            mode=mode,
+            reduce_batch_size=reduce_batch_size,
+            max_staleness=max_staleness,
+            staleness_policy=staleness_policy,
+            lr_scheduler_factory=lr_scheduler_factory,
+            pull_device=None if keep_device else "cpu",
+        )
+        methods = {
+            "push": server.push,
+            "pull": server.pull,
+            "push_gradients": server.push_gradients,
+            "metrics": server.metrics,
+            "version": lambda: server.version,
+        }
+        _host(group, name, methods)
+        return RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)
+
+    @staticmethod
+    def connect(
+        group, name: str, *, timeout: float | None = None, keep_device: bool = False
+    ) -> RemoteGradServer:
+        return RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)

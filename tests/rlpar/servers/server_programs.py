@@ -1,0 +1,173 @@
+"""Entry points run in separate ranks by the server tests (importable by children)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+
+import torch
+from torch import nn
+
+from rlpar.distributed import World
+from rlpar.errors import PeerUnavailable
+from rlpar.servers import (
+    KeyValueServer,
+    PushPullGradServer,
+    PushPullModelServer,
+    VersionConflict,
+)
+
+TIMEOUT = 20.0
+
+
+class Vec(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(3))
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=1.0)
+
+
+def _caught(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def pull_version(accessor):
+    """A service run on another rank with an unpickled accessor."""
+    return accessor.pull(-1)[1]
+
+
+def servers_everywhere(cas_rounds: int, pushes: int):
+    """Three ranks: rank 0 hosts every server, all ranks use them concurrently."""
+    torch.set_num_threads(1)
+    with World.from_env(rpc_timeout=TIMEOUT) as world:
+        g = world.create_rpc_group("servers", world.names)
+        rank, out = world.rank, {}
+        if rank == 0:
+            KeyValueServer.host(g, "kv", history=cas_rounds + 5)
+            params = PushPullModelServer.host(g, "params")
+            params.push({"w": torch.arange(1000.0)})
+            PushPullGradServer.host(g, "async", model=Vec(), optimizer_factory=sgd)
+            PushPullGradServer.host(
+                g, "reduce", model=Vec(), optimizer_factory=sgd, mode="reduce", reduce_batch_size=2
+            )
+            PushPullGradServer.host(
+                g,
+                "stale",
+                model=Vec(),
+                optimizer_factory=sgd,
+                max_staleness=0,
+                staleness_policy="drop",
+            )
+        if rank == 1:
+            g.register("pull_version", pull_version)
+        g.barrier(timeout=TIMEOUT)
+
+        # Compare-and-set contest: every rank races to push each next version.
+        kv = KeyValueServer.connect(g, "kv", timeout=TIMEOUT)
+        wins = []
+        while True:
+            current = kv.version("k")
+            if current >= cas_rounds - 1:
+                break
+            try:
+                wins.append(kv.push("k", rank, current))
+            except VersionConflict:
+                pass
+        out["wins"] = wins
+
+        # Gradient workers (ranks 1, 2) push known gradients tagged with the
+        # version they read.
+        if rank in (1, 2):
+            for name in ("async", "reduce"):
+                grads = PushPullGradServer.connect(g, name, timeout=TIMEOUT)
+                for _ in range(pushes):
+                    grads.push_gradients(
+                        {"w": torch.tensor([float(rank), 1.0, 0.0])}, grads.version
+                    )
+        g.barrier(timeout=TIMEOUT)
+
+        if rank == 0:
+            out["kv_values"] = [kv.pull("k", version=v) for v in range(cas_rounds)]
+            for name in ("async", "reduce"):
+                grads = PushPullGradServer.connect(g, name)
+                state, version = grads.pull()
+                out[name] = (state["w"].tolist(), version, grads.metrics())
+        if rank == 1:
+            params = PushPullModelServer.connect(g, "params", timeout=TIMEOUT)
+            state, version = params.pull(newer_than=-1)
+            out["first_pull"] = (state["w"].sum().item(), version)
+            out["empty_pulls"] = [params.pull(newer_than=0) for _ in range(20)]
+            out["stats"] = params.stats()
+            out["bad_newer_than"] = _caught(params.pull, "0")
+            out["old_version"] = _caught(params.push, {"w": torch.zeros(2)}, 0)
+            out["pushed"] = params.push({"w": torch.ones(2)}, 7)
+            kv.push("other", "x", None)
+            out["conflict"] = _caught(kv.push, "other", "y", -1)
+            stale = PushPullGradServer.connect(g, "stale", timeout=TIMEOUT)
+            out["stale"] = [stale.push_gradients({"w": torch.ones(3)}, 0) for _ in range(3)]
+            out["stale_metrics"] = stale.metrics()
+            out["bad_grad"] = _caught(stale.push_gradients, {"nope": torch.ones(3)}, 0)
+        g.barrier(timeout=TIMEOUT)
+        if rank == 0:
+            params = PushPullModelServer.connect(g, "params")
+            state, version = params.pull(newer_than=0)
+            out["host_pull"] = (state["w"].tolist(), version)
+            out["pickled"] = g.call("pull_version", params, timeout=TIMEOUT)
+        g.barrier(timeout=TIMEOUT)
+        return out
+
+
+def _world_from_args(rank: int, port: int, timeout: float) -> World:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    return World.from_env(rpc_timeout=timeout)
+
+
+def dead_host(role: str, port: int, workdir: str, timeout: float) -> None:
+    """Run by the host-death test as ``python -c``: the host serves until killed;
+    the client pulls, waits for the kill, then reports what a pull raised."""
+    torch.set_num_threads(1)
+    world = _world_from_args(0 if role == "host" else 1, port, timeout)
+    g = world.create_rpc_group("g", world.names)
+    if role == "host":
+        PushPullModelServer.host(g, "params").push({"w": torch.zeros(10)})
+    g.barrier(timeout=timeout)
+    if role == "host":
+        open(os.path.join(workdir, "host_ready"), "w").close()
+        time.sleep(600)  # until SIGKILLed
+        return
+    params = PushPullModelServer.connect(g, "params", timeout=timeout)
+    first = params.pull()[1]
+    open(os.path.join(workdir, "client_ready"), "w").close()
+    while not os.path.exists(os.path.join(workdir, "host_killed")):
+        time.sleep(0.01)
+    start = time.monotonic()
+    try:
+        params.pull(newer_than=0)
+        outcome = "no error"
+    except PeerUnavailable as exc:
+        outcome = f"PeerUnavailable: {exc}"
+    except Exception as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    result = {"first": first, "outcome": outcome, "elapsed": time.monotonic() - start}
+    with open(os.path.join(workdir, "result.json"), "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    world.shutdown(graceful=False)
+    os._exit(0)  # torch's RPC threads can make interpreter teardown slow
+
+
+def dump(path, value):
+    with open(path, "wb") as f:
+        pickle.dump(value, f)

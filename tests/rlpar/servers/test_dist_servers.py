@@ -1,0 +1,98 @@
+"""RPC-hosted servers across ranks: compare-and-set winners, empty pulls, exact
+gradient results, error pass-through, pickled accessors and a dead host."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import server_programs as programs
+
+from rlpar.distributed import free_port, launch
+
+CAS_ROUNDS = 30
+PUSHES = 4
+
+
+@pytest.fixture(scope="module")
+def results():
+    return launch(programs.servers_everywhere, nprocs=3, args=(CAS_ROUNDS, PUSHES), timeout=90)
+
+
+@pytest.mark.timeout(120)
+def test_compare_and_set_has_exactly_one_winner_per_version(results):
+    wins = [v for r in results for v in r["wins"]]
+    assert sorted(wins) == list(range(CAS_ROUNDS))  # no version won twice, none skipped
+    owner = {v: rank for rank, r in enumerate(results) for v in r["wins"]}
+    assert results[0]["kv_values"] == [(owner[v], v) for v in range(CAS_ROUNDS)]
+
+
+def test_pull_with_nothing_new_transfers_nothing(results):
+    r = results[1]
+    assert r["first_pull"] == (sum(range(1000)), 0)
+    assert r["empty_pulls"] == [None] * 20
+    # Host counters: 21 pulls, one of them carried the 4000-byte payload.
+    assert r["stats"] == {"pulls": 21, "transfers": 1, "bytes_out": 4000, "version": 0}
+
+
+def test_gradients_from_two_workers_give_exact_parameters(results):
+    w, version, metrics = results[0]["async"]
+    total = [-(1.0 + 2.0) * PUSHES, -2.0 * PUSHES, 0.0]  # SGD lr=1: minus the sum
+    assert (w, version) == (total, 2 * PUSHES)
+    assert metrics["applied"] == 2 * PUSHES and metrics["dropped"] == 0
+    w, version, metrics = results[0]["reduce"]
+    assert (w, version) == ([x / 2 for x in total], PUSHES)  # mean of pairs
+    assert metrics["steps"] == PUSHES and metrics["pending"] == 0
+
+
+def test_errors_and_staleness_behave_as_locally(results):
+    r = results[1]
+    assert r["bad_newer_than"][0] == "TypeError"
+    assert r["old_version"][0] == "ValueError" and "not newer" in r["old_version"][1]
+    assert r["pushed"] == 7
+    assert r["conflict"][0] == "VersionConflict"
+    assert r["stale"] == [True, False, False]
+    assert r["stale_metrics"]["dropped"] == 2 and r["stale_metrics"]["applied"] == 1
+    assert r["bad_grad"][0] == "ValueError"
+    assert results[0]["host_pull"] == ([1.0, 1.0], 7)
+    assert results[0]["pickled"] == 7
+
+
+@pytest.mark.timeout(90)
+def test_dead_host_gives_peer_unavailable_within_timeout(tmp_path):
+    timeout, port = 10.0, free_port()
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = "import sys, server_programs as p; p.dead_host(sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))"
+    procs = {
+        role: subprocess.Popen(
+            [sys.executable, "-c", code, role, str(port), str(tmp_path), str(timeout)],
+            cwd=here,
+            env={**os.environ, "PYTHONPATH": here},
+        )
+        for role in ("host", "client")
+    }
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f).exists() for f in ("host_ready", "client_ready")):
+            assert time.monotonic() < deadline, "ranks did not start"
+            for role, p in procs.items():
+                assert p.poll() is None, f"{role} exited early with {p.returncode}"
+            time.sleep(0.05)
+        procs["host"].send_signal(signal.SIGKILL)
+        procs["host"].wait(timeout=10)
+        (tmp_path / "host_killed").touch()
+        assert procs["client"].wait(timeout=timeout + 20) == 0
+        result = json.loads((tmp_path / "result.json").read_text())
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    assert result["first"] == 0
+    assert result["outcome"].startswith("PeerUnavailable"), result["outcome"]
+    assert result["elapsed"] < timeout + 2
