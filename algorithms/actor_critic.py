@@ -1,0 +1,228 @@
+"""Actor-critic networks and the action distributions on top of them.
+
+:class:`ActorCritic` wraps either one shared module returning ``(policy_out,
+value)`` or a separate actor and critic, plus the state-independent log-std of a
+Gaussian policy, so every trainable tensor lives under one ``nn.Module`` (and one
+set of parameter names, which is what a gradient server keys on).
+
+A :class:`PolicyHead` turns ``policy_out`` into a distribution: categorical
+logits for ``Discrete`` spaces, a diagonal Gaussian for ``Box`` spaces. Sampled
+Gaussian actions are kept as sampled (the policy gradient needs their
+log-probability); only the copy sent to the env is clipped, or squashed with tanh,
+into the box. Since that map does not depend on the parameters, the gradient of
+``log pi(a)`` of the unsquashed action is the right one either way.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+from algorithms.nets import mlp
+
+if TYPE_CHECKING:
+    from algorithms.a2c import A2CConfig
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+class ActorCritic(nn.Module):
+    """``forward(obs) -> (policy_out, value)`` with ``value`` of shape ``(B,)``."""
+
+    def __init__(
+        self,
+        *,
+        shared: nn.Module | None = None,
+        actor: nn.Module | None = None,
+        critic: nn.Module | None = None,
+        log_std: nn.Parameter | None = None,
+    ) -> None:
+        super().__init__()
+        if (shared is None) == (actor is None or critic is None):
+            raise ValueError("ActorCritic needs either shared=, or both actor= and critic=")
+        self.shared, self.actor, self.critic = shared, actor, critic
+        self.log_std = log_std
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.shared is not None:
+            out = self.shared(obs)
+            if not (isinstance(out, tuple | list) and len(out) == 2):
+                raise TypeError("a shared actor-critic model must return (policy_out, value)")
+            policy_out, value = out
+        else:
+            policy_out, value = self.actor(obs), self.critic(obs)
+        return policy_out, _flat_value(value, obs)
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(obs) if self.shared is None else self.forward(obs)[0]
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return _flat_value(self.critic(obs), obs) if self.shared is None else self.forward(obs)[1]
+
+
+class SharedMLP(nn.Module):
+    """One MLP body with a policy layer and a value layer on top."""
+
+    def __init__(self, *, in_dim: int, policy_dim: int, hidden: tuple[int, ...],
+                 activation: type[nn.Module]) -> None:
+        super().__init__()
+        self.body = nn.Sequential(mlp(in_dim, hidden[-1], hidden=hidden[:-1], activation=activation),
+                                  activation())
+        self.policy_layer = nn.Linear(hidden[-1], policy_dim)
+        self.value_layer = nn.Linear(hidden[-1], 1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.body(obs)
+        return self.policy_layer(features), self.value_layer(features)
+
+
+def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, config: A2CConfig,
+                         log_std: nn.Parameter | None) -> ActorCritic:
+    """MLPs from ``config`` with orthogonal initialisation: hidden layers with gain
+    sqrt(2), the policy layer with 0.01 (a near-uniform initial policy), the value
+    layer with 1, as in the A2C baselines."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise TypeError(
+            f"the default networks need a Box observation space, got {observation_space}; "
+            "pass model= or actor=/critic= for other spaces"
+        )
+    in_dim = int(np.prod(observation_space.shape))
+    activation = nn.Tanh if config.activation == "tanh" else nn.ReLU
+    hidden = tuple(config.hidden)
+    flatten = nn.Flatten() if len(observation_space.shape) > 1 else nn.Identity()
+    if config.shared_network:
+        net = SharedMLP(in_dim=in_dim, policy_dim=policy_dim, hidden=hidden, activation=activation)
+        _orthogonal(net.body), _orthogonal(net.policy_layer, 0.01), _orthogonal(net.value_layer, 1.0)
+        return ActorCritic(shared=nn.Sequential(flatten, net), log_std=log_std)
+    actor = mlp(in_dim, policy_dim, hidden=hidden, activation=activation)
+    critic = mlp(in_dim, 1, hidden=hidden, activation=activation)
+    _orthogonal(actor), _orthogonal(actor[-1], 0.01)
+    _orthogonal(critic), _orthogonal(critic[-1], 1.0)
+    return ActorCritic(actor=nn.Sequential(flatten, actor), critic=nn.Sequential(flatten, critic),
+                       log_std=log_std)
+
+
+class PolicyHead(abc.ABC):
+    """Maps a network's policy output to an action distribution and env actions."""
+
+    policy_dim: int
+
+    def make_log_std(self, config: A2CConfig) -> nn.Parameter | None:
+        return None
+
+    @abc.abstractmethod
+    def distribution(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution: ...
+
+    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
+        """Sampled actions (subclasses skip building a distribution object)."""
+        return self.distribution(policy_out, log_std).sample()
+
+    @abc.abstractmethod
+    def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
+        """The greedy action."""
+
+    @abc.abstractmethod
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        """Sampled actions as the env takes them."""
+
+
+class CategoricalHead(PolicyHead):
+    def __init__(self, *, n: int) -> None:
+        self.policy_dim = n
+
+    def distribution(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution:
+        return Categorical(logits=policy_out, validate_args=False)
+
+    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
+        probs = torch.softmax(policy_out, dim=-1)
+        return torch.multinomial(probs, 1).squeeze(-1)
+
+    def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
+        return policy_out.argmax(dim=-1)
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        return actions.cpu().numpy()
+
+
+class GaussianHead(PolicyHead):
+    """Diagonal Gaussian over a 1-d ``Box``; the log-std is a free parameter
+    (state-independent) or the second half of the policy output (state-dependent)."""
+
+    def __init__(self, *, space: gym.spaces.Box, transform: str, state_dependent: bool) -> None:
+        if len(space.shape) != 1:
+            raise ValueError(f"Gaussian policies need a 1-d Box action space, got shape {space.shape}")
+        if transform == "tanh" and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise ValueError("action_transform='tanh' needs a bounded action space")
+        self.dim = int(space.shape[0])
+        self.low = space.low.astype(np.float32)
+        self.high = space.high.astype(np.float32)
+        self.dtype = space.dtype
+        self.transform = transform
+        self.state_dependent = state_dependent
+        self.policy_dim = 2 * self.dim if state_dependent else self.dim
+
+    def make_log_std(self, config: A2CConfig) -> nn.Parameter | None:
+        if self.state_dependent:
+            return None
+        return nn.Parameter(torch.full((self.dim,), float(config.log_std_init)))
+
+    def distribution(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution:
+        mean, log_std = self._mean_log_std(policy_out, log_std)
+        return Independent(Normal(mean, log_std.exp(), validate_args=False), 1, validate_args=False)
+
+    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
+        mean, log_std = self._mean_log_std(policy_out, log_std)
+        return mean + log_std.exp() * torch.randn_like(mean)
+
+    def _mean_log_std(self, policy_out: torch.Tensor,
+                      log_std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.state_dependent:
+            mean, log_std = policy_out.chunk(2, dim=-1)
+        else:
+            if log_std is None:
+                raise ValueError("a state-independent Gaussian head needs the model's log_std")
+            mean, log_std = policy_out, log_std.expand_as(policy_out)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
+        return policy_out[..., : self.dim]
+
+    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+        raw = actions.cpu().numpy()
+        if self.transform == "tanh":
+            env = self.low + (np.tanh(raw) + 1.0) * 0.5 * (self.high - self.low)
+        else:
+            env = np.clip(raw, self.low, self.high)
+        return env.astype(self.dtype, copy=False)
+
+
+def make_head(action_space: gym.Space, *, config: A2CConfig) -> PolicyHead:
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalHead(n=int(action_space.n))
+    if isinstance(action_space, gym.spaces.Box):
+        return GaussianHead(space=action_space, transform=config.action_transform,
+                            state_dependent=config.state_dependent_std)
+    raise TypeError(f"A2C supports Discrete and Box action spaces, got {action_space}")
+
+
+def _flat_value(value: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+    if value.dim() == 2 and value.shape[-1] == 1:
+        value = value.squeeze(-1)
+    if value.dim() != 1 or value.shape[0] != obs.shape[0]:
+        raise ValueError(f"critic must return shape (B,) or (B, 1), got {tuple(value.shape)}")
+    return value
+
+
+def _orthogonal(module: nn.Module, gain: float = math.sqrt(2)) -> None:
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.orthogonal_(layer.weight, gain=gain)
+            nn.init.zeros_(layer.bias)
+

@@ -1,0 +1,101 @@
+"""Advantage and return estimators for on-policy actor-critic methods.
+
+All inputs are time-major ``(T, N)`` tensors: ``T`` steps of ``N`` parallel envs.
+Each step ``t`` is a transition ``s_t -> s'_t`` and ``next_values[t] = V(s'_t)``
+is the value of its *true* successor, i.e. the final observation when the
+episode ended at ``t`` (not the observation a vector env auto-reset to).
+
+Two flags end a step's look-ahead, and they mean different things:
+
+* ``terminated``: ``s'_t`` is terminal, its value is zero: no bootstrap.
+* ``truncated`` (time limit, or any other cut that is not part of the MDP):
+  ``s'_t`` is not terminal, so the return bootstraps from ``V(s'_t)``; the
+  recursion still stops there because step ``t + 1`` belongs to a new episode.
+
+The last step of a rollout is cut the same way as a truncation: it bootstraps
+from ``next_values[T - 1]``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gae(
+    *,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalized advantage estimates (Schulman et al. 2016, arXiv 1506.02438).
+
+    ``A_t = delta_t + gamma * lam * A_{t+1}`` within an episode, with
+    ``delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)``.
+    ``lam = 1`` gives the n-step advantages of A3C, ``lam = 0`` the one-step TD error.
+    Returns the advantages; the value targets are ``advantages + values``.
+    """
+    _check(rewards=rewards, values=values, next_values=next_values,
+           terminated=terminated, truncated=truncated)
+    _check_discount(gamma=gamma, lam=lam)
+    not_terminal = 1.0 - terminated.to(rewards.dtype)
+    continues = 1.0 - (terminated | truncated).to(rewards.dtype)
+    deltas = rewards + gamma * not_terminal * next_values - values
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * lam * continues[t] * running
+        advantages[t] = running
+    return advantages
+
+
+def n_step_returns(
+    *,
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
+    """Discounted returns to the end of the rollout or episode, bootstrapped from
+    the value of the state where the look-ahead stops (A3C's "forward view",
+    Mnih et al. 2016, arXiv 1602.01783, Algorithm S3)."""
+    _check(rewards=rewards, next_values=next_values, terminated=terminated, truncated=truncated)
+    _check_discount(gamma=gamma, lam=1.0)
+    not_terminal = 1.0 - terminated.to(rewards.dtype)
+    cut = terminated | truncated
+    returns = torch.empty_like(rewards)
+    running = next_values[-1]
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        # Where the episode ends at t, look no further than V(s'_t).
+        running = torch.where(cut[t], next_values[t], running)
+        running = rewards[t] + gamma * not_terminal[t] * running
+        returns[t] = running
+    return returns
+
+
+def _check(**tensors: torch.Tensor) -> None:
+    shape = None
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() != 2:
+            raise ValueError(f"{name} must be time-major (T, N), got shape {tuple(tensor.shape)}")
+        if shape is None:
+            shape = tensor.shape
+        elif tensor.shape != shape:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected {tuple(shape)}")
+        if name in ("terminated", "truncated") and tensor.dtype != torch.bool:
+            raise TypeError(f"{name} must be a bool tensor, got {tensor.dtype}")
+    if shape is not None and shape[0] == 0:
+        raise ValueError("rollout has no steps (T = 0)")
+
+
+def _check_discount(*, gamma: float, lam: float) -> None:
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")

@@ -1,0 +1,114 @@
+"""On-policy rollouts from a gymnasium-style vector env.
+
+A vector env resets a finished sub-env by itself, in one of two ways, and the
+collector handles both so that every stored transition has its *true* successor
+in ``next_obs`` (what truncation bootstrapping needs):
+
+* same-step autoreset: the step that ends an episode already returns the reset
+  observation; the final one is in ``info["final_obs"]``.
+* next-step autoreset (gymnasium's default): the step that ends an episode
+  returns the final observation, and the *next* step ignores its action and
+  returns the reset observation with zero reward. That reset step is stored with
+  ``valid = False`` so the loss ignores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+SampleFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+class RolloutCollector:
+    """Steps ``env`` for ``n_steps`` per :meth:`collect` with ``sample_actions(obs)
+    -> (actions, env_actions)`` (e.g. :meth:`algorithms.a2c.A2C.sample_actions`).
+
+    Finished episodes' undiscounted returns and lengths accumulate in
+    ``episode_returns`` / ``episode_lengths`` until :meth:`drain_episodes`.
+    ``env_steps`` counts valid transitions (reset steps excluded).
+    """
+
+    def __init__(self, *, env: Any, sample_actions: SampleFn, n_steps: int, seed: int | None = None) -> None:
+        if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
+            raise ValueError(f"n_steps must be an int >= 1, got {n_steps!r}")
+        if not callable(sample_actions):
+            raise TypeError("sample_actions must be callable")
+        self.env, self.sample_actions, self.n_steps = env, sample_actions, n_steps
+        self.num_envs = int(env.num_envs)
+        mode = getattr(env, "metadata", {}).get("autoreset_mode")
+        mode = getattr(mode, "value", mode)
+        if mode is not None and str(mode).lower() in ("disabled",):
+            raise ValueError("the vector env's autoreset is disabled; RolloutCollector needs autoreset")
+        # None: unknown, decided on the first finished episode from what info holds.
+        self._same_step: bool | None = None if mode is None else str(mode).lower() in ("samestep", "same_step")
+        obs, _ = env.reset(seed=seed)
+        self._obs = np.asarray(obs)
+        self._reset_next = np.zeros(self.num_envs, dtype=bool)
+        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.episode_returns: list[float] = []
+        self.episode_lengths: list[int] = []
+        self.env_steps = 0
+
+    def collect(self) -> dict[str, np.ndarray]:
+        """One rollout of ``(n_steps, num_envs, ...)`` arrays (see :mod:`algorithms.a2c`)."""
+        steps, n = self.n_steps, self.num_envs
+        obs_buf = np.empty((steps, *self._obs.shape), dtype=np.float32)
+        next_buf = np.empty_like(obs_buf)
+        rewards = np.empty((steps, n), dtype=np.float32)
+        terminated = np.empty((steps, n), dtype=bool)
+        truncated = np.empty((steps, n), dtype=bool)
+        valid = np.empty((steps, n), dtype=bool)
+        actions = None
+        for t in range(steps):
+            obs = self._obs
+            raw, env_actions = self.sample_actions(obs)
+            if actions is None:
+                actions = np.empty((steps, *raw.shape), dtype=raw.dtype)
+            next_obs, reward, term, trunc, info = self.env.step(env_actions)
+            next_obs = np.asarray(next_obs)
+            term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+            done = term | trunc
+            ok = ~self._reset_next
+            true_next = next_obs
+            if done.any():
+                if self._same_step is None:
+                    self._same_step = "final_obs" in info
+                if self._same_step:
+                    true_next = _with_final_obs(next_obs, info, done)
+            obs_buf[t], next_buf[t], actions[t] = obs, true_next, raw
+            rewards[t], terminated[t], truncated[t], valid[t] = reward, term, trunc, ok
+            self._track(np.asarray(reward, dtype=np.float64), done, ok)
+            if not self._same_step:
+                self._reset_next = done & ok
+            self._obs = next_obs
+        return {"obs": obs_buf, "actions": actions, "rewards": rewards, "next_obs": next_buf,
+                "terminated": terminated, "truncated": truncated, "valid": valid}
+
+    def _track(self, reward: np.ndarray, done: np.ndarray, ok: np.ndarray) -> None:
+        self.env_steps += int(ok.sum())
+        self._ep_return += np.where(ok, reward, 0.0)
+        self._ep_length += ok
+        for i in np.flatnonzero(done & ok):
+            self.episode_returns.append(float(self._ep_return[i]))
+            self.episode_lengths.append(int(self._ep_length[i]))
+            self._ep_return[i], self._ep_length[i] = 0.0, 0
+
+    def drain_episodes(self) -> tuple[list[float], list[int]]:
+        """Returns and lengths of episodes finished since the last call."""
+        out = self.episode_returns, self.episode_lengths
+        self.episode_returns, self.episode_lengths = [], []
+        return out
+
+
+def _with_final_obs(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np.ndarray:
+    final = info.get("final_obs")
+    if final is None:
+        raise KeyError("same-step autoreset env finished an episode without info['final_obs']")
+    out = next_obs.copy()
+    for i in np.flatnonzero(done):
+        out[i] = final[i]
+    return out
