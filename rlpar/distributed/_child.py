@@ -41,9 +41,8 @@ def main(payload: str, result: str) -> int:
 
 def _leave_world(*, graceful: bool) -> None:
     # An entry that did not shut its World down still leaves cleanly.
-    from rlpar.distributed import world
-
-    if world._current is not None:
+    world = sys.modules.get("rlpar.distributed.world")  # never imported: nothing to leave
+    if world is not None and world._current is not None:
         world._current.shutdown(graceful=graceful)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import cloudpickle
 
-from rlpar.distributed.world import free_port
+from rlpar.distributed.ports import free_port
 from rlpar.errors import ChildDied, ChildError
 
 _POLL_S = 0.02
@@ -110,6 +110,8 @@ def launch(
                                  LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
                                  MASTER_PORT=str(port))
                 child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+                # As torchrun does: one intra-op thread per rank unless the user chose.
+                child_env.setdefault("OMP_NUM_THREADS", "1")
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "rlpar.distributed._child", payload,
                      os.path.join(tmp, f"result{rank}.pkl")],

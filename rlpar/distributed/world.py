@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import socket
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
@@ -24,18 +23,13 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from rlpar.distributed.netif import interface_for_address
+from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
+from rlpar.distributed.rendezvous import connect_store, rpc_init_method
 
 log = logging.getLogger(__name__)
 
 _current: World | None = None
 _current_lock = threading.Lock()
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, then release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def current_world() -> World:
@@ -170,8 +164,11 @@ class World:
 
     def _start(self, num_worker_threads: int) -> None:
         self._pin_interfaces()
+        raw = connect_store(rank=self.rank, world_size=self.world_size,
+                            master_addr=self.master_addr, master_port=self.master_port,
+                            timeout=self.rpc_timeout)
         options = rpc.TensorPipeRpcBackendOptions(
-            init_method=f"tcp://{self.master_addr}:{self.master_port}",
+            init_method=rpc_init_method(raw, self.rank, self.world_size),
             rpc_timeout=self.rpc_timeout,
             num_worker_threads=num_worker_threads,
         )
@@ -179,12 +176,8 @@ class World:
                      rpc_backend_options=options)
         self._alive = True
         try:
-            # A second client of the same rendezvous store (torchrun's agent store or the
-            # one rank 0 started for RPC): service names live there, not in our own registry.
-            raw = dist.TCPStore(self.master_addr, self.master_port, is_master=False,
-                                timeout=timedelta(seconds=self.rpc_timeout))
-            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            self.store = dist.PrefixStore(f"rlpar/{attempt}/", raw)
+            # Service names live in the rendezvous store, not in a registry of our own.
+            self.store = dist.PrefixStore("rlpar/", raw)
             self.store.set(f"world/name/{self.rank}", self.name)
             self.names = [self.store.get(f"world/name/{r}").decode() for r in range(self.world_size)]
             if self._process_group_backend is not None and not dist.is_initialized():

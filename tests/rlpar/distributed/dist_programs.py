@@ -35,11 +35,12 @@ def use_group_remotely(group, x):
 
 
 def rpc_roundtrips():
-    """Three ranks: services, errors, pickled groups, pairing and barriers."""
+    """Three ranks: services, errors, pickled groups, pairing, barriers, collectives."""
     torch.set_num_threads(1)
-    with World.from_env(rpc_timeout=20) as world:
+    with World.from_env(rpc_timeout=20, process_group_backend="gloo") as world:
         g = world.create_rpc_group("svc", world.names)
-        out = {"names": world.names, "name": world.name, "rank": world.rank}
+        out = {"names": world.names, "name": world.name, "rank": world.rank,
+               "current_world": current_world() is world}
         if world.rank == 1:
             g.register("square", square)
             g.register("fail", fail_with_key_error)
@@ -81,7 +82,35 @@ def rpc_roundtrips():
         if world.rank == 0:
             out["after_deregister"] = _caught(g.call, "square", 2)
         g.barrier(timeout=20)
+        out.update(collectives(world))
+        out["listening"] = listening_addresses()
         return out
+
+
+def collectives(world):
+    """Collectives on the subgroup of ranks 0 and 2 and on the whole world (gloo)."""
+    out = {}
+    pair = world.create_collective_group([0, 2])  # every rank creates every group
+    everyone = world.create_collective_group(range(world.world_size))
+    me = float(world.rank)
+    if pair.is_member:
+        out["all_reduce"] = pair.all_reduce(torch.tensor([me + 1.0])).item()
+        out["all_reduce_max"] = pair.all_reduce(torch.tensor([me]), op="max").item()
+        out["broadcast"] = pair.broadcast(torch.tensor([me, -me]), src=2).tolist()
+        out["all_gather"] = [t.item() for t in pair.all_gather(torch.tensor([10.0 * me]))]
+        out["reduce"] = pair.reduce(torch.tensor([me + 1.0]), dst=0).item()
+        gathered = pair.gather(torch.tensor([me * me]), dst=2)
+        out["gather"] = None if gathered is None else [t.item() for t in gathered]
+        chunks = [torch.tensor([5.0]), torch.tensor([7.0])] if world.rank == 0 else None
+        out["scatter"] = pair.scatter(torch.zeros(1), src=0, chunks=chunks).item()
+        out["bad_op"] = _caught(pair.all_reduce, torch.zeros(1), op="median")
+        out["bad_src"] = _caught(pair.broadcast, torch.zeros(1), src=1)
+        pair.barrier()
+    else:
+        out["non_member"] = _caught(pair.all_reduce, torch.zeros(1))
+    out["world_sum"] = everyone.all_reduce(torch.tensor([me])).item()
+    everyone.barrier()
+    return out
 
 
 def _is_dead(pid):
@@ -133,3 +162,36 @@ def dump(path, value):
 def current_world_name():
     with World.from_env(rpc_timeout=20) as world:
         return world.name, current_world() is world, ServiceNotFound.__name__
+
+
+def listening_addresses():
+    """Local addresses of the TCP sockets this process listens on (from /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
+                    found.append(_decode_address(fields[1]))
+    return found
+
+
+def _decode_address(text):
+    import ipaddress
+    import struct
+
+    hex_ip, hex_port = text.split(":")
+    raw = bytes.fromhex(hex_ip)
+    # /proc/net stores the address as native-endian 32-bit words.
+    words = struct.unpack(f"<{len(raw) // 4}I", raw)
+    packed = b"".join(struct.pack(">I", w) for w in words)
+    return str(ipaddress.ip_address(packed)), int(hex_port, 16)

@@ -8,10 +8,16 @@ import pytest
 from rlpar.distributed import launch
 
 
-@pytest.mark.timeout(90)
-def test_services_errors_pickling_pairs_and_barriers_across_three_ranks():
-    results = launch(programs.rpc_roundtrips, nprocs=3, timeout=80)
-    r0, r1, r2 = results
+@pytest.fixture(scope="module")
+def three_ranks():
+    # One launch for many checks: starting a torch process costs seconds here.
+    return launch(programs.rpc_roundtrips, nprocs=3, timeout=100)
+
+
+@pytest.mark.timeout(110)
+def test_services_errors_pickling_pairs_and_barriers_across_three_ranks(three_ranks):
+    r0, r1, r2 = results = three_ranks
+    assert all(r["current_world"] for r in results)
     assert [r["name"] for r in results] == ["rank0", "rank1", "rank2"]
     assert r0["names"] == r1["names"] == r2["names"] == ["rank0", "rank1", "rank2"]
     assert r0["call"] == 49
@@ -34,3 +40,27 @@ def test_services_errors_pickling_pairs_and_barriers_across_three_ranks():
     # Duplicate keys: from the host itself and from another member.
     assert r1["dup"][0] == "ValueError" and "'square'" in r1["dup"][1]
     assert r2["dup_other"][0] == "ValueError" and "rank1" in r2["dup_other"][1]
+
+
+@pytest.mark.timeout(30)
+def test_collectives_on_a_subgroup_and_on_the_world_over_gloo(three_ranks):
+    r0, r1, r2 = three_ranks
+    for r in (r0, r2):
+        assert r["all_reduce"] == 4.0  # (0 + 1) + (2 + 1)
+        assert r["all_reduce_max"] == 2.0
+        assert r["broadcast"] == [2.0, -2.0]
+        assert r["all_gather"] == [0.0, 20.0]
+        assert r["bad_op"][0] == "ValueError" and "median" in r["bad_op"][1]
+        assert r["bad_src"][0] == "ValueError"
+    assert r0["reduce"] == 4.0
+    assert r2["gather"] == [0.0, 4.0] and r0["gather"] is None
+    assert (r0["scatter"], r2["scatter"]) == (5.0, 7.0)
+    assert r1["non_member"][0] == "RuntimeError"
+    assert {r["world_sum"] for r in three_ranks} == {3.0}
+
+
+@pytest.mark.timeout(30)
+def test_every_listening_socket_is_on_loopback(three_ranks):
+    for r in three_ranks:
+        assert r["listening"], "each rank listens for RPC"
+        assert {host for host, _ in r["listening"]} == {"127.0.0.1"}, r["listening"]

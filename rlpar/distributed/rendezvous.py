@@ -1,0 +1,67 @@
+"""The c10d store every rank of a World shares, and how RPC is handed the same store.
+
+Rank 0 hosts a TCPStore whose listening socket we bind ourselves, on the master address
+only (a plain TCPStore server listens on every interface). Under torchrun the agent
+already hosts the store and every rank is a client, as torch.distributed does it.
+
+``torch.distributed.rpc.init_rpc`` builds its store from a URL; a registered
+rendezvous scheme lets it reuse ours, so RPC, our service names and the process group
+all live in one store.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+from datetime import timedelta
+from urllib.parse import urlparse
+
+import torch.distributed as dist
+
+SCHEME = "rlpar-store"
+_pending: dict[str, tuple] = {}
+_lock = threading.Lock()
+_registered = False
+_tokens = itertools.count()
+
+
+def connect_store(*, rank: int, world_size: int, master_addr: str, master_port: int,
+                  timeout: float) -> dist.Store:
+    """Host (rank 0) or join the world's TCPStore at ``master_addr:master_port``."""
+    wait = timedelta(seconds=timeout)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or rank != 0:
+        return dist.TCPStore(master_addr, master_port, world_size, False, wait)
+    family, kind, proto, _, address = socket.getaddrinfo(
+        master_addr, master_port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(max(128, 4 * world_size))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"rank 0 cannot host the store on {master_addr}:{master_port}: {exc}") from exc
+    # detach: the TCPStore server now owns the descriptor.
+    return dist.TCPStore(master_addr, master_port, world_size, True, wait,
+                         wait_for_workers=False, master_listen_fd=sock.detach())
+
+
+def _handler(url: str, **kwargs):
+    token = urlparse(url).netloc
+    with _lock:
+        store, rank, world_size = _pending.pop(token)
+    yield store, rank, world_size
+
+
+def rpc_init_method(store: dist.Store, rank: int, world_size: int) -> str:
+    """A one-use init_method URL under which init_rpc finds ``store``."""
+    global _registered
+    with _lock:
+        if not _registered:
+            dist.register_rendezvous_handler(SCHEME, _handler)
+            _registered = True
+        token = f"s{next(_tokens)}"
+        _pending[token] = (store, rank, world_size)
+    return f"{SCHEME}://{token}"

@@ -1,0 +1,45 @@
+"""Torch-free entries for launcher tests (a rank that imports nothing heavy starts fast)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def rank_and_env(offset):
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
+    return int(os.environ["RANK"]) + offset, {k: os.environ[k] for k in keys}
+
+
+def rank1_raises(pid_dir):
+    _record_pid(pid_dir)
+    if os.environ["RANK"] == "1":
+        time.sleep(0.2)
+        raise ValueError("rank 1 broke on purpose")
+    time.sleep(60)  # the launcher must tear this rank down
+
+
+def rank1_killed(pid_dir):
+    _record_pid(pid_dir)
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+
+
+def sleeps_forever(pid_dir):
+    _record_pid(pid_dir)
+    time.sleep(60)
+
+
+def exits_early():
+    os._exit(3)
+
+
+def returns_unpicklable():
+    return lambda: None
+
+
+def _record_pid(pid_dir):
+    with open(os.path.join(pid_dir, f"rank{os.environ['RANK']}.pid"), "w") as f:
+        f.write(str(os.getpid()))

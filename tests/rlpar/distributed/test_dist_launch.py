@@ -1,0 +1,101 @@
+"""launch: results by rank, failures reported with tracebacks, every rank torn down."""
+
+from __future__ import annotations
+
+import os
+
+import launch_programs as programs
+import pytest
+
+from rlpar.distributed import launch
+from rlpar.errors import ChildDied, ChildError
+
+
+def _gone(pid_dir):
+    """Every rank that recorded its pid is dead (not even a zombie)."""
+    for name in os.listdir(pid_dir):
+        pid = int(open(os.path.join(pid_dir, name)).read())
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        assert state in ("Z", "X"), f"rank pid {pid} ({name}) is still running"
+    return True
+
+
+@pytest.mark.timeout(30)
+def test_results_come_back_in_rank_order_with_torchrun_style_environment():
+    results = launch(programs.rank_and_env, nprocs=3, args=(10,), timeout=25)
+    assert [r[0] for r in results] == [10, 11, 12]
+    envs = [r[1] for r in results]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2"]
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "2"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"3"}
+    assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
+    assert len({e["MASTER_PORT"] for e in envs}) == 1
+    assert {e["OMP_NUM_THREADS"] for e in envs} == {os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_that_raises_gives_child_error_with_its_traceback_and_no_orphans(tmp_path):
+    with pytest.raises(ChildError) as info:
+        launch(programs.rank1_raises, nprocs=2, args=(str(tmp_path),), timeout=25)
+    err = info.value
+    assert not isinstance(err, ChildDied)
+    assert err.child_name == "rank1"
+    assert "rank 1 broke on purpose" in err.child_traceback
+    assert "rank1_raises" in err.child_traceback
+    assert len(os.listdir(tmp_path)) == 2 and _gone(tmp_path)
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_killed_by_a_signal_gives_child_died(tmp_path):
+    with pytest.raises(ChildDied) as info:
+        launch(programs.rank1_killed, nprocs=2, args=(str(tmp_path),), timeout=25)
+    assert info.value.child_name == "rank1"
+    assert info.value.exitcode == -9
+    assert "SIGKILL" in str(info.value)
+    assert _gone(tmp_path)
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_that_exits_without_result_gives_child_died():
+    with pytest.raises(ChildDied) as info:
+        launch(programs.exits_early, nprocs=1, timeout=25)
+    assert info.value.exitcode == 3
+
+
+@pytest.mark.timeout(30)
+def test_an_unpicklable_result_is_reported_not_lost():
+    with pytest.raises(ChildError, match="UnpicklableResult"):
+        launch(programs.returns_unpicklable, nprocs=1, timeout=25)
+
+
+@pytest.mark.timeout(30)
+def test_timeout_kills_every_rank(tmp_path):
+    with pytest.raises(TimeoutError):
+        launch(programs.sleeps_forever, nprocs=2, args=(str(tmp_path),), timeout=1.5)
+    assert _gone(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"nprocs": 0}, "nprocs"),
+        ({"nprocs": -1}, "nprocs"),
+        ({"nprocs": 2, "timeout": -1.0}, "timeout"),
+        ({"nprocs": 2, "timeout": 0}, "timeout"),
+        ({"nprocs": 2, "master_port": 70000}, "master_port"),
+    ],
+)
+def test_invalid_launch_arguments_fail_before_spawning(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        launch(programs.sleeps_forever, args=("/nonexistent",), **kwargs)
+
+
+def test_entry_must_be_callable_and_args_a_tuple():
+    with pytest.raises(TypeError, match="entry"):
+        launch("not callable", nprocs=1)
+    with pytest.raises(TypeError, match="args"):
+        launch(programs.exits_early, nprocs=1, args=[1])
