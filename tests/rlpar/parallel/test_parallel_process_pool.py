@@ -139,8 +139,11 @@ def test_workers_limit_torch_threads_and_bad_factory_is_reported() -> None:
     def no_env() -> None:
         raise FileNotFoundError("env assets missing")
 
-    with ProcessPool(processes=1, start_method=FAST, num_threads=1) as pool:
+    # fork: the worker inherits this process's torch (and its thread count) instead
+    # of importing torch again, which takes seconds on a busy 2-core box.
+    with ProcessPool(processes=1, start_method="fork", num_threads=1) as pool:
         assert pool.apply(torch_threads, timeout=25) == 1
+        assert pool.apply(lambda: os.environ.get("OMP_NUM_THREADS"), timeout=25) == "1"
     with ProcessPool(processes=1, start_method=FAST, context_factory=no_env) as pool:
         with pytest.raises(ChildError, match="context_factory") as info:
             pool.apply(lambda ctx: ctx, timeout=10)
