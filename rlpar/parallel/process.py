@@ -61,7 +61,8 @@ class Process:
 
     ``start_method`` is ``"spawn"`` (default: safe with threads and CUDA),
     ``"forkserver"`` (fast children from a clean server) or ``"fork"``.
-    Daemonic by default, so a forgotten child is terminated when the parent exits.
+    Not daemonic by default, so the child may start processes of its own (env
+    workers, pools); pass ``daemon=True`` to have it killed when the parent exits.
     """
 
     def __init__(
@@ -72,7 +73,7 @@ class Process:
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
         start_method: str = "spawn",
-        daemon: bool = True,
+        daemon: bool = False,
     ) -> None:
         if not callable(target):
             raise TypeError(f"target must be callable, got {target!r}")

@@ -193,6 +193,11 @@ class ProcessPool(Pool):
             try:
                 worker.conn.send_bytes(task.request)
             except OSError:
+                # The worker was already gone, so the task never ran: queue it again
+                # (the deaths-in-a-row limit stops this if workers cannot start).
+                worker.task = None
+                with self._lock:
+                    self._queue.appendleft(task)
                 self._on_death(worker)
 
     def _serve_once(self) -> None:

@@ -94,3 +94,24 @@ def test_invalid_arguments() -> None:
         Process(target=print, start_method="vfork")
     with pytest.raises(TypeError, match="callable"):
         Process(target=None)
+
+
+@pytest.mark.timeout(30)
+def test_child_may_start_its_own_child_and_errors_nest() -> None:
+    def grandchild_fails() -> None:
+        raise LookupError("deep down")
+
+    def parent_of_grandchild() -> None:
+        from rlpar.parallel import Process as InnerProcess
+
+        inner = InnerProcess(target=grandchild_fails, start_method="forkserver", name="inner")
+        inner.start()
+        inner.join(20)
+
+    child = Process(target=parent_of_grandchild, start_method=FAST, name="outer")
+    child.start()
+    with pytest.raises(ChildError, match="outer") as info:
+        child.join(25)
+    # The grandchild's traceback travels inside the child's error text.
+    assert "grandchild_fails" in info.value.child_traceback
+    assert "deep down" in info.value.child_traceback
