@@ -77,6 +77,12 @@ def _transport_error(exc: BaseException, host: str, what: str) -> BaseException:
         # does not unpickle there): torch re-raises it here with the remote traceback.
         return RemoteError(f"{what} failed on {host}: {type(exc).__name__}",
                            child_name=host, child_traceback=text)
+    if "timeout" not in text:
+        # A broken connection, not a slow peer: shutdown will not wait for it.
+        from rlpar.distributed.world import _current
+
+        if _current is not None:
+            _current.unreachable.add(host)
     return PeerUnavailable(f"{what}: peer {host!r} is unavailable or did not answer in time: {text}")
 
 

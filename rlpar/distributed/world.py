@@ -109,6 +109,9 @@ class World:
         self._rpc_groups: dict = {}
         self._groups_lock = threading.Lock()
         self._alive = False
+        # Peers whose connection broke (seen by RpcGroup calls); a graceful shutdown
+        # would only wait for them until its timeout.
+        self.unreachable: set[str] = set()
 
         global _current
         with _current_lock:
@@ -276,6 +279,10 @@ class World:
         self._alive = False
         timeout = self.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
         try:
+            if graceful and self.unreachable:
+                log.warning("%r: peers %s are unreachable; shutting down without waiting",
+                            self.name, sorted(self.unreachable))
+                graceful = False
             if graceful:
                 try:
                     rpc.shutdown(graceful=True, timeout=timeout)

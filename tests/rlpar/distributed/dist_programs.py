@@ -125,6 +125,8 @@ def call_dead_peer(timeout):
     """Rank 1 hosts a service then SIGKILLs itself; rank 0 must get PeerUnavailable
     within the timeout, and its shutdown must not hang."""
     torch.set_num_threads(1)
+    global T_START
+    T_START = time.monotonic()
     world = World.from_env(rpc_timeout=timeout)
     g = world.create_rpc_group("g", world.names)
     if world.rank == 1:
@@ -151,7 +153,7 @@ def call_dead_peer(timeout):
     elapsed = time.monotonic() - start
     t0 = time.monotonic()
     world.shutdown(timeout=timeout)
-    return first, outcomes, elapsed, time.monotonic() - t0
+    return first, outcomes, elapsed, time.monotonic() - t0, time.monotonic() - T_START
 
 
 def dump(path, value):

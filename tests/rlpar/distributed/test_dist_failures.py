@@ -1,0 +1,97 @@
+"""Failure paths of World/RpcGroup: bad arguments, a dead peer, an absent World."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import cloudpickle
+import dist_programs as programs
+import pytest
+
+from rlpar.distributed import World, current_world, free_port
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"rank": 0, "world_size": 0}, "world_size"),
+        ({"rank": 2, "world_size": 2}, "rank"),
+        ({"rank": -1, "world_size": 2}, "rank"),
+        ({"rank": 0, "world_size": 1, "rpc_timeout": -1.0}, "rpc_timeout"),
+        ({"rank": 0, "world_size": 1, "rpc_timeout": 0}, "rpc_timeout"),
+        ({"rank": 0, "world_size": 1, "master_port": 0}, "master_port"),
+        ({"rank": 0, "world_size": 1, "num_worker_threads": 0}, "num_worker_threads"),
+        ({"rank": 0, "world_size": 1, "process_group_backend": "mpi"}, "process_group_backend"),
+        ({"rank": 0, "world_size": 1, "name": "a/b"}, "name"),
+    ],
+)
+def test_invalid_world_arguments_fail_before_anything_starts(kwargs, match):
+    kwargs.setdefault("master_port", 29500)
+    with pytest.raises(ValueError, match=match):
+        World(**kwargs)
+    with pytest.raises(RuntimeError, match="no rlpar World"):
+        current_world()
+
+
+def test_wrongly_typed_world_arguments_are_type_errors():
+    with pytest.raises(TypeError, match="world_size"):
+        World(rank=0, world_size=2.0, master_port=29500)
+    with pytest.raises(TypeError, match="rpc_timeout"):
+        World(rank=0, world_size=1, master_port=29500, rpc_timeout="1")
+
+
+def test_from_env_without_launcher_environment_says_what_is_missing(monkeypatch):
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(RuntimeError, match="RANK"):
+        World.from_env()
+
+
+def _spawn_ranks(tmp_path, entry, args, nprocs):
+    """Start ranks by hand (not with launch, which would tear the world down as soon as
+    the rank that kills itself dies): rank 0's result survives its peer's death."""
+    payload = tmp_path / "entry.pkl"
+    with open(payload, "wb") as f:
+        pickle.dump(list(sys.path), f)
+        cloudpickle.dump((entry, args), f)
+    port = free_port()
+    procs = []
+    for rank in range(nprocs):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "rlpar.distributed._child", str(payload),
+             str(tmp_path / f"result{rank}.pkl")], env=env))
+    return procs
+
+
+@pytest.mark.timeout(90)
+def test_call_to_a_sigkilled_peer_raises_peer_unavailable_within_its_timeout(tmp_path):
+    timeout = 5.0
+    procs = _spawn_ranks(tmp_path, programs.call_dead_peer, (timeout,), 2)
+    try:
+        codes = [p.wait(timeout=80) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes[1] == -9
+    assert codes[0] == 0
+    with open(tmp_path / "result0.pkl", "rb") as f:
+        status, value = pickle.load(f)
+    assert status == "ok", value
+    first, outcomes, elapsed, shutdown_s, _ = value
+    assert first == 9
+    assert len(outcomes) == 2
+    for outcome in outcomes:
+        assert outcome.startswith("PeerUnavailable"), outcome
+        assert "rank1" in outcome
+    # Both calls failed within their own timeout rather than hanging.
+    assert elapsed < 2 * timeout + 1
+    # The broken connection was noticed, so shutdown did not wait for the dead peer.
+    assert shutdown_s < timeout
+
