@@ -1,0 +1,37 @@
+"""The torchrun path: the same World.from_env entry runs under torchrun --standalone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROGRAM = Path(__file__).with_name("torchrun_program.py")
+
+
+@pytest.mark.timeout(120)
+def test_program_runs_unchanged_under_torchrun_standalone():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(PROGRAM)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    # Own session, so a timeout can take torchrun and its workers down together.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=100)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"torchrun did not finish:\n{output[-3000:]}")
+    assert proc.returncode == 0, output[-3000:]
+    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines()
+                      if "RESULT " in line), key=lambda r: r["name"])
+    assert [r["name"] for r in results] == ["rank0", "rank1"], output[-3000:]
+    assert all(r["names"] == ["rank0", "rank1"] for r in results)
+    assert [r["doubled"] for r in results] == [40, 42]
+    assert {r["total"] for r in results} == {3.0}
