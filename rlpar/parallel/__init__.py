@@ -3,6 +3,7 @@
 Importing this package has no side effects and does not import torch.
 """
 
+from rlpar.parallel.context_pool import ContextProcessPool, ContextThreadPool
 from rlpar.parallel.event import MultiEvent, wait_all, wait_any
 from rlpar.parallel.pool import Pool, PoolClosed
 from rlpar.parallel.process import START_METHODS, Process, get_context
@@ -17,6 +18,8 @@ __all__ = [
     "POLICIES",
     "START_METHODS",
     "AsyncResult",
+    "ContextProcessPool",
+    "ContextThreadPool",
     "MultiEvent",
     "Pool",
     "PoolClosed",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from rlpar.errors import ChildDied, ChildError, RlparError
-from rlpar.parallel import PoolClosed, ProcessPool
+from rlpar.parallel import ContextProcessPool, PoolClosed, ProcessPool
 
 FAST = "forkserver"
 
@@ -144,7 +145,7 @@ def test_workers_limit_torch_threads_and_bad_factory_is_reported() -> None:
     with ProcessPool(processes=1, start_method="fork", num_threads=1) as pool:
         assert pool.apply(torch_threads, timeout=25) == 1
         assert pool.apply(lambda: os.environ.get("OMP_NUM_THREADS"), timeout=25) == "1"
-    with ProcessPool(processes=1, start_method=FAST, context_factory=no_env) as pool:
+    with ContextProcessPool(processes=1, start_method=FAST, context_factory=no_env) as pool:
         with pytest.raises(ChildError, match="context_factory") as info:
             pool.apply(lambda ctx: ctx, timeout=10)
         assert "env assets missing" in info.value.child_traceback
@@ -171,6 +172,8 @@ def test_negative_timeouts_and_close_join() -> None:
             pool.apply_async(abs, (1,)).get(-0.5)
         with pytest.raises(ValueError, match="close"):
             pool.join()
+        with pytest.raises(TypeError, match="lock"):  # unpicklable argument: at submit
+            pool.apply_async(abs, (threading.Lock(),))
         queued = [pool.apply_async(abs, (-x,)) for x in range(4)]
         pool.close()
         with pytest.raises(PoolClosed):

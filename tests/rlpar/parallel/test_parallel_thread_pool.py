@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rlpar.errors import ChildError, RlparError
-from rlpar.parallel import AsyncResult, PoolClosed, ThreadPool
+from rlpar.parallel import AsyncResult, ContextThreadPool, PoolClosed, ThreadPool
 
 
 def fails_in_task(x: int) -> int:
@@ -61,7 +61,7 @@ def test_task_error_has_worker_traceback_and_pool_continues() -> None:
     def broken_factory() -> None:
         raise OSError("no env here")
 
-    with ThreadPool(processes=1, context_factory=broken_factory) as pool:
+    with ContextThreadPool(processes=1, context_factory=broken_factory) as pool:
         with pytest.raises(ChildError, match="context_factory") as info:
             pool.apply(lambda ctx: ctx, timeout=5)
         assert "no env here" in info.value.child_traceback
