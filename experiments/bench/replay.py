@@ -1,0 +1,272 @@
+"""Replay buffer throughput: rlpar against cpprb and Tianshou, measured in one run.
+
+Cases (issue 4): capacity 1,000,000 CartPole-sized transitions and 100,000
+uint8 4x84x84 frame transitions; adds of 64 rows into a full buffer,
+sample(256), update_priorities(256) and sample+update loops, alpha 0.6, beta 0.4.
+Each figure is the best of a few repeats (the machine is shared; the best repeat
+is the least disturbed one). Peers that are not installed print a "skipped"
+line. The distributed figures (2 shard processes + 1 sampler on loopback) come
+from ``experiments.bench.replay_distributed`` when that module is present.
+
+    python -m experiments.bench.replay [--quick] [--cases cartpole,atari]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+ALPHA, BETA, BATCH, CHUNK = 0.6, 0.4, 256, 64
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    capacity: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: type
+    iters: int  # timed iterations per repeat of sample/update loops
+
+
+def make_chunk(case: Case, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    if case.obs_dtype is np.uint8:
+        obs = rng.integers(0, 255, size=(n, *case.obs_shape), dtype=np.uint8)
+        nxt = rng.integers(0, 255, size=(n, *case.obs_shape), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((n, *case.obs_shape), dtype=np.float32)
+        nxt = rng.standard_normal((n, *case.obs_shape), dtype=np.float32)
+    return {
+        "obs": obs,
+        "action": rng.integers(0, 2, size=n).astype(np.int64),
+        "reward": np.ones(n, dtype=np.float32),
+        "next_obs": nxt,
+        "terminated": rng.random(n) < 0.01,
+    }
+
+
+class Impl:
+    """Adapter: the same four operations on every library."""
+
+    name = ""
+
+    def add(self, chunk: dict[str, np.ndarray]) -> None: ...
+    def sample(self):  # returns an opaque handle passed to update
+        ...
+    def update(self, handle, priorities: np.ndarray) -> None: ...
+
+
+class Rlpar(Impl):
+    name = "rlpar"
+
+    def __init__(self, case: Case) -> None:
+        from rlpar.buffers import PrioritizedReplayBuffer
+
+        self.buf = PrioritizedReplayBuffer(capacity=case.capacity, alpha=ALPHA, beta=BETA, seed=0)
+
+    def add(self, chunk):
+        self.buf.add(chunk)
+
+    def sample(self):
+        return self.buf.sample(BATCH).indices
+
+    def update(self, handle, priorities):
+        self.buf.update_priorities(handle, priorities)
+
+
+class Cpprb(Impl):
+    name = "cpprb"
+
+    def __init__(self, case: Case) -> None:
+        import cpprb
+
+        dt = np.uint8 if case.obs_dtype is np.uint8 else np.float32
+        self.buf = cpprb.PrioritizedReplayBuffer(
+            case.capacity,
+            {
+                "obs": {"shape": case.obs_shape, "dtype": dt},
+                "act": {"shape": 1, "dtype": np.int64},
+                "rew": {},
+                "next_obs": {"shape": case.obs_shape, "dtype": dt},
+                "done": {},
+            },
+            alpha=ALPHA,
+        )
+
+    def add(self, chunk):
+        self.buf.add(
+            obs=chunk["obs"],
+            act=chunk["action"],
+            rew=chunk["reward"],
+            next_obs=chunk["next_obs"],
+            done=chunk["terminated"],
+        )
+
+    def sample(self):
+        return self.buf.sample(BATCH, beta=BETA)["indexes"]
+
+    def update(self, handle, priorities):
+        self.buf.update_priorities(handle, priorities)
+
+
+class Tianshou(Impl):
+    name = "tianshou"
+
+    def __init__(self, case: Case) -> None:
+        from tianshou.data import Batch, PrioritizedVectorReplayBuffer
+
+        self.Batch = Batch
+        self.buf = PrioritizedVectorReplayBuffer(case.capacity, CHUNK, alpha=ALPHA, beta=BETA)
+        self.ids = np.arange(CHUNK)
+
+    def add(self, chunk):
+        # One row per sub-buffer: Tianshou's vector buffer takes CHUNK env rows per add.
+        n = len(chunk["obs"])
+        for lo in range(0, n, CHUNK):
+            sl = slice(lo, lo + CHUNK)
+            self.buf.add(
+                self.Batch(
+                    obs=chunk["obs"][sl],
+                    act=chunk["action"][sl],
+                    rew=chunk["reward"][sl],
+                    terminated=chunk["terminated"][sl],
+                    truncated=np.zeros(CHUNK, dtype=bool),
+                    obs_next=chunk["next_obs"][sl],
+                ),
+                buffer_ids=self.ids,
+            )
+
+    def sample(self):
+        batch, indices = self.buf.sample(BATCH)
+        return indices
+
+    def update(self, handle, priorities):
+        self.buf.update_weight(handle, priorities)
+
+
+def best_rate(fn: Callable[[], None], count: int, repeats: int) -> float:
+    """Best of ``repeats`` timings of ``fn`` (which does ``count`` units of work)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return count / best
+
+
+def measure(impl: Impl, case: Case, repeats: int, rng: np.random.Generator) -> dict[str, float]:
+    # Fill the buffer once with big chunks (repeating a pool of random rows).
+    pool = make_chunk(case, 1024, rng)
+    added = 0
+    while added < case.capacity:
+        impl.add(pool)
+        added += 1024
+    chunks = [make_chunk(case, CHUNK, rng) for _ in range(8)]
+    n_add = max(8, case.iters)
+
+    def adds():
+        for i in range(n_add):
+            impl.add(chunks[i & 7])
+
+    prios = [rng.random(BATCH) * 2.0 for _ in range(8)]
+    handles = [impl.sample() for _ in range(8)]
+
+    def samples():
+        for _ in range(case.iters):
+            impl.sample()
+
+    def updates():
+        for i in range(case.iters):
+            impl.update(handles[i & 7], prios[i & 7])
+
+    def loops():
+        for i in range(case.iters):
+            impl.update(impl.sample(), prios[i & 7])
+
+    return {
+        "add64_transitions_per_s": best_rate(adds, n_add * CHUNK, repeats),
+        "sample256_per_s": best_rate(samples, case.iters, repeats),
+        "update256_per_s": best_rate(updates, case.iters, repeats),
+        "sample_update_per_s": best_rate(loops, case.iters, repeats),
+    }
+
+
+def peers_available() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, module in (("cpprb", "cpprb"), ("tianshou", "tianshou.data")):
+        try:
+            __import__(module)
+            out[name] = None
+        except Exception as exc:  # any import failure means "skip this peer"
+            out[name] = f"{module} not importable: {type(exc).__name__}: {exc}"
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (< 20 s)")
+    parser.add_argument("--cases", default="cartpole,atari")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    if args.quick:
+        cases = {
+            "cartpole": Case("cartpole", 4096, (4,), np.float32, 50),
+            "atari": Case("atari", 1024, (4, 84, 84), np.uint8, 10),
+        }
+        repeats = 1
+    else:
+        cases = {
+            "cartpole": Case("cartpole", 1_000_000, (4,), np.float32, 2000),
+            "atari": Case("atari", 100_000, (4, 84, 84), np.uint8, 100),
+        }
+        repeats = args.repeats
+    skipped = peers_available()
+    impls: list[type[Impl]] = [Rlpar, Cpprb, Tianshou]
+    for case_name in args.cases.split(","):
+        case = cases[case_name]
+        results: dict[str, dict[str, float]] = {}
+        for cls in impls:
+            if skipped.get(cls.name):
+                print(
+                    json.dumps(
+                        {
+                            "bench": "replay",
+                            "impl": cls.name,
+                            "case": case.name,
+                            "skipped": skipped[cls.name],
+                        }
+                    ),
+                    flush=True,
+                )
+                continue
+            impl = cls(case)
+            results[cls.name] = measure(impl, case, repeats, np.random.default_rng(0))
+            del impl
+            gc.collect()
+        for name, metrics in results.items():
+            for metric, value in metrics.items():
+                peers = [m[metric] for n, m in results.items() if n != name]
+                line = {
+                    "bench": "replay",
+                    "impl": name,
+                    "case": case.name,
+                    "capacity": case.capacity,
+                    "metric": metric,
+                    "value": round(value, 1),
+                    "ratio_vs_best_peer": round(value / max(peers), 3) if peers else None,
+                    "torch_threads": args.threads,
+                }
+                print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

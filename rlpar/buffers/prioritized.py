@@ -1,0 +1,183 @@
+"""Proportional prioritized experience replay.
+
+Schaul, Quan, Antonoglou, Silver, "Prioritized Experience Replay", ICLR 2016,
+arXiv:1511.05952: item ``i`` is drawn with probability ``P(i) = p_i^a / sum_k p_k^a``
+where ``p_i = |delta_i| + eps``, and its update is scaled by the importance weight
+``w_i = (N * P(i))^-b / max_j w_j``. Sampling is stratified (one draw from each of
+``batch_size`` equal slices of the total mass, Appendix B.2.1), new items get the
+largest priority seen so far unless the caller supplies one (Ape-X actors compute
+initial priorities themselves), and ``b`` anneals linearly to ``beta_final``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlpar.buffers.replay import (
+    ReplayBuffer,
+    check_batch_size,
+    check_indices,
+    check_priorities,
+    to_tensors,
+)
+from rlpar.buffers.trees import MinTree, SumTree, update_sum_min
+from rlpar.protocols import Sample
+
+
+def importance_weights(
+    leaf: np.ndarray, *, total: float, min_leaf: float, count: int, beta: float
+) -> np.ndarray:
+    """``(N P(i))^-b / max_j (N P(j))^-b`` with ``P = leaf / total`` (float32)."""
+    probs = leaf / total
+    max_weight = (count * (min_leaf / total)) ** -beta
+    return ((count * probs) ** -beta / max_weight).astype(np.float32)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional PER over a sum tree and a min tree of ``priority ** alpha``.
+
+    ``indices`` returned by ``sample`` are item serial numbers, so
+    ``update_priorities`` drops entries whose slot was overwritten since the
+    sample was drawn instead of re-prioritising an unrelated new transition.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_anneal_steps: int = 0,
+        eps: float = 1e-6,
+        spec: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        tree_arity: int = 16,
+    ) -> None:
+        super().__init__(capacity=capacity, spec=spec, seed=seed)
+        for name, value in (("alpha", alpha), ("beta", beta), ("beta_final", beta_final)):
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        if not np.isfinite(eps) or eps < 0:
+            raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
+        if beta_anneal_steps < 0:
+            raise ValueError(f"beta_anneal_steps must be >= 0, got {beta_anneal_steps!r}")
+        self.alpha, self.eps = float(alpha), float(eps)
+        self.beta0, self.beta_final = float(beta), float(beta_final)
+        self.beta_anneal_steps = int(beta_anneal_steps)
+        self.sample_steps = 0
+        self.max_priority = 1.0  # largest p = |delta| + eps seen; priority of new items
+        self.sum_tree = SumTree(capacity=self.capacity, arity=tree_arity)
+        self.min_tree = MinTree(capacity=self.capacity, arity=tree_arity)
+
+    @property
+    def beta(self) -> float:
+        if self.beta_anneal_steps == 0:
+            return self.beta0
+        frac = min(1.0, self.sample_steps / self.beta_anneal_steps)
+        return self.beta0 + frac * (self.beta_final - self.beta0)
+
+    def _leaf(self, priorities: np.ndarray) -> np.ndarray:
+        return np.power(priorities + self.eps, self.alpha)
+
+    def add(self, batch: Mapping[str, Any], priorities: Any | None = None) -> None:
+        arrays, n = self.storage.validate(batch)
+        if priorities is not None:
+            p = check_priorities(priorities, n)
+            leaf = self._leaf(p)
+            if n:
+                self.max_priority = max(self.max_priority, float(p.max()) + self.eps)
+        else:
+            leaf = self.max_priority**self.alpha
+        first, m = self.storage.write(arrays, n)
+        if m == 0:
+            return
+        if not np.isscalar(leaf):
+            leaf = leaf[n - m :]
+        start = first % self.capacity
+        head = min(m, self.capacity - start)  # contiguous run before the wrap
+        for tree in (self.sum_tree, self.min_tree):
+            if np.isscalar(leaf):
+                tree.set_range(start, leaf, head)
+                tree.set_range(0, leaf, m - head)
+            else:
+                tree.set_range(start, leaf[:head], head)
+                tree.set_range(0, leaf[head:], m - head)
+
+    def sample_slots(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stratified draw of ``batch_size`` slots; returns ``(slots, leaf values)``."""
+        total = self.sum_tree.total
+        values = self.rng.random(batch_size)
+        values += np.arange(batch_size)
+        values *= total / batch_size
+        slots = self.sum_tree.find_prefix(values)
+        return slots, self.sum_tree.levels[-1][slots]
+
+    def sample(self, batch_size: int) -> Sample:
+        n = check_batch_size(batch_size, len(self.storage))
+        slots, leaf = self.sample_slots(n)
+        weights = importance_weights(
+            leaf,
+            total=self.sum_tree.total,
+            min_leaf=self.min_tree.min,
+            count=len(self.storage),
+            beta=self.beta,
+        )
+        self.sample_steps += 1
+        return Sample(self.storage.gather(slots), self.storage.serials[slots], weights)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set ``p = priority + eps`` for the sampled items still in the buffer."""
+        idx = check_indices(indices)
+        p = check_priorities(priorities, idx.shape[0])
+        if idx.size == 0:
+            return
+        if idx.min() < 0 or idx.max() >= self.storage.next_serial:
+            raise ValueError(
+                f"indices must be serials returned by sample, in [0, {self.storage.next_serial})"
+            )
+        slots = idx % self.capacity
+        live = self.storage.serials[slots] == idx
+        if not live.all():
+            slots, p = slots[live], p[live]
+            if slots.size == 0:
+                return
+        self.max_priority = max(self.max_priority, float(p.max()) + self.eps)
+        update_sum_min(self.sum_tree, self.min_tree, slots, self._leaf(p))
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        n = len(self.storage)
+        state.update(
+            to_tensors(
+                {
+                    "leaves": self.sum_tree.leaves[:n].copy(),
+                    "max_priority": self.max_priority,
+                    "sample_steps": self.sample_steps,
+                    "hyper": {
+                        "alpha": self.alpha,
+                        "beta": self.beta0,
+                        "beta_final": self.beta_final,
+                        "beta_anneal_steps": self.beta_anneal_steps,
+                        "eps": self.eps,
+                    },
+                }
+            )
+        )
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        hyper = state["hyper"]
+        self.alpha, self.eps = float(hyper["alpha"]), float(hyper["eps"])
+        self.beta0, self.beta_final = float(hyper["beta"]), float(hyper["beta_final"])
+        self.beta_anneal_steps = int(hyper["beta_anneal_steps"])
+        self.max_priority = float(state["max_priority"])
+        self.sample_steps = int(state["sample_steps"])
+        leaves = np.asarray(state["leaves"], dtype=np.float64)
+        for tree in (self.sum_tree, self.min_tree):
+            tree.clear()
+            tree.set_range(0, leaves, leaves.shape[0])

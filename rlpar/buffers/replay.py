@@ -1,0 +1,115 @@
+"""Uniform experience replay over columnar ring storage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlpar.buffers.spec import as_array
+from rlpar.buffers.storage import RingStorage
+from rlpar.protocols import Sample
+
+
+def check_batch_size(batch_size: Any, stored: int) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise TypeError(f"batch_size must be an int, got {batch_size!r}")
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if stored == 0:
+        raise ValueError("cannot sample from an empty replay buffer")
+    if batch_size > stored:
+        raise ValueError(f"batch_size {batch_size} exceeds the {stored} transitions stored")
+    return int(batch_size)
+
+
+def check_priorities(priorities: Any, n: int, name: str = "priorities") -> np.ndarray:
+    """``priorities`` as a float64 vector of length ``n``, finite and non-negative."""
+    p = as_array(priorities)
+    if p.ndim != 1 or p.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},), got {p.shape}")
+    if p.dtype.kind not in "fiub":
+        raise ValueError(f"{name} must be numeric, got dtype {p.dtype}")
+    p = p.astype(np.float64, copy=False)
+    if n and not np.isfinite(p).all():
+        raise ValueError(f"{name} must be finite, got {p[~np.isfinite(p)][:5]}")
+    if n and p.min() < 0:
+        raise ValueError(f"{name} must be non-negative, got {p[p < 0][:5]}")
+    return p
+
+
+def check_indices(indices: Any, name: str = "indices") -> np.ndarray:
+    idx = as_array(indices)
+    if idx.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {idx.shape}")
+    if idx.size and idx.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integers (as returned by sample), got dtype {idx.dtype}")
+    return idx.astype(np.int64, copy=False)
+
+
+def to_tensors(state: Any) -> Any:
+    """numpy arrays -> CPU tensors (zero copy), so ``torch.load(weights_only=True)`` loads it."""
+    if isinstance(state, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(state))
+    if isinstance(state, dict):
+        return {k: to_tensors(v) for k, v in state.items()}
+    return state
+
+
+class ReplayBuffer:
+    """FIFO replay with uniform sampling (with replacement).
+
+    ``sample`` returns ``Sample(batch, indices, weights)``: fresh arrays the caller
+    owns, the serial numbers of the sampled items (``serial % capacity`` is the
+    slot) and all-one weights. ``update_priorities`` is accepted and ignored so
+    that uniform and prioritized buffers are interchangeable.
+    Frame sharing (storing ``next_obs`` as a reference to a later ``obs``) is not
+    done: every field, ``next_obs`` included, is its own column.
+    """
+
+    def __init__(
+        self, *, capacity: int, spec: Mapping[str, Any] | None = None, seed: int | None = None
+    ) -> None:
+        self.storage = RingStorage(capacity=capacity, spec=spec)
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    @property
+    def spec(self):
+        return self.storage.spec
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def add(self, batch: Mapping[str, Any], priorities: Any | None = None) -> None:
+        """Append rows (each array has a leading batch axis), overwriting the oldest."""
+        arrays, n = self.storage.validate(batch)
+        if priorities is not None:
+            check_priorities(priorities, n)
+        self.storage.write(arrays, n)
+
+    def sample(self, batch_size: int) -> Sample:
+        n = check_batch_size(batch_size, len(self.storage))
+        slots = self.rng.integers(0, len(self.storage), size=n)
+        return Sample(
+            self.storage.gather(slots),
+            self.storage.serials[slots],
+            np.ones(n, dtype=np.float32),
+        )
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """No-op for uniform replay (kept so the Buffer protocol holds)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return to_tensors(
+            {"storage": self.storage.state_dict(), "rng": self.rng.bit_generator.state}
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.storage.load_state_dict(state["storage"])
+        self.rng.bit_generator.state = state["rng"]

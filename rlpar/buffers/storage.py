@@ -1,0 +1,125 @@
+"""Columnar ring storage: one preallocated array per field.
+
+A batch of ``n`` rows is written with one slice assignment per field (two when it
+wraps past the end), so the cost of an insert is a handful of ``memcpy`` calls
+regardless of ``n``. Each slot also records the serial number of the item in it
+(the count of items ever added before it); ``serial % capacity == slot``, so a
+serial names both the slot and the exact write, which is what lets priority
+updates for overwritten slots be recognised and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
+
+
+class RingStorage:
+    """Fixed-capacity FIFO of transitions stored column by column."""
+
+    def __init__(self, *, capacity: int, spec: Mapping[str, Any] | None = None) -> None:
+        if (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, (int, np.integer))
+            or capacity <= 0
+        ):
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity = int(capacity)
+        self.spec: dict[str, FieldSpec] | None = None
+        self.columns: dict[str, np.ndarray] = {}
+        self.serials = np.full(self.capacity, -1, dtype=np.int64)
+        self.next_serial = 0  # items ever added; the next item's serial
+        if spec is not None:
+            self._allocate(normalize_spec(spec))
+
+    def _allocate(self, spec: dict[str, FieldSpec]) -> None:
+        self.spec = spec
+        # np.empty leaves pages untouched until written, so a large, mostly empty
+        # buffer costs no resident memory.
+        self.columns = {k: np.empty((self.capacity, *f.shape), f.dtype) for k, f in spec.items()}
+
+    def __len__(self) -> int:
+        return min(self.next_serial, self.capacity)
+
+    @property
+    def cursor(self) -> int:
+        """Slot the next item goes to."""
+        return self.next_serial % self.capacity
+
+    def validate(self, batch: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+        """Check ``batch`` (allocating columns from it on first use); return arrays, size."""
+        if self.spec is None:
+            spec = infer_spec(batch)
+            arrays, n = check_batch(spec, batch)
+            self._allocate(spec)
+            return arrays, n
+        return check_batch(self.spec, batch)
+
+    def write(self, arrays: Mapping[str, np.ndarray], n: int) -> tuple[int, int]:
+        """Write ``n`` validated rows; return ``(first_serial, n_written)``.
+
+        When ``n`` exceeds the capacity only the newest ``capacity`` rows survive,
+        exactly as if they had been added one at a time.
+        """
+        first = self.next_serial
+        if n == 0:
+            return first, 0
+        skip = max(0, n - self.capacity)
+        m = n - skip
+        start = (first + skip) % self.capacity
+        end = start + m
+        if end <= self.capacity:
+            for name, col in self.columns.items():
+                col[start:end] = arrays[name][skip:] if skip else arrays[name]
+            self.serials[start:end] = np.arange(first + skip, first + n)
+        else:
+            k = self.capacity - start
+            for name, col in self.columns.items():
+                src = arrays[name]
+                col[start:] = src[skip : skip + k]
+                col[: end - self.capacity] = src[skip + k :]
+            serials = np.arange(first + skip, first + n)
+            self.serials[start:] = serials[:k]
+            self.serials[: end - self.capacity] = serials[k:]
+        self.next_serial = first + n
+        return first + skip, m
+
+    def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """Fresh arrays holding the rows at ``slots`` (the caller owns them)."""
+        # np.take on axis 0 copies whole rows with one memcpy each; mode="clip"
+        # skips the per-element bounds check (slots are valid by construction).
+        return {k: np.take(col, slots, axis=0, mode="clip") for k, col in self.columns.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        n = len(self)
+        return {
+            "capacity": self.capacity,
+            "next_serial": self.next_serial,
+            "spec": None
+            if self.spec is None
+            else {k: (list(f.shape), f.dtype.str) for k, f in self.spec.items()},
+            # Only the filled prefix is saved: a fresh buffer holds garbage beyond it.
+            "columns": {k: col[:n] for k, col in self.columns.items()},
+            "serials": self.serials[:n],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(
+                f"state has capacity {state['capacity']}, this storage has {self.capacity}"
+            )
+        spec = state["spec"]
+        if spec is None:
+            self.spec, self.columns = None, {}
+        else:
+            self._allocate({k: FieldSpec(tuple(s), np.dtype(d)) for k, (s, d) in spec.items()})
+        n = min(int(state["next_serial"]), self.capacity)
+        for k, col in self.columns.items():
+            col[:n] = np.asarray(state["columns"][k])
+        self.serials[:] = -1
+        self.serials[:n] = np.asarray(state["serials"])
+        self.next_serial = int(state["next_serial"])
