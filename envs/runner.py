@@ -63,18 +63,15 @@ class EnvRunner:
             obs_space, (spaces.Dict, spaces.Tuple)
         )
         self._act_space = act_space
-        # Discrete actions go to envs as Python ints: ``tolist`` converts the whole slice
-        # in one call, far cheaper than K numpy scalar extractions.
-        self._act_as_list = isinstance(act_space, spaces.Discrete)
         self._act_composite = isinstance(act_space, (spaces.Dict, spaces.Tuple))
 
     # -- actions ---------------------------------------------------------------------
     def _actions(self) -> list[Any]:
-        if self._act_as_list:
-            return self.act[0].tolist()
         if not self._act_composite:
             # One copy of the slice: the env may keep its action while the parent
-            # overwrites shared memory for the next step.
+            # overwrites shared memory for the next step. Discrete actions stay numpy
+            # int64 scalars (as gymnasium hands them over): measured faster than
+            # Python ints, because Discrete.contains builds an np.iinfo for an int.
             return list(self.act[0].copy())
         leaves = [a.copy() for a in self.act]
         return [
@@ -88,6 +85,21 @@ class EnvRunner:
             for arr, value in zip(self.obs, self._flatten_obs(obs)):
                 arr[j] = value
 
+    def _write_all_obs(self, observations: list[Any]) -> None:
+        if self._single_obs:
+            try:
+                # One numpy call for the whole slice beats K item assignments.
+                self.obs[0][:] = observations
+                return
+            except (ValueError, TypeError):
+                pass  # a malformed observation: find it below and name its env
+        j = 0
+        try:
+            for j, obs in enumerate(observations):
+                self._write_obs(j, obs)
+        except Exception as exc:
+            raise EnvFailure(j, traceback.format_exc()) from exc
+
     # -- stepping ----------------------------------------------------------------------
     def step(self) -> list[InfoRecord]:
         """Step every env once (autoresetting per mode); returns the non-empty infos."""
@@ -97,25 +109,25 @@ class EnvRunner:
         rewards = [0.0] * len(envs)
         terms = [False] * len(envs)
         truncs = [False] * len(envs)
+        observations: list[Any] = [None] * len(envs)
         infos: list[InfoRecord] = []
         j = 0
         try:
             for j, env in enumerate(envs):
                 if auto[j]:
-                    obs, info = env.reset()
+                    observations[j], info = env.reset()
                 else:
-                    obs, rewards[j], terms[j], truncs[j], info = env.step(actions[j])
+                    observations[j], rewards[j], terms[j], truncs[j], info = env.step(actions[j])
                     if self.same_step and (terms[j] or truncs[j]):
-                        final = {"final_obs": obs, "final_info": info}
-                        obs, reset_info = env.reset()
+                        final = {"final_obs": observations[j], "final_info": info}
+                        observations[j], reset_info = env.reset()
                         infos.append((j, final, reset_info))
-                        self._write_obs(j, obs)
                         continue
-                self._write_obs(j, obs)
                 if info:
                     infos.append((j, info, None))
         except Exception as exc:  # reported to the parent with the env's index
             raise EnvFailure(j, traceback.format_exc()) from exc
+        self._write_all_obs(observations)
         # Batched writes: one numpy assignment per array instead of one per env.
         self.reward[:] = rewards
         self.terminated[:] = terms

@@ -16,11 +16,14 @@ whose envs were reset and are flagged in ``infos['env_restarted']``.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import sys
 import time
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
@@ -53,6 +56,25 @@ def split_envs(num_envs: int, groups: int) -> list[tuple[int, int]]:
         out.append((lo, hi))
         lo = hi
     return out
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start a spawn/forkserver child without re-importing the parent's ``__main__``.
+
+    The env factories travel by value (cloudpickle), so the worker never needs the
+    main module; importing it would cost seconds when it imports torch, and would
+    require the ``if __name__ == "__main__"`` guard in every user script.
+    multiprocessing decides what to import from ``sys.modules['__main__']`` while
+    ``Process.start`` runs, so a bare stand-in is shown for that moment.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 class _Pending:
@@ -188,7 +210,8 @@ class SubprocVectorEnv(BatchVectorEnv):
             name=f"rlpar-env-worker-{w}",
             daemon=True,
         )
-        proc.start()
+        with _main_module_hidden():
+            proc.start()
         child_end.close()  # so the parent sees EOF when the worker dies
         self._procs[w], self._conns[w] = proc, parent_end
 
