@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import multiprocessing.connection
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -100,13 +101,39 @@ class Process:
         """Wait for the child (up to ``timeout``), then raise if it failed."""
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-        self._process.join(timeout)
+        self.wait(timeout)
         self.watch()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the child to end without raising; True if it has ended."""
-        self._process.join(timeout)
-        return self._process.exitcode is not None
+        """Wait for the child to end without raising; True if it has ended.
+
+        The report is read while waiting: a report larger than the pipe buffer
+        would otherwise block the child in ``send`` and the parent in ``join``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._process.exitcode is None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            handles: list[Any] = [self._process.sentinel]
+            if self._report is None and not self._reader.closed:
+                handles.append(self._reader)
+            ready = multiprocessing.connection.wait(handles, remaining)
+            if self._reader in ready:
+                self._read_report()
+                if self._report is None:  # EOF without report: the child is ending
+                    self._process.join(remaining)
+        if self._process.exitcode is not None:
+            self._process.join()  # reap
+            return True
+        return False
+
+    def wait_handles(self) -> list[Any]:
+        """Handles that become ready when the child reports or ends (``connection.wait``)."""
+        handles: list[Any] = [self._process.sentinel]
+        if self._report is None and not self._reader.closed:
+            handles.append(self._reader)
+        return handles
 
     def is_alive(self) -> bool:
         return self._process.is_alive()
@@ -137,7 +164,7 @@ class Process:
                 if self._reader.poll(0):
                     self._report = self._reader.recv()
             except (EOFError, OSError):
-                pass
+                self._reader.close()  # the child ended without a report
 
     def watch(self) -> None:
         """Raise if the child failed; return normally if it runs or succeeded.

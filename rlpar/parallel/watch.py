@@ -12,7 +12,7 @@ from rlpar.parallel.thread import Thread
 Child = Thread | Process
 
 # Threads have no OS handle to wait on, so when threads are watched the wait is
-# sliced; processes alone are waited on through their sentinels with no polling.
+# sliced; processes alone are waited on through their handles with no polling.
 _THREAD_POLL_S = 0.02
 
 
@@ -60,8 +60,9 @@ def watch_all(
         if remaining is not None and remaining <= 0:
             names = ", ".join(c.name for c in running)
             raise TimeoutError(f"children still running after {timeout} s: {names}")
-        processes = [c.sentinel for c in running if isinstance(c, Process)]
-        if len(processes) < len(running):
+        # Readers wake us on a report, so a failure is raised before the child exits.
+        processes = [h for c in running if isinstance(c, Process) for h in c.wait_handles()]
+        if any(isinstance(c, Thread) for c in running):
             slice_s = _THREAD_POLL_S if remaining is None else min(_THREAD_POLL_S, remaining)
         else:
             slice_s = remaining

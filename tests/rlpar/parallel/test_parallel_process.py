@@ -115,3 +115,15 @@ def test_child_may_start_its_own_child_and_errors_nest() -> None:
     # The grandchild's traceback travels inside the child's error text.
     assert "grandchild_fails" in info.value.child_traceback
     assert "deep down" in info.value.child_traceback
+
+
+@pytest.mark.timeout(20)
+def test_huge_error_report_does_not_deadlock_join() -> None:
+    def fails_loudly() -> None:
+        raise ValueError("x" * 300_000)  # far larger than a pipe buffer
+
+    child = Process(target=fails_loudly, start_method=FAST)
+    child.start()
+    with pytest.raises(ChildError, match="fails_loudly|ValueError") as info:
+        child.join(15)
+    assert "fails_loudly" in info.value.child_traceback and not child.is_alive()
