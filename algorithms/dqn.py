@@ -103,11 +103,23 @@ class DQN(Algorithm):
         self.num_actions = int(num_actions)
         self.network = network.to(self.device)
         self.target_network = copy.deepcopy(self.network).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.lr,
-                                          eps=self.config.adam_eps)
+        self._optimizer: torch.optim.Optimizer | None = None
         self.epsilon = 0.0  # exploration rate used by act(explore=True)
         self.updates = 0
         self._rng = np.random.default_rng(seed)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam, built on first use: actors never need one, and building one imports
+        torch._dynamo, which costs seconds per process."""
+        if self._optimizer is None:
+            self._optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.lr,
+                                               eps=self.config.adam_eps)
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
 
     # ---- acting -------------------------------------------------------------
 

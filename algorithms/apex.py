@@ -1,0 +1,329 @@
+"""Ape-X DQN: many epsilon-greedy actors feed one prioritized replay; one learner.
+
+Horgan et al. 2018, "Distributed Prioritized Experience Replay" (ICLR,
+arXiv:1803.00933). Actor ``i`` of ``N`` explores with
+
+    eps_i = eps ** (1 + i / (N - 1) * alpha)        (eps = 0.4, alpha = 7)
+
+assembles n-step transitions locally, computes their *initial* priorities from its
+own Q estimates (so new data is not sampled blindly), adds them to the replay and
+now and then pulls the learner's newest parameters. The learner samples
+prioritized batches, updates a :class:`~algorithms.dqn.DQN`, sends the new
+priorities back and publishes its parameters every ``push_every`` updates.
+
+:class:`ApexActor` and :class:`ApexLearner` only see a
+:class:`~rlpar.protocols.Buffer` and a :class:`~rlpar.protocols.ParameterStore`:
+with in-memory parts they run in one process (:class:`DQNApex`, used by tests);
+with RPC accessors the same objects run in separate processes
+(``experiments/apex.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from algorithms.base import as_tensor
+from algorithms.dqn import DQN
+from rlpar.protocols import Buffer, ParameterStore
+
+
+def actor_epsilon(index: int, num_actors: int, *, eps: float = 0.4, alpha: float = 7.0) -> float:
+    """Ape-X's per-actor exploration rate; a single actor uses ``eps``."""
+    if num_actors < 1 or not 0 <= index < num_actors:
+        raise ValueError(f"actor index must be in [0, {num_actors}), got {index}")
+    if num_actors == 1:
+        return eps
+    return eps ** (1.0 + index / (num_actors - 1) * alpha)
+
+
+@dataclasses.dataclass
+class ApexConfig:
+    """Ape-X hyperparameters besides the DQN ones (see :class:`~algorithms.dqn.DQNConfig`)."""
+
+    n_step: int = 3
+    batch_size: int = 128
+    learning_starts: int = 1000  # replay size before the learner starts
+    push_every: int = 8  # learner updates between parameter publications
+    pull_every: int = 64  # actor env steps between parameter pulls
+    add_every: int = 16  # actor vector steps buffered before one add (with priorities)
+    eps: float = 0.4
+    eps_alpha: float = 7.0
+
+    def validate(self) -> None:
+        for name in ("n_step", "batch_size", "push_every", "pull_every", "add_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if not 0.0 <= self.eps <= 1.0:
+            raise ValueError(f"eps must be in [0, 1], got {self.eps}")
+        if self.eps_alpha < 0:
+            raise ValueError(f"eps_alpha must be >= 0, got {self.eps_alpha}")
+
+
+class ApexActor:
+    """One Ape-X actor on a gymnasium ``VectorEnv`` in same-step autoreset mode
+    (the true last observation of an episode is in ``infos["final_obs"]``)."""
+
+    def __init__(
+        self,
+        *,
+        dqn: DQN,
+        env: Any,
+        buffer: Buffer,
+        params: ParameterStore,
+        index: int,
+        num_actors: int,
+        config: ApexConfig,
+        seed: int | None = None,
+    ) -> None:
+        NStepAssembler = _n_step_assembler()
+        config.validate()
+        self.dqn, self.env, self.buffer, self.params, self.config = dqn, env, buffer, params, config
+        self.index = index
+        self.dqn.epsilon = actor_epsilon(index, num_actors, eps=config.eps, alpha=config.eps_alpha)
+        self.assembler = NStepAssembler(num_envs=env.num_envs, n=config.n_step, gamma=dqn.config.gamma)
+        self.version = -1
+        self.env_steps = 0
+        self.transitions_added = 0
+        self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by callers
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._steps_since_pull = 0
+        self._obs, _ = env.reset(seed=seed)
+        self._returns = np.zeros(env.num_envs)
+        self._lengths = np.zeros(env.num_envs, dtype=np.int64)
+
+    def step(self) -> int:
+        """One vector step of every env; returns the number of env steps taken."""
+        obs = self._obs
+        action = self.dqn.act(obs, explore=True)
+        next_obs, reward, terminated, truncated, infos = self.env.step(action)
+        done = np.logical_or(terminated, truncated)
+        true_next = next_obs
+        if done.any() and "final_obs" in infos:
+            true_next = np.array(next_obs, copy=True)
+            for i in np.flatnonzero(infos["_final_obs"]):
+                true_next[i] = infos["final_obs"][i]
+        completed = self.assembler.step(obs=obs, action=action, reward=reward, next_obs=true_next,
+                                        terminated=terminated, truncated=truncated)
+        if completed and len(completed["reward"]) > 0:
+            self._pending.append(completed)
+        self._track_episodes(reward, done)
+        self._obs = next_obs
+        n = self.env.num_envs
+        self.env_steps += n
+        self._steps_since_pull += n
+        if len(self._pending) >= self.config.add_every:
+            self.flush()
+        if self._steps_since_pull >= self.config.pull_every:
+            self.sync()
+        return n
+
+    def _track_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
+        self._returns += reward
+        self._lengths += 1
+        for i in np.flatnonzero(done):
+            self.finished_episodes.append((float(self._returns[i]), int(self._lengths[i])))
+            self._returns[i] = 0.0
+            self._lengths[i] = 0
+
+    def flush(self) -> None:
+        """Add the buffered transitions with priorities from this actor's Q estimates."""
+        if not self._pending:
+            return
+        batch = {k: np.concatenate([p[k] for p in self._pending]) for k in self._pending[0]}
+        self._pending.clear()
+        priorities = self.initial_priorities(batch)
+        self.buffer.add(batch, priorities)
+        self.transitions_added += len(priorities)
+
+    @torch.no_grad()
+    def initial_priorities(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """``|n-step return + discount * max_a Q(next_obs, a) - Q(obs, action)|`` (Ape-X sec. 3)."""
+        device = self.dqn.device
+        q = self.dqn.network(as_tensor(batch["obs"], device))
+        q_taken = q.gather(-1, as_tensor(batch["action"], device).long().view(-1, 1)).squeeze(-1)
+        next_value = self.dqn.network(as_tensor(batch["next_obs"], device)).max(dim=-1).values
+        not_done = 1.0 - as_tensor(batch["terminated"], device).float()
+        target = as_tensor(batch["reward"], device).float() + as_tensor(batch["discount"], device).float() * not_done * next_value
+        return (target - q_taken).abs().double().cpu().numpy() + self.dqn.config.priority_eps
+
+    def sync(self) -> bool:
+        """Load the learner's parameters if a newer version exists; True if loaded."""
+        self._steps_since_pull = 0
+        pulled = self.params.pull(newer_than=self.version)
+        if pulled is None:
+            return False
+        state, self.version = pulled
+        self.dqn.load_policy_state(state)
+        return True
+
+
+class ApexLearner:
+    """The Ape-X learner: prioritized batches in, new priorities and parameters out."""
+
+    def __init__(self, *, dqn: DQN, buffer: Buffer, params: ParameterStore, config: ApexConfig) -> None:
+        config.validate()
+        self.dqn, self.buffer, self.params, self.config = dqn, buffer, params, config
+        self.sample_seconds = 0.0  # time spent obtaining batches (waiting for data)
+        self.update_seconds = 0.0
+        self.publish()  # version 0, so actors act with the learner's initial weights
+
+    @property
+    def updates(self) -> int:
+        return self.dqn.updates
+
+    def ready(self) -> bool:
+        return len(self.buffer) >= max(self.config.learning_starts, self.config.batch_size)
+
+    def step(self) -> dict[str, Any]:
+        """One update; returns the DQN's metrics (``priorities`` already sent back)."""
+        t0 = time.perf_counter()
+        sample = self.buffer.sample(self.config.batch_size)
+        t1 = time.perf_counter()
+        batch = dict(sample.batch)
+        batch["weights"] = sample.weights
+        metrics = self.dqn.update(batch)
+        priorities = metrics.pop("priorities")
+        self.buffer.update_priorities(sample.indices, priorities)
+        metrics["priority_mean"] = float(priorities.mean())
+        metrics["priority_max"] = float(priorities.max())
+        metrics["weight_min"] = float(np.min(sample.weights))
+        if self.dqn.updates % self.config.push_every == 0:
+            self.publish()
+        self.sample_seconds += t1 - t0
+        self.update_seconds += time.perf_counter() - t1
+        return metrics
+
+    def publish(self) -> int:
+        """Push the online network; its version is the learner's update count."""
+        return self.params.push(self.dqn.policy_state(), version=self.dqn.updates)
+
+
+class DQNApex:
+    """Ape-X in one process: actors and learner share in-memory parts and take
+    turns, ``updates_per_step`` learner updates per env step (deterministic given
+    seeds). The distributed run uses the same :class:`ApexActor`/:class:`ApexLearner`."""
+
+    def __init__(self, *, actors: Sequence[ApexActor], learner: ApexLearner,
+                 updates_per_step: float = 0.25) -> None:
+        if not actors:
+            raise ValueError("DQNApex needs at least one actor")
+        if updates_per_step <= 0:
+            raise ValueError(f"updates_per_step must be positive, got {updates_per_step}")
+        self.actors, self.learner, self.updates_per_step = list(actors), learner, updates_per_step
+        self._update_credit = 0.0
+
+    @classmethod
+    def local(
+        cls,
+        *,
+        make_dqn: Callable[[], DQN],
+        make_env: Callable[[int], Any],
+        num_actors: int,
+        config: ApexConfig,
+        capacity: int = 50_000,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        updates_per_step: float = 0.25,
+        seed: int = 0,
+    ) -> DQNApex:
+        """Wire actors and a learner around a local prioritized replay and model store."""
+        from rlpar.buffers import PrioritizedReplayBuffer
+        from rlpar.servers.model import ModelStore
+
+        buffer = PrioritizedReplayBuffer(capacity=capacity, alpha=alpha, beta=beta, seed=seed)
+        params = ModelStore()
+        learner = ApexLearner(dqn=make_dqn(), buffer=buffer, params=params, config=config)
+        actors = []
+        for i in range(num_actors):
+            actor = ApexActor(dqn=make_dqn(), env=make_env(i), buffer=buffer, params=params,
+                              index=i, num_actors=num_actors, config=config, seed=seed + 1000 * i)
+            actor.sync()
+            actors.append(actor)
+        return cls(actors=actors, learner=learner, updates_per_step=updates_per_step)
+
+    @property
+    def env_steps(self) -> int:
+        return sum(actor.env_steps for actor in self.actors)
+
+    def run(self, *, env_steps: int, stop: Callable[[], bool] | None = None,
+            check_every: int = 1000) -> int:
+        """Step until ``env_steps`` more env steps are taken or ``stop()`` is true
+        (asked every ``check_every`` env steps); returns env steps taken."""
+        start = self.env_steps
+        next_check = start + check_every
+        while self.env_steps - start < env_steps:
+            for actor in self.actors:
+                steps = actor.step()
+                if self.learner.ready():
+                    self._update_credit += steps * self.updates_per_step
+                    while self._update_credit >= 1.0:
+                        self.learner.step()
+                        self._update_credit -= 1.0
+            if stop is not None and self.env_steps >= next_check:
+                next_check = self.env_steps + check_every
+                if stop():
+                    break
+        return self.env_steps - start
+
+
+def evaluate(dqn: DQN, env: Any, *, episodes: int, seed: int | None = None) -> np.ndarray:
+    """Returns of ``episodes`` greedy episodes on a vector env with ``episodes`` envs
+    (each env's first episode, so short episodes are not over-represented)."""
+    if env.num_envs != episodes:
+        raise ValueError(f"evaluate needs a vector env with {episodes} envs, got {env.num_envs}")
+    obs, _ = env.reset(seed=seed)
+    returns = np.zeros(episodes)
+    running = np.ones(episodes, dtype=bool)
+    while running.any():
+        obs, reward, terminated, truncated, _ = env.step(dqn.act(obs, explore=False))
+        returns += reward * running
+        running &= ~np.logical_or(terminated, truncated)
+    return returns
+
+
+def _n_step_assembler():
+    try:
+        from rlpar.buffers import NStepAssembler
+    except ImportError:  # TEMPORARY until rlpar.buffers ships it
+        return _NStep
+    return NStepAssembler
+
+
+class _NStep:
+    def __init__(self, *, num_envs: int, n: int, gamma: float) -> None:
+        from collections import deque
+
+        self.n, self.gamma = n, gamma
+        self.pending = [deque() for _ in range(num_envs)]
+
+    def step(self, *, obs, action, reward, next_obs, terminated, truncated):
+        out = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "discount")}
+
+        def emit(q, nxt, term):
+            ret = sum(r * self.gamma**j for j, (_, _, r) in enumerate(q))
+            o, a, _ = q[0]
+            for key, value in zip(out, (o, a, ret, nxt, float(term), self.gamma ** len(q))):
+                out[key].append(value)
+            q.popleft()
+
+        for i, q in enumerate(self.pending):
+            q.append((obs[i], action[i], float(reward[i])))
+            if terminated[i] or truncated[i]:
+                while q:
+                    emit(q, next_obs[i], terminated[i])
+            elif len(q) == self.n:
+                emit(q, next_obs[i], False)
+        if not out["obs"]:
+            return {}
+        return {"obs": np.stack(out["obs"]), "action": np.asarray(out["action"]),
+                "reward": np.asarray(out["reward"], np.float32), "next_obs": np.stack(out["next_obs"]),
+                "terminated": np.asarray(out["terminated"], np.float32),
+                "discount": np.asarray(out["discount"], np.float32)}

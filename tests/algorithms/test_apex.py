@@ -1,0 +1,122 @@
+"""Ape-X in one process with local parts: epsilon schedule, actor/learner plumbing,
+and a run that learns a trivially learnable task."""
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from algorithms.apex import ApexActor, ApexConfig, ApexLearner, DQNApex, actor_epsilon, evaluate
+from algorithms.dqn import DQN, DQNConfig
+from algorithms.nets import q_network
+from envs.testing import CountingEnv
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny tensors on a shared 2-core box: more threads only add contention.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_epsilon_schedule_matches_the_paper():
+    n = 8
+    eps = [actor_epsilon(i, n) for i in range(n)]
+    assert eps[0] == pytest.approx(0.4)
+    assert eps[-1] == pytest.approx(0.4**8)
+    assert eps[3] == pytest.approx(0.4 ** (1 + 3 / 7 * 7))
+    assert all(a > b for a, b in zip(eps, eps[1:]))
+    assert actor_epsilon(0, 1) == pytest.approx(0.4)
+    assert actor_epsilon(1, 2, eps=0.5, alpha=1.0) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="index"):
+        actor_epsilon(3, 3)
+
+
+@pytest.mark.parametrize("field", ["n_step", "batch_size", "push_every"])
+def test_invalid_apex_config(field):
+    with pytest.raises(ValueError, match=field):
+        ApexConfig(**{field: 0}).validate()
+
+
+def parity_env(num_envs=2, length=8):
+    # Reward 1 when action == step parity: the optimal return is `length`.
+    return SyncVectorEnv([lambda: CountingEnv(episode_length=length)] * num_envs,
+                         autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def make_dqn(seed=0, **config):
+    torch.manual_seed(seed)
+    cfg = DQNConfig(gamma=0.5, lr=3e-3, target_update_interval=50, **config)
+    # The parity of the counter is easy to read off a one-hot-ish feature; an MLP
+    # on the raw count also works but slower.
+    net = torch.nn.Sequential(Parity(), q_network((2,), 2, hidden=(16,), dueling=True))
+    return DQN(network=net, num_actions=2, config=cfg, seed=seed)
+
+
+class Parity(torch.nn.Module):
+    def forward(self, x):
+        p = torch.remainder(x.float(), 2.0)
+        return torch.cat([p, 1 - p], dim=-1)
+
+
+def test_one_process_apex_learns_the_parity_task():
+    config = ApexConfig(n_step=2, batch_size=32, learning_starts=64, push_every=4, pull_every=8,
+                        add_every=2)
+    apex = DQNApex.local(make_dqn=make_dqn, make_env=lambda i: parity_env(), num_actors=2,
+                         config=config, capacity=2000, updates_per_step=0.5, seed=1)
+    greedy = make_dqn()
+
+    def solved():
+        state, _ = apex.learner.params.pull()
+        greedy.load_policy_state(state)
+        return evaluate(greedy, parity_env(4), episodes=4).mean() >= 8.0
+
+    apex.run(env_steps=6000, stop=solved, check_every=200)
+    assert solved(), "greedy policy did not reach the optimal return 8"
+    assert apex.learner.updates > 0
+    assert apex.actors[0].version > 0 and apex.actors[1].version > 0  # parameters flowed
+    assert len(apex.learner.buffer) == sum(a.transitions_added for a in apex.actors)
+
+
+def test_actor_adds_n_step_transitions_with_its_own_priorities():
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.servers import ModelStore
+
+    buffer = PrioritizedReplayBuffer(capacity=100, seed=0)
+    store = ModelStore()
+    dqn = make_dqn()
+    learner = ApexLearner(dqn=make_dqn(), buffer=buffer, params=store,
+                          config=ApexConfig(batch_size=4, learning_starts=8))
+    actor = ApexActor(dqn=dqn, env=parity_env(num_envs=1, length=4), buffer=buffer, params=store,
+                      index=1, num_actors=2, config=ApexConfig(n_step=2, add_every=1, pull_every=1000))
+    assert actor.dqn.epsilon == pytest.approx(0.4**8)
+    assert actor.sync() and actor.version == 0  # the learner published version 0
+    for _ in range(4):
+        actor.step()
+    # 4 steps of a length-4 episode with n=2: 3 full transitions + the terminal tail.
+    assert len(buffer) == actor.transitions_added == 4
+    sample = buffer.sample(4)
+    assert set(sample.batch) >= {"obs", "action", "reward", "next_obs", "terminated", "discount"}
+    assert actor.finished_episodes and actor.finished_episodes[0][1] == 4
+    before = buffer.max_priority
+    learner.step()
+    assert learner.updates == 1
+    assert buffer.max_priority >= before  # learner sent priorities back
+
+
+def test_learner_publishes_every_push_every_updates():
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.servers import ModelStore
+
+    buffer, store = PrioritizedReplayBuffer(capacity=100, seed=0), ModelStore()
+    learner = ApexLearner(dqn=make_dqn(), buffer=buffer, params=store,
+                          config=ApexConfig(batch_size=4, learning_starts=4, push_every=3))
+    buffer.add({"obs": np.arange(8, dtype=np.float32)[:, None], "action": np.zeros(8, np.int64),
+                "reward": np.ones(8, np.float32), "next_obs": np.ones((8, 1), np.float32),
+                "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.25, np.float32)})
+    assert learner.ready()
+    for _ in range(5):
+        learner.step()
+    assert store.version == 3
