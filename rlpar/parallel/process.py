@@ -62,6 +62,10 @@ class Process:
 
     ``start_method`` is ``"spawn"`` (default: safe with threads and CUDA),
     ``"forkserver"`` (fast children from a clean server) or ``"fork"``.
+    Arguments are pickled with multiprocessing's reducers, so (as with
+    ``torch.multiprocessing``) a CPU tensor argument is moved to shared memory and
+    the child's in-place writes are visible to the parent; queues, pipes and events
+    may be passed as arguments.
     Not daemonic by default, so the child may start processes of its own (env
     workers, pools); pass ``daemon=True`` to have it killed when the parent exits.
     """
