@@ -16,6 +16,7 @@ import ipaddress
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -175,8 +176,11 @@ class World:
             rpc_timeout=self.rpc_timeout,
             num_worker_threads=num_worker_threads,
         )
-        rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
-                     rpc_backend_options=options)
+        with warnings.catch_warnings():
+            # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
+            warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
+            rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
+                         rpc_backend_options=options)
         self._alive = True
         try:
             # Service names live in the rendezvous store, not in a registry of our own.
