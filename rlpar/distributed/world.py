@@ -63,7 +63,14 @@ class World:
 
     Every rank constructs a World with the same ``master_addr``/``master_port``; rank 0
     hosts the rendezvous store there (or torchrun's agent does). Construction blocks
-    until all ranks have joined (or ``rpc_timeout`` passes).
+    until all ranks have joined (or ``rpc_timeout`` passes). One World per process at a
+    time; use it as a context manager or call :meth:`shutdown`.
+
+    ``device_maps`` (peer name -> {local device: peer device}) lets RPC carry CUDA
+    tensors directly between GPUs (TensorPipe); without it send CPU tensors.
+    Threads: the World does not change torch's intra-op thread count; roles should
+    (``torch.set_num_threads(1)`` for actors), and :func:`launch` sets
+    OMP_NUM_THREADS=1 in its ranks as torchrun does.
     """
 
     def __init__(
@@ -78,6 +85,8 @@ class World:
         listen_address: str = "127.0.0.1",
         num_worker_threads: int = 16,
         process_group_backend: str | None = None,
+        local_rank: int | None = None,
+        device_maps: dict[str, dict] | None = None,
     ) -> None:
         for arg, value in (("rank", rank), ("world_size", world_size), ("master_port", master_port),
                            ("num_worker_threads", num_worker_threads)):
@@ -102,6 +111,10 @@ class World:
 
         self.rank = rank
         self.world_size = world_size
+        # Index of this process among the ranks on its machine (torchrun's LOCAL_RANK):
+        # the usual choice of CUDA device.
+        self.local_rank = rank if local_rank is None else int(local_rank)
+        self._device_maps = device_maps
         self.name = name
         self.master_addr = master_addr
         self.master_port = master_port
@@ -137,10 +150,11 @@ class World:
         listen_address: str | None = None,
         num_worker_threads: int = 16,
         process_group_backend: str | None = None,
+        device_maps: dict[str, dict] | None = None,
     ) -> World:
         """Join the world described by torchrun's (or :func:`launch`'s) environment.
 
-        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT. ``listen_address`` defaults
+        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK. ``listen_address`` defaults
         to $RLPAR_LISTEN_ADDRESS, else 127.0.0.1 (multi-node runs must set one).
         """
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -162,6 +176,8 @@ class World:
             listen_address=listen_address,
             num_worker_threads=num_worker_threads,
             process_group_backend=process_group_backend,
+            local_rank=int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+            device_maps=device_maps,
         )
 
     # ------------------------------------------------------------------ setup
@@ -175,6 +191,7 @@ class World:
             init_method=rpc_init_method(raw, self.rank, self.world_size),
             rpc_timeout=self.rpc_timeout,
             num_worker_threads=num_worker_threads,
+            device_maps=self._device_maps,
         )
         with warnings.catch_warnings():
             # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.

@@ -17,6 +17,11 @@ def square(x):
     return x * x
 
 
+def slow(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
 def fail_with_key_error(x):
     raise KeyError(f"missing thing {x}")
 
@@ -44,6 +49,7 @@ def rpc_roundtrips():
         if world.rank == 1:
             g.register("square", square)
             g.register("fail", fail_with_key_error)
+            g.register("slow", slow)
             out["dup"] = _caught(g.register, "square", square)
             g.pair("weights", torch.arange(4.0))
         g.barrier(timeout=20)
@@ -67,6 +73,11 @@ def rpc_roundtrips():
             out["is_registered"] = (g.is_registered("square"), g.is_registered("nobody"))
             out["paired"] = g.get_paired("weights").to_here().tolist()
             out["paired_missing"] = _caught(g.get_paired, "nothing")
+            start = time.monotonic()
+            out["silent"] = _caught(g.call, "slow", 3.0, timeout=0.5)
+            out["silent_async"] = _caught(lambda: g.call_async("slow", 3.0, timeout=0.5).wait())
+            out["silent_s"] = time.monotonic() - start
+            out["after_silent"] = g.call("square", 2)
         if world.rank == 2:
             other = world.create_rpc_group("helper", ["rank2"])
             other.register("use_group", use_group_remotely)
@@ -77,6 +88,8 @@ def rpc_roundtrips():
             out["conflict"] = _caught(world.create_rpc_group, "helper", ["rank0"])
         g.barrier(timeout=20)
         if world.rank == 1:
+            out["self_call"] = g.call("square", 6)
+            out["local_rank"] = world.local_rank
             g.deregister("square")
         g.barrier(timeout=20)
         if world.rank == 0:

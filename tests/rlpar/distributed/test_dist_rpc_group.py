@@ -37,6 +37,8 @@ def test_services_errors_pickling_pairs_and_barriers_across_three_ranks(three_ra
     assert r0["pickled"] == ("rank2", 25)
     assert r0["conflict"][0] == "ValueError"
     assert r0["after_deregister"][0] == "ServiceNotFound"
+    assert r1["self_call"] == 36  # a member may call a service it hosts itself
+    assert r1["local_rank"] == 1
     # Duplicate keys: from the host itself and from another member.
     assert r1["dup"][0] == "ValueError" and "'square'" in r1["dup"][1]
     assert r2["dup_other"][0] == "ValueError" and "rank1" in r2["dup_other"][1]
@@ -64,3 +66,14 @@ def test_every_listening_socket_is_on_loopback(three_ranks):
     for r in three_ranks:
         assert r["listening"], "each rank listens for RPC"
         assert {host for host, _ in r["listening"]} == {"127.0.0.1"}, r["listening"]
+
+
+@pytest.mark.timeout(30)
+def test_a_peer_that_does_not_answer_in_time_gives_peer_unavailable(three_ranks):
+    r0 = three_ranks[0]
+    for key in ("silent", "silent_async"):
+        kind, message = r0[key]
+        assert kind == "PeerUnavailable" and "rank1" in message and "timeout" in message
+    # Two calls bounded by their 0.5 s timeouts; ignoring them would take 2 x 3 s.
+    assert r0["silent_s"] < 5.0
+    assert r0["after_silent"] == 4  # the peer is still usable afterwards
