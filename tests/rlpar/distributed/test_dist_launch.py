@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-import launch_programs as programs
+import dist_launch_programs as programs
 import pytest
 
 from rlpar.distributed import launch

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-PROGRAM = Path(__file__).with_name("torchrun_program.py")
+PROGRAM = Path(__file__).with_name("dist_torchrun_program.py")
 
 
 @pytest.mark.timeout(120)
