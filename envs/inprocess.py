@@ -68,6 +68,7 @@ class InProcessVectorEnv(BatchVectorEnv):
             autoreset_mode=self.autoreset_mode,
         )
         self._all = slice(0, self.num_envs)
+        self._pending = False
 
     def _failed(self, failure: EnvFailure, what: str) -> ChildError:
         return ChildError(
@@ -94,7 +95,12 @@ class InProcessVectorEnv(BatchVectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         self._check_open()
+        if self._pending:
+            raise RuntimeError("step called while a step_async is pending; call step_wait first")
         self._write_actions(actions, self._all)
+        return self._step_written()
+
+    def _step_written(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         try:
             records = self._runner.step()
         except EnvFailure as failure:
@@ -102,6 +108,30 @@ class InProcessVectorEnv(BatchVectorEnv):
         obs, rew, term, trunc = self._gather(self._all)
         infos = self._merge({}, records, 0, self.num_envs) if records else {}
         return obs, rew, term, trunc, infos
+
+    # Same asynchronous interface as SubprocVectorEnv (one "worker" holding every env),
+    # so actor code can be written once; the stepping happens in step_wait.
+    num_workers = 1
+
+    def envs_of_worker(self, worker: int) -> range:
+        if worker != 0:
+            raise ValueError(f"worker index {worker} out of range 0..0")
+        return range(self.num_envs)
+
+    def step_async(self, actions: Any, *, workers: Sequence[int] | None = None) -> None:
+        self._check_open()
+        if workers is not None and list(workers) != [0]:
+            raise ValueError(f"InProcessVectorEnv has one worker (0), got workers={workers}")
+        if self._pending:
+            raise RuntimeError("a step_async is already pending; call step_wait first")
+        self._write_actions(actions, self._all)
+        self._pending = True
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        if not self._pending:
+            raise RuntimeError("step_wait called without a pending step_async")
+        self._pending = False
+        return self._step_written()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()

@@ -70,9 +70,16 @@ def _main_module_hidden() -> Iterator[None]:
     """
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
+    # A daemonic process (e.g. an actor started by a pool) may not start children;
+    # env workers are still tied to it: daemonic themselves, and they exit on EOF of
+    # their pipe when it dies.
+    config = mp.current_process()._config
+    daemon = config.get("daemon", False)
+    config["daemon"] = False
     try:
         yield
     finally:
+        config["daemon"] = daemon
         if main is not None:
             sys.modules["__main__"] = main
 
@@ -281,8 +288,14 @@ class SubprocVectorEnv(BatchVectorEnv):
                     raise self._died(w)
                 return self._decode(w, msg, what)
 
-    def _restart(self, w: int) -> None:
-        """Replace dead worker ``w`` and reset its envs (flagged as truncated)."""
+    def _send(self, w: int, data: bytes) -> None:
+        try:
+            self._conns[w].send_bytes(data)
+        except OSError:
+            pass  # the worker is dead: the next wait sees its sentinel and reports it
+
+    def _restart(self, w: int, *, reset: bool = True) -> None:
+        """Replace dead worker ``w``; with ``reset``, reset its envs (flagged as truncated)."""
         self.crash_count += 1
         self.worker_crashes[w] += 1
         try:
@@ -292,6 +305,8 @@ class SubprocVectorEnv(BatchVectorEnv):
         self._start(w)
         deadline = time.monotonic() + _START_TIMEOUT
         self._expect(w, deadline=deadline, what="restart")
+        if not reset:
+            return
         lo, hi = self.groups[w]
         self._conns[w].send_bytes(W.RESET + pickle.dumps(([None] * (hi - lo), None, None, True)))
         self._expect(w, deadline=deadline, what="reset after restart")
@@ -328,7 +343,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         self._write_actions(actions, rows)
         for w in ws:
             if w != self._local:
-                self._conns[w].send_bytes(W.STEP)
+                self._send(w, W.STEP)
         pending = _Pending(ws, rows)
         self._pending.append(pending)
         self._busy.update(ws)
@@ -402,7 +417,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         results: list[Any] = [None] * len(self.groups)
         remote = self._remote_workers()
         for w in remote:
-            self._conns[w].send_bytes(op + pickle.dumps(per_worker(w), protocol=5))
+            self._send(w, op + pickle.dumps(per_worker(w), protocol=5))
         error: ChildError | None = None
         if self._local is not None:
             try:
@@ -415,14 +430,20 @@ class SubprocVectorEnv(BatchVectorEnv):
                     child_traceback=failure.tb,
                 )
         waiting = set(remote)
+        retried: set[int] = set()
         while waiting:
             for w, msg in self._recv_any(waiting, None):
                 waiting.discard(w)
                 if msg is None:
                     died = self._died(w)
-                    if self.restart_on_crash:
-                        self._restart(w)
-                    else:
+                    if self.restart_on_crash and w not in retried:
+                        # Replace the worker and repeat the command on it, once.
+                        self._restart(w, reset=op != W.RESET)
+                        retried.add(w)
+                        self._send(w, op + pickle.dumps(per_worker(w), protocol=5))
+                        waiting.add(w)
+                        continue
+                    if not self.restart_on_crash:
                         self._broken = str(died)
                     error = error or died
                     continue

@@ -190,3 +190,44 @@ def test_env_factory_failure_in_worker_is_reported():
     with pytest.raises(ChildError, match="failed in start") as err:
         SubprocVectorEnv([partial(CountingEnv), broken], num_workers=2)
     assert "no such ROM" in err.value.child_traceback
+
+
+def _start_in_daemon(queue):
+    venv = SubprocVectorEnv([partial(CountingEnv)] * 2, num_workers=2, step_in_parent=False)
+    venv.reset(seed=0)
+    obs, *_ = venv.step(np.zeros(2, dtype=np.int64))
+    venv.close()
+    queue.put(obs[:, 0].tolist())
+
+
+@pytest.mark.timeout(60)
+def test_works_inside_a_daemonic_process():
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_start_in_daemon, args=(queue,), daemon=True)
+    proc.start()
+    try:
+        assert queue.get(timeout=50) == [1, 1]
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+@pytest.mark.timeout(40)
+def test_restart_on_crash_during_reset_repeats_the_reset_once():
+    venv = SubprocVectorEnv(
+        fns(1, fail_at=1, fail_in="reset", fail_mode="kill"),
+        num_workers=2,
+        step_in_parent=False,
+        restart_on_crash=True,
+    )
+    try:
+        venv.reset(seed=0)  # first reset fine; the second kills worker 0
+        obs, _ = venv.reset(seed=0)  # restarted worker's fresh env resets fine
+        assert obs[:, 0].tolist() == [0, 0, 0, 0] and venv.crash_count == 1
+    finally:
+        venv.close()

@@ -223,3 +223,21 @@ def test_make_vector_env_ids_factories_and_typos():
         make_vector_env("CartPole-v1", num_envs=0)
     with pytest.raises(ValueError, match="autoreset_mode"):
         make_vector_env("CartPole-v1", num_envs=1, num_workers=0, autoreset_mode="sometimes")
+
+
+def test_inprocess_async_interface_matches_subproc():
+    venv = InProcessVectorEnv([partial(CountingEnv)] * 2)
+    try:
+        venv.reset(seed=0)
+        assert venv.num_workers == 1 and list(venv.envs_of_worker(0)) == [0, 1]
+        venv.step_async(np.zeros(2, dtype=np.int64), workers=[0])
+        with pytest.raises(RuntimeError, match="pending"):
+            venv.step(np.zeros(2, dtype=np.int64))
+        obs, *_ = venv.step_wait(timeout=1.0)
+        assert obs[:, 0].tolist() == [1, 1]
+        with pytest.raises(RuntimeError, match="without a pending"):
+            venv.step_wait()
+        with pytest.raises(ValueError, match="one worker"):
+            venv.step_async(np.zeros(2, dtype=np.int64), workers=[1])
+    finally:
+        venv.close()
