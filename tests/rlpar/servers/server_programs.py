@@ -107,6 +107,8 @@ def servers_everywhere(cas_rounds: int, pushes: int):
             state, version = params.pull(newer_than=-1)
             out["first_pull"] = (state["w"].sum().item(), version)
             out["empty_pulls"] = [params.pull(newer_than=0) for _ in range(20)]
+            newest = kv.version("k")
+            out["kv_pulls"] = (kv.pull("k", newer_than=newest), kv.pull("k", newer_than=newest - 1))
             out["stats"] = params.stats()
             out["bad_newer_than"] = _caught(params.pull, "0")
             out["old_version"] = _caught(params.push, {"w": torch.zeros(2)}, 0)
@@ -136,13 +138,14 @@ def _world_from_args(rank: int, port: int, timeout: float) -> World:
 
 def dead_host(role: str, port: int, workdir: str, timeout: float) -> None:
     """Run by the host-death test as ``python -c``: the host serves until killed;
-    the client pulls, waits for the kill, then reports what a pull raised."""
+    the client pulls, then reports what a pull raised while the host was stopped
+    (SIGSTOP: silent, so the timeout must fire) and after it was SIGKILLed."""
     torch.set_num_threads(1)
-    world = _world_from_args(0 if role == "host" else 1, port, timeout)
+    world = _world_from_args(0 if role == "host" else 1, port, TIMEOUT)
     g = world.create_rpc_group("g", world.names)
     if role == "host":
         PushPullModelServer.host(g, "params").push({"w": torch.zeros(10)})
-    g.barrier(timeout=timeout)
+    g.barrier(timeout=TIMEOUT)
     if role == "host":
         open(os.path.join(workdir, "host_ready"), "w").close()
         time.sleep(600)  # until SIGKILLed
@@ -150,17 +153,20 @@ def dead_host(role: str, port: int, workdir: str, timeout: float) -> None:
     params = PushPullModelServer.connect(g, "params", timeout=timeout)
     first = params.pull()[1]
     open(os.path.join(workdir, "client_ready"), "w").close()
-    while not os.path.exists(os.path.join(workdir, "host_killed")):
-        time.sleep(0.01)
-    start = time.monotonic()
-    try:
-        params.pull(newer_than=0)
-        outcome = "no error"
-    except PeerUnavailable as exc:
-        outcome = f"PeerUnavailable: {exc}"
-    except Exception as exc:
-        outcome = f"{type(exc).__name__}: {exc}"
-    result = {"first": first, "outcome": outcome, "elapsed": time.monotonic() - start}
+    result = {"first": first}
+    for phase in ("stopped", "killed"):
+        while not os.path.exists(os.path.join(workdir, f"host_{phase}")):
+            time.sleep(0.01)
+        start = time.monotonic()
+        try:
+            params.pull(newer_than=0)
+            outcome = "no error"
+        except PeerUnavailable as exc:
+            outcome = f"PeerUnavailable: {exc}"
+        except Exception as exc:
+            outcome = f"{type(exc).__name__}: {exc}"
+        result[phase] = {"outcome": outcome, "elapsed": time.monotonic() - start}
+        open(os.path.join(workdir, f"client_{phase}"), "w").close()
     with open(os.path.join(workdir, "result.json"), "w") as f:
         json.dump(result, f)
     sys.stdout.flush()
