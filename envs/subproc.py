@@ -48,11 +48,13 @@ def default_num_workers() -> int:
 
 
 def split_envs(num_envs: int, groups: int) -> list[tuple[int, int]]:
-    """Contiguous (lo, hi) ranges, sizes differing by at most one."""
+    """Contiguous (lo, hi) ranges, sizes differing by at most one; the larger ones come
+    last, so group 0 (the parent's share, which also carries the batching overhead) is
+    never the larger."""
     base, extra = divmod(num_envs, groups)
     out, lo = [], 0
     for g in range(groups):
-        hi = lo + base + (1 if g < extra else 0)
+        hi = lo + base + (1 if g >= groups - extra else 0)
         out.append((lo, hi))
         lo = hi
     return out
@@ -259,6 +261,11 @@ class SubprocVectorEnv(BatchVectorEnv):
         """Replies from whichever of ``workers`` are ready (None = the worker died).
         Watching the process sentinels is what turns a dead worker into an error at
         once instead of a hang."""
+        # Fast path: when the parent stepped its own share, the workers' replies are
+        # usually already waiting; a poll per worker is cheaper than building a selector.
+        early = [(w, self._read(w)) for w in workers if self._conns[w].poll()]
+        if early:
+            return early
         conns = {self._conns[w]: w for w in workers}
         sentinels = {self._procs[w].sentinel: w for w in workers}
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -273,13 +280,15 @@ class SubprocVectorEnv(BatchVectorEnv):
             if w in seen:
                 continue
             seen.add(w)
-            conn = self._conns[w]
-            try:
-                # A worker may reply and then die: read what it sent first.
-                out.append((w, conn.recv_bytes() if conn.poll() else None))
-            except (EOFError, OSError):
-                out.append((w, None))
+            # A worker may reply and then die: read what it sent first.
+            out.append((w, self._read(w) if self._conns[w].poll() else None))
         return out
+
+    def _read(self, w: int) -> bytes | None:
+        try:
+            return self._conns[w].recv_bytes()
+        except (EOFError, OSError):  # the worker died
+            return None
 
     def _expect(self, w: int, *, deadline: float | None, what: str) -> Any:
         while True:
