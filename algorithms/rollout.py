@@ -112,3 +112,20 @@ def _with_final_obs(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np.nd
     for i in np.flatnonzero(done):
         out[i] = final[i]
     return out
+
+
+def evaluate(act: Callable[[np.ndarray], np.ndarray], env: Any, *, episodes: int,
+             seed: int | None = None) -> np.ndarray:
+    """Undiscounted returns of ``episodes`` episodes, one per sub-env of ``env``
+    (which must have ``episodes`` envs), counting each env's first episode only so
+    that short episodes are not over-represented. ``act(obs)`` should be greedy."""
+    if env.num_envs != episodes:
+        raise ValueError(f"evaluate needs a vector env with {episodes} envs, got {env.num_envs}")
+    obs, _ = env.reset(seed=seed)
+    returns = np.zeros(episodes)
+    running = np.ones(episodes, dtype=bool)
+    while running.any():
+        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        returns += np.asarray(reward, dtype=np.float64) * running
+        running &= ~np.logical_or(terminated, truncated)
+    return returns
