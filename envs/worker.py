@@ -84,8 +84,6 @@ def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
                 send(PAYLOAD + pickle.dumps(infos, protocol=5) if infos else OK)
                 continue
             if op == CLOSE:
-                runner.close()
-                send(OK)
                 break
             args = pickle.loads(msg[1:])
             if op == RESET:
@@ -103,10 +101,23 @@ def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
                 send(OK)
             else:
                 send(WORKER_ERROR + pickle.dumps(f"unknown opcode {op!r}"))
+        except (BrokenPipeError, ConnectionResetError):
+            break  # the parent is gone mid-command: nobody to report to
         except EnvFailure as failure:
-            send(ENV_ERROR + pickle.dumps((failure.local_index, failure.tb)))
+            if not _try_send(send, ENV_ERROR + pickle.dumps((failure.local_index, failure.tb))):
+                break
         except Exception:
-            send(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
+            if not _try_send(send, WORKER_ERROR + pickle.dumps(traceback.format_exc())):
+                break
+    runner.close()
+
+
+def _try_send(send: Any, data: bytes) -> bool:
+    try:
+        send(data)
+        return True
+    except OSError:
+        return False
 
 
 def _dumps(value: Any) -> bytes:
