@@ -1,19 +1,40 @@
-"""Replay storage: ring storage, trees, (prioritized) replay, distributed replay."""
+"""Replay storage: ring storage, trees, (prioritized) replay, distributed replay.
 
+Local: :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` (Schaul et al.
+2016) over :class:`RingStorage` and vectorized :class:`SumTree`/:class:`MinTree`;
+:class:`NStepAssembler` builds n-step transitions. Distributed (Ape-X):
+:class:`DistributedReplayBuffer`, :class:`DistributedPrioritizedReplayBuffer`
+shard over an RpcGroup; :class:`PrefetchingSampler` keeps batches in flight.
+"""
+
+from rlpar.buffers.distributed import (
+    DistributedPrioritizedReplayBuffer,
+    DistributedReplayBuffer,
+    ShardedSampler,
+)
 from rlpar.buffers.nstep import NStepAssembler
+from rlpar.buffers.prefetch import PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
 from rlpar.buffers.replay import ReplayBuffer
+from rlpar.buffers.shard import LocalShardClient, ReplayShard, RpcShardClient
 from rlpar.buffers.spec import FieldSpec
 from rlpar.buffers.storage import RingStorage
 from rlpar.buffers.trees import MinTree, SumTree
 
 __all__ = [
+    "DistributedPrioritizedReplayBuffer",
+    "DistributedReplayBuffer",
     "FieldSpec",
+    "LocalShardClient",
     "MinTree",
     "NStepAssembler",
+    "PrefetchingSampler",
     "PrioritizedReplayBuffer",
     "ReplayBuffer",
+    "ReplayShard",
     "RingStorage",
+    "RpcShardClient",
+    "ShardedSampler",
     "SumTree",
     "importance_weights",
 ]

@@ -107,14 +107,27 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 tree.set_range(start, leaf[:head], head)
                 tree.set_range(0, leaf[head:], m - head)
 
-    def sample_slots(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Stratified draw of ``batch_size`` slots; returns ``(slots, leaf values)``."""
-        total = self.sum_tree.total
-        values = self.rng.random(batch_size)
-        values += np.arange(batch_size)
-        values *= total / batch_size
+    def draw(self, fractions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slots at positions ``fractions`` (in [0, 1)) of the total priority mass and
+        their ``priority ** alpha`` (see ReplayBuffer.draw)."""
+        values = np.multiply(fractions, self.sum_tree.total, dtype=np.float64)
         slots = self.sum_tree.find_prefix(values)
         return slots, self.sum_tree.levels[-1][slots]
+
+    @property
+    def total_mass(self) -> float:
+        return self.sum_tree.total
+
+    @property
+    def min_mass(self) -> float:
+        return self.min_tree.min
+
+    def sample_slots(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stratified draw of ``batch_size`` slots; returns ``(slots, leaf values)``."""
+        fractions = self.rng.random(batch_size)
+        fractions += np.arange(batch_size)
+        fractions *= 1.0 / batch_size
+        return self.draw(fractions)
 
     def sample(self, batch_size: int) -> Sample:
         n = check_batch_size(batch_size, len(self.storage))

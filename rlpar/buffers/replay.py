@@ -102,6 +102,24 @@ class ReplayBuffer:
             np.ones(n, dtype=np.float32),
         )
 
+    def draw(self, fractions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slots at positions ``fractions`` (each in [0, 1)) of the buffer's sampling
+        mass, and each slot's mass (1 for uniform replay). A sharded sampler sends
+        each shard the positions of the draws that fall into its share of the mass."""
+        n = len(self.storage)
+        slots = (np.asarray(fractions, dtype=np.float64) * n).astype(np.int64)
+        np.minimum(slots, n - 1, out=slots)
+        return slots, np.ones(slots.size)
+
+    @property
+    def total_mass(self) -> float:
+        """Sum of sampling masses (the item count for uniform replay)."""
+        return float(len(self.storage))
+
+    @property
+    def min_mass(self) -> float:
+        return 1.0
+
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """No-op for uniform replay (kept so the Buffer protocol holds)."""
 

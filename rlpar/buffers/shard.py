@@ -1,0 +1,188 @@
+"""One shard of a distributed replay buffer and the clients that reach it.
+
+A shard is a local buffer behind a lock (the owning actor adds while RPC threads
+sample and update). Every reply to ``sample_at`` carries the shard's size, total
+sampling mass and minimum mass, so a sampler always knows how to split its next
+batch and how to weight this one without a separate stats round trip.
+
+Clients hide the transport: :class:`LocalShardClient` calls a shard in this
+process (also used to host several shards behind a fake transport in tests),
+:class:`RpcShardClient` calls one through an :class:`~rlpar.distributed.RpcGroup`.
+Both return ``torch.futures.Future`` objects so a sampler can talk to all shards
+at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlpar.buffers.replay import ReplayBuffer
+
+
+@dataclass
+class ShardReply:
+    """What a shard answers to ``sample_at``: rows, their serials and masses, stats."""
+
+    batch: dict[str, Any]
+    serials: np.ndarray
+    mass: np.ndarray
+    size: int
+    total: float
+    min_mass: float
+
+
+class ReplayShard:
+    """A thread-safe local buffer that answers positional samples."""
+
+    def __init__(self, buffer: ReplayBuffer) -> None:
+        self.buffer = buffer
+        self.lock = threading.Lock()
+
+    def add(self, batch: Mapping[str, Any], priorities: Any | None = None) -> None:
+        with self.lock:
+            self.buffer.add(batch, priorities)
+
+    def sample_at(self, fractions: Any) -> ShardReply:
+        fractions = np.asarray(fractions, dtype=np.float64)
+        with self.lock:
+            buf = self.buffer
+            if fractions.size:
+                if len(buf) == 0:
+                    raise ValueError("cannot sample from an empty replay shard")
+                slots, mass = buf.draw(fractions)
+                batch = buf.storage.gather(slots)
+                serials = buf.storage.serials[slots]
+            else:
+                batch, serials, mass = {}, np.empty(0, np.int64), np.empty(0)
+            return ShardReply(batch, serials, mass, len(buf), buf.total_mass, buf.min_mass)
+
+    def update(self, serials: Any, priorities: Any) -> None:
+        with self.lock:
+            self.buffer.update_priorities(serials, priorities)
+
+    def stats(self) -> ShardReply:
+        return self.sample_at(np.empty(0))
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+
+def _done(value: Any) -> torch.futures.Future:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(value)
+    return fut
+
+
+def _failed(exc: BaseException) -> torch.futures.Future:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_exception(exc)
+    return fut
+
+
+class LocalShardClient:
+    """Calls a shard in this process; results come back as completed futures."""
+
+    def __init__(self, shard: ReplayShard, name: str) -> None:
+        self.shard, self.name = shard, name
+
+    def sample_at(self, fractions: np.ndarray) -> torch.futures.Future:
+        try:
+            return _done(self.shard.sample_at(fractions))
+        except Exception as exc:
+            return _failed(exc)
+
+    def update(self, serials: np.ndarray, priorities: np.ndarray) -> torch.futures.Future:
+        try:
+            return _done(self.shard.update(serials, priorities))
+        except Exception as exc:
+            return _failed(exc)
+
+    def add(self, batch: Mapping[str, Any], priorities: Any | None) -> None:
+        self.shard.add(batch, priorities)
+
+
+# --------------------------------------------------------------------- RPC wire
+# numpy arrays travel as tensors: TensorPipe sends tensor storage without pickling
+# its bytes, which matters for frames (256 x 2 x 28 KB per Atari batch).
+
+
+def to_wire(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, dict):
+        return {k: to_wire(v) for k, v in value.items()}
+    if isinstance(value, ShardReply):
+        return ShardReply(
+            to_wire(value.batch),
+            to_wire(value.serials),
+            to_wire(value.mass),
+            value.size,
+            value.total,
+            value.min_mass,
+        )
+    return value
+
+
+def from_wire(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, dict):
+        return {k: from_wire(v) for k, v in value.items()}
+    if isinstance(value, ShardReply):
+        return ShardReply(
+            from_wire(value.batch),
+            from_wire(value.serials),
+            from_wire(value.mass),
+            value.size,
+            value.total,
+            value.min_mass,
+        )
+    return value
+
+
+def service_keys(buffer_name: str, member: str) -> dict[str, str]:
+    return {op: f"replay/{buffer_name}/{op}@{member}" for op in ("sample", "update", "add")}
+
+
+def register_shard(group: Any, buffer_name: str, shard: ReplayShard) -> None:
+    """Host ``shard`` in ``group`` under this member's service keys."""
+    keys = service_keys(buffer_name, group.current_member)
+    group.register(keys["sample"], lambda fractions: to_wire(shard.sample_at(from_wire(fractions))))
+    group.register(keys["update"], lambda s, p: shard.update(from_wire(s), from_wire(p)))
+    group.register(keys["add"], lambda b, p: shard.add(from_wire(b), from_wire(p)))
+
+
+class RpcShardClient:
+    """Calls the shard hosted by ``member`` of ``group``; every call has ``timeout``."""
+
+    def __init__(self, group: Any, buffer_name: str, member: str, timeout: float) -> None:
+        self.group, self.name, self.timeout = group, member, timeout
+        self.keys = service_keys(buffer_name, member)
+
+    def sample_at(self, fractions: np.ndarray) -> torch.futures.Future:
+        try:
+            fut = self.group.call_async(
+                self.keys["sample"], to_wire(fractions), timeout=self.timeout
+            )
+        except Exception as exc:  # e.g. ServiceNotFound raised before any call is made
+            return _failed(exc)
+        return fut.then(lambda f: from_wire(f.value()))
+
+    def update(self, serials: np.ndarray, priorities: np.ndarray) -> torch.futures.Future:
+        try:
+            return self.group.call_async(
+                self.keys["update"], to_wire(serials), to_wire(priorities), timeout=self.timeout
+            )
+        except Exception as exc:
+            return _failed(exc)
+
+    def add(self, batch: Mapping[str, Any], priorities: Any | None) -> None:
+        self.group.call(
+            self.keys["add"], to_wire(dict(batch)), to_wire(priorities), timeout=self.timeout
+        )
