@@ -51,7 +51,10 @@ connects first. CUDA tensors travel as CPU tensors unless ``keep_device=True``
 A pull with nothing newer returns ``None``; remotely that is one small round trip
 with no tensor payload, the hot path of Ape-X actors.
 
-Not done: sharding one gradient server over several hosts.
+Sharding (models too big for one reducer): every shard host calls
+``ShardedGradServer.host(group, name, shard=i, num_shards=n, model=..., ...)``;
+``ShardedGradServer.connect(group, name, num_shards=n)`` gives a GradientSink
+that splits pushes by parameter name and merges pulls (no staleness bound there).
 """
 
 from rlpar.servers.grad import GradServer, GradServerConfig
@@ -65,6 +68,7 @@ from rlpar.servers.remote import (
     RemoteKeyValueStore,
     RemoteModelStore,
 )
+from rlpar.servers.sharded import RemoteShardedGradServer, ShardedGradServer
 
 __all__ = [
     "NO_VERSION",
@@ -78,5 +82,7 @@ __all__ = [
     "RemoteGradServer",
     "RemoteKeyValueStore",
     "RemoteModelStore",
+    "RemoteShardedGradServer",
+    "ShardedGradServer",
     "VersionConflict",
 ]

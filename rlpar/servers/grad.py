@@ -17,7 +17,7 @@ async SGD, Zhang et al. 2016).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,7 @@ class GradServer:
         staleness_policy: str = "drop",
         lr_scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None = None,
         pull_device: torch.device | str | None = None,
+        shard_keys: Collection[str] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -90,9 +91,24 @@ class GradServer:
             staleness_policy=staleness_policy,
         )
         self.model = model
-        self._params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        # A shard owns some state-dict keys: it optimizes and serves only those.
+        state_keys = list(model.state_dict())
+        if shard_keys is None:
+            self._owned = None
+        else:
+            self._owned = set(shard_keys)
+            unknown = sorted(self._owned - set(state_keys))
+            if unknown:
+                raise ValueError(f"shard_keys {unknown} are not in the model's state dict")
+        self._params = {
+            n: p
+            for n, p in model.named_parameters()
+            if p.requires_grad and (self._owned is None or n in self._owned)
+        }
         if not self._params:
-            raise ValueError("model has no trainable parameters")
+            raise ValueError(
+                "model has no trainable parameters" + (" in shard_keys" if shard_keys else "")
+            )
         self.optimizer = optimizer_factory(list(self._params.values()))
         if not isinstance(self.optimizer, torch.optim.Optimizer):
             raise TypeError(
@@ -174,7 +190,7 @@ class GradServer:
         for name, grad in grads.items():
             param = self._params.get(name)
             if param is None:
-                raise ValueError(f"gradient for unknown or frozen parameter {name!r}")
+                raise ValueError(f"gradient for unknown, frozen or unowned parameter {name!r}")
             if grad is None:
                 continue
             if not isinstance(grad, torch.Tensor):
@@ -187,9 +203,13 @@ class GradServer:
     def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
         """Overwrite the parameters (e.g. from a checkpoint). Gradients still
         waiting to be averaged were computed on the old parameters and are dropped."""
+        if self._owned is not None and set(state) != self._owned:
+            raise ValueError(
+                f"a shard takes exactly its keys {sorted(self._owned)}, got {sorted(state)}"
+            )
         with self._lock:
             version = check_push_version(version, self._version)
-            self.model.load_state_dict(dict(state))
+            self.model.load_state_dict(dict(state), strict=self._owned is None)
             self._dropped += self._pending_count
             self._pending, self._pending_count = {}, 0
             self._version = version
@@ -201,10 +221,10 @@ class GradServer:
             if self._version <= newer_than:
                 return None
             if self._cache is None or self._cache[0] != self._version:
-                self._cache = (
-                    self._version,
-                    snapshot(self.model.state_dict(), device=self.pull_device),
-                )
+                state = self.model.state_dict()
+                if self._owned is not None:
+                    state = {k: v for k, v in state.items() if k in self._owned}
+                self._cache = (self._version, snapshot(state, device=self.pull_device))
             return dict(self._cache[1]), self._version
 
     @property

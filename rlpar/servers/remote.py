@@ -106,10 +106,25 @@ class _Accessor:
         local = self._local()
         if local is not None:
             return local[method](*args)
-        result = self.group.call(f"{self.name}/{method}", *args, timeout=self.timeout)
-        if type(result) is _Raised:
-            raise result.exc
-        return result
+        return _unwrap(self.group.call(f"{self.name}/{method}", *args, timeout=self.timeout))
+
+    def _call_async(self, method: str, *args: Any) -> torch.futures.Future:
+        """Like ``_call``, started now; ``_unwrap(fut.wait())`` gives the result."""
+        local = self._local()
+        if local is None:
+            return self.group.call_async(f"{self.name}/{method}", *args, timeout=self.timeout)
+        fut: torch.futures.Future = torch.futures.Future()
+        try:
+            fut.set_result(local[method](*args))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+
+def _unwrap(result: Any) -> Any:
+    if type(result) is _Raised:
+        raise result.exc
+    return result
 
 
 class RemoteKeyValueStore(_Accessor):
@@ -167,7 +182,7 @@ class RemoteGradServer(_Accessor):
             raise TypeError(
                 f"grads must be a mapping of parameter name to tensor, got {type(grads).__name__}"
             )
-        return self._call("push_gradients", _grads_for_transfer(grads, self.keep_device), version)
+        return self._call("push_gradients", grads_for_transfer(grads, self.keep_device), version)
 
     def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
         check_newer_than(newer_than)
@@ -181,7 +196,17 @@ class RemoteGradServer(_Accessor):
         return self._call("version")
 
 
-def _grads_for_transfer(grads: Mapping[str, Any], keep_device: bool) -> dict[str, Any]:
+def grad_services(server: GradServer) -> dict[str, Callable]:
+    return {
+        "push": server.push,
+        "pull": server.pull,
+        "push_gradients": server.push_gradients,
+        "metrics": server.metrics,
+        "version": lambda: server.version,
+    }
+
+
+def grads_for_transfer(grads: Mapping[str, Any], keep_device: bool) -> dict[str, Any]:
     return {n: None if g is None else _transfer_value(g, keep_device) for n, g in grads.items()}
 
 
@@ -270,14 +295,7 @@ class PushPullGradServer:
             lr_scheduler_factory=lr_scheduler_factory,
             pull_device=None if keep_device else "cpu",
         )
-        methods = {
-            "push": server.push,
-            "pull": server.pull,
-            "push_gradients": server.push_gradients,
-            "metrics": server.metrics,
-            "version": lambda: server.version,
-        }
-        _host(group, name, methods)
+        _host(group, name, grad_services(server))
         return RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)
 
     @staticmethod

@@ -17,6 +17,7 @@ from rlpar.servers import (
     KeyValueServer,
     PushPullGradServer,
     PushPullModelServer,
+    ShardedGradServer,
     VersionConflict,
 )
 
@@ -27,6 +28,18 @@ class Vec(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.w = nn.Parameter(torch.zeros(3))
+
+
+class Parts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(4))
+        self.b = nn.Parameter(torch.zeros(3))
+        self.c = nn.Parameter(torch.zeros(2))
+        self.register_buffer("count", torch.tensor(5))
+
+
+SHARD_GRADS = {"a": torch.ones(4), "b": torch.full((3,), 2.0), "c": torch.full((2,), 3.0)}
 
 
 def sgd(params):
@@ -68,6 +81,10 @@ def servers_everywhere(cas_rounds: int, pushes: int):
                 max_staleness=0,
                 staleness_policy="drop",
             )
+        if rank in (0, 1):
+            ShardedGradServer.host(
+                g, "big", shard=rank, num_shards=2, model=Parts(), optimizer_factory=sgd
+            )
         if rank == 1:
             g.register("pull_version", pull_version)
         g.barrier(timeout=TIMEOUT)
@@ -94,6 +111,15 @@ def servers_everywhere(cas_rounds: int, pushes: int):
                     grads.push_gradients(
                         {"w": torch.tensor([float(rank), 1.0, 0.0])}, grads.version
                     )
+            big = ShardedGradServer.connect(g, "big", num_shards=2, timeout=TIMEOUT)
+            version = -1
+            for _ in range(pushes):
+                pulled = big.pull(newer_than=version)
+                if pulled is not None:
+                    version = pulled[1]
+                out.setdefault("big_accepted", []).append(big.push_gradients(SHARD_GRADS, version))
+            if rank == 2:
+                out["big_bad_key"] = _caught(big.push_gradients, {"zz": torch.ones(1)}, 0)
         g.barrier(timeout=TIMEOUT)
 
         if rank == 0:
@@ -102,6 +128,10 @@ def servers_everywhere(cas_rounds: int, pushes: int):
                 grads = PushPullGradServer.connect(g, name)
                 state, version = grads.pull()
                 out[name] = (state["w"].tolist(), version, grads.metrics())
+            big = ShardedGradServer.connect(g, "big", num_shards=2)
+            state, version = big.pull()
+            out["big"] = ({k: v.tolist() for k, v in state.items()}, version, big.metrics())
+            out["big_empty"] = big.pull(newer_than=version)
         if rank == 1:
             params = PushPullModelServer.connect(g, "params", timeout=TIMEOUT)
             state, version = params.pull(newer_than=-1)

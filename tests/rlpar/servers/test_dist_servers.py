@@ -112,3 +112,15 @@ def _wait_for(path, proc, seconds):
         assert proc.poll() is None, f"client exited early with {proc.returncode}"
         assert time.monotonic() < deadline, f"{path.name} did not appear"
         time.sleep(0.02)
+
+
+def test_sharded_gradient_server_splits_and_merges_exactly(results):
+    assert results[1]["big_accepted"] == [True] * PUSHES == results[2]["big_accepted"]
+    state, version, metrics = results[0]["big"]
+    n = 2 * PUSHES  # two workers; SGD lr=1 gives minus the sum of the gradients
+    assert version == n
+    assert state == {"a": [-1.0 * n] * 4, "b": [-2.0 * n] * 3, "c": [-3.0 * n] * 2, "count": 5}
+    assert [m["version"] for m in metrics["shards"]] == [n, n]
+    assert metrics["applied"] == n
+    assert results[0]["big_empty"] is None
+    assert results[2]["big_bad_key"][0] == "ValueError"
