@@ -3,7 +3,7 @@
 A server named ``name`` registers services ``name/<method>`` in the group. The
 accessors are small picklable objects (group, name, timeout) whose methods have the
 same signatures and semantics as the local classes: bad input raises the same
-ValueError/TypeError/KeyError (re-raised here, with the host named), a lost
+ValueError/TypeError/KeyError (re-raised here as the same type), a lost
 compare-and-set raises VersionConflict, and a host that is gone or silent raises
 PeerUnavailable within ``timeout``. In the hosting process the accessor calls the
 local object directly, without RPC.
@@ -175,6 +175,10 @@ class RemoteGradServer(_Accessor):
     """Accessor of a hosted :class:`GradServer`: a GradientSink."""
 
     def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"state must be a mapping of name to tensor, got {type(state).__name__}"
+            )
         return self._call("push", for_transfer(state, keep_device=self.keep_device), version)
 
     def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
