@@ -116,9 +116,12 @@ class SubprocVectorEnv(BatchVectorEnv):
         autoreset_mode: NEXT_STEP (default) or SAME_STEP, as in gymnasium 1.x.
         restart_on_crash: restart a dead worker (its envs reset, entries flagged in
             ``infos['env_restarted']`` and reported as truncated) instead of raising.
-        step_in_parent: let this process step one group during ``step`` (fastest
-            for synchronous use; set False to keep every env out of the parent,
-            e.g. for crash isolation or to overlap inference with stepping).
+        step_in_parent: let this process step group 0 during ``step_wait`` (fastest
+            for synchronous use; set False to keep every env out of the parent, e.g.
+            for crash isolation or to overlap inference with stepping). Envs stepped by
+            the parent raise errors like the others but cannot be restarted after a
+            hard crash (it would take the parent down). Ignored when there is only
+            one group.
         copy: return copies of the observations (False: views valid until next step).
         context: multiprocessing start method ("forkserver" by default: fast starts
             without inheriting the parent's threads or its imported torch).
@@ -150,6 +153,9 @@ class SubprocVectorEnv(BatchVectorEnv):
         if context == "forkserver":
             self._ctx.set_forkserver_preload(["envs.worker", "envs.runner"])
         self.groups = split_envs(len(fns), num_groups)
+        # A single group always goes to a subprocess: asking for a subprocess env and
+        # getting none would be a surprise (and lose crash isolation).
+        step_in_parent = step_in_parent and num_groups > 1
         self._local = 0 if step_in_parent else None
 
         # Spaces come from one env: the parent's own first env, or a throwaway one.

@@ -39,22 +39,27 @@ def pong() -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, stack_size=4)
 
 
-def time_vec(venv: Any, seconds: float, warmup: int) -> float:
-    """Env steps per second of ``venv`` (a gymnasium-style vector env)."""
-    venv.reset(seed=0)
-    rng = np.random.default_rng(0)
-    n = venv.num_envs
-    space = venv.single_action_space
-    actions = [rng.integers(0, space.n, size=n) for _ in range(64)]
-    for i in range(warmup):
-        venv.step(actions[i % 64])
-    steps, start = 0, time.perf_counter()
-    while True:
-        venv.step(actions[steps % 64])
-        steps += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds and steps >= 5:
-            return steps * n / elapsed
+class Timer:
+    """Steps one vector env with fixed random actions and measures env steps/s."""
+
+    def __init__(self, venv: Any, warmup: int) -> None:
+        self.venv = venv
+        venv.reset(seed=0)
+        rng = np.random.default_rng(0)
+        n = venv.num_envs
+        space = venv.single_action_space
+        self.actions = [rng.integers(0, space.n, size=n) for _ in range(64)]
+        for i in range(warmup):
+            venv.step(self.actions[i % 64])
+
+    def rate(self, seconds: float) -> float:
+        steps, start = 0, time.perf_counter()
+        while True:
+            self.venv.step(self.actions[steps % 64])
+            steps += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds and steps >= 5:
+                return steps * self.venv.num_envs / elapsed
 
 
 def envpool_impl(num_envs: int) -> Callable[[], Any] | str:
@@ -109,9 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per impl")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
     parser.add_argument("--cases", default="", help="comma list of cases to run (default all)")
     args = parser.parse_args(argv)
     seconds, warmup = (0.2, 5) if args.quick else (args.seconds, 50)
+    rounds = 1 if args.quick else args.rounds
     cases: list[tuple[str, Callable[[], gym.Env], int]] = [
         ("cartpole", cartpole, 8),
         ("cartpole", cartpole, 32),
@@ -133,16 +140,29 @@ def main(argv: list[str] | None = None) -> None:
             except Exception as exc:
                 print(json.dumps({"bench": "vecenv", "case": case, "skipped": f"ale-py: {exc!r}"}))
                 continue
+        # All impls stay alive and are timed in interleaved rounds, keeping each one's
+        # best round: on a shared machine the load drifts, and interleaving exposes
+        # every impl to the same drift.
         rates: dict[str, float] = {}
-        for impl, make in impls(fn, n, case).items():
-            if isinstance(make, str):
-                print(json.dumps({"bench": "vecenv", "case": case, "impl": impl, "skipped": make}))
-                continue
-            venv = make()
-            try:
-                rates[impl] = time_vec(venv, seconds, warmup)
-            finally:
-                venv.close()
+        timers: dict[str, Timer] = {}
+        try:
+            for impl, make in impls(fn, n, case).items():
+                if isinstance(make, str):
+                    skipped = {"bench": "vecenv", "case": case, "impl": impl, "skipped": make}
+                    print(json.dumps(skipped), flush=True)
+                    continue
+                venv = make()
+                try:
+                    timers[impl] = Timer(venv, warmup)
+                except BaseException:
+                    venv.close()
+                    raise
+            for _ in range(rounds):
+                for impl, timer in timers.items():
+                    rates[impl] = max(rates.get(impl, 0.0), timer.rate(seconds / rounds))
+        finally:
+            for timer in timers.values():
+                timer.venv.close()
         peers = {k: v for k, v in rates.items() if not k.startswith("rlpar")}
         for impl, rate in rates.items():
             line: dict[str, Any] = {
@@ -151,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
                 "impl": impl,
                 "num_envs": n,
                 "steps_per_s": round(rate, 1),
+                "cpus": len(os.sched_getaffinity(0)),
+                "load1": round(os.getloadavg()[0], 2),  # >> cpus: a noisy, shared machine
             }
             if impl.startswith("rlpar") and peers:
                 for peer, prate in peers.items():
