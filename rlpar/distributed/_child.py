@@ -1,4 +1,5 @@
-"""Body of one rank started by :func:`rlpar.distributed.launch` (run as a module)."""
+"""Body of one rank started by :func:`rlpar.distributed.launch` (forked by ``_zygote``;
+also runnable as a module: ``python -m rlpar.distributed._child PAYLOAD RESULT``)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ def _write(path: str, outcome: tuple) -> None:
 
 
 def main(payload: str, result: str) -> int:
-    with open(payload, "rb") as f:
-        sys.path[:] = pickle.load(f)
-        import cloudpickle
-
-        entry, args = cloudpickle.load(f)
     try:
+        with open(payload, "rb") as f:
+            sys.path[:] = pickle.load(f)
+            import cloudpickle
+
+            entry, args = cloudpickle.load(f)
         value = entry(*args)
     except BaseException as exc:
         _write(result, ("error", (type(exc).__name__, traceback.format_exc())))

@@ -1,13 +1,14 @@
 """Run N ranks of one program on this machine, the way torchrun would.
 
-Each rank is a fresh Python interpreter (``python -m rlpar.distributed._child``) with
-RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and MASTER_PORT in its environment;
-it runs ``entry(*args)``, which calls :meth:`World.from_env` itself, so the same entry
-runs unchanged under ``torchrun --nproc-per-node N``. Fresh interpreters (not fork)
-because forking a process that already runs torch threads is unsafe.
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and MASTER_PORT in
+its environment and runs ``entry(*args)``, which calls :meth:`World.from_env` itself, so
+the same entry runs unchanged under ``torchrun --nproc-per-node N``.
 
-Children die with the launcher (PR_SET_PDEATHSIG) and are all torn down when one
-fails, so neither an error nor a crash of the parent leaves orphans.
+Ranks are forked from one fresh helper interpreter (``rlpar.distributed._zygote``) that
+has imported torch but run nothing: the launcher's own process (which may run torch
+threads) is never forked, and N ranks pay for one torch import, not N. Ranks die with
+the helper and the helper with the launcher (PR_SET_PDEATHSIG); when one rank fails
+the helper kills and reaps all of them, so neither an error nor a crash leaves orphans.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -42,22 +43,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
-        try:
-            p.terminate()
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + _GRACE_S
-    for p in alive:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def _read_result(path: str) -> tuple[str, Any] | None:
     try:
         with open(path, "rb") as f:
@@ -74,13 +59,15 @@ def launch(
     timeout: float | None = None,
     master_port: int | None = None,
     env: dict[str, str] | None = None,
+    preload: Sequence[str] = ("torch",),
 ) -> list:
     """Run ``entry(*args)`` in ``nprocs`` local ranks and return their results by rank.
 
     Raises ChildError (with the rank's traceback) if a rank raises, ChildDied if a rank
     is killed or exits without reporting, TimeoutError after ``timeout`` seconds; in
     every case all ranks are gone when this returns or raises. ``env`` adds variables
-    to the children's environment.
+    to the children's environment; ``preload`` names the modules imported once before
+    the ranks are forked (an entry that needs no torch can pass ``()``).
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -90,6 +77,7 @@ def launch(
         raise TypeError(f"args must be a tuple, got {type(args).__name__}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+    preload = [str(m) for m in preload]
     port = free_port() if master_port is None else master_port
     if not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"master_port must be in 1..65535, got {master_port!r}")
@@ -101,49 +89,70 @@ def launch(
             # cloudpickled entry refers to by name.
             pickle.dump(list(sys.path), f)
             cloudpickle.dump((entry, args), f)
-        procs: list[subprocess.Popen] = []
+        child_env = dict(os.environ)
+        child_env.update(env or {})
+        child_env.update(WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
+                         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        # As torchrun does: one intra-op thread per rank unless the user chose.
+        child_env.setdefault("OMP_NUM_THREADS", "1")
+        zygote = subprocess.Popen(
+            [sys.executable, "-m", "rlpar.distributed._zygote", payload, tmp, str(nprocs),
+             ",".join(preload)],
+            env=child_env, preexec_fn=_die_with_parent,
+        )
         try:
-            for rank in range(nprocs):
-                child_env = dict(os.environ)
-                child_env.update(env or {})
-                child_env.update(RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
-                                 LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
-                                 MASTER_PORT=str(port))
-                child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-                # As torchrun does: one intra-op thread per rank unless the user chose.
-                child_env.setdefault("OMP_NUM_THREADS", "1")
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "rlpar.distributed._child", payload,
-                     os.path.join(tmp, f"result{rank}.pkl")],
-                    env=child_env, preexec_fn=_die_with_parent,
-                ))
-            return _supervise(procs, tmp, timeout)
+            return _supervise(zygote, nprocs, tmp, timeout)
         finally:
-            _kill_all(procs)
+            _stop(zygote)
 
 
-def _supervise(procs: list[subprocess.Popen], tmp: str, timeout: float | None) -> list:
+def _stop(zygote: subprocess.Popen) -> None:
+    """SIGTERM makes the zygote kill and reap every rank; SIGKILL if it does not."""
+    if zygote.poll() is None:
+        zygote.terminate()
+        try:
+            zygote.wait(timeout=_GRACE_S)
+        except subprocess.TimeoutExpired:
+            zygote.kill()
+            zygote.wait()
+
+
+def _read_exit(tmp: str, rank: int) -> int | None:
+    try:
+        with open(os.path.join(tmp, f"exit{rank}")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None) -> list:
     deadline = None if timeout is None else time.monotonic() + timeout
     results: dict[int, Any] = {}
-    while len(results) < len(procs):
-        for rank, p in enumerate(procs):
-            if rank in results or p.poll() is None:
+    while len(results) < nprocs:
+        zygote_done = zygote.poll() is not None
+        for rank in range(nprocs):
+            if rank in results:
+                continue
+            code = _read_exit(tmp, rank)
+            if code is None:
+                if zygote_done:  # the zygote itself died (killed?) and took the ranks along
+                    raise ChildDied(f"rank {rank} died with the launcher's helper process "
+                                    f"(exit code {zygote.returncode})",
+                                    child_name=f"rank{rank}", exitcode=zygote.returncode)
                 continue
             outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
             if outcome is not None and outcome[0] == "error":
-                _kill_all(procs)
                 kind, text = outcome[1]
                 raise ChildError(f"rank {rank} raised {kind}", child_name=f"rank{rank}",
                                  child_traceback=text)
-            if p.returncode != 0 or outcome is None:
-                _kill_all(procs)
-                how = (f"was killed by signal {signal.Signals(-p.returncode).name}"
-                       if p.returncode < 0 else f"exited with code {p.returncode} without a result")
-                raise ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}",
-                                exitcode=p.returncode)
+            if code != 0 or outcome is None:
+                how = (f"was killed by signal {signal.Signals(-code).name}"
+                       if code < 0 else f"exited with code {code} without a result")
+                raise ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}", exitcode=code)
             results[rank] = outcome[1]
         if deadline is not None and time.monotonic() > deadline:
-            _kill_all(procs)
             raise TimeoutError(f"launch: ranks did not finish within {timeout} s")
-        time.sleep(_POLL_S)
-    return [results[r] for r in range(len(procs))]
+        if len(results) < nprocs:
+            time.sleep(_POLL_S)
+    return [results[r] for r in range(nprocs)]

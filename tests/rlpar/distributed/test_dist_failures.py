@@ -50,37 +50,32 @@ def test_from_env_without_launcher_environment_says_what_is_missing(monkeypatch)
         World.from_env()
 
 
-def _spawn_ranks(tmp_path, entry, args, nprocs):
-    """Start ranks by hand (not with launch, which would tear the world down as soon as
-    the rank that kills itself dies): rank 0's result survives its peer's death."""
+def _run_ranks(tmp_path, entry, args, nprocs, timeout):
+    """Run ranks with launch's helper but without launch's supervision, which would
+    tear the world down as soon as the rank that kills itself dies: rank 0's result
+    survives its peer's death. Returns each rank's exit code."""
     payload = tmp_path / "entry.pkl"
     with open(payload, "wb") as f:
         pickle.dump(list(sys.path), f)
         cloudpickle.dump((entry, args), f)
-    port = free_port()
-    procs = []
-    for rank in range(nprocs):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "rlpar.distributed._child", str(payload),
-             str(tmp_path / f"result{rank}.pkl")], env=env))
-    return procs
+    env = dict(os.environ, WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+    zygote = subprocess.Popen([sys.executable, "-m", "rlpar.distributed._zygote", str(payload),
+                               str(tmp_path), str(nprocs), "torch"], env=env)
+    try:
+        zygote.wait(timeout=timeout)
+    finally:
+        if zygote.poll() is None:
+            zygote.terminate()  # kills and reaps the ranks
+            zygote.wait()
+    return [int((tmp_path / f"exit{rank}").read_text()) for rank in range(nprocs)]
 
 
 @pytest.mark.timeout(90)
 def test_call_to_a_sigkilled_peer_raises_peer_unavailable_within_its_timeout(tmp_path):
     timeout = 5.0
-    procs = _spawn_ranks(tmp_path, programs.call_dead_peer, (timeout,), 2)
-    try:
-        codes = [p.wait(timeout=80) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert codes[1] == -9
-    assert codes[0] == 0
+    codes = _run_ranks(tmp_path, programs.call_dead_peer, (timeout,), 2, timeout=80)
+    assert codes == [0, -9]
     with open(tmp_path / "result0.pkl", "rb") as f:
         status, value = pickle.load(f)
     assert status == "ok", value

@@ -10,6 +10,9 @@ import pytest
 from rlpar.distributed import launch
 from rlpar.errors import ChildDied, ChildError
 
+# The entries here need no torch: skip preloading it so each launch takes a fraction
+# of a second.
+
 
 def _gone(pid_dir):
     """Every rank that recorded its pid is dead (not even a zombie)."""
@@ -26,7 +29,7 @@ def _gone(pid_dir):
 
 @pytest.mark.timeout(30)
 def test_results_come_back_in_rank_order_with_torchrun_style_environment():
-    results = launch(programs.rank_and_env, nprocs=3, args=(10,), timeout=25)
+    results = launch(programs.rank_and_env, nprocs=3, args=(10,), timeout=25, preload=())
     assert [r[0] for r in results] == [10, 11, 12]
     envs = [r[1] for r in results]
     assert [e["RANK"] for e in envs] == ["0", "1", "2"]
@@ -40,7 +43,7 @@ def test_results_come_back_in_rank_order_with_torchrun_style_environment():
 @pytest.mark.timeout(30)
 def test_a_rank_that_raises_gives_child_error_with_its_traceback_and_no_orphans(tmp_path):
     with pytest.raises(ChildError) as info:
-        launch(programs.rank1_raises, nprocs=2, args=(str(tmp_path),), timeout=25)
+        launch(programs.rank1_raises, nprocs=2, args=(str(tmp_path),), timeout=25, preload=())
     err = info.value
     assert not isinstance(err, ChildDied)
     assert err.child_name == "rank1"
@@ -52,7 +55,7 @@ def test_a_rank_that_raises_gives_child_error_with_its_traceback_and_no_orphans(
 @pytest.mark.timeout(30)
 def test_a_rank_killed_by_a_signal_gives_child_died(tmp_path):
     with pytest.raises(ChildDied) as info:
-        launch(programs.rank1_killed, nprocs=2, args=(str(tmp_path),), timeout=25)
+        launch(programs.rank1_killed, nprocs=2, args=(str(tmp_path),), timeout=25, preload=())
     assert info.value.child_name == "rank1"
     assert info.value.exitcode == -9
     assert "SIGKILL" in str(info.value)
@@ -62,20 +65,20 @@ def test_a_rank_killed_by_a_signal_gives_child_died(tmp_path):
 @pytest.mark.timeout(30)
 def test_a_rank_that_exits_without_result_gives_child_died():
     with pytest.raises(ChildDied) as info:
-        launch(programs.exits_early, nprocs=1, timeout=25)
+        launch(programs.exits_early, nprocs=1, timeout=25, preload=())
     assert info.value.exitcode == 3
 
 
 @pytest.mark.timeout(30)
 def test_an_unpicklable_result_is_reported_not_lost():
     with pytest.raises(ChildError, match="UnpicklableResult"):
-        launch(programs.returns_unpicklable, nprocs=1, timeout=25)
+        launch(programs.returns_unpicklable, nprocs=1, timeout=25, preload=())
 
 
 @pytest.mark.timeout(30)
 def test_timeout_kills_every_rank(tmp_path):
     with pytest.raises(TimeoutError):
-        launch(programs.sleeps_forever, nprocs=2, args=(str(tmp_path),), timeout=1.5)
+        launch(programs.sleeps_forever, nprocs=2, args=(str(tmp_path),), timeout=1.5, preload=())
     assert _gone(tmp_path)
 
 
@@ -91,7 +94,7 @@ def test_timeout_kills_every_rank(tmp_path):
 )
 def test_invalid_launch_arguments_fail_before_spawning(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        launch(programs.sleeps_forever, args=("/nonexistent",), **kwargs)
+        launch(programs.sleeps_forever, args=("/nonexistent",), preload=(), **kwargs)
 
 
 def test_entry_must_be_callable_and_args_a_tuple():
