@@ -231,3 +231,28 @@ def test_restart_on_crash_during_reset_repeats_the_reset_once():
         assert obs[:, 0].tolist() == [0, 0, 0, 0] and venv.crash_count == 1
     finally:
         venv.close()
+
+
+def _probe_env():
+    import sys as _sys
+
+    env = CountingEnv()
+
+    def threads():
+        torch = _sys.modules.get("torch")
+        return None if torch is None else torch.get_num_threads()
+
+    env.torch_threads = threads
+    return env
+
+
+@pytest.mark.timeout(60)
+def test_workers_do_not_import_torch_or_use_one_thread():
+    import torch  # the parent has torch; the worker must not pay for it (or use 1 thread)
+
+    assert torch.get_num_threads() >= 1
+    venv = SubprocVectorEnv([_probe_env] * 2, num_workers=2, step_in_parent=False)
+    try:
+        assert all(t in (None, 1) for t in venv.call("torch_threads"))
+    finally:
+        venv.close()
