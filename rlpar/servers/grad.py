@@ -2,10 +2,12 @@
 
 Workers compute gradients on a copy of the parameters tagged with a version and
 push them here; the server owns the optimizer and applies them either one by one
-as they arrive (``mode="async"``, the lock-step-free update order of A3C, Mnih et
-al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", with Hogwild!
-semantics, Recht et al. 2011) or averaged over every ``reduce_batch_size``
-gradients (``mode="reduce"``, synchronous data-parallel SGD).
+as they arrive (``mode="async"``: the update order of A3C, Mnih et al. 2016,
+"Asynchronous Methods for Deep Reinforcement Learning", where workers never wait
+for each other as in Hogwild!, Recht et al. 2011; here each step is applied whole,
+under a lock) or averaged over every ``reduce_batch_size`` gradients
+(``mode="reduce"``, synchronous data-parallel SGD). An LR scheduler, if given,
+steps after every optimizer step.
 
 A gradient computed on version ``v`` arriving when the server is at version
 ``V`` has staleness ``V - v``. With ``max_staleness=N`` a gradient with staleness
