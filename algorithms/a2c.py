@@ -126,6 +126,7 @@ class A2C(Algorithm):
         self.model: ActorCritic = self._build_model(model, actor, critic).to(self.device)
         self.optimizer = make_optimizer(self.model.parameters(), self.config)
         self.updates = 0
+        self._state_tensors: dict[str, torch.Tensor] | None = None
 
     def _build_model(self, model: nn.Module | None, actor: nn.Module | None,
                      critic: nn.Module | None) -> ActorCritic:
@@ -278,7 +279,22 @@ class A2C(Algorithm):
         return self.model.state_dict()
 
     def load_parameters(self, state: Mapping[str, Any]) -> None:
-        self.model.load_state_dict(dict(state))
+        """Copy ``state`` (a ``model.state_dict()``, e.g. pulled from a server) in place.
+        A worker does this after every push, so the common case (same keys) skips
+        ``load_state_dict``'s per-module bookkeeping."""
+        targets = self._state_tensors
+        if targets is None:
+            targets = self._state_tensors = dict(self.model.state_dict(keep_vars=True))
+        if state.keys() != targets.keys():
+            self.model.load_state_dict(dict(state))
+            return
+        with torch.no_grad():
+            for name, target in targets.items():
+                value = state[name]
+                if value.shape != target.shape:
+                    raise ValueError(f"parameter {name!r} has shape {tuple(target.shape)}, "
+                                     f"got {tuple(value.shape)}")
+                target.copy_(value)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
