@@ -240,6 +240,18 @@ class ParallelModules:
             return self._scripted(list(inputs))
         return self._batched(inputs)
 
+    def call_stacked(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` stacked over networks ``(n, B, in)`` -> outputs stacked ``(n, B, out)``.
+
+        In ``batched`` mode with one structure this is a single stacked computation
+        with no split or re-stack; otherwise it splits, calls, and stacks."""
+        if x.shape[0] != len(self.modules):
+            raise ValueError(f"stacked input has {x.shape[0]} rows, expected {len(self.modules)}")
+        if self.mode == "batched" and len(self._groups) == 1 and len(self.modules) > 1 \
+                and not self._groups[0].failed:
+            return self._groups[0](x)
+        return torch.stack(self(list(x.unbind(0))))
+
     def _threads(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._max_threads, thread_name_prefix="agents")

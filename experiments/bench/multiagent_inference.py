@@ -1,0 +1,128 @@
+"""Time per joint action and per MADDPG update in every agent-parallel mode.
+
+``python -m experiments.bench.multiagent_inference [--quick] [--torch-threads N]``
+
+Cases: 3, 8 and 16 agents; hidden 64 and 256; batch 1 and 1024 (env copies for
+acting, sample size for updating); modes loop, threads, jit_fork, batched (bmm)
+and batched_vmap, all in one run, on CPU and on CUDA when available. Agents look
+like simple_spread's (obs 6n, 5 discrete actions, critics see everyone). Each
+result is one JSON line; each case ends with a line comparing the default mode
+(``auto``) with ``threads`` and ``loop``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from algorithms.maddpg import MADDPG
+from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
+
+MODES = ("loop", "threads", "jit_fork", "batched", "batched_vmap")
+
+
+def _timed(fn, *, min_time: float, repeats: int, sync) -> float:
+    """Median seconds per call over ``repeats`` rounds of at least ``min_time`` each."""
+    fn()
+    sync()
+    calls = 1
+    while True:  # calibrate calls per round
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        if time.perf_counter() - start >= min_time / 4 or calls >= 1 << 14:
+            break
+        calls *= 2
+    per_round = max(1, int(calls * min_time / max(time.perf_counter() - start, 1e-9)))
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(per_round):
+            fn()
+        sync()
+        rounds.append((time.perf_counter() - start) / per_round)
+    return statistics.median(rounds)
+
+
+def _build(mode: str, n: int, hidden: int, device: str) -> MADDPG:
+    impl = "vmap" if mode == "batched_vmap" else "bmm"
+    agents = [AgentSpec(obs_dim=6 * n, action_dim=5, discrete=True) for _ in range(n)]
+    config = MADDPGConfig(mode="batched" if mode == "batched_vmap" else mode, batched_impl=impl,
+                          hidden=(hidden, hidden), seed=0)
+    return MADDPG(agents=agents, config=config, device=device)
+
+
+def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, repeats: int,
+             modes: tuple[str, ...]) -> list[dict]:
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((batch, n, 6 * n)).astype(np.float32)
+    sample = {"obs": obs, "next_obs": rng.standard_normal((batch, n, 6 * n)).astype(np.float32),
+              "action": rng.integers(0, 5, (batch, n)), "reward": rng.standard_normal((batch, n)).astype(np.float32),
+              "terminated": np.zeros((batch, n), np.float32)}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    lines = []
+    for mode in modes:
+        algo = _build(mode, n, hidden, device)
+        for op, fn in (("act", lambda a=algo: a.act(obs)), ("update", lambda a=algo: a.update(sample))):
+            seconds = _timed(fn, min_time=min_time, repeats=repeats, sync=sync)
+            lines.append({"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
+                          "agents": n, "hidden": hidden, "batch": batch, "mode": mode,
+                          "ms": round(seconds * 1e3, 4)})
+        algo.close()
+    auto = _build("auto", n, hidden, device)
+    chosen = auto.mode
+    auto.close()
+    for op in ("act", "update"):
+        by_mode = {line["mode"]: line["ms"] for line in lines if line["op"] == op}
+        best_other = min(v for k, v in by_mode.items() if k != chosen)
+        summary = {"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
+                   "agents": n, "hidden": hidden, "batch": batch, "summary": True, "auto_mode": chosen,
+                   "auto_ms": by_mode.get(chosen)}
+        if chosen in by_mode:
+            for ref in ("threads", "loop"):
+                if ref in by_mode:
+                    summary[f"speedup_vs_{ref}"] = round(by_mode[ref] / by_mode[chosen], 3)
+            summary["ratio_vs_best_peer"] = round(by_mode[chosen] / best_other, 3)
+        lines.append(summary)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch intra-op threads (1: the thread pool and jit.fork do the fan-out)")
+    parser.add_argument("--agents", type=int, nargs="+", default=[3, 8, 16])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 1024])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timing round")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda if available")
+    args = parser.parse_args(argv)
+    if args.torch_threads < 1:
+        parser.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
+    if args.quick:
+        args.agents, args.hidden, args.batch = [3, 8], [64], [1, 64]
+        args.min_time, args.repeats = 0.01, 1
+    devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    torch.set_num_threads(args.torch_threads)
+    print(json.dumps({"bench": "multiagent_inference", "config": True, "torch_threads": args.torch_threads,
+                      "torch": torch.__version__, "devices": devices}), flush=True)
+    for device in devices:
+        for n in args.agents:
+            for hidden in args.hidden:
+                for batch in args.batch:
+                    for line in run_case(device=device, n=n, hidden=hidden, batch=batch, min_time=args.min_time,
+                                         repeats=args.repeats, modes=tuple(args.modes)):
+                        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
