@@ -16,16 +16,10 @@ whose envs were reset and are flagged in ``infos['env_restarted']``.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import multiprocessing as mp
-import os
 import pickle
-import select
-import sys
 import time
-import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -35,62 +29,9 @@ from gymnasium.vector import AutoresetMode
 
 from envs import worker as W
 from envs.base import BatchVectorEnv
+from envs.procs import START_TIMEOUT, WorkerProcs, default_num_workers, split_envs
 from envs.runner import EnvFailure, EnvRunner
-from rlpar.errors import ChildDied, ChildError
-
-_START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
-
-
-def default_num_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def split_envs(num_envs: int, groups: int) -> list[tuple[int, int]]:
-    """Contiguous (lo, hi) ranges, sizes differing by at most one; the larger ones come
-    last, so group 0 (the parent's share, which also carries the batching overhead) is
-    never the larger."""
-    base, extra = divmod(num_envs, groups)
-    out, lo = [], 0
-    for g in range(groups):
-        hi = lo + base + (1 if g >= groups - extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
-@contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
-    """Start a spawn/forkserver child without re-importing the parent's ``__main__``.
-
-    The env factories travel by value (cloudpickle), so the worker never needs the
-    main module; importing it would cost seconds when it imports torch, and would
-    require the ``if __name__ == "__main__"`` guard in every user script.
-    multiprocessing decides what to import from ``sys.modules['__main__']`` while
-    ``Process.start`` runs, so a bare stand-in is shown for that moment.
-    """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    # A daemonic process (e.g. an actor started by a pool) may not start children;
-    # env workers are still tied to it: daemonic themselves, and they exit on EOF of
-    # their pipe when it dies.
-    config = mp.current_process()._config
-    daemon = config.get("daemon", False)
-    config["daemon"] = False
-    try:
-        yield
-    finally:
-        config["daemon"] = daemon
-        if main is not None:
-            sys.modules["__main__"] = main
-
-
-def _readable(fd: int) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(0))
+from rlpar.errors import ChildError
 
 
 class _Pending:
@@ -179,19 +120,19 @@ class SubprocVectorEnv(BatchVectorEnv):
         if local_envs:
             self._runner = self._make_runner(local_envs, self.groups[0][0])
         self.worker_crashes = [0] * num_groups
-        self._procs: list[Any] = [None] * num_groups
-        self._conns: list[Any] = [None] * num_groups
+        self._workers = WorkerProcs(
+            ctx=self._ctx, groups=self.groups, payload_for=self._payload, buffer=self._buffer
+        )
         self._pending: list[_Pending] = []
-        self._pollers: dict[frozenset[int], select.poll] = {}
-        self._fd_owner: dict[int, int] = {}
         self._busy: set[int] = set()
         self._broken: str | None = None
         self.closed = False
         try:
             for w in self._remote_workers():
-                self._start(w)
+                self._workers.start(w)
+            deadline = time.monotonic() + START_TIMEOUT
             for w in self._remote_workers():
-                self._expect(w, deadline=time.monotonic() + _START_TIMEOUT, what="start")
+                self._workers.expect(w, deadline=deadline, what="start")
         except BaseException:
             self.close(terminate=True)
             raise
@@ -213,9 +154,9 @@ class SubprocVectorEnv(BatchVectorEnv):
     def _remote_workers(self) -> list[int]:
         return [w for w in range(len(self.groups)) if w != self._local]
 
-    def _start(self, w: int) -> None:
+    def _payload(self, w: int) -> bytes:
         lo, hi = self.groups[w]
-        payload = cloudpickle.dumps(
+        return cloudpickle.dumps(
             (
                 self._fns[lo:hi],
                 lo,
@@ -227,128 +168,17 @@ class SubprocVectorEnv(BatchVectorEnv):
                 self.autoreset_mode,
             )
         )
-        parent_end, child_end = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=W.worker_main,
-            args=(payload, self._buffer, child_end),
-            name=f"rlpar-env-worker-{w}",
-            daemon=True,
-        )
-        with _main_module_hidden():
-            proc.start()
-        child_end.close()  # so the parent sees EOF when the worker dies
-        self._procs[w], self._conns[w] = proc, parent_end
-        self._fd_owner[parent_end.fileno()] = w
-        self._fd_owner[proc.sentinel] = w
-        self._pollers.clear()  # file descriptors changed
-
-    def _name(self, w: int) -> str:
-        lo, hi = self.groups[w]
-        return f"env worker {w} (envs {lo}..{hi - 1})"
-
-    def _died(self, w: int) -> ChildDied:
-        proc = self._procs[w]
-        proc.join(timeout=1.0)
-        code = proc.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        return ChildDied(f"{self._name(w)} died ({how})", child_name=self._name(w), exitcode=code)
-
-    def _decode(self, w: int, msg: bytes, what: str) -> Any:
-        op = msg[:1]
-        if op == W.OK:
-            return None
-        if op == W.PAYLOAD:
-            return pickle.loads(msg[1:])
-        if op == W.ENV_ERROR:
-            j, tb = pickle.loads(msg[1:])
-            index = self.groups[w][0] + j
-            raise ChildError(
-                f"env {index} raised in {what} ({self._name(w)})",
-                child_name=f"env {index}",
-                child_traceback=tb,
-            )
-        raise ChildError(
-            f"{self._name(w)} failed in {what}",
-            child_name=self._name(w),
-            child_traceback=pickle.loads(msg[1:]),
-        )
-
-    def _poller(self, workers: frozenset[int]) -> select.poll:
-        """A cached poll object over the pipes and process sentinels of ``workers``.
-
-        One ``poll`` syscall per wait: multiprocessing.connection.wait (and
-        Connection.poll, which uses it) builds a selector on every call, which measured
-        as the largest part of the parent's per-step overhead.
-        """
-        poller = self._pollers.get(workers)
-        if poller is None:
-            poller = select.poll()
-            for w in workers:
-                poller.register(self._conns[w].fileno(), select.POLLIN)
-                poller.register(self._procs[w].sentinel, select.POLLIN)
-            self._pollers[workers] = poller
-        return poller
-
-    def _recv_any(
-        self, workers: set[int], deadline: float | None
-    ) -> list[tuple[int, bytes | None]]:
-        """Replies from whichever of ``workers`` are ready (None = the worker died).
-        Watching the process sentinels is what turns a dead worker into an error at
-        once instead of a hang."""
-        poller = self._poller(frozenset(workers))
-        timeout_ms = None
-        if deadline is not None:
-            timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
-        events = poller.poll(timeout_ms)
-        if not events:
-            raise TimeoutError(f"no reply from env workers {sorted(workers)} within the timeout")
-        fds = {fd for fd, _ in events}
-        out = []
-        for w in sorted({self._fd_owner[fd] for fd in fds}):
-            conn = self._conns[w]
-            # A worker may reply and then die: read what it sent first. If only its
-            # sentinel fired (something else still holds the pipe), don't block on it.
-            if conn.fileno() in fds or _readable(conn.fileno()):
-                out.append((w, self._read(w)))
-            else:
-                out.append((w, None))
-        return out
-
-    def _read(self, w: int) -> bytes | None:
-        try:
-            return self._conns[w].recv_bytes()
-        except (EOFError, OSError):  # the worker died
-            return None
-
-    def _expect(self, w: int, *, deadline: float | None, what: str) -> Any:
-        while True:
-            for _, msg in self._recv_any({w}, deadline):
-                if msg is None:
-                    raise self._died(w)
-                return self._decode(w, msg, what)
-
-    def _send(self, w: int, data: bytes) -> None:
-        try:
-            self._conns[w].send_bytes(data)
-        except OSError:
-            pass  # the worker is dead: the next wait sees its sentinel and reports it
 
     def _restart(self, w: int, *, reset: bool = True) -> None:
         """Replace dead worker ``w``; with ``reset``, reset its envs (flagged as truncated)."""
         self.crash_count += 1
         self.worker_crashes[w] += 1
-        try:
-            self._conns[w].close()
-        except OSError:
-            pass
-        self._start(w)
-        deadline = time.monotonic() + _START_TIMEOUT
-        self._expect(w, deadline=deadline, what="restart")
+        deadline = self._workers.replace(w)
         if not reset:
             return
         lo, hi = self.groups[w]
-        self._conns[w].send_bytes(W.RESET + pickle.dumps(([None] * (hi - lo), None, None, True)))
-        self._expect(w, deadline=deadline, what="reset after restart")
+        self._workers.send(w, W.RESET + pickle.dumps(([None] * (hi - lo), None, None, True)))
+        self._workers.expect(w, deadline=deadline, what="reset after restart")
 
     # -- checks --------------------------------------------------------------------------
     def _check_usable(self) -> None:
@@ -382,7 +212,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         self._write_actions(actions, rows)
         for w in ws:
             if w != self._local:
-                self._send(w, W.STEP)
+                self._workers.send(w, W.STEP)
         pending = _Pending(ws, rows)
         self._pending.append(pending)
         self._busy.update(ws)
@@ -408,18 +238,18 @@ class SubprocVectorEnv(BatchVectorEnv):
                     child_traceback=failure.tb,
                 )
         while p.waiting:
-            for w, msg in self._recv_any(p.waiting, deadline):
+            for w, msg in self._workers.recv_any(p.waiting, deadline):
                 p.waiting.discard(w)
                 if msg is None:
                     if not self.restart_on_crash:
-                        p.error = p.error or self._died(w)
+                        p.error = p.error or self._workers.died(w)
                         self._broken = str(p.error)
                         continue
                     self._restart(w)
                     p.restarted.append(w)
                     continue
                 try:
-                    p.records[w] = self._decode(w, msg, "step")
+                    p.records[w] = self._workers.decode(w, msg, "step")
                 except ChildError as exc:
                     p.error = p.error or exc
         self._pending.pop(0)
@@ -456,7 +286,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         results: list[Any] = [None] * len(self.groups)
         remote = self._remote_workers()
         for w in remote:
-            self._send(w, op + pickle.dumps(per_worker(w), protocol=5))
+            self._workers.send(w, op + pickle.dumps(per_worker(w), protocol=5))
         error: ChildError | None = None
         if self._local is not None:
             try:
@@ -471,15 +301,15 @@ class SubprocVectorEnv(BatchVectorEnv):
         waiting = set(remote)
         retried: set[int] = set()
         while waiting:
-            for w, msg in self._recv_any(waiting, None):
+            for w, msg in self._workers.recv_any(waiting, None):
                 waiting.discard(w)
                 if msg is None:
-                    died = self._died(w)
+                    died = self._workers.died(w)
                     if self.restart_on_crash and w not in retried:
                         # Replace the worker and repeat the command on it, once.
                         self._restart(w, reset=op != W.RESET)
                         retried.add(w)
-                        self._send(w, op + pickle.dumps(per_worker(w), protocol=5))
+                        self._workers.send(w, op + pickle.dumps(per_worker(w), protocol=5))
                         waiting.add(w)
                         continue
                     if not self.restart_on_crash:
@@ -487,7 +317,7 @@ class SubprocVectorEnv(BatchVectorEnv):
                     error = error or died
                     continue
                 try:
-                    results[w] = self._decode(w, msg, what)
+                    results[w] = self._workers.decode(w, msg, what)
                 except ChildError as exc:
                     error = error or exc
         if error is not None:
@@ -562,29 +392,7 @@ class SubprocVectorEnv(BatchVectorEnv):
 
     # -- shutdown ------------------------------------------------------------------------
     def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
-        procs = [(w, p) for w, p in enumerate(self._procs) if p is not None]
-        busy = set(self._busy)
-        for w, proc in procs:
-            conn = self._conns[w]
-            try:
-                if w in busy and proc.is_alive() and not terminate:
-                    if conn.poll(1.0):  # drain the reply of an unfinished step
-                        conn.recv_bytes()
-                if proc.is_alive() and not terminate:
-                    conn.send_bytes(W.CLOSE)
-            except (EOFError, OSError):
-                pass
-        deadline = time.monotonic() + (0.1 if terminate else 2.0)
-        for w, proc in procs:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=1.0)
-            try:
-                self._conns[w].close()
-            except OSError:
-                pass
-            self._procs[w] = None
+        self._workers.close(busy=set(self._busy), terminate=terminate)
         self._pending.clear()
         self._busy.clear()
         if self._runner is not None:

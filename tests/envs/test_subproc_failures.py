@@ -86,7 +86,7 @@ def test_externally_killed_worker_detected():
     venv = SubprocVectorEnv([partial(CountingEnv)] * 2, num_workers=2, step_in_parent=False)
     try:
         venv.reset(seed=0)
-        os.kill(venv._procs[0].pid, signal.SIGKILL)
+        os.kill(venv._workers.procs[0].pid, signal.SIGKILL)
         with pytest.raises(ChildDied, match="env worker 0"):
             venv.step(np.zeros(2, dtype=np.int64))
     finally:
@@ -176,7 +176,7 @@ def test_close_with_pending_step_and_garbage_collection_leave_no_process():
     venv.close()
     venv.close()
     venv = SubprocVectorEnv([partial(CountingEnv)] * 2, num_workers=2, step_in_parent=False)
-    procs = list(venv._procs)
+    procs = list(venv._workers.procs)
     del venv
     gc.collect()
     assert all(not p.is_alive() for p in procs)

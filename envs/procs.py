@@ -1,0 +1,242 @@
+"""The worker processes behind SubprocVectorEnv: start, message, watch, replace, stop.
+
+Every wait polls the workers' pipes together with their process sentinels, so a
+worker that dies (os._exit, SIGKILL, segfault) is reported at once instead of
+leaving the parent blocked on a pipe that will never answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import pickle
+import select
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from envs import worker as W
+from rlpar.errors import ChildDied, ChildError
+
+START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
+
+
+def default_num_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def split_envs(num_envs: int, groups: int) -> list[tuple[int, int]]:
+    """Contiguous (lo, hi) ranges, sizes differing by at most one; the larger ones come
+    last, so group 0 (the parent's share, which also carries the batching overhead) is
+    never the larger."""
+    base, extra = divmod(num_envs, groups)
+    out, lo = [], 0
+    for g in range(groups):
+        hi = lo + base + (1 if g >= groups - extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start a spawn/forkserver child without re-importing the parent's ``__main__``.
+
+    The env factories travel by value (cloudpickle), so the worker never needs the
+    main module; importing it would cost seconds when it imports torch, and would
+    require the ``if __name__ == "__main__"`` guard in every user script.
+    multiprocessing decides what to import from ``sys.modules['__main__']`` while
+    ``Process.start`` runs, so a bare stand-in is shown for that moment.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    # A daemonic process (e.g. an actor started by a pool) may not start children;
+    # env workers are still tied to it: daemonic themselves, and they exit on EOF of
+    # their pipe when it dies.
+    config = mp.current_process()._config
+    daemon = config.get("daemon", False)
+    config["daemon"] = False
+    try:
+        yield
+    finally:
+        config["daemon"] = daemon
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class WorkerProcs:
+    """One worker process per env group; ``payload_for(w)`` is what worker ``w`` builds
+    its envs from, ``buffer`` the shared block every worker maps."""
+
+    def __init__(
+        self,
+        *,
+        ctx: Any,
+        groups: list[tuple[int, int]],
+        payload_for: Callable[[int], bytes],
+        buffer: Any,
+    ) -> None:
+        self.ctx = ctx
+        self.groups = groups
+        self.payload_for = payload_for
+        self.buffer = buffer
+        self.procs: list[Any] = [None] * len(groups)
+        self.conns: list[Any] = [None] * len(groups)
+        self._pollers: dict[frozenset[int], select.poll] = {}
+        self._fd_owner: dict[int, int] = {}
+
+    def start(self, w: int) -> None:
+        parent_end, child_end = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(
+            target=W.worker_main,
+            args=(self.payload_for(w), self.buffer, child_end),
+            name=f"rlpar-env-worker-{w}",
+            daemon=True,
+        )
+        with _main_module_hidden():
+            proc.start()
+        child_end.close()  # so the parent sees EOF when the worker dies
+        self.procs[w], self.conns[w] = proc, parent_end
+        self._fd_owner[parent_end.fileno()] = w
+        self._fd_owner[proc.sentinel] = w
+        self._pollers.clear()  # file descriptors changed
+
+    def replace(self, w: int) -> float:
+        """Start a fresh worker ``w`` in place of a dead one; returns its start deadline."""
+        try:
+            self.conns[w].close()
+        except OSError:
+            pass
+        self.start(w)
+        deadline = time.monotonic() + START_TIMEOUT
+        self.expect(w, deadline=deadline, what="restart")
+        return deadline
+
+    def name(self, w: int) -> str:
+        lo, hi = self.groups[w]
+        return f"env worker {w} (envs {lo}..{hi - 1})"
+
+    def died(self, w: int) -> ChildDied:
+        proc = self.procs[w]
+        proc.join(timeout=1.0)
+        code = proc.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return ChildDied(f"{self.name(w)} died ({how})", child_name=self.name(w), exitcode=code)
+
+    def decode(self, w: int, msg: bytes, what: str) -> Any:
+        """The payload of a reply, or the ChildError it reports (raised)."""
+        op = msg[:1]
+        if op == W.OK:
+            return None
+        if op == W.PAYLOAD:
+            return pickle.loads(msg[1:])
+        if op == W.ENV_ERROR:
+            j, tb = pickle.loads(msg[1:])
+            index = self.groups[w][0] + j
+            raise ChildError(
+                f"env {index} raised in {what} ({self.name(w)})",
+                child_name=f"env {index}",
+                child_traceback=tb,
+            )
+        raise ChildError(
+            f"{self.name(w)} failed in {what}",
+            child_name=self.name(w),
+            child_traceback=pickle.loads(msg[1:]),
+        )
+
+    def send(self, w: int, data: bytes) -> None:
+        try:
+            self.conns[w].send_bytes(data)
+        except OSError:
+            pass  # the worker is dead: the next wait sees its sentinel and reports it
+
+    def _poller(self, workers: frozenset[int]) -> select.poll:
+        """A cached poll object over the pipes and process sentinels of ``workers``.
+
+        One ``poll`` syscall per wait: multiprocessing.connection.wait (and
+        Connection.poll, which uses it) builds a selector on every call, which measured
+        as the largest part of the parent's per-step overhead.
+        """
+        poller = self._pollers.get(workers)
+        if poller is None:
+            poller = select.poll()
+            for w in workers:
+                poller.register(self.conns[w].fileno(), select.POLLIN)
+                poller.register(self.procs[w].sentinel, select.POLLIN)
+            self._pollers[workers] = poller
+        return poller
+
+    def recv_any(self, workers: set[int], deadline: float | None) -> list[tuple[int, bytes | None]]:
+        """Replies from whichever of ``workers`` are ready (None = the worker died).
+        Watching the process sentinels is what turns a dead worker into an error at
+        once instead of a hang."""
+        poller = self._poller(frozenset(workers))
+        timeout_ms = None
+        if deadline is not None:
+            timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+        events = poller.poll(timeout_ms)
+        if not events:
+            raise TimeoutError(f"no reply from env workers {sorted(workers)} within the timeout")
+        fds = {fd for fd, _ in events}
+        out = []
+        for w in sorted({self._fd_owner[fd] for fd in fds}):
+            conn = self.conns[w]
+            # A worker may reply and then die: read what it sent first. If only its
+            # sentinel fired (something else still holds the pipe), don't block on it.
+            if conn.fileno() in fds or _readable(conn.fileno()):
+                out.append((w, self.read(w)))
+            else:
+                out.append((w, None))
+        return out
+
+    def read(self, w: int) -> bytes | None:
+        try:
+            return self.conns[w].recv_bytes()
+        except (EOFError, OSError):  # the worker died
+            return None
+
+    def expect(self, w: int, *, deadline: float | None, what: str) -> Any:
+        while True:
+            for _, msg in self.recv_any({w}, deadline):
+                if msg is None:
+                    raise self.died(w)
+                return self.decode(w, msg, what)
+
+    def close(self, *, busy: set[int], terminate: bool) -> None:
+        """Ask every worker to exit (after draining an unfinished step), then kill the
+        ones still alive after a grace period; never blocks for long."""
+        procs = [(w, p) for w, p in enumerate(self.procs) if p is not None]
+        for w, proc in procs:
+            conn = self.conns[w]
+            try:
+                if w in busy and proc.is_alive() and not terminate:
+                    if conn.poll(1.0):  # drain the reply of an unfinished step
+                        conn.recv_bytes()
+                if proc.is_alive() and not terminate:
+                    conn.send_bytes(W.CLOSE)
+            except (EOFError, OSError):
+                pass
+        deadline = time.monotonic() + (0.1 if terminate else 2.0)
+        for w, proc in procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1.0)
+            try:
+                self.conns[w].close()
+            except OSError:
+                pass
+            self.procs[w] = None
