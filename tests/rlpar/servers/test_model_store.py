@@ -51,3 +51,24 @@ def test_device_copy():
     store.push({"w": torch.ones(2, dtype=torch.float64), "step": 3})
     state, _ = store.pull()
     assert state["w"].device.type == "cpu" and state["step"] == 3
+
+
+def test_for_transfer_passes_cpu_tensors_through_uncopied():
+    from rlpar.servers.tensors import for_transfer, nbytes
+
+    w = torch.ones(3)
+    out = for_transfer({"w": w, "n": 1}, keep_device=False)
+    assert out["w"].data_ptr() == w.data_ptr() and out["n"] == 1
+    assert nbytes(out) == 12
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_travel_as_cpu_unless_device_maps_are_configured():
+    from rlpar.servers.tensors import for_transfer
+
+    w = torch.ones(3, device="cuda")
+    assert for_transfer({"w": w}, keep_device=False)["w"].device.type == "cpu"
+    assert for_transfer({"w": w}, keep_device=True)["w"].is_cuda
+    store = ModelStore(device="cpu")
+    store.push({"w": w})
+    assert store.pull()[0]["w"].device.type == "cpu"
