@@ -210,3 +210,23 @@ def _decode_address(text):
     words = struct.unpack(f"<{len(raw) // 4}I", raw)
     packed = b"".join(struct.pack(">I", w) for w in words)
     return str(ipaddress.ip_address(packed)), int(hex_port, 16)
+
+
+def listen_on(address):
+    """A one-rank world listening on ``address``: what it logs and where it listens."""
+    import logging
+
+    messages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger("rlpar.distributed.world")
+    logger.addHandler(Keep())
+    with World.from_env(rpc_timeout=20, listen_address=address) as world:
+        g = world.create_rpc_group("solo", world.names)
+        g.register("square", square)
+        value = g.call("square", 5)
+        listening = listening_addresses()
+    return messages, listening, os.environ.get("TP_SOCKET_IFNAME"), value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import subprocess
 import sys
 
@@ -11,7 +12,8 @@ import cloudpickle
 import dist_programs as programs
 import pytest
 
-from rlpar.distributed import World, current_world, free_port
+from rlpar.distributed import World, current_world, free_port, launch
+from rlpar.distributed.netif import _ipv4_of, interface_for_address
 
 
 @pytest.mark.parametrize(
@@ -90,3 +92,30 @@ def test_call_to_a_sigkilled_peer_raises_peer_unavailable_within_its_timeout(tmp
     # The broken connection was noticed, so shutdown did not wait for the dead peer.
     assert shutdown_s < timeout
 
+
+
+def _non_loopback_ipv4():
+    """(address, interface) of this machine's first non-loopback IPv4 interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, iface in socket.if_nameindex():
+            address = _ipv4_of(sock, iface)
+            if address and not address.startswith("127."):
+                assert interface_for_address(address) == iface
+                return address, iface
+    return None
+
+
+@pytest.mark.timeout(60)
+def test_listening_beyond_loopback_is_explicit_and_logged():
+    found = _non_loopback_ipv4()
+    if found is None:
+        pytest.skip("this machine has no non-loopback IPv4 interface to listen on")
+    address, iface = found
+    messages, listening, tp_iface, value = launch(
+        programs.listen_on, nprocs=1, args=(address,), timeout=50)[0]
+    assert value == 25
+    assert tp_iface == iface
+    assert any("beyond loopback" in m and address in m for m in messages), messages
+    # RPC listens on the requested address; only the store (MASTER_ADDR) stays on loopback.
+    assert {host for host, _ in listening} <= {address, "127.0.0.1"}
+    assert address in {host for host, _ in listening}
