@@ -23,14 +23,16 @@ API::
     ModelStore(*, device=None)                             # ParameterStore
         .push(state, version=None) -> version              # None: newest + 1
         .pull(newer_than=-1) -> (state, version) | None    # None: nothing newer
-        .stats() -> {pulls, transfers, bytes_out, version}
+        .stats() -> {pulls, transfers, bytes_out, version}; .version (property)
     GradServer(*, model, optimizer_factory, mode="async"|"reduce",
                reduce_batch_size=1, max_staleness=None,
                staleness_policy="drop"|"downweight", lr_scheduler_factory=None)
         .push_gradients(grads, version) -> bool            # False: dropped (stale)
         .push(state, version=None) / .pull(newer_than=-1)  # GradientSink
         .metrics() -> {received, applied, dropped, downweighted, steps, pending,
-                       mean_staleness, version, lr}
+                       mean_staleness, version, lr}; .version (property)
+        # staleness = server version - gradient's version; above max_staleness a
+        # gradient is dropped or scaled by 1 / (1 + staleness - max_staleness)
 
     # RPC-hosted: ``group`` is an RpcGroup, ``name`` a string without '/'
     KeyValueServer.host(group, name, *, history=4, timeout=None) -> RemoteKeyValueStore
