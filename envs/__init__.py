@@ -1,7 +1,21 @@
 """Vector environments (in-process and subprocess), multi-agent adapters, test envs.
 
-``SubprocVectorEnv`` steps W groups of K envs in worker processes with the batch in
-shared memory; ``InProcessVectorEnv`` runs the same stepping code in this process.
+* ``SubprocVectorEnv(env_fns, *, num_workers=None, autoreset_mode=NEXT_STEP,
+  restart_on_crash=False, step_in_parent=True, copy=True, context="forkserver")``:
+  a ``gymnasium.vector.VectorEnv`` stepping W groups of K envs (W = CPU count by
+  default; group 0 in this process when ``step_in_parent``) with the whole batch in
+  one shared-memory block. ``step_async(actions, workers=None)`` /
+  ``step_wait(timeout=None)`` step all envs or a subset of groups (ping-pong halves:
+  use ``step_in_parent=False``); ``envs_of_worker(w)`` gives a group's env indices.
+* ``InProcessVectorEnv(env_fns, *, autoreset_mode=NEXT_STEP, copy=True)``: the same
+  stepping code in this process (identical trajectories for identical seeds).
+* ``make_vector_env(env_id_or_fn, *, num_envs, num_workers=None, ...)``:
+  ``num_workers=0`` gives an InProcessVectorEnv.
+* ``envs.multiagent``: ``ParallelEnvAdapter``, ``MultiAgentVectorEnv``, ``CooperativeEnv``.
+* ``envs.testing``: ``CountingEnv`` (obs = step count), ``CompositeEnv`` (Dict/Tuple obs).
+
+Errors raised by an env become ``rlpar.errors.ChildError`` naming the env index with the
+env's traceback; a worker that dies becomes ``rlpar.errors.ChildDied`` at once.
 """
 
 from envs.inprocess import InProcessVectorEnv

@@ -189,6 +189,20 @@ class MultiAgentVectorEnv:
     def set_attr(self, name: str, values: Any) -> None:
         self.venv.set_attr(name, values)
 
+    def render(self) -> tuple[Any, ...] | None:
+        return self.venv.render()
+
+    @property
+    def num_workers(self) -> int:
+        return self.venv.num_workers
+
+    def envs_of_worker(self, worker: int) -> range:
+        return self.venv.envs_of_worker(worker)
+
+    @property
+    def crash_count(self) -> int:
+        return getattr(self.venv, "crash_count", 0)
+
     @property
     def closed(self) -> bool:
         return self.venv.closed

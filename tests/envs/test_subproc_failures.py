@@ -121,7 +121,7 @@ def test_restart_on_crash_resets_flags_and_counts():
 
 @pytest.mark.timeout(30)
 def test_step_wait_timeout_then_completes():
-    slow = partial(CountingEnv, cpu_us=300_000)  # 0.3 s of CPU per step
+    slow = partial(CountingEnv, cpu_us=100_000)  # 0.1 s of CPU per step
     venv = SubprocVectorEnv([slow, slow], num_workers=2, step_in_parent=False)
     try:
         venv.reset(seed=0)
