@@ -1,0 +1,1 @@
+"""Role shells of the experiments: they own the transport and call algorithm methods."""

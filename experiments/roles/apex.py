@@ -1,0 +1,212 @@
+"""The Ape-X roles: thin shells that own the transport and call algorithm methods.
+
+Wiring (:func:`rank_main`, read top to bottom): every rank joins the world and the
+RPC group ``apex``; rank 0 hosts the parameter server, the coordinator (progress
+reports, evaluation schedule, stop flag) and, with ``--replay-placement learner``,
+the prioritized replay. Actors hold an add-only handle on the replay and an
+accessor of the parameter server, so :class:`~algorithms.apex.ApexActor` and
+:class:`~algorithms.apex.ApexLearner` see only the Buffer / ParameterStore
+protocols, exactly as in the one-process :class:`~algorithms.apex.DQNApex`.
+
+Pacing: on 2 cores, free-running actors would starve the learner, so both sides
+hold ``--updates-per-step`` learner updates per env step: actors pause when they
+are more than ``AHEAD_STEPS`` env steps ahead of what the learner has consumed,
+and the learner waits (counted as waiting for data) when it is ahead of the data.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from experiments.roles.apex_parts import (
+    Coordinator,
+    LockedBuffer,
+    ReplayAdder,
+    build_dqn,
+    env_spaces,
+    learner_metrics_logger,
+    make_env_fn,
+    resolve_device,
+)
+
+GROUP = "apex"
+AHEAD_STEPS = 1000  # env steps actors may run ahead of the learner's consumption
+REPORT_EVERY_S = 0.02
+
+
+def role_of(rank: int, world_size: int, config) -> tuple[str, int]:
+    """The documented role rule: rank 0 learner; ranks 1..R replay (R dedicated
+    replay ranks, only with ``--replay-placement replay-ranks``); the rest actors,
+    numbered from 0."""
+    replay = config.replay_ranks if config.replay_placement == "replay-ranks" else 0
+    if rank == 0:
+        return "learner", 0
+    if rank <= replay:
+        return "replay", rank - 1
+    if world_size - 1 - replay < 1:
+        raise ValueError(f"world of {world_size} ranks has no actor")
+    return "actor", rank - 1 - replay
+
+
+def check_env_id(env_id: str) -> None:
+    from experiments.roles.apex_parts import check_env_id as check
+
+    check(env_id)
+
+
+def rank_main(config, started: float, quiet: bool = False) -> dict[str, Any]:
+    import torch
+
+    from rlpar.distributed import World
+
+    torch.set_num_threads(1)  # raised for the learner below
+    world = World.from_env(rpc_timeout=config.rpc_timeout, listen_address=config.listen_address)
+    role, index = role_of(world.rank, world.world_size, config)
+    group = world.create_rpc_group(GROUP, world.names)
+    num_actors = config.actors_for(world.world_size)
+    if role == "learner":
+        return run_learner(config, group, num_actors=num_actors, started=started, quiet=quiet)
+    if role == "replay":
+        raise NotImplementedError("dedicated replay ranks need rlpar.buffers' distributed replay")
+    run_actor(config, group, index=index, num_actors=num_actors)
+    return {}
+
+
+# ---------------------------------------------------------------------- learner
+
+
+def run_learner(config, group, *, num_actors: int, started: float, quiet: bool) -> dict[str, Any]:
+    import torch
+
+    from algorithms.apex import ApexLearner
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.servers import PushPullModelServer
+
+    torch.set_num_threads(config.learner_threads)
+    device = resolve_device(config.device)
+    obs_space, num_act = env_spaces(config.env_id)
+    dqn = build_dqn(config, obs_space, num_act, device=device, seed=config.seed)
+    replay = LockedBuffer(PrioritizedReplayBuffer(
+        capacity=config.replay_capacity, alpha=config.priority_alpha, beta=config.priority_beta,
+        seed=config.seed))
+    params = PushPullModelServer.host(group, "params")
+    coordinator = Coordinator(config, num_actors=num_actors, started=started)
+    group.register("replay/add", replay.add)
+    group.register("replay/size", replay.__len__)
+    group.register("coord/report", coordinator.report)
+    group.register("coord/eval", coordinator.eval_result)
+    learner = ApexLearner(dqn=dqn, buffer=replay, params=params, config=config.apex_config())
+    group.barrier()
+
+    logger, status = learner_metrics_logger(config, quiet=quiet)
+    ratio, slack = config.updates_per_step, 2 * config.push_every
+    loop_start = wait = 0.0
+    window: dict[str, float] = {}
+    last_log = time.monotonic()
+    try:
+        while not coordinator.should_stop():
+            if not learner.ready():
+                time.sleep(0.002)
+                continue
+            if not loop_start:
+                loop_start = time.perf_counter()
+                coordinator.learning_started(learner.updates)
+            consumed = config.learning_starts + learner.updates / ratio
+            if coordinator.env_steps + slack / ratio < consumed:
+                t0 = time.perf_counter()
+                time.sleep(0.0005)
+                wait += time.perf_counter() - t0
+                continue
+            metrics = learner.step()
+            coordinator.updates = learner.updates
+            for key, value in metrics.items():
+                window[key] = window.get(key, 0.0) + value
+            window["n"] = window.get("n", 0.0) + 1
+            now = time.monotonic()
+            if now - last_log >= 1.0:
+                busy = time.perf_counter() - loop_start
+                waiting = wait + learner.sample_seconds
+                coordinator.log_learner(logger, status, window, learner, replay,
+                                        wait_fraction=waiting / busy if busy > 0 else 0.0)
+                window, last_log = {}, now
+    finally:
+        coordinator.stop("finished")
+        busy = time.perf_counter() - loop_start if loop_start else 0.0
+        waiting = wait + learner.sample_seconds
+        summary = coordinator.summary(learner, wait_fraction=waiting / busy if busy > 0 else 0.0,
+                                      busy_seconds=busy, log_dir=config.log_dir,
+                                      replay_size=len(replay))
+        coordinator.wait_for_actors(timeout=30.0)
+        logger.close()
+    return summary
+
+
+# ------------------------------------------------------------------------ actor
+
+
+def run_actor(config, group, *, index: int, num_actors: int) -> None:
+    from gymnasium.vector import AutoresetMode
+
+    from algorithms.apex import ApexActor, evaluate
+    from envs import make_vector_env
+    from rlpar.servers import PushPullModelServer
+
+    seed = config.seed + 10_000 * (index + 1)
+    env = make_vector_env(make_env_fn(config.env_id), num_envs=config.envs_per_actor,
+                          num_workers=config.env_workers, autoreset_mode=AutoresetMode.SAME_STEP, seed=seed)
+    obs_space, num_act = env_spaces(config.env_id)
+    dqn = build_dqn(config, obs_space, num_act, device="cpu", seed=seed)
+    replay = ReplayAdder(group, max_in_flight=4)
+    group.barrier()
+    params = PushPullModelServer.connect(group, "params")
+    actor = ApexActor(dqn=dqn, env=env, buffer=replay, params=params, index=index,
+                      num_actors=num_actors, config=config.apex_config(), seed=seed)
+    actor.sync()
+    evaluates = index == num_actors - 1
+    eval_env = None
+    if evaluates:
+        eval_env = make_vector_env(make_env_fn(config.env_id), num_envs=config.eval_episodes,
+                                   num_workers=0, seed=seed + 1)
+    ratio = config.updates_per_step
+    reported = 0
+    reply = {"stop": False, "updates": 0, "env_steps": 0, "eval": False}
+    last_report = 0.0
+
+    def report(final: bool = False) -> dict[str, Any]:
+        nonlocal reported, last_report
+        episodes, actor.finished_episodes = actor.finished_episodes, []
+        out = group.call("coord/report", index, actor.env_steps - reported, episodes,
+                         actor.version, final)
+        reported, last_report = actor.env_steps, time.monotonic()
+        return out
+
+    try:
+        while True:
+            allowed = config.learning_starts + reply["updates"] / ratio + AHEAD_STEPS
+            ahead = reply["env_steps"] + (actor.env_steps - reported) >= allowed
+            if ahead or time.monotonic() - last_report >= REPORT_EVERY_S:
+                reply = report()
+                if reply["stop"]:
+                    break
+                if reply["eval"] and eval_env is not None:
+                    actor.sync()
+                    returns = evaluate(dqn, eval_env, episodes=config.eval_episodes,
+                                       seed=config.seed + 7 + reply["env_steps"])
+                    group.call("coord/eval", float(np.mean(returns)), reply["env_steps"],
+                               actor.version)
+                if ahead:
+                    time.sleep(0.001)
+                    continue
+            actor.step()
+    finally:
+        actor.flush()
+        replay.wait()
+        try:
+            report(final=True)
+        finally:
+            env.close()
+            if eval_env is not None:
+                eval_env.close()

@@ -1,0 +1,83 @@
+"""experiments.apex: config validation, role rule, and a 3-process local run."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from experiments.apex import ApexRunConfig, format_summary, run
+from experiments.cli import parse_config
+from experiments.roles.apex import role_of
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num-actors", "1"], "--num-actors"),
+        (["--batch-size", "0"], "--batch-size must be >= 1"),
+        (["--lr", "-1"], "--lr must be > 0"),
+        (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
+        (["--hidden", "64,x"], "--hidden"),
+        (["--env-id", "NoSuchEnv-v0"], "--env-id 'NoSuchEnv-v0' is not a registered"),
+        (["--env-id", "Pendulum-v1"], "Discrete"),
+        (["--replay-placement", "moon"], "invalid choice"),
+        (["--device", "tpu"], "--device"),
+        (["--batch-size", "512", "--replay-capacity", "100"], "exceeds --replay-capacity"),
+    ],
+)
+def test_invalid_values_exit_2_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(ApexRunConfig, argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_rejects_before_any_process_starts():
+    out = subprocess.run([sys.executable, "-m", "experiments.apex", "--n-step", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--n-step must be >= 1" in out.stderr
+
+
+def test_help_lists_the_flags():
+    out = subprocess.run([sys.executable, "-m", "experiments.apex", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for flag in ("--env-id", "--num-actors", "--envs-per-actor", "--device", "--replay-capacity",
+                 "--replay-placement", "--batch-size", "--lr", "--n-step", "--target-update",
+                 "--seed", "--log-dir", "--max-seconds", "--max-env-steps"):
+        assert flag in out.stdout
+
+
+def test_role_rule():
+    cfg = ApexRunConfig()
+    assert [role_of(r, 4, cfg) for r in range(4)] == [
+        ("learner", 0), ("actor", 0), ("actor", 1), ("actor", 2)]
+    cfg = ApexRunConfig(replay_placement="replay-ranks", replay_ranks=2)
+    assert [role_of(r, 5, cfg) for r in range(5)] == [
+        ("learner", 0), ("replay", 0), ("replay", 1), ("actor", 0), ("actor", 1)]
+    assert cfg.actors_for(5) == 2
+
+
+@pytest.mark.timeout(120)
+def test_three_process_run_flows_and_exits_cleanly(tmp_path):
+    config = ApexRunConfig(
+        num_actors=2, envs_per_actor=2, learning_starts=200, batch_size=32, hidden="32",
+        eval_every=1500, eval_episodes=4, target_return=1e9, max_env_steps=3000,
+        max_seconds=90, log_dir=str(tmp_path / "tb"), status_every=0, updates_per_step=0.25,
+    )
+    summary = run(config, quiet=True)
+    assert summary["stop_reason"] == "env step budget"
+    assert summary["env_steps"] >= 3000
+    assert summary["updates"] >= 100  # ~0.25 updates per step after learning starts
+    assert summary["evaluations"] >= 1
+    assert summary["replay_size"] >= 2500  # transitions flowed from both actors
+    assert all(v >= 8 for v in summary["actor_versions"])  # both pulled newer parameters
+    assert not summary["solved"]
+    assert (tmp_path / "tb").exists() and any((tmp_path / "tb").iterdir())
+    assert "not solved" in format_summary(summary)
+
+
+def test_config_round_trips_through_dataclass_replace():
+    cfg = dataclasses.replace(ApexRunConfig(), num_actors=3)
+    assert cfg.world_size() == 4
