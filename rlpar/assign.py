@@ -10,7 +10,9 @@ where ``cross_traffic`` sums the connection weights of model pairs placed on
 different devices and the second term spreads memory over devices. Equal-cost
 choices go to the device listed first (list GPUs first to prefer them); the seed
 only decides the order in which equally sized models and moves are tried, so a
-fixed seed gives a fixed placement.
+fixed seed gives a fixed placement. The balance term compares relative memory use,
+so with a large CPU listed next to GPUs it favours the CPU: pass ``balance=0`` to
+fill devices in the order listed instead.
 """
 
 from __future__ import annotations

@@ -112,3 +112,11 @@ def test_placements_are_valid_finite_and_deterministic(sizes, caps, weights, see
     cap = {torch.device(d): c for d, c in devices.items()}
     assert all(load <= cap[d] for d, load in first.loads().items())
     assert first.cost == first.cost and first.cost < float("inf")
+
+
+def test_zero_balance_fills_the_first_listed_device():
+    devices = {"cuda:0": 100, "cpu": 10_000}
+    placement = ModelAssigner(
+        models={"a": 40, "b": 40, "c": 40}, devices=devices, balance=0
+    ).placement
+    assert sorted(str(d) for d in placement.values()) == ["cpu", "cuda:0", "cuda:0"]
