@@ -90,6 +90,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         num_groups = min(num_workers, len(fns))
         self.restart_on_crash = restart_on_crash
         self.crash_count = 0
+        self.last_crash: str | None = None
         self._ctx = mp.get_context(context)
         if context == "forkserver":
             self._ctx.set_forkserver_preload(["envs.worker", "envs.runner"])
@@ -173,12 +174,17 @@ class SubprocVectorEnv(BatchVectorEnv):
         """Replace dead worker ``w``; with ``reset``, reset its envs (flagged as truncated)."""
         self.crash_count += 1
         self.worker_crashes[w] += 1
-        deadline = self._workers.replace(w)
-        if not reset:
-            return
-        lo, hi = self.groups[w]
-        self._workers.send(w, W.RESET + pickle.dumps(([None] * (hi - lo), None, None, True)))
-        self._workers.expect(w, deadline=deadline, what="reset after restart")
+        self.last_crash = str(self._workers.died(w))  # also reaps the dead process
+        try:
+            deadline = self._workers.replace(w)
+            if reset:
+                lo, hi = self.groups[w]
+                restart_reset = ([None] * (hi - lo), None, None, True)
+                self._workers.send(w, W.RESET + pickle.dumps(restart_reset))
+                self._workers.expect(w, deadline=deadline, what="reset after restart")
+        except BaseException as exc:
+            self._broken = f"restarting {self._workers.name(w)} failed: {exc}"
+            raise
 
     # -- checks --------------------------------------------------------------------------
     def _check_usable(self) -> None:

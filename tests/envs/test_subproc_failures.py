@@ -107,6 +107,7 @@ def test_restart_on_crash_resets_flags_and_counts():
         venv.step(ACT)
         obs, rew, term, trunc, info = venv.step(ACT)  # env 3 kills its worker here
         assert venv.crash_count == 1 and venv.worker_crashes == [0, 1]
+        assert "exit code 3" in venv.last_crash
         assert info["env_restarted"].tolist() == [False, False, True, True]
         assert info["_env_restarted"].tolist() == [False, False, True, True]
         assert trunc.tolist() == [False, False, True, True]
