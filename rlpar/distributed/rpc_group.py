@@ -117,25 +117,31 @@ class RpcGroup:
                 f"({self.members})"
             )
 
-    def _claim(self, slot: str, key: str) -> None:
+    def _claim(self, slot: str, key: str, replace: bool = False) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"key must be a non-empty string, got {key!r}")
         me = self.current_member.encode()
+        if replace:
+            self._world.store.set(self._prefix + slot + key, me)
+            return
         holder = self._world.store.compare_set(self._prefix + slot + key, b"", me)
         if holder != me or (self.name, key) in (_services if slot == "s/" else _paired):
             raise ValueError(
                 f"key {key!r} is already registered in group {self.name!r} by {holder.decode()!r}"
             )
 
-    def register(self, key: str, fn: Callable) -> None:
+    def register(self, key: str, fn: Callable, *, replace: bool = False) -> None:
         """Host service ``key`` in this process; a key already hosted in the group is a
-        ValueError. Register before others call (e.g. then :meth:`barrier`)."""
+        ValueError unless ``replace`` (e.g. a restarted process taking over the key of
+        one that died). Register before others call (then :meth:`barrier`, or callers
+        use :meth:`wait_registered`)."""
         if not callable(fn):
             raise TypeError(f"service {key!r}: fn must be callable, got {fn!r}")
         self._require_member(f"register({key!r})")
         with _table_lock:
-            self._claim("s/", key)
+            self._claim("s/", key, replace)
             _services[(self.name, key)] = fn
+        self._hosts.pop(key, None)
 
     def deregister(self, key: str) -> None:
         """Stop hosting ``key`` (ServiceNotFound if this process does not host it)."""
@@ -150,6 +156,20 @@ class RpcGroup:
     def is_registered(self, key: str) -> bool:
         """Whether any member hosts ``key`` now (asks the store)."""
         return self._world.store.check([self._prefix + "s/" + key])
+
+    def wait_registered(self, key: str, timeout: float | None = None) -> None:
+        """Block until some member hosts ``key`` (ServiceNotFound after ``timeout``)."""
+        seconds = self._timeout(timeout)
+        deadline = time.monotonic() + seconds
+        pause = 0.0005
+        while not self.is_registered(key):
+            if time.monotonic() > deadline:
+                raise ServiceNotFound(
+                    f"no member of group {self.name!r} registered service {key!r} "
+                    f"within {seconds} s"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     # --------------------------------------------------------------- calling
 
@@ -183,6 +203,7 @@ class RpcGroup:
             try:
                 value = fut.value()
             except BaseException as exc:
+                self._hosts.pop(key, None)  # look the host up again next time
                 out.set_exception(_transport_error(exc, host, f"call {key!r}"))
                 return
             if type(value) is _Failure:
@@ -203,6 +224,7 @@ class RpcGroup:
         try:
             value = fut.wait()
         except Exception as exc:
+            self._hosts.pop(key, None)  # look the host up again next time
             raise _transport_error(exc, host, f"call {key!r}") from exc
         if type(value) is _Failure:
             raise self._failure(key, value)

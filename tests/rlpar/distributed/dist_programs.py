@@ -78,7 +78,11 @@ def rpc_roundtrips():
             out["silent_async"] = _caught(lambda: g.call_async("slow", 3.0, timeout=0.5).wait())
             out["silent_s"] = time.monotonic() - start
             out["after_silent"] = g.call("square", 2)
+            g.wait_registered("late", timeout=20)
+            out["late"] = g.call("late", 11)
         if world.rank == 2:
+            time.sleep(0.3)  # registered late, without a barrier: rank 0 waits for it
+            g.register("late", square)
             other = world.create_rpc_group("helper", ["rank2"])
             other.register("use_group", use_group_remotely)
         g.barrier(timeout=20)
@@ -138,8 +142,6 @@ def call_dead_peer(timeout):
     """Rank 1 hosts a service then SIGKILLs itself; rank 0 must get PeerUnavailable
     within the timeout, and its shutdown must not hang."""
     torch.set_num_threads(1)
-    global T_START
-    T_START = time.monotonic()
     world = World.from_env(rpc_timeout=timeout)
     g = world.create_rpc_group("g", world.names)
     if world.rank == 1:
@@ -164,9 +166,13 @@ def call_dead_peer(timeout):
         except PeerUnavailable as exc:
             outcomes.append(f"PeerUnavailable: {exc}")
     elapsed = time.monotonic() - start
+    # A replacement takes over the dead host's key; the stale cached host is dropped.
+    g.register("square", square, replace=True)
+    replaced = g.call("square", 6)
+    never = _caught(g.wait_registered, "never", timeout=0.2)
     t0 = time.monotonic()
     world.shutdown(timeout=timeout)
-    return first, outcomes, elapsed, time.monotonic() - t0, time.monotonic() - T_START
+    return first, outcomes, elapsed, time.monotonic() - t0, replaced, never
 
 
 def dump(path, value):

@@ -81,7 +81,7 @@ def test_call_to_a_sigkilled_peer_raises_peer_unavailable_within_its_timeout(tmp
     with open(tmp_path / "result0.pkl", "rb") as f:
         status, value = pickle.load(f)
     assert status == "ok", value
-    first, outcomes, elapsed, shutdown_s, _ = value
+    first, outcomes, elapsed, shutdown_s, replaced, never = value
     assert first == 9
     assert len(outcomes) == 2
     for outcome in outcomes:
@@ -91,6 +91,8 @@ def test_call_to_a_sigkilled_peer_raises_peer_unavailable_within_its_timeout(tmp
     assert elapsed < 2 * timeout + 1
     # The broken connection was noticed, so shutdown did not wait for the dead peer.
     assert shutdown_s < timeout
+    assert replaced == 36
+    assert never[0] == "ServiceNotFound" and "'never'" in never[1]
 
 
 

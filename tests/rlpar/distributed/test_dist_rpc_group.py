@@ -39,6 +39,7 @@ def test_services_errors_pickling_pairs_and_barriers_across_three_ranks(three_ra
     assert r0["after_deregister"][0] == "ServiceNotFound"
     assert r1["self_call"] == 36  # a member may call a service it hosts itself
     assert r1["local_rank"] == 1
+    assert r0["late"] == 121  # wait_registered saw a key registered after the barrier
     # Duplicate keys: from the host itself and from another member.
     assert r1["dup"][0] == "ValueError" and "'square'" in r1["dup"][1]
     assert r2["dup_other"][0] == "ValueError" and "rank1" in r2["dup_other"][1]
