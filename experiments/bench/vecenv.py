@@ -52,14 +52,47 @@ class Timer:
         for i in range(warmup):
             venv.step(self.actions[i % 64])
 
-    def rate(self, seconds: float) -> float:
-        steps, start = 0, time.perf_counter()
+    def rate(self, seconds: float) -> tuple[float, float]:
+        """(env steps per second, CPU microseconds per env step over all processes)."""
+        steps, cpu0, start = 0, tree_cpu_seconds(), time.perf_counter()
         while True:
             self.venv.step(self.actions[steps % 64])
             steps += 1
             elapsed = time.perf_counter() - start
             if elapsed >= seconds and steps >= 5:
-                return steps * self.venv.num_envs / elapsed
+                env_steps = steps * self.venv.num_envs
+                return env_steps / elapsed, (tree_cpu_seconds() - cpu0) / env_steps * 1e6
+
+
+def tree_cpu_seconds() -> float:
+    """CPU time of this process and all its live descendants (Linux /proc; else own only).
+
+    CPU per env step is far less sensitive to other users' load than steps/s, so it
+    shows the per-step overhead of each design even on a busy machine.
+    """
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return total
+    parents: dict[int, tuple[int, float]] = {}
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        changed = False
+        for pid, (ppid, _) in parents.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    return total + sum(parents[pid][1] for pid in mine - {os.getpid()} if pid in parents)
 
 
 def envpool_impl(num_envs: int) -> Callable[[], Any] | str:
@@ -144,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         # best round: on a shared machine the load drifts, and interleaving exposes
         # every impl to the same drift.
         rates: dict[str, float] = {}
+        cpu_us: dict[str, float] = {}
         timers: dict[str, Timer] = {}
         try:
             for impl, make in impls(fn, n, case).items():
@@ -159,7 +193,9 @@ def main(argv: list[str] | None = None) -> None:
                     raise
             for _ in range(rounds):
                 for impl, timer in timers.items():
-                    rates[impl] = max(rates.get(impl, 0.0), timer.rate(seconds / rounds))
+                    rate, cpu = timer.rate(seconds / rounds)
+                    if rate > rates.get(impl, 0.0):
+                        rates[impl], cpu_us[impl] = rate, cpu
         finally:
             for timer in timers.values():
                 timer.venv.close()
@@ -171,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
                 "impl": impl,
                 "num_envs": n,
                 "steps_per_s": round(rate, 1),
+                "cpu_us_per_env_step": round(cpu_us[impl], 2),
                 "cpus": len(os.sched_getaffinity(0)),
                 "load1": round(os.getloadavg()[0], 2),  # >> cpus: a noisy, shared machine
             }
