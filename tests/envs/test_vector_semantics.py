@@ -8,6 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs import InProcessVectorEnv, SubprocVectorEnv, make_vector_env
 from envs.testing import CompositeEnv, CountingEnv
@@ -241,3 +243,42 @@ def test_inprocess_async_interface_matches_subproc():
             venv.step_async(np.zeros(2, dtype=np.int64), workers=[1])
     finally:
         venv.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    truncate=st.booleans(),
+    same_step=st.booleans(),
+    actions=st.lists(st.integers(0, 1), min_size=12, max_size=12),
+)
+def test_inprocess_matches_gymnasium_sync_for_any_episode_lengths(
+    lengths, truncate, same_step, actions
+):
+    mode = AutoresetMode.SAME_STEP if same_step else AutoresetMode.NEXT_STEP
+    fns = [
+        partial(CountingEnv, episode_length=n, truncate=truncate, with_info=True) for n in lengths
+    ]
+    ours = InProcessVectorEnv(fns, autoreset_mode=mode)
+    ref = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    try:
+        a, ainfo = ours.reset(seed=0)
+        b, binfo = ref.reset(seed=0)
+        np.testing.assert_array_equal(a, b)
+        for act in actions:
+            batch = np.full(len(lengths), act, dtype=np.int64)
+            for x, y in zip(ours.step(batch), ref.step(batch)):
+                if isinstance(x, dict):
+                    assert x.keys() == y.keys()
+                    for key in x:
+                        if key == "final_obs":
+                            assert [None if o is None else o.tolist() for o in x[key]] == [
+                                None if o is None else o.tolist() for o in y[key]
+                            ]
+                        elif key != "final_info":
+                            np.testing.assert_array_equal(x[key], y[key])
+                else:
+                    np.testing.assert_array_equal(x, y)
+    finally:
+        ours.close()
+        ref.close()
