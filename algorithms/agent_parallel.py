@@ -27,10 +27,11 @@ loop from 3 agents up, at every hidden size and batch measured, and for a single
 network nothing beats a plain call.
 
 Stacked weights are rebuilt on every call that needs gradients (``torch.stack``
-is differentiable, so the per-agent parameters get their gradients); without
-gradients they are cached and refreshed when any parameter's in-place version
-counter moves (optimizer steps, Polyak updates and ``load_state_dict`` all write
-in place). Replacing a Parameter object needs ``refresh()``.
+is differentiable, so the per-agent parameters get their gradients). With
+``cache_weights=True`` calls without gradients reuse them until ``refresh()`` or
+until a parameter's in-place version counter moves; fused optimizers do NOT move
+that counter, so an owner that steps one (MADDPG) must call ``refresh()`` after
+each step. The default (no cache) is always current.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ def _bmm_layers(module: nn.Module) -> list[tuple[str, nn.Module]] | None:
 class _Group:
     """Networks with one structure, run as one stacked computation."""
 
-    def __init__(self, indices: list[int], modules: list[nn.Module], impl: BatchedImpl) -> None:
+    def __init__(self, indices: list[int], modules: list[nn.Module], impl: BatchedImpl, cache: bool) -> None:
         self.indices = indices
+        self.cache = cache
         self.modules = modules
         layers = _bmm_layers(modules[0])
         self.impl: str = "bmm" if impl == "bmm" and layers is not None else "vmap"
@@ -125,21 +127,23 @@ class _Group:
             self.buffer_names = [name for name, _ in modules[0].named_buffers()]
             self.base = modules[0]
 
-    def refresh(self) -> None:
-        self.params = [list(m.parameters()) for m in self.modules]
+    def refresh(self, reload_params: bool) -> None:
+        if reload_params:
+            self.params = [list(m.parameters()) for m in self.modules]
         self._cache = None
 
     def _stacked(self) -> list[torch.Tensor]:
         """Per-parameter tensors stacked over agents (bmm layout for Linear weights)."""
         grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.params[0])
-        if not grad:
+        keep = self.cache and not grad
+        if keep:
             key = tuple(p._version for ps in self.params for p in ps)
             if self._cache is not None and self._cache[0] == key:
                 return self._cache[1]
         stacked = [torch.stack(column) for column in zip(*self.params)]
         if self.impl == "bmm":
             stacked = self._bmm_layout(stacked)
-        if not grad:
+        if keep:
             self._cache = (key, stacked)
         return stacked
 
@@ -189,6 +193,7 @@ class ParallelModules:
         mode: EvalMode = "auto",
         batched_impl: BatchedImpl = "bmm",
         max_threads: int | None = None,
+        cache_weights: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -213,7 +218,7 @@ class ParallelModules:
         self._groups: list[_Group] = []
         self._scripted: torch.jit.ScriptModule | None = None
         if mode == "batched":
-            self._groups = [_Group(g, [modules[i] for i in g], batched_impl) for g in self.structure_groups]
+            self._groups = [_Group(g, [modules[i] for i in g], batched_impl, cache_weights) for g in self.structure_groups]
         elif mode == "jit_fork":
             try:
                 with quiet_torchscript():
@@ -224,10 +229,11 @@ class ParallelModules:
     def __len__(self) -> int:
         return len(self.modules)
 
-    def refresh(self) -> None:
-        """Re-read parameters after Parameter objects were replaced (not needed for in-place writes)."""
+    def refresh(self, *, reload_params: bool = False) -> None:
+        """Drop cached stacked weights; ``reload_params`` also re-reads the modules'
+        Parameter objects (needed only after a Parameter was replaced)."""
         for group in self._groups:
-            group.refresh()
+            group.refresh(reload_params)
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(inputs) != len(self.modules):

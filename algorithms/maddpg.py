@@ -93,7 +93,8 @@ class MADDPG(Algorithm):
         self.critics = [m.to(self.device) for m in critics]
         self.target_actors = [copy.deepcopy(m).requires_grad_(False) for m in self.actors]
         self.target_critics = [copy.deepcopy(m).requires_grad_(False) for m in self.critics]
-        par = dict(mode=config.mode, batched_impl=config.batched_impl)
+        # Cached stacked weights for gradient-free calls; refreshed after every write below.
+        par = dict(mode=config.mode, batched_impl=config.batched_impl, cache_weights=True)
         self.actor_eval = ParallelModules(modules=self.actors, **par)
         self.target_actor_eval = ParallelModules(modules=self.target_actors, **par)
         self.critic_eval = ParallelModules(modules=self.critics, **par)
@@ -349,10 +350,17 @@ class MADDPG(Algorithm):
         if self.config.grad_clip is not None:
             clip_per_network(param_groups, self.config.grad_clip)
         optimizer.step()
+        self.refresh()  # fused optimizers write without bumping version counters
 
     def soft_update(self) -> None:
         with torch.no_grad():
             torch._foreach_lerp_(self._polyak_targets, self._polyak_sources, self.config.tau)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Drop cached stacked weights; call after writing parameters out of band."""
+        for ev in (self.actor_eval, self.target_actor_eval, self.critic_eval, self.target_critic_eval):
+            ev.refresh()
 
     # ----- state --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -368,6 +376,7 @@ class MADDPG(Algorithm):
                 raise ValueError(f"state has {len(state[name])} {name}, this MADDPG has {len(modules)}")
             for module, sd in zip(modules, state[name]):
                 module.load_state_dict(sd)
+        self.refresh()
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.updates = int(state["updates"])
