@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 
 def _die_with_parent() -> None:
@@ -26,7 +27,8 @@ def _die_with_parent() -> None:
 def _write_exit(tmp: str, rank: int, code: int) -> None:
     path = os.path.join(tmp, f"exit{rank}")
     with open(path + ".tmp", "w") as f:
-        f.write(str(code))
+        # CLOCK_MONOTONIC is system-wide: the launcher orders exits by it.
+        f.write(f"{code} {time.monotonic()}")
     os.replace(path + ".tmp", path)
 
 

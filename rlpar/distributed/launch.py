@@ -118,10 +118,11 @@ def _stop(zygote: subprocess.Popen) -> None:
             zygote.wait()
 
 
-def _read_exit(tmp: str, rank: int) -> int | None:
+def _read_exit(tmp: str, rank: int) -> tuple[int, float] | None:
     try:
         with open(os.path.join(tmp, f"exit{rank}")) as f:
-            return int(f.read())
+            code, when = f.read().split()
+        return int(code), float(when)
     except (OSError, ValueError):
         return None
 
@@ -131,16 +132,16 @@ def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float |
     results: dict[int, Any] = {}
     while len(results) < nprocs:
         zygote_done = zygote.poll() is not None
-        for rank in range(nprocs):
-            if rank in results:
-                continue
-            code = _read_exit(tmp, rank)
-            if code is None:
-                if zygote_done:  # the zygote itself died (killed?) and took the ranks along
-                    raise ChildDied(f"rank {rank} died with the launcher's helper process "
-                                    f"(exit code {zygote.returncode})",
-                                    child_name=f"rank{rank}", exitcode=zygote.returncode)
-                continue
+        exits = {r: _read_exit(tmp, r) for r in range(nprocs) if r not in results}
+        missing = [r for r, e in exits.items() if e is None]
+        if missing and zygote_done:  # the helper itself died (killed?) and took the ranks along
+            rank = missing[0]
+            raise ChildDied(f"rank {rank} died with the launcher's helper process "
+                            f"(exit code {zygote.returncode})",
+                            child_name=f"rank{rank}", exitcode=zygote.returncode)
+        # The first rank to fail is the cause; later failures are usually its echo.
+        for rank in sorted((r for r in exits if exits[r] is not None), key=lambda r: exits[r][1]):
+            code = exits[rank][0]
             outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
             if outcome is not None and outcome[0] == "error":
                 kind, text = outcome[1]

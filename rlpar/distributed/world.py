@@ -12,6 +12,7 @@ gloo open is bound to the loopback interface; listening anywhere else needs an e
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import logging
 import os
@@ -199,6 +200,8 @@ class World:
             rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
                          rpc_backend_options=options)
         self._alive = True
+        # A script that never calls shutdown (run under torchrun) still leaves cleanly.
+        atexit.register(self._shutdown_at_exit)
         try:
             # Service names live in the rendezvous store, not in a registry of our own.
             self.store = dist.PrefixStore("rlpar/", raw)
@@ -292,8 +295,11 @@ class World:
     # ------------------------------------------------------------------ shutdown
 
     def shutdown(self, *, graceful: bool = True, timeout: float | None = None) -> None:
-        """Leave the world. Graceful waits (up to ``timeout``) for every rank to shut down
-        too; on a timeout or a dead peer it falls back to a local shutdown, never hangs."""
+        """Leave the world. Graceful waits (up to ``timeout``, default ``rpc_timeout``)
+        for every rank to shut down too, so ranks should agree on when to stop first
+        (e.g. a group barrier): a rank that leaves early stops serving its services.
+        On a timeout or a dead peer it falls back to a local shutdown, never hangs.
+        Also runs at interpreter exit if the program did not call it."""
         global _current
         if not self._alive:
             return
@@ -323,6 +329,13 @@ class World:
             with _current_lock:
                 if _current is self:
                     _current = None
+            atexit.unregister(self._shutdown_at_exit)
+
+    def _shutdown_at_exit(self) -> None:
+        try:
+            self.shutdown()
+        except Exception as exc:  # at exit there is nobody left to raise to
+            log.warning("shutdown of %r at exit failed: %s", self.name, exc)
 
     @property
     def alive(self) -> bool:

@@ -70,7 +70,7 @@ def _run_ranks(tmp_path, entry, args, nprocs, timeout):
         if zygote.poll() is None:
             zygote.terminate()  # kills and reaps the ranks
             zygote.wait()
-    return [int((tmp_path / f"exit{rank}").read_text()) for rank in range(nprocs)]
+    return [int((tmp_path / f"exit{rank}").read_text().split()[0]) for rank in range(nprocs)]
 
 
 @pytest.mark.timeout(90)
