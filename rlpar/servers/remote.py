@@ -19,7 +19,9 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import torch
+from torch.distributed import DistError
 
+from rlpar.errors import PeerUnavailable
 from rlpar.servers.grad import GradServer
 from rlpar.servers.kv import KeyValueStore, VersionConflict, check_version_args
 from rlpar.servers.model import ModelStore, check_newer_than
@@ -106,13 +108,28 @@ class _Accessor:
         local = self._local()
         if local is not None:
             return local[method](*args)
-        return _unwrap(self.group.call(f"{self.name}/{method}", *args, timeout=self.timeout))
+        try:
+            result = self.group.call(f"{self.name}/{method}", *args, timeout=self.timeout)
+        except DistError as exc:
+            raise self._store_lost(exc) from exc
+        return _unwrap(result)
+
+    def _store_lost(self, exc: BaseException) -> PeerUnavailable:
+        # Looking the host up again after a failed call reads the rendezvous store;
+        # when the host was also the store's owner (rank 0), that read fails too.
+        return PeerUnavailable(
+            f"server {self.name!r} of group {self.group.name!r} is unreachable: "
+            f"the rendezvous store failed: {exc}"
+        )
 
     def _call_async(self, method: str, *args: Any) -> torch.futures.Future:
         """Like ``_call``, started now; ``_unwrap(fut.wait())`` gives the result."""
         local = self._local()
         if local is None:
-            return self.group.call_async(f"{self.name}/{method}", *args, timeout=self.timeout)
+            try:
+                return self.group.call_async(f"{self.name}/{method}", *args, timeout=self.timeout)
+            except DistError as exc:
+                raise self._store_lost(exc) from exc
         fut: torch.futures.Future = torch.futures.Future()
         try:
             fut.set_result(local[method](*args))
