@@ -83,7 +83,8 @@ class ApexActor:
         config: ApexConfig,
         seed: int | None = None,
     ) -> None:
-        NStepAssembler = _n_step_assembler()
+        from rlpar.buffers import NStepAssembler
+
         config.validate()
         self.dqn, self.env, self.buffer, self.params, self.config = dqn, env, buffer, params, config
         self.index = index
@@ -288,42 +289,3 @@ def evaluate(dqn: DQN, env: Any, *, episodes: int, seed: int | None = None) -> n
         running &= ~np.logical_or(terminated, truncated)
     return returns
 
-
-def _n_step_assembler():
-    try:
-        from rlpar.buffers import NStepAssembler
-    except ImportError:  # TEMPORARY until rlpar.buffers ships it
-        return _NStep
-    return NStepAssembler
-
-
-class _NStep:
-    def __init__(self, *, num_envs: int, n: int, gamma: float) -> None:
-        from collections import deque
-
-        self.n, self.gamma = n, gamma
-        self.pending = [deque() for _ in range(num_envs)]
-
-    def step(self, *, obs, action, reward, next_obs, terminated, truncated):
-        out = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "discount")}
-
-        def emit(q, nxt, term):
-            ret = sum(r * self.gamma**j for j, (_, _, r) in enumerate(q))
-            o, a, _ = q[0]
-            for key, value in zip(out, (o, a, ret, nxt, float(term), self.gamma ** len(q))):
-                out[key].append(value)
-            q.popleft()
-
-        for i, q in enumerate(self.pending):
-            q.append((obs[i], action[i], float(reward[i])))
-            if terminated[i] or truncated[i]:
-                while q:
-                    emit(q, next_obs[i], terminated[i])
-            elif len(q) == self.n:
-                emit(q, next_obs[i], False)
-        if not out["obs"]:
-            return {}
-        return {"obs": np.stack(out["obs"]), "action": np.asarray(out["action"]),
-                "reward": np.asarray(out["reward"], np.float32), "next_obs": np.stack(out["next_obs"]),
-                "terminated": np.asarray(out["terminated"], np.float32),
-                "discount": np.asarray(out["discount"], np.float32)}

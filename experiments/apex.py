@@ -58,10 +58,12 @@ class ApexRunConfig:
             "actors, or on dedicated replay ranks"))
     replay_ranks: int = dataclasses.field(default=1, metadata=_help(
         "dedicated replay ranks (with --replay-placement replay-ranks)"))
+    prefetch: int = dataclasses.field(default=2, metadata=_help(
+        "replay batches the learner keeps in flight (0: sample synchronously)"))
     priority_alpha: float = dataclasses.field(default=0.6, metadata=_help("prioritization exponent"))
     priority_beta: float = dataclasses.field(default=0.4, metadata=_help("importance-sampling exponent"))
     batch_size: int = dataclasses.field(default=128, metadata=_help("learner batch size"))
-    lr: float = dataclasses.field(default=1e-3, metadata=_help("Adam learning rate"))
+    lr: float = dataclasses.field(default=2.5e-3, metadata=_help("Adam learning rate"))
     gamma: float = dataclasses.field(default=0.99, metadata=_help("discount"))
     n_step: int = dataclasses.field(default=3, metadata=_help("n-step return length"))
     target_update: int = dataclasses.field(default=250, metadata=_help(
@@ -70,7 +72,7 @@ class ApexRunConfig:
         "Polyak coefficient of target updates (1.0 = hard copy)"))
     double_q: bool = dataclasses.field(default=True, metadata=_help("double Q-learning"))
     dueling: bool = dataclasses.field(default=True, metadata=_help("dueling head"))
-    hidden: str = dataclasses.field(default="128,128", metadata=_help(
+    hidden: str = dataclasses.field(default="256,256", metadata=_help(
         "MLP hidden sizes for vector observations, comma separated"))
     updates_per_step: float = dataclasses.field(default=0.25, metadata=_help(
         "learner updates per env step (replay ratio / batch size); actors throttle to hold it"))
@@ -107,7 +109,7 @@ class ApexRunConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
-        for name in ("num_actors", "env_workers", "learning_starts", "replay_ranks"):
+        for name in ("num_actors", "env_workers", "learning_starts", "replay_ranks", "prefetch"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
         if self.num_actors == 1:

@@ -1,12 +1,20 @@
 """The Ape-X roles: thin shells that own the transport and call algorithm methods.
 
 Wiring (:func:`rank_main`, read top to bottom): every rank joins the world and the
-RPC group ``apex``; rank 0 hosts the parameter server, the coordinator (progress
-reports, evaluation schedule, stop flag) and, with ``--replay-placement learner``,
-the prioritized replay. Actors hold an add-only handle on the replay and an
-accessor of the parameter server, so :class:`~algorithms.apex.ApexActor` and
-:class:`~algorithms.apex.ApexLearner` see only the Buffer / ParameterStore
-protocols, exactly as in the one-process :class:`~algorithms.apex.DQNApex`.
+RPC group ``apex``; rank 0 hosts the parameter server and the coordinator
+(progress reports, evaluation schedule, stop flag). The prioritized replay lives
+where ``--replay-placement`` says:
+
+- ``learner``: one buffer in the learner process; actors send batches with
+  asynchronous RPCs (cheapest on one small machine: sampling is a local call);
+- ``actors``: one shard per actor (adds are local), the learner samples across
+  shards with one round trip per shard, prefetched;
+- ``replay-ranks``: shards on dedicated replay ranks; actors send adds there.
+
+Actors get a Buffer handle and a ParameterStore accessor, so
+:class:`~algorithms.apex.ApexActor` and :class:`~algorithms.apex.ApexLearner`
+see only those protocols, exactly as in the one-process
+:class:`~algorithms.apex.DQNApex`.
 
 Pacing: on 2 cores, free-running actors would starve the learner, so both sides
 hold ``--updates-per-step`` learner updates per env step: actors pause when they
@@ -23,6 +31,7 @@ import numpy as np
 
 from experiments.roles.apex_parts import (
     Coordinator,
+    LearnerReplay,
     LockedBuffer,
     ReplayAdder,
     build_dqn,
@@ -35,6 +44,7 @@ from experiments.roles.apex_parts import (
 GROUP = "apex"
 AHEAD_STEPS = 1000  # env steps actors may run ahead of the learner's consumption
 REPORT_EVERY_S = 0.02
+REPLAY = "replay"
 
 
 def role_of(rank: int, world_size: int, config) -> tuple[str, int]:
@@ -42,19 +52,13 @@ def role_of(rank: int, world_size: int, config) -> tuple[str, int]:
     replay ranks, only with ``--replay-placement replay-ranks``); the rest actors,
     numbered from 0."""
     replay = config.replay_ranks if config.replay_placement == "replay-ranks" else 0
+    if world_size - 1 - replay < 1:
+        raise ValueError(f"a world of {world_size} ranks with {replay} replay ranks has no actor")
     if rank == 0:
         return "learner", 0
     if rank <= replay:
         return "replay", rank - 1
-    if world_size - 1 - replay < 1:
-        raise ValueError(f"world of {world_size} ranks has no actor")
     return "actor", rank - 1 - replay
-
-
-def check_env_id(env_id: str) -> None:
-    from experiments.roles.apex_parts import check_env_id as check
-
-    check(env_id)
 
 
 def rank_main(config, started: float, quiet: bool = False) -> dict[str, Any]:
@@ -62,23 +66,38 @@ def rank_main(config, started: float, quiet: bool = False) -> dict[str, Any]:
 
     from rlpar.distributed import World
 
-    torch.set_num_threads(1)  # raised for the learner below
+    torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     world = World.from_env(rpc_timeout=config.rpc_timeout, listen_address=config.listen_address)
     role, index = role_of(world.rank, world.world_size, config)
     group = world.create_rpc_group(GROUP, world.names)
     num_actors = config.actors_for(world.world_size)
+    roles = [role_of(r, world.world_size, config)[0] for r in range(world.world_size)]
+    shard_role = {"actors": "actor", "replay-ranks": "replay"}.get(config.replay_placement)
+    shards = [name for name, r in zip(world.names, roles) if r == shard_role]
     if role == "learner":
-        return run_learner(config, group, num_actors=num_actors, started=started, quiet=quiet)
+        return run_learner(config, group, num_actors=num_actors, shards=shards, started=started,
+                           quiet=quiet)
     if role == "replay":
-        raise NotImplementedError("dedicated replay ranks need rlpar.buffers' distributed replay")
-    run_actor(config, group, index=index, num_actors=num_actors)
+        run_replay(config, group, shards=shards)
+    else:
+        run_actor(config, group, index=index, num_actors=num_actors, shards=shards)
     return {}
+
+
+def distributed_replay(config, group, shards: list[str]):
+    from rlpar.buffers import DistributedPrioritizedReplayBuffer
+
+    return DistributedPrioritizedReplayBuffer(
+        group=group, name=REPLAY, capacity=max(1, config.replay_capacity // len(shards)),
+        alpha=config.priority_alpha, beta=config.priority_beta, shard_members=shards,
+        timeout=config.rpc_timeout, seed=config.seed)
 
 
 # ---------------------------------------------------------------------- learner
 
 
-def run_learner(config, group, *, num_actors: int, started: float, quiet: bool) -> dict[str, Any]:
+def run_learner(config, group, *, num_actors: int, shards: list[str], started: float,
+                quiet: bool) -> dict[str, Any]:
     import torch
 
     from algorithms.apex import ApexLearner
@@ -89,31 +108,39 @@ def run_learner(config, group, *, num_actors: int, started: float, quiet: bool) 
     device = resolve_device(config.device)
     obs_space, num_act = env_spaces(config.env_id)
     dqn = build_dqn(config, obs_space, num_act, device=device, seed=config.seed)
-    replay = LockedBuffer(PrioritizedReplayBuffer(
-        capacity=config.replay_capacity, alpha=config.priority_alpha, beta=config.priority_beta,
-        seed=config.seed))
+    dqn.optimizer  # noqa: B018 - built now: its one-off import overlaps the actors' start
+    if shards:
+        buffer: Any = distributed_replay(config, group, shards)
+    else:
+        buffer = LockedBuffer(PrioritizedReplayBuffer(
+            capacity=config.replay_capacity, alpha=config.priority_alpha,
+            beta=config.priority_beta, seed=config.seed))
+        group.register("replay/add", buffer.add)
+        group.register("replay/size", buffer.__len__)
+    replay = LearnerReplay(buffer, batch_size=config.batch_size, depth=config.prefetch)
     params = PushPullModelServer.host(group, "params")
     coordinator = Coordinator(config, num_actors=num_actors, started=started)
-    group.register("replay/add", replay.add)
-    group.register("replay/size", replay.__len__)
     group.register("coord/report", coordinator.report)
     group.register("coord/eval", coordinator.eval_result)
+    group.register("coord/stopped", coordinator.should_stop)
     learner = ApexLearner(dqn=dqn, buffer=replay, params=params, config=config.apex_config())
     group.barrier()
 
     logger, status = learner_metrics_logger(config, quiet=quiet)
     ratio, slack = config.updates_per_step, 2 * config.push_every
+    min_size = max(config.learning_starts, config.batch_size)
     loop_start = wait = 0.0
     window: dict[str, float] = {}
     last_log = time.monotonic()
     try:
         while not coordinator.should_stop():
-            if not learner.ready():
-                time.sleep(0.002)
-                continue
             if not loop_start:
+                # Reported transitions, not len(replay): a sharded replay's size is
+                # only refreshed by sampling.
+                if coordinator.transitions < min_size:
+                    time.sleep(0.002)
+                    continue
                 loop_start = time.perf_counter()
-                coordinator.learning_started(learner.updates)
             consumed = config.learning_starts + learner.updates / ratio
             if coordinator.env_steps + slack / ratio < consumed:
                 t0 = time.perf_counter()
@@ -138,16 +165,29 @@ def run_learner(config, group, *, num_actors: int, started: float, quiet: bool) 
         waiting = wait + learner.sample_seconds
         summary = coordinator.summary(learner, wait_fraction=waiting / busy if busy > 0 else 0.0,
                                       busy_seconds=busy, log_dir=config.log_dir,
-                                      replay_size=len(replay))
+                                      replay_size=coordinator.transitions)
+        replay.close()
         coordinator.wait_for_actors(timeout=30.0)
         logger.close()
     return summary
 
 
+# ------------------------------------------------------------------- replay rank
+
+
+def run_replay(config, group, *, shards: list[str]) -> None:
+    """A dedicated replay rank: hosts one shard (served on RPC threads) until the
+    learner stops."""
+    distributed_replay(config, group, shards)
+    group.barrier()
+    while not group.call("coord/stopped"):
+        time.sleep(0.1)
+
+
 # ------------------------------------------------------------------------ actor
 
 
-def run_actor(config, group, *, index: int, num_actors: int) -> None:
+def run_actor(config, group, *, index: int, num_actors: int, shards: list[str]) -> None:
     from gymnasium.vector import AutoresetMode
 
     from algorithms.apex import ApexActor, evaluate
@@ -156,31 +196,33 @@ def run_actor(config, group, *, index: int, num_actors: int) -> None:
 
     seed = config.seed + 10_000 * (index + 1)
     env = make_vector_env(make_env_fn(config.env_id), num_envs=config.envs_per_actor,
-                          num_workers=config.env_workers, autoreset_mode=AutoresetMode.SAME_STEP, seed=seed)
+                          num_workers=config.env_workers, autoreset_mode=AutoresetMode.SAME_STEP,
+                          seed=seed)
     obs_space, num_act = env_spaces(config.env_id)
     dqn = build_dqn(config, obs_space, num_act, device="cpu", seed=seed)
-    replay = ReplayAdder(group, max_in_flight=4)
+    replay = distributed_replay(config, group, shards) if shards else ReplayAdder(group)
     group.barrier()
     params = PushPullModelServer.connect(group, "params")
     actor = ApexActor(dqn=dqn, env=env, buffer=replay, params=params, index=index,
                       num_actors=num_actors, config=config.apex_config(), seed=seed)
     actor.sync()
-    evaluates = index == num_actors - 1
     eval_env = None
-    if evaluates:
+    if index == num_actors - 1:  # the least exploring actor also evaluates
         eval_env = make_vector_env(make_env_fn(config.env_id), num_envs=config.eval_episodes,
                                    num_workers=0, seed=seed + 1)
     ratio = config.updates_per_step
-    reported = 0
+    reported = reported_transitions = 0
     reply = {"stop": False, "updates": 0, "env_steps": 0, "eval": False}
     last_report = 0.0
 
     def report(final: bool = False) -> dict[str, Any]:
-        nonlocal reported, last_report
+        nonlocal reported, reported_transitions, last_report
         episodes, actor.finished_episodes = actor.finished_episodes, []
-        out = group.call("coord/report", index, actor.env_steps - reported, episodes,
+        out = group.call("coord/report", index, actor.env_steps - reported,
+                         actor.transitions_added - reported_transitions, episodes,
                          actor.version, final)
-        reported, last_report = actor.env_steps, time.monotonic()
+        reported, reported_transitions = actor.env_steps, actor.transitions_added
+        last_report = time.monotonic()
         return out
 
     try:
@@ -203,7 +245,8 @@ def run_actor(config, group, *, index: int, num_actors: int) -> None:
             actor.step()
     finally:
         actor.flush()
-        replay.wait()
+        if isinstance(replay, ReplayAdder):
+            replay.wait()
         try:
             report(final=True)
         finally:

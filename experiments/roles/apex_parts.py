@@ -136,6 +136,42 @@ class LockedBuffer:
         return len(self.buffer)
 
 
+class LearnerReplay:
+    """The learner's view of the replay: batches come through a
+    :class:`~rlpar.buffers.PrefetchingSampler` (``depth`` batches in flight; 0 =
+    sample synchronously), started on first use because sampling an empty buffer
+    is an error."""
+
+    def __init__(self, buffer, *, batch_size: int, depth: int) -> None:
+        self.buffer, self.batch_size, self.depth = buffer, batch_size, depth
+        self.prefetcher = None
+
+    def sample(self, batch_size: int):
+        if self.depth == 0:
+            return self.buffer.sample(batch_size)
+        if batch_size != self.batch_size:
+            raise ValueError(f"prefetching replay draws batches of {self.batch_size}, asked {batch_size}")
+        if self.prefetcher is None:
+            from rlpar.buffers import PrefetchingSampler
+
+            self.prefetcher = PrefetchingSampler(buffer=self.buffer, batch_size=batch_size,
+                                                 depth=self.depth)
+        return self.prefetcher.sample()
+
+    def update_priorities(self, indices, priorities) -> None:
+        self.buffer.update_priorities(indices, priorities)
+
+    def add(self, batch, priorities=None) -> None:
+        self.buffer.add(batch, priorities)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+
+
 class ReplayAdder:
     """Add-only Buffer handle of a remote replay: adds are asynchronous, with at most
     ``max_in_flight`` outstanding (back-pressure instead of unbounded memory)."""
@@ -188,6 +224,7 @@ class Coordinator:
         self.target = target_return(config)
         self.env_steps = 0  # read by the learner loop without the lock (an int)
         self.updates = 0
+        self.transitions = 0  # added to replay, as reported by actors
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._actor_steps = [0] * num_actors
@@ -203,13 +240,14 @@ class Coordinator:
         self._eval_pending = False
         self._finished: set[int] = set()
         self._first_step_time: float | None = None
-        self._learning_started: float | None = None
         self.solved: tuple[float, int, float] | None = None  # (time, env steps, eval mean)
 
     # -- services (RPC threads)
 
-    def report(self, index: int, steps: int, episodes: list, version: int, final: bool) -> dict:
+    def report(self, index: int, steps: int, transitions: int, episodes: list, version: int,
+               final: bool) -> dict:
         with self._lock:
+            self.transitions += transitions
             if self._first_step_time is None and steps:
                 self._first_step_time = time.time()
             self._actor_steps[index] += steps
@@ -258,9 +296,6 @@ class Coordinator:
     def stop(self, reason: str) -> None:
         with self._lock:
             self._stop_reason = self._stop_reason or reason
-
-    def learning_started(self, updates: int) -> None:
-        self._learning_started = time.time()
 
     def wait_for_actors(self, *, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
