@@ -106,6 +106,11 @@ class World:
             raise ValueError(
                 f"process_group_backend must be None, 'gloo' or 'nccl', got {process_group_backend!r}"
             )
+        if process_group_backend == "nccl":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("process_group_backend='nccl' needs CUDA; use 'gloo' on CPU")
         name = f"rank{rank}" if name is None else name
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
@@ -208,6 +213,11 @@ class World:
             self.store.set(f"world/name/{self.rank}", self.name)
             self.names = [self.store.get(f"world/name/{r}").decode() for r in range(self.world_size)]
             if self._process_group_backend is not None and not dist.is_initialized():
+                if self._process_group_backend == "nccl":
+                    import torch
+
+                    # NCCL needs one GPU per rank: the usual LOCAL_RANK -> device rule.
+                    torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
                 dist.init_process_group(
                     self._process_group_backend, store=dist.PrefixStore("pg/", self.store),
                     rank=self.rank, world_size=self.world_size,

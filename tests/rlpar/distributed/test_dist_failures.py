@@ -38,6 +38,15 @@ def test_invalid_world_arguments_fail_before_anything_starts(kwargs, match):
         current_world()
 
 
+def test_nccl_without_cuda_is_refused_before_anything_starts():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: nccl is a valid choice here")
+    with pytest.raises(ValueError, match="nccl"):
+        World(rank=0, world_size=1, master_port=29500, process_group_backend="nccl")
+
+
 def test_wrongly_typed_world_arguments_are_type_errors():
     with pytest.raises(TypeError, match="world_size"):
         World(rank=0, world_size=2.0, master_port=29500)
