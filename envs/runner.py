@@ -46,6 +46,12 @@ class EnvRunner:
         act_space: spaces.Space,
         autoreset_mode: AutoresetMode,
     ) -> None:
+        for j, env in enumerate(envs):
+            if env.observation_space != obs_space or env.action_space != act_space:
+                raise ValueError(
+                    f"env {lo + j} has observation/action spaces {env.observation_space} / "
+                    f"{env.action_space}, different from env 0's {obs_space} / {act_space}"
+                )
         self.envs = envs
         self.lo = lo
         hi = lo + len(envs)

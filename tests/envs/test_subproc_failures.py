@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from envs import InProcessVectorEnv, SubprocVectorEnv
-from envs.testing import CountingEnv
+from envs.testing import CompositeEnv, CountingEnv
 from rlpar.errors import ChildDied, ChildError
 
 ACT = np.zeros(4, dtype=np.int64)
@@ -257,3 +257,14 @@ def test_workers_do_not_import_torch_or_use_one_thread():
         assert all(t in (None, 1) for t in venv.call("torch_threads"))
     finally:
         venv.close()
+
+
+@pytest.mark.timeout(30)
+def test_envs_with_different_spaces_are_rejected_at_start():
+    with pytest.raises(ChildError, match="failed in start") as err:
+        SubprocVectorEnv(
+            [partial(CountingEnv), partial(CompositeEnv)], num_workers=2, step_in_parent=False
+        )
+    assert "different from env 0" in err.value.child_traceback
+    with pytest.raises(ValueError, match="different"):
+        InProcessVectorEnv([partial(CountingEnv), partial(CompositeEnv)])
