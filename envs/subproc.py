@@ -101,8 +101,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         self._local = 0 if step_in_parent else None
 
         # Spaces come from one env: the parent's own first env, or a throwaway one.
-        local_envs = [fn() for fn in fns[slice(*self.groups[0])]] if step_in_parent else []
-        probe = local_envs[0] if local_envs else fns[0]()
+        probe = fns[0]()
         self._init_spaces(
             num_envs=len(fns),
             obs_space=probe.observation_space,
@@ -112,14 +111,12 @@ class SubprocVectorEnv(BatchVectorEnv):
             autoreset_mode=autoreset_mode,
             copy=copy,
         )
-        if not local_envs:
+        if not step_in_parent:
             probe.close()
         self._fns = fns
         self._buffer = self._ctx.RawArray("B", self.block_spec.nbytes)
         self._bind_arrays(self._buffer)
         self._runner: EnvRunner | None = None
-        if local_envs:
-            self._runner = self._make_runner(local_envs, self.groups[0][0])
         self.worker_crashes = [0] * num_groups
         self._workers = WorkerProcs(
             ctx=self._ctx, groups=self.groups, payload_for=self._payload, buffer=self._buffer
@@ -131,6 +128,11 @@ class SubprocVectorEnv(BatchVectorEnv):
         try:
             for w in self._remote_workers():
                 self._workers.start(w)
+            if step_in_parent:
+                # Built while the workers build theirs.
+                lo, hi = self.groups[0]
+                local_envs = [probe] + [fn() for fn in fns[lo + 1 : hi]]
+                self._runner = self._make_runner(local_envs, lo)
             deadline = time.monotonic() + START_TIMEOUT
             for w in self._remote_workers():
                 self._workers.expect(w, deadline=deadline, what="start")
