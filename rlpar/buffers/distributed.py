@@ -90,6 +90,7 @@ class ShardedSampler:
         self.update_errors = 0
         self.updates_sent = 0
         self.last_update_error: BaseException | None = None
+        self._pending: set[torch.futures.Future] = set()
         self._lock = threading.Lock()
 
     @property
@@ -246,9 +247,12 @@ class ShardedSampler:
             fut = self.clients[i].update(serials[mine], p[mine])
             with self._lock:
                 self.updates_sent += 1
+                self._pending.add(fut)
             fut.add_done_callback(lambda f, i=i: self._update_done(i, f))
 
     def _update_done(self, i: int, fut: torch.futures.Future) -> None:
+        with self._lock:
+            self._pending.discard(fut)
         try:
             fut.wait()
         except Exception as exc:
@@ -256,6 +260,17 @@ class ShardedSampler:
                 self.update_errors += 1
                 self.last_update_error = exc
             log.warning("priority update to replay shard %r failed: %s", self.clients[i].name, exc)
+
+    def flush_updates(self) -> None:
+        """Wait until every priority update sent so far has landed or failed (each
+        remote call has its own timeout, so this cannot hang)."""
+        with self._lock:
+            pending = list(self._pending)
+        for fut in pending:
+            try:
+                fut.wait()
+            except Exception:  # counted by _update_done
+                pass
 
     def __len__(self) -> int:
         """Items in live shards, as of their last replies."""
@@ -373,6 +388,9 @@ class DistributedReplayBuffer:
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         self.sampler.update_priorities(indices, priorities)
+
+    def flush_updates(self) -> None:
+        self.sampler.flush_updates()
 
     def __len__(self) -> int:
         return len(self.sampler)

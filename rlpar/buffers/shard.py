@@ -172,7 +172,19 @@ class RpcShardClient:
             )
         except Exception as exc:  # e.g. ServiceNotFound raised before any call is made
             return _failed(exc)
-        return fut.then(lambda f: from_wire(f.value()))
+        out: torch.futures.Future = torch.futures.Future()
+
+        def settle(done: torch.futures.Future) -> None:
+            # Not fut.then(): it would wrap PeerUnavailable & co. into RuntimeError.
+            try:
+                value = from_wire(done.wait())
+            except BaseException as exc:  # noqa: B036 - handed to whoever waits
+                out.set_exception(exc)
+                return
+            out.set_result(value)
+
+        fut.add_done_callback(settle)
+        return out
 
     def update(self, serials: np.ndarray, priorities: np.ndarray) -> torch.futures.Future:
         try:
