@@ -178,7 +178,11 @@ def main(argv: list[str] | None = None) -> None:
     from experiments.bench import servers
 
     per_rank = launch(
-        servers._rank, nprocs=3, args=(sizes, seconds, min_iters, rounds, grad_params), timeout=600
+        servers._rank,
+        nprocs=3,
+        args=(sizes, seconds, min_iters, rounds, grad_params),
+        timeout=600,
+        preload=("torch", "rlpar.distributed", "rlpar.servers"),
     )
     grad_lines: dict[str, float] = {}
     for lines in per_rank:

@@ -21,7 +21,13 @@ PUSHES = 4
 
 @pytest.fixture(scope="module")
 def results():
-    return launch(programs.servers_everywhere, nprocs=3, args=(CAS_ROUNDS, PUSHES), timeout=90)
+    return launch(
+        programs.servers_everywhere,
+        nprocs=3,
+        args=(CAS_ROUNDS, PUSHES),
+        timeout=90,
+        preload=("torch", "rlpar.distributed", "rlpar.servers"),
+    )
 
 
 @pytest.mark.timeout(120)
