@@ -77,6 +77,8 @@ def launch(
         raise TypeError(f"args must be a tuple, got {type(args).__name__}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+    if isinstance(preload, str):
+        raise TypeError(f"preload must be a sequence of module names, got the string {preload!r}")
     preload = [str(m) for m in preload]
     port = free_port() if master_port is None else master_port
     if not isinstance(port, int) or not 0 < port < 65536:

@@ -102,3 +102,5 @@ def test_entry_must_be_callable_and_args_a_tuple():
         launch("not callable", nprocs=1)
     with pytest.raises(TypeError, match="args"):
         launch(programs.exits_early, nprocs=1, args=[1])
+    with pytest.raises(TypeError, match="preload"):
+        launch(programs.exits_early, nprocs=1, preload="torch")
