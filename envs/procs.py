@@ -88,11 +88,13 @@ class WorkerProcs:
         groups: list[tuple[int, int]],
         payload_for: Callable[[int], bytes],
         buffer: Any,
+        spin_us: float = 0.0,
     ) -> None:
         self.ctx = ctx
         self.groups = groups
         self.payload_for = payload_for
         self.buffer = buffer
+        self.spin_us = spin_us
         self.procs: list[Any] = [None] * len(groups)
         self.conns: list[Any] = [None] * len(groups)
         self._pollers: dict[frozenset[int], select.poll] = {}
@@ -187,7 +189,13 @@ class WorkerProcs:
         timeout_ms = None
         if deadline is not None:
             timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
-        events = poller.poll(timeout_ms)
+        events = poller.poll(0) if self.spin_us > 0 else None
+        if not events and self.spin_us > 0:
+            end = time.perf_counter() + self.spin_us * 1e-6
+            while not events and time.perf_counter() < end:
+                events = poller.poll(0)
+        if not events:
+            events = poller.poll(timeout_ms)
         if not events:
             raise TimeoutError(f"no reply from env workers {sorted(workers)} within the timeout")
         fds = {fd for fd, _ in events}

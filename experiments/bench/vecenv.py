@@ -134,6 +134,8 @@ def envpool_impl(num_envs: int) -> Callable[[], Any] | str:
 def impls(fn: Callable[[], gym.Env], n: int, case: str) -> dict[str, Callable[[], Any] | str]:
     out: dict[str, Callable[[], Any] | str] = {
         "rlpar_subproc": lambda: SubprocVectorEnv([fn] * n),
+        # Same, spinning 100 us before blocking: for a quiet machine with a core per process.
+        "rlpar_subproc_spin": lambda: SubprocVectorEnv([fn] * n, spin_us=100.0),
         "rlpar_inprocess": lambda: InProcessVectorEnv([fn] * n),
         "gym_sync": lambda: gym.vector.SyncVectorEnv([fn] * n),
         "gym_async": lambda: gym.vector.AsyncVectorEnv([fn] * n, shared_memory=True),

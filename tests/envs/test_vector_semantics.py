@@ -282,3 +282,22 @@ def test_inprocess_matches_gymnasium_sync_for_any_episode_lengths(
     finally:
         ours.close()
         ref.close()
+
+
+@pytest.mark.timeout(30)
+def test_spinning_workers_give_identical_results():
+    fns = [partial(CountingEnv, episode_length=3, with_info=True)] * 4
+    spin = SubprocVectorEnv(fns, num_workers=2, spin_us=200.0)
+    ref = InProcessVectorEnv(fns)
+    try:
+        for a, b in zip(spin.reset(seed=0), ref.reset(seed=0)):
+            assert str(a) == str(b)
+        for _ in range(5):
+            actions = np.array([0, 1, 1, 0])
+            for a, b in zip(spin.step(actions), ref.step(actions)):
+                assert str(a) == str(b)
+    finally:
+        spin.close()
+        ref.close()
+    with pytest.raises(ValueError, match="spin_us"):
+        SubprocVectorEnv(fns, spin_us=-1)
