@@ -49,7 +49,10 @@ def default_workers() -> int:
 
 @dataclasses.dataclass
 class A3CRunConfig:
-    """A3C (Mnih et al. 2016) on one machine or, under torchrun, a cluster."""
+    """A3C (Mnih et al. 2016) on one machine or, under torchrun, a cluster.
+
+    The defaults are tuned for CartPole-v1 on a small machine: 8 envs x 16 steps
+    per gradient, Adam 3e-3, per-rollout advantage normalization."""
 
     env_id: str = dataclasses.field(default="CartPole-v1", metadata=_help("gymnasium id"))
     num_workers: int = dataclasses.field(default=0, metadata=_help(
@@ -59,12 +62,12 @@ class A3CRunConfig:
     envs_per_worker: int = dataclasses.field(default=8, metadata=_help("envs stepped by each worker"))
     env_workers: int = dataclasses.field(default=0, metadata=_help(
         "subprocess env workers per worker (0: step envs in the worker process)"))
-    n_steps: int = dataclasses.field(default=5, metadata=_help("rollout length per gradient"))
+    n_steps: int = dataclasses.field(default=16, metadata=_help("rollout length per gradient"))
     device: str = dataclasses.field(default="auto", metadata=_help(
         "worker/server device: auto (cuda when available), cpu, cuda, cuda:N"))
-    optimizer: Literal["rmsprop", "adam"] = dataclasses.field(default="rmsprop", metadata=_help(
+    optimizer: Literal["rmsprop", "adam"] = dataclasses.field(default="adam", metadata=_help(
         "optimizer of the gradient server"))
-    lr: float = dataclasses.field(default=7e-4, metadata=_help("learning rate"))
+    lr: float = dataclasses.field(default=3e-3, metadata=_help("learning rate"))
     gamma: float = dataclasses.field(default=0.99, metadata=_help("discount"))
     gae_lambda: float = dataclasses.field(default=1.0, metadata=_help(
         "GAE lambda (1.0: n-step returns)"))
@@ -72,7 +75,7 @@ class A3CRunConfig:
     value_coef: float = dataclasses.field(default=0.5, metadata=_help("value loss weight"))
     max_grad_norm: float | None = dataclasses.field(default=0.5, metadata=_help(
         "clip each pushed gradient to this norm ('none': no clipping)"))
-    normalize_advantages: bool = dataclasses.field(default=False, metadata=_help(
+    normalize_advantages: bool = dataclasses.field(default=True, metadata=_help(
         "normalize advantages per rollout"))
     reward_scale: float = dataclasses.field(default=1.0, metadata=_help("multiply rewards by this"))
     hidden: str = dataclasses.field(default="64,64", metadata=_help(
