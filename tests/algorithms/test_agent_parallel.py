@@ -1,0 +1,148 @@
+"""All agent-parallel evaluation modes compute the same function, with gradients."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from algorithms.agent_parallel import ParallelModules, quiet_torchscript
+from algorithms.nets import mlp
+
+MODES = ["loop", "threads", "jit_fork", "batched"]
+
+
+def _nets(seed=0):
+    torch.manual_seed(seed)
+    homo = [mlp(10, 4, hidden=(16, 16)) for _ in range(4)]
+    hetero = [mlp(7, 3, hidden=(8,)), mlp(7, 3, hidden=(8,)), mlp(5, 2, hidden=(16, 16), activation=nn.Tanh)]
+    return homo + hetero
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(6, 10, generator=g) for _ in range(4)] + [
+        torch.randn(6, 7, generator=g), torch.randn(6, 7, generator=g), torch.randn(6, 5, generator=g)]
+
+
+@pytest.mark.parametrize("impl", ["bmm", "vmap"])
+@pytest.mark.parametrize("mode", MODES)
+def test_modes_match_loop_outputs_and_gradients(mode, impl):
+    nets, xs = _nets(), _inputs()
+    ref = [m(x) for m, x in zip(nets, xs)]
+    sum(r.square().sum() for r in ref).backward()
+    ref_grads = [p.grad.clone() for m in nets for p in m.parameters()]
+    for m in nets:
+        m.zero_grad(set_to_none=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # jit_fork must not leak TorchScript deprecation warnings
+        par = ParallelModules(modules=nets, mode=mode, batched_impl=impl)
+        out = par(xs)
+    try:
+        for a, b in zip(out, ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        sum(o.square().sum() for o in out).backward()
+        grads = [p.grad for m in nets for p in m.parameters()]
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        with torch.no_grad():  # gradient-free calls agree too
+            for a, b in zip(par(xs), ref):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    finally:
+        par.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_call_stacked_and_shared_input(mode):
+    torch.manual_seed(0)
+    nets = [mlp(5, 2, hidden=(8,)) for _ in range(3)]
+    x = torch.randn(4, 5)
+    par = ParallelModules(modules=nets, mode=mode)
+    try:
+        ref = torch.stack([m(x) for m in nets])
+        torch.testing.assert_close(par.call_stacked(x.expand(3, 4, 5)), ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(torch.stack(par([x, x, x])), ref, rtol=1e-5, atol=1e-6)
+        with pytest.raises(ValueError, match="rows"):
+            par.call_stacked(torch.randn(2, 4, 5))
+    finally:
+        par.close()
+
+
+def test_auto_picks_batched_for_shared_structure_and_loop_otherwise():
+    assert ParallelModules(modules=[mlp(3, 2), mlp(3, 2)]).mode == "batched"
+    assert ParallelModules(modules=[mlp(3, 2), mlp(4, 2)]).mode == "loop"
+
+
+def test_weight_cache_sees_in_place_writes_and_refresh():
+    torch.manual_seed(0)
+    nets = [mlp(3, 2, hidden=(4,)) for _ in range(2)]
+    par = ParallelModules(modules=nets, mode="batched", cache_weights=True)
+    x = [torch.randn(5, 3), torch.randn(5, 3)]
+    with torch.no_grad():
+        par(x)
+        nets[0][0].weight.add_(1.0)  # bumps the version counter
+        torch.testing.assert_close(par(x)[0], nets[0](x[0]))
+        opt = torch.optim.Adam(nets[1].parameters(), lr=0.5, fused=True)
+    nets[1](x[1]).sum().backward()
+    opt.step()  # fused: no version bump, so the owner refreshes
+    par.refresh()
+    with torch.no_grad():
+        torch.testing.assert_close(par(x)[1], nets[1](x[1]))
+
+
+def test_ragged_batches_and_unbatched_inputs():
+    torch.manual_seed(0)
+    nets = [mlp(3, 2) for _ in range(2)]
+    par = ParallelModules(modules=nets, mode="batched")
+    ragged = [torch.randn(2, 3), torch.randn(5, 3)]
+    for a, m, x in zip(par(ragged), nets, ragged):
+        torch.testing.assert_close(a, m(x))
+    single = [torch.randn(3), torch.randn(3)]
+    for a, m, x in zip(par(single), nets, single):
+        torch.testing.assert_close(a, m(x))
+
+
+def test_vmap_handles_non_sequential_modules():
+    class Twin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.a(x) * torch.sigmoid(self.b(x))
+
+    torch.manual_seed(0)
+    nets = [Twin() for _ in range(3)]
+    xs = [torch.randn(4, 3) for _ in range(3)]
+    par = ParallelModules(modules=nets, mode="batched")  # not bmm-able: vmap path
+    for a, m, x in zip(par(xs), nets, xs):
+        torch.testing.assert_close(a, m(x), rtol=1e-5, atol=1e-6)
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="mode"):
+        ParallelModules(modules=[mlp(2, 2)], mode="gpu")
+    with pytest.raises(ValueError, match="batched_impl"):
+        ParallelModules(modules=[mlp(2, 2)], batched_impl="einsum")
+    with pytest.raises(TypeError, match="nn.Module"):
+        ParallelModules(modules=[])
+    with pytest.raises(ValueError, match="inputs"):
+        ParallelModules(modules=[mlp(2, 2)], mode="loop")([torch.zeros(1, 2)] * 2)
+
+    class Unscriptable(nn.Module):
+        def forward(self, x):
+            return torch.from_numpy(np.tanh(x.numpy()))  # numpy calls do not script
+
+    with pytest.raises(TypeError, match="jit_fork"):
+        ParallelModules(modules=[Unscriptable()], mode="jit_fork")
+
+
+def test_quiet_torchscript_only_silences_deprecations():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet_torchscript():
+            warnings.warn("`torch.jit.script` is deprecated. Please switch", DeprecationWarning, stacklevel=1)
+            warnings.warn("something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["something else"]
