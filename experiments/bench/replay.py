@@ -5,10 +5,16 @@ uint8 4x84x84 frame transitions; adds of 64 rows into a full buffer,
 sample(256), update_priorities(256) and sample+update loops, alpha 0.6, beta 0.4.
 Each figure is the best of a few repeats (the machine is shared; the best repeat
 is the least disturbed one). Peers that are not installed print a "skipped"
-line. The distributed figures (2 shard processes + 1 sampler on loopback) come
-from ``experiments.bench.replay_distributed`` when that module is present.
+line.
 
-    python -m experiments.bench.replay [--quick] [--cases cartpole,atari]
+Distributed figures: 2 shard processes + 1 sampler process on loopback
+(TensorPipe): the sampler draws batches of 256 through a PrefetchingSampler and
+sends priority updates back while both shards keep adding chunks of 64; reported
+are batches/s, aggregate inserts/s and the sampler's wait fraction. ``--quick``
+skips them (starting 3 torch processes alone exceeds the smoke-test budget on a
+busy 2-core machine) unless ``--distributed`` is given.
+
+    python -m experiments.bench.replay [--quick] [--cases cartpole,atari] [--distributed]
 """
 
 from __future__ import annotations
@@ -197,6 +203,81 @@ def measure(impl: Impl, case: Case, repeats: int, rng: np.random.Generator) -> d
     }
 
 
+def dist_rank(case: Case, seconds: float, timeout: float) -> dict[str, float]:
+    """One rank of the distributed benchmark: rank 0 samples, ranks 1 and 2 hold shards."""
+    from rlpar.buffers import DistributedPrioritizedReplayBuffer, PrefetchingSampler
+    from rlpar.distributed import World
+
+    torch.set_num_threads(1)
+    with World.from_env(rpc_timeout=timeout) as world:
+        group = world.create_rpc_group("bench-replay", world.names)
+        buf = DistributedPrioritizedReplayBuffer(
+            group=group,
+            name="bench",
+            capacity=case.capacity,
+            alpha=ALPHA,
+            beta=BETA,
+            shard_members=world.names[1:],
+            timeout=timeout,
+            seed=world.rank,
+        )
+        rng = np.random.default_rng(world.rank)
+        if world.rank > 0:
+            pool = make_chunk(case, 1024, rng)
+            for _ in range(-(-case.capacity // 1024)):
+                buf.add(pool)
+        group.barrier(timeout=timeout)
+        out: dict[str, float] = {}
+        if world.rank == 0:
+            prios = rng.random(BATCH) + 0.1
+            with PrefetchingSampler(buffer=buf, batch_size=BATCH, depth=2, timeout=timeout) as pre:
+                pre.sample()  # warm up connections
+                # Phase 1: shards idle. Phase 2: both shards insert meanwhile.
+                for phase in ("idle", "inserting"):
+                    if phase == "inserting":
+                        world.store.set("bench/insert", "1")
+                    waited0, n, t0 = pre.waited_s, 0, time.perf_counter()
+                    while time.perf_counter() - t0 < seconds:
+                        s = pre.sample()
+                        buf.update_priorities(s.indices, prios)
+                        n += 1
+                    elapsed = time.perf_counter() - t0
+                    out[f"batches_per_s_{phase}"] = n / elapsed
+                    out[f"wait_fraction_{phase}"] = (pre.waited_s - waited0) / elapsed
+            buf.flush_updates()
+            world.store.set("bench/sampler_done", "1")
+        else:
+            chunks = [make_chunk(case, CHUNK, rng) for _ in range(8)]
+            world.store.wait(["bench/insert"])
+            n, t0 = 0, time.perf_counter()
+            # Insert until the sampler is done, like an actor would.
+            while not world.store.check(["bench/sampler_done"]):
+                for i in range(16):
+                    buf.add(chunks[i & 7])
+                n += 16 * CHUNK
+            out = {"inserts_per_s": n / (time.perf_counter() - t0)}
+        group.barrier(timeout=timeout)
+        return out
+
+
+def run_distributed(case: Case, seconds: float) -> dict[str, float]:
+    from experiments.bench import replay as this  # importable by name in the ranks
+    from rlpar.distributed import launch
+
+    results = launch(
+        this.dist_rank,
+        nprocs=3,
+        args=(case, seconds, 60.0),
+        timeout=seconds + 240,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    return {
+        **{f"sample256_update_{k}": v for k, v in results[0].items()},
+        "inserts_per_s_aggregate_while_sampling": results[1]["inserts_per_s"]
+        + results[2]["inserts_per_s"],
+    }
+
+
 def peers_available() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name, module in (("cpprb", "cpprb"), ("tianshou", "tianshou.data")):
@@ -214,13 +295,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", default="cartpole,atari")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="also run the distributed figures in --quick mode",
+    )
+    parser.add_argument("--no-local", action="store_true", help="only the distributed figures")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     if args.quick:
         cases = {
-            "cartpole": Case("cartpole", 4096, (4,), np.float32, 50),
-            "atari": Case("atari", 1024, (4, 84, 84), np.uint8, 10),
+            "cartpole": Case("cartpole", 2048, (4,), np.float32, 30),
+            "atari": Case("atari", 512, (4, 84, 84), np.uint8, 5),
         }
         repeats = 1
     else:
@@ -230,9 +317,14 @@ def main(argv: list[str] | None = None) -> None:
         }
         repeats = args.repeats
     skipped = peers_available()
+    if args.quick and not skipped["tianshou"]:
+        # Its segment tree JIT-compiles with numba on construction (~15 s of CPU).
+        skipped["tianshou"] = "--quick: numba JIT compile alone exceeds the smoke budget"
     impls: list[type[Impl]] = [Rlpar, Cpprb, Tianshou]
     for case_name in args.cases.split(","):
         case = cases[case_name]
+        if args.no_local:
+            continue
         results: dict[str, dict[str, float]] = {}
         for cls in impls:
             if skipped.get(cls.name):
@@ -266,6 +358,45 @@ def main(argv: list[str] | None = None) -> None:
                     "torch_threads": args.threads,
                 }
                 print(json.dumps(line), flush=True)
+    dist_cases = {  # per-shard capacity; frames kept small so 2 shards fit in memory
+        "cartpole": Case("cartpole", 500_000, (4,), np.float32, 0),
+        "atari": Case("atari", 10_000, (4, 84, 84), np.uint8, 0),
+    }
+    for case_name in args.cases.split(","):
+        base = {
+            "bench": "replay",
+            "impl": "rlpar-distributed",
+            "case": case_name,
+            "shards": 2,
+            "samplers": 1,
+        }
+        if args.quick and not args.distributed:
+            print(json.dumps({**base, "skipped": "--quick (pass --distributed to run it)"}))
+            continue
+        case = dist_cases[case_name]
+        if args.quick:
+            case = Case(
+                case.name,
+                2048 if case_name == "cartpole" else 512,
+                case.obs_shape,
+                case.obs_dtype,
+                0,
+            )
+        figures = run_distributed(case, 1.0 if args.quick else 10.0)
+        for metric, value in figures.items():
+            print(
+                json.dumps(
+                    {
+                        **base,
+                        "capacity_per_shard": case.capacity,
+                        "metric": metric,
+                        "value": round(value, 3),
+                        "ratio_vs_best_peer": None,
+                        "torch_threads": 1,
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
