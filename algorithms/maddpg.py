@@ -347,6 +347,15 @@ class MADDPG(Algorithm):
                  param_groups: Sequence[Sequence[torch.Tensor]]) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        owned = sum(len(g["params"]) for g in optimizer.param_groups)
+        if sum(len(ps) for ps in param_groups) < owned:
+            # Stacked (batched) weights give every stacked network a gradient, zeros
+            # for the untrained ones; Adam's momentum would still move those.
+            trained = {id(p) for ps in param_groups for p in ps}
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if id(p) not in trained:
+                        p.grad = None
         if self.config.grad_clip is not None:
             clip_per_network(param_groups, self.config.grad_clip)
         optimizer.step()
