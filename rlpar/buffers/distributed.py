@@ -43,6 +43,7 @@ from rlpar.buffers.shard import (
     ShardReply,
     register_shard,
 )
+from rlpar.buffers.storage import OutputPool
 from rlpar.errors import PeerUnavailable, RlparError
 from rlpar.protocols import Sample
 
@@ -91,6 +92,7 @@ class ShardedSampler:
         self.updates_sent = 0
         self.last_update_error: BaseException | None = None
         self._pending: set[torch.futures.Future] = set()
+        self._pool = OutputPool()
         self._lock = threading.Lock()
 
     @property
@@ -207,8 +209,12 @@ class ShardedSampler:
 
     def _assemble(self, shards: list[int], replies: list[ShardReply], beta: float) -> Sample:
         parts = [(i, r) for i, r in zip(shards, replies) if r.serials.size]
-        keys = list(parts[0][1].batch)
-        batch = {k: np.concatenate([r.batch[k] for _, r in parts]) for k in keys}
+        batch = {}
+        for k in parts[0][1].batch:
+            cols = [r.batch[k] for _, r in parts]
+            n_rows = sum(c.shape[0] for c in cols)
+            dst = self._pool.empty((n_rows, *cols[0].shape[1:]), cols[0].dtype)
+            batch[k] = np.concatenate(cols, out=dst)
         indices = np.concatenate([(np.int64(i) << SHARD_SHIFT) | r.serials for i, r in parts])
         n = indices.size
         if not self.prioritized:

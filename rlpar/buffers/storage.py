@@ -10,12 +10,48 @@ updates for overwritten slots be recognised and dropped.
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
+
+_POOL_MIN_BYTES = 1 << 18  # below this, a fresh np.empty is as cheap as reuse
+_POOL_PER_SHAPE = 4
+
+
+class OutputPool:
+    """Recycles large output arrays once nothing references them any more.
+
+    A fresh multi-megabyte array comes from ``mmap`` and costs a page fault per 4 KB
+    on first write, which for a 256 x 2 x 28 KB frame batch takes longer than the
+    copy itself. An array is handed out again only when the pool holds the sole
+    reference to it (CPython reference count): the caller dropped the batch and no
+    view, tensor (``torch.from_numpy`` keeps a reference) or dict still uses it, so
+    what a caller holds is never overwritten.
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple, list[np.ndarray]] = {}
+        self._lock = threading.Lock()  # two threads must not both claim a free array
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes < _POOL_MIN_BYTES:
+            return np.empty(shape, dtype)
+        with self._lock:
+            arrays = self._arrays.setdefault((shape, dtype.str), [])
+            for i in range(len(arrays)):
+                # 2 = the pool's list slot + getrefcount's own argument.
+                if sys.getrefcount(arrays[i]) == 2:
+                    return arrays[i]
+            out = np.empty(shape, dtype)
+            if len(arrays) < _POOL_PER_SHAPE:
+                arrays.append(out)
+            return out
 
 
 class RingStorage:
@@ -33,6 +69,7 @@ class RingStorage:
         self.columns: dict[str, np.ndarray] = {}
         self.serials = np.full(self.capacity, -1, dtype=np.int64)
         self.next_serial = 0  # items ever added; the next item's serial
+        self._pool = OutputPool()
         if spec is not None:
             self._allocate(normalize_spec(spec))
 
@@ -89,10 +126,15 @@ class RingStorage:
         return first + skip, m
 
     def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        """Fresh arrays holding the rows at ``slots`` (the caller owns them)."""
-        # np.take on axis 0 copies whole rows with one memcpy each; mode="clip"
-        # skips the per-element bounds check (slots are valid by construction).
-        return {k: np.take(col, slots, axis=0, mode="clip") for k, col in self.columns.items()}
+        """Arrays holding the rows at ``slots``, owned by the caller (large ones are
+        recycled from an :class:`OutputPool` only after the caller dropped them)."""
+        n = len(slots)
+        out = {}
+        for k, col in self.columns.items():
+            # np.take on axis 0 copies whole rows with one memcpy each.
+            dst = self._pool.empty((n, *col.shape[1:]), col.dtype)
+            out[k] = np.take(col, slots, axis=0, out=dst, mode="clip")
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         n = len(self)

@@ -153,3 +153,24 @@ def test_state_dict_round_trip_through_disk(tmp_path):
     buf.add(rows(12, 3))
     clone.add(rows(12, 3))
     np.testing.assert_array_equal(clone.storage.serials, buf.storage.serials)
+
+
+def test_large_outputs_are_recycled_only_when_released():
+    frames = {"obs": np.zeros((16, 4, 84, 84), np.uint8)}
+    buf = ReplayBuffer(capacity=16, seed=0)
+    buf.add(frames)
+    buf.storage.columns["obs"][:] = np.arange(16, dtype=np.uint8)[:, None, None, None]
+    first = buf.sample(16).batch["obs"]  # 450 KB: large enough to be pooled
+    kept = first.copy()
+    view = first[:2]
+    tensor = torch.from_numpy(first)
+    del first
+    second = buf.sample(16).batch["obs"]
+    assert not np.shares_memory(second, view)  # still referenced: not reused
+    np.testing.assert_array_equal(view, kept[:2])
+    np.testing.assert_array_equal(tensor.numpy(), kept)
+    address = second.ctypes.data
+    del second
+    third = buf.sample(16).batch["obs"]
+    assert third.ctypes.data == address  # released: recycled
+    assert any(a is third for a in buf.storage._pool._arrays[((16, 4, 84, 84), "|u1")])
