@@ -177,10 +177,12 @@ def default_log_dir() -> str:
     return os.path.join("runs", time.strftime("apex-%Y%m%d-%H%M%S"))
 
 
-def run(config: ApexRunConfig, *, quiet: bool = False, started: float | None = None) -> dict[str, Any]:
+def run(config: ApexRunConfig, *, quiet: bool = False, started: float | None = None,
+        dqn_class: type | None = None) -> dict[str, Any]:
     """Run the job (spawning a local world unless under torchrun); returns the learner's
     summary (``{}`` on ranks other than 0 under torchrun). Times count from ``started``
-    (a ``time.time()``; default: now)."""
+    (a ``time.time()``; default: now). ``dqn_class``: a DQN subclass (importable by
+    name, e.g. defined in a module) used by the learner and the actors."""
     from experiments.roles.apex import rank_main
     from experiments.runner import run_world, under_launcher
 
@@ -195,7 +197,7 @@ def run(config: ApexRunConfig, *, quiet: bool = False, started: float | None = N
         world_size = int(os.environ["WORLD_SIZE"])
         if config.actors_for(world_size) < 1:
             raise ValueError(f"a world of {world_size} ranks leaves no actor for this configuration")
-    results = run_world(rank_main, nprocs=nprocs, args=(config, started, quiet),
+    results = run_world(rank_main, nprocs=nprocs, args=(config, started, quiet, dqn_class),
                         timeout=config.max_seconds + 120.0)
     summary = next((r for r in results if r), {})
     return summary

@@ -61,7 +61,10 @@ def role_of(rank: int, world_size: int, config) -> tuple[str, int]:
     return "actor", rank - 1 - replay
 
 
-def rank_main(config, started: float, quiet: bool = False) -> dict[str, Any]:
+def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> dict[str, Any]:
+    """One rank of the job: its role from its rank (:func:`role_of`). ``dqn_class``
+    (a :class:`~algorithms.dqn.DQN` subclass, importable by name) replaces DQN in
+    the learner and the actors."""
     import torch
 
     from rlpar.distributed import World
@@ -76,11 +79,12 @@ def rank_main(config, started: float, quiet: bool = False) -> dict[str, Any]:
     shards = [name for name, r in zip(world.names, roles) if r == shard_role]
     if role == "learner":
         return run_learner(config, group, num_actors=num_actors, shards=shards, started=started,
-                           quiet=quiet)
+                           quiet=quiet, dqn_class=dqn_class)
     if role == "replay":
         run_replay(config, group, shards=shards)
     else:
-        run_actor(config, group, index=index, num_actors=num_actors, shards=shards)
+        run_actor(config, group, index=index, num_actors=num_actors, shards=shards,
+                  dqn_class=dqn_class)
     return {}
 
 
@@ -97,7 +101,7 @@ def distributed_replay(config, group, shards: list[str]):
 
 
 def run_learner(config, group, *, num_actors: int, shards: list[str], started: float,
-                quiet: bool) -> dict[str, Any]:
+                quiet: bool, dqn_class=None) -> dict[str, Any]:
     import torch
 
     from algorithms.apex import ApexLearner
@@ -107,7 +111,8 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
     torch.set_num_threads(config.learner_threads)
     device = resolve_device(config.device)
     obs_space, num_act = env_spaces(config.env_id)
-    dqn = build_dqn(config, obs_space, num_act, device=device, seed=config.seed)
+    dqn = build_dqn(config, obs_space, num_act, device=device, seed=config.seed,
+                    dqn_class=dqn_class)
     dqn.optimizer  # noqa: B018 - built now: its one-off import overlaps the actors' start
     if shards:
         buffer: Any = distributed_replay(config, group, shards)
@@ -131,6 +136,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
     min_size = max(config.learning_starts, config.batch_size)
     loop_start = wait = 0.0
     window: dict[str, float] = {}
+    last_metrics: dict[str, float] = {}
     last_log = time.monotonic()
     try:
         while not coordinator.should_stop():
@@ -156,6 +162,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
             if now - last_log >= 1.0:
                 busy = time.perf_counter() - loop_start
                 waiting = wait + learner.sample_seconds
+                last_metrics = dict(window)
                 coordinator.log_learner(logger, status, window, learner, replay,
                                         wait_fraction=waiting / busy if busy > 0 else 0.0)
                 window, last_log = {}, now
@@ -163,7 +170,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
         coordinator.stop("finished")
         busy = time.perf_counter() - loop_start if loop_start else 0.0
         waiting = wait + learner.sample_seconds
-        summary = coordinator.summary(learner, wait_fraction=waiting / busy if busy > 0 else 0.0,
+        summary = coordinator.summary(learner, algorithm=type(dqn), metrics=last_metrics or window, wait_fraction=waiting / busy if busy > 0 else 0.0,
                                       busy_seconds=busy, log_dir=config.log_dir,
                                       replay_size=coordinator.transitions)
         replay.close()
@@ -187,7 +194,8 @@ def run_replay(config, group, *, shards: list[str]) -> None:
 # ------------------------------------------------------------------------ actor
 
 
-def run_actor(config, group, *, index: int, num_actors: int, shards: list[str]) -> None:
+def run_actor(config, group, *, index: int, num_actors: int, shards: list[str],
+              dqn_class=None) -> None:
     from gymnasium.vector import AutoresetMode
 
     from algorithms.apex import ApexActor, evaluate
@@ -199,7 +207,7 @@ def run_actor(config, group, *, index: int, num_actors: int, shards: list[str]) 
                           num_workers=config.env_workers, autoreset_mode=AutoresetMode.SAME_STEP,
                           seed=seed)
     obs_space, num_act = env_spaces(config.env_id)
-    dqn = build_dqn(config, obs_space, num_act, device="cpu", seed=seed)
+    dqn = build_dqn(config, obs_space, num_act, device="cpu", seed=seed, dqn_class=dqn_class)
     replay = distributed_replay(config, group, shards) if shards else ReplayAdder(group)
     group.barrier()
     params = PushPullModelServer.connect(group, "params")

@@ -96,7 +96,7 @@ def resolve_device(device: str):
     return torch.device(device)
 
 
-def build_dqn(config, obs_space, num_actions: int, *, device, seed: int):
+def build_dqn(config, obs_space, num_actions: int, *, device, seed: int, dqn_class=None):
     import torch
 
     from algorithms.dqn import DQN
@@ -104,7 +104,10 @@ def build_dqn(config, obs_space, num_actions: int, *, device, seed: int):
 
     torch.manual_seed(seed)
     net = q_network(obs_space.shape, num_actions, hidden=config.hidden_sizes(), dueling=config.dueling)
-    return DQN(network=net, num_actions=num_actions, config=config.dqn_config(), device=device,
+    cls = DQN if dqn_class is None else dqn_class
+    if not (isinstance(cls, type) and issubclass(cls, DQN)):
+        raise TypeError(f"dqn_class must be a subclass of DQN, got {cls!r}")
+    return cls(network=net, num_actions=num_actions, config=config.dqn_config(), device=device,
                seed=seed)
 
 
@@ -338,7 +341,7 @@ class Coordinator:
             "eval": last_eval, "lag": learner.updates - min(versions),
         })
 
-    def summary(self, learner, *, wait_fraction: float, busy_seconds: float, log_dir,
+    def summary(self, learner, *, algorithm: type, metrics: dict, wait_fraction: float, busy_seconds: float, log_dir,
                 replay_size: int) -> dict:
         now = time.time()
         run_s = now - (self._first_step_time or now)
@@ -359,4 +362,6 @@ class Coordinator:
             "batch_size": self.config.batch_size, "evaluations": len(self._evals),
             "log_dir": log_dir, "replay_size": replay_size, "actor_versions": list(self._versions),
             "priority_updates": learner.updates,
+            "algorithm": f"{algorithm.__module__}.{algorithm.__qualname__}",
+            "metrics": {k: v / max(metrics.get("n", 1.0), 1.0) for k, v in metrics.items() if k != "n"},
         }

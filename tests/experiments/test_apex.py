@@ -1,11 +1,13 @@
 """experiments.apex: config validation, role rule, and a 3-process local run."""
 
 import dataclasses
+import os
 import subprocess
 import sys
 
 import pytest
 
+from algorithms.dqn import DQN
 from experiments.apex import ApexRunConfig, format_summary, run
 from experiments.cli import parse_config
 from experiments.roles.apex import role_of
@@ -59,14 +61,35 @@ def test_role_rule():
     assert cfg.actors_for(5) == 2
 
 
-@pytest.mark.timeout(120)
-def test_three_process_run_flows_and_exits_cleanly(tmp_path):
-    config = ApexRunConfig(
+class SquaredLossDQN(DQN):
+    """A user's idea, by overriding one hook: squared TD error instead of Huber.
+    It leaves a mark so the test can tell the learner process ran it."""
+
+    def compute_loss(self, batch, target):
+        q = self.network(batch["obs"]).gather(-1, batch["action"].long().view(-1, 1)).squeeze(-1)
+        td = target - q
+        marker = os.environ.get("APEX_TEST_MARKER")
+        if marker and not os.path.exists(marker):
+            open(marker, "w").close()
+        return (batch["weights"] * td.pow(2)).mean(), td.detach(), q
+
+
+def small_config(tmp_path, **over):
+    fields = dict(
         num_actors=2, envs_per_actor=2, learning_starts=200, batch_size=32, hidden="32",
         eval_every=1500, eval_episodes=4, target_return=1e9, max_env_steps=3000,
         max_seconds=90, log_dir=str(tmp_path / "tb"), status_every=0, updates_per_step=0.25,
     )
-    summary = run(config, quiet=True)
+    fields.update(over)
+    return ApexRunConfig(**fields)
+
+
+@pytest.mark.timeout(120)
+def test_three_process_run_with_a_user_subclass_flows_and_exits_cleanly(tmp_path, monkeypatch):
+    marker = tmp_path / "compute_loss_ran"
+    monkeypatch.setenv("APEX_TEST_MARKER", str(marker))
+    summary = run(small_config(tmp_path), quiet=True, dqn_class=SquaredLossDQN)
+    assert summary["algorithm"].endswith("SquaredLossDQN") and marker.exists()
     assert summary["stop_reason"] == "env step budget"
     assert summary["env_steps"] >= 3000
     assert summary["updates"] >= 100  # ~0.25 updates per step after learning starts
@@ -76,6 +99,15 @@ def test_three_process_run_flows_and_exits_cleanly(tmp_path):
     assert not summary["solved"]
     assert (tmp_path / "tb").exists() and any((tmp_path / "tb").iterdir())
     assert "not solved" in format_summary(summary)
+
+
+@pytest.mark.timeout(120)
+def test_shards_on_actors(tmp_path):
+    summary = run(small_config(tmp_path, replay_placement="actors", max_env_steps=2000,
+                               eval_every=100_000, log_dir="none"), quiet=True)
+    assert summary["stop_reason"] == "env step budget"
+    assert summary["updates"] >= 50 and summary["replay_size"] >= 1500
+    assert all(v >= 8 for v in summary["actor_versions"])
 
 
 def test_config_round_trips_through_dataclass_replace():
