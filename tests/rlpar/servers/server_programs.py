@@ -21,7 +21,7 @@ from rlpar.servers import (
     VersionConflict,
 )
 
-TIMEOUT = 20.0
+TIMEOUT = 30.0
 
 
 class Vec(nn.Module):

@@ -25,7 +25,7 @@ def results():
         programs.servers_everywhere,
         nprocs=3,
         args=(CAS_ROUNDS, PUSHES),
-        timeout=90,
+        timeout=110,
         preload=("torch", "rlpar.distributed", "rlpar.servers"),
     )
 
