@@ -176,10 +176,18 @@ class RpcGroup:
     def _host_of(self, slot: str, key: str) -> str:
         store_key = self._prefix + slot + key
         store = self._world.store
-        if not store.check([store_key]):
-            what = "service" if slot == "s/" else "paired value"
-            raise ServiceNotFound(f"no member of group {self.name!r} hosts {what} {key!r}")
-        return store.get(store_key).decode()
+        try:
+            if not store.check([store_key]):
+                what = "service" if slot == "s/" else "paired value"
+                raise ServiceNotFound(f"no member of group {self.name!r} hosts {what} {key!r}")
+            return store.get(store_key).decode()
+        except (RuntimeError, OSError) as exc:
+            # The store lives on rank 0: if rank 0 died, the lookup itself fails, and
+            # callers should see the same error as for any other dead peer.
+            raise PeerUnavailable(
+                f"cannot look up {key!r} in group {self.name!r}: the rendezvous store "
+                f"(hosted by rank 0) is unavailable: {exc}"
+            ) from exc
 
     def _timeout(self, timeout: float | None) -> float:
         if timeout is None:
