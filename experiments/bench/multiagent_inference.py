@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.torch_threads < 1:
         parser.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
     if args.quick:
-        args.agents, args.hidden, args.batch = [3, 8], [64], [1, 64]
-        args.min_time, args.repeats = 0.01, 1
+        args.agents, args.hidden, args.batch = [3, 8], [32], [1]
+        args.min_time, args.repeats = 0.005, 1
     devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     torch.set_num_threads(args.torch_threads)
     print(json.dumps({"bench": "multiagent_inference", "config": True, "torch_threads": args.torch_threads,
