@@ -141,8 +141,10 @@ class CategoricalHead(PolicyHead):
         return Categorical(logits=policy_out, validate_args=False)
 
     def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
-        probs = torch.softmax(policy_out, dim=-1)
-        return torch.multinomial(probs, 1).squeeze(-1)
+        # Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample,
+        # and a few elementwise ops are cheaper than softmax + multinomial.
+        noise = torch.empty_like(policy_out).exponential_().log()
+        return (policy_out - noise).argmax(dim=-1)
 
     def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
         return policy_out.argmax(dim=-1)

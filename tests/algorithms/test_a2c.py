@@ -204,3 +204,13 @@ def test_invalid_constructions():
                       "truncated": np.zeros((1, 1), bool)})
     with pytest.raises(ValueError, match="n_steps"):
         RolloutCollector(env=env, sample_actions=agent.sample_actions, n_steps=0)
+
+
+def test_categorical_sampling_matches_the_probabilities():
+    from algorithms.actor_critic import CategoricalHead
+
+    torch.manual_seed(0)
+    probs = torch.tensor([0.2, 0.5, 0.3])
+    samples = CategoricalHead(n=3).sample(probs.log().expand(20_000, 3), None)
+    freq = torch.bincount(samples, minlength=3).float() / samples.numel()
+    torch.testing.assert_close(freq, probs, atol=0.02, rtol=0)
