@@ -65,10 +65,17 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
     """One rank of the job: its role from its rank (:func:`role_of`). ``dqn_class``
     (a :class:`~algorithms.dqn.DQN` subclass, importable by name) replaces DQN in
     the learner and the actors."""
+    import os
+    import threading
+
     import torch
 
     from rlpar.distributed import World
 
+    if os.environ.get("RANK") == "0":
+        # torch.optim's first step imports torch._dynamo (seconds on a small box):
+        # do it while the world assembles instead of on the critical path.
+        threading.Thread(target=_import_dynamo, name="warm-imports", daemon=True).start()
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     world = World.from_env(rpc_timeout=config.rpc_timeout, listen_address=config.listen_address)
     role, index = role_of(world.rank, world.world_size, config)
@@ -86,6 +93,10 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
         run_actor(config, group, index=index, num_actors=num_actors, shards=shards,
                   dqn_class=dqn_class)
     return {}
+
+
+def _import_dynamo() -> None:
+    import torch._dynamo  # noqa: F401
 
 
 def distributed_replay(config, group, shards: list[str]):
@@ -113,7 +124,6 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
     obs_space, num_act = env_spaces(config.env_id)
     dqn = build_dqn(config, obs_space, num_act, device=device, seed=config.seed,
                     dqn_class=dqn_class)
-    dqn.optimizer  # noqa: B018 - built now: its one-off import overlaps the actors' start
     if shards:
         buffer: Any = distributed_replay(config, group, shards)
     else:
