@@ -67,6 +67,9 @@ class Impl:
         ...
     def update(self, handle, priorities: np.ndarray) -> None: ...
 
+    def flush(self) -> None:
+        """Finish deferred work so that timed adds include all of their cost."""
+
 
 class Rlpar(Impl):
     name = "rlpar"
@@ -84,6 +87,11 @@ class Rlpar(Impl):
 
     def update(self, handle, priorities):
         self.buf.update_priorities(handle, priorities)
+
+    def flush(self):
+        # Trees recompute parents of added ranges lazily, at the next read: count it.
+        self.buf.sum_tree.flush()
+        self.buf.min_tree.flush()
 
 
 class Cpprb(Impl):
@@ -179,6 +187,7 @@ def measure(impl: Impl, case: Case, repeats: int, rng: np.random.Generator) -> d
     def adds():
         for i in range(n_add):
             impl.add(chunks[i & 7])
+        impl.flush()
 
     prios = [rng.random(BATCH) * 2.0 for _ in range(8)]
     handles = [impl.sample() for _ in range(8)]

@@ -9,7 +9,7 @@ from rlpar.buffers import MinTree, SumTree
 from rlpar.buffers.trees import update_sum_min
 
 capacities = st.integers(min_value=1, max_value=300)
-arities = st.sampled_from([2, 3, 4, 16])
+arities = st.sampled_from([2, 4, 8, 16, 64])
 
 
 @st.composite
@@ -50,6 +50,14 @@ def test_trees_match_brute_force(case, arity, fused, seed):
             min_tree.update(idx, vals)
         for i, v in batch:
             ref_sum[i], ref_min[i] = v, v
+        # Interleave a contiguous write (parents recomputed lazily, at the next read).
+        start = int(rng.integers(0, cap))
+        count = int(rng.integers(0, cap - start + 1))
+        block = rng.random(count) * 5
+        sum_tree.set_range(start, block, count)
+        min_tree.set_range(start, block, count)
+        ref_sum[start : start + count] = block
+        ref_min[start : start + count] = block
         np.testing.assert_array_equal(sum_tree.leaves, ref_sum)
         assert sum_tree.total == pytest.approx(ref_sum.sum(), rel=1e-12, abs=1e-12)
         assert min_tree.min == ref_min.min()
@@ -112,3 +120,5 @@ def test_bad_updates():
         tree.update(np.array([0, 1]), np.array([1.0]))
     with pytest.raises(ValueError, match="arity"):
         MinTree(capacity=4, arity=1)
+    with pytest.raises(ValueError, match="power of two"):
+        SumTree(capacity=4, arity=3)
