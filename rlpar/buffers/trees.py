@@ -20,7 +20,8 @@ view, a memcpy per row). Per-row reductions over 16 numbers are slow in numpy
 matrix products and the child index is a popcount of the ``prefix <= v`` bytes.
 Sums are float64 so that the total of a million priorities keeps its precision.
 Each level is its own padded array (``levels[-1]`` are the leaves, ``levels[0]``
-the root); padding holds the identity of the reduction (0 for sum, +inf for min).
+the top level, of at most 4096 nodes; the root is never stored); padding holds
+the identity of the reduction (0 for sum, +inf for min).
 ``arity`` must be a power of two from 2 to 64 (2 gives the classic binary tree).
 """
 
@@ -76,6 +77,7 @@ def update_sum_min(
     sum_tree.flush()
     min_tree.flush()
     sum_tree._top_cumsum = None
+    sum_tree._top_value = min_tree._top_value = None
     uniq, vals = dedupe_last(idx, vals)
     sum_tree.levels[-1][uniq] = vals
     min_tree.levels[-1][uniq] = vals
@@ -114,12 +116,19 @@ class _Tree:
             sizes.append(-(-sizes[-1] // k))
         # Pad every level but the root to a multiple of ``arity`` so that the
         # children of any parent form one contiguous block (a row of ``blocks``).
-        padded = [-(-s // k) * k for s in sizes[:-1]] + [1]
+        # The tree stops at the first level of at most _TOP_SEARCH_MAX nodes (the
+        # "top"): its total / minimum / cumsum are computed from it when read (one
+        # numpy call over a few thousand numbers), which spares every update the
+        # 2-3 levels above it.
+        top = next(d for d, size in enumerate(sizes) if size <= _TOP_SEARCH_MAX)
+        sizes = sizes[: top + 1]
+        padded = [-(-s // k) * k for s in sizes]
         self.levels = [np.full(s, fill, dtype=np.float64) for s in reversed(padded)]
-        self.blocks = [lv.reshape(-1, k) if lv.size > 1 else lv for lv in self.levels]
-        # Real (unpadded) node count per level, root first.
+        self.blocks = [lv.reshape(-1, k) for lv in self.levels]
+        # Real (unpadded) node count per level, top first.
         self.sizes = list(reversed(sizes))
         self._dirty: list[list[int]] = []  # leaf ranges whose parents are stale
+        self._top_value: float | None = None  # cached reduction of the top level
 
     @property
     def leaves(self) -> np.ndarray:
@@ -141,6 +150,7 @@ class _Tree:
         if idx.size == 0:
             return
         self.flush()
+        self._top_value = None
         uniq, last_vals = dedupe_last(idx, vals)
         self.levels[-1][uniq] = last_vals
         for depth in range(len(self.levels) - 1, 0, -1):
@@ -170,6 +180,7 @@ class _Tree:
         if start < 0 or start + count > self.capacity:
             raise ValueError(f"range [{start}, {start + count}) outside [0, {self.capacity})")
         self.levels[-1][start : start + count] = values
+        self._top_value = None
         dirty = self._dirty
         if dirty and dirty[-1][1] == start:
             dirty[-1][1] = start + count  # the usual case: right after the last chunk
@@ -189,6 +200,7 @@ class _Tree:
 
     def clear(self) -> None:
         self._dirty.clear()
+        self._top_value = None
         for level in self.levels:
             level.fill(self.fill)
 
@@ -202,8 +214,6 @@ class SumTree(_Tree):
         self._ones = np.ones(k)
         # excl[:, j] = sum of the children before j: blocks @ strictly-upper ones.
         self._excl = np.triu(np.ones((k, k)), 1)
-        # The deepest level short enough to search in one shot; below it, blocks.
-        self._top = max(d for d, lv in enumerate(self.levels) if lv.size <= _TOP_SEARCH_MAX)
         self._top_cumsum: np.ndarray | None = None
         # Bytes of ``prefix <= v`` per row read as little-endian words: a popcount
         # of those words counts the children whose prefix is <= v.
@@ -230,10 +240,19 @@ class SumTree(_Tree):
             self._top_cumsum = None
             super().flush()
 
+    def _cumsum(self) -> np.ndarray:
+        self.flush()
+        if self._top_cumsum is None:
+            self._top_cumsum = np.cumsum(self.levels[0])
+        return self._top_cumsum
+
     @property
     def total(self) -> float:
-        self.flush()
-        return float(self.levels[0][0])
+        # The last entry of the very cumsum that find_prefix searches: the two agree
+        # to the last bit.
+        if self._top_value is None or self._top_cumsum is None:
+            self._top_value = float(self._cumsum()[-1])
+        return self._top_value
 
     def find_prefix(self, values: np.ndarray) -> np.ndarray:
         """For each ``v`` in ``values`` the leaf ``i`` with ``S(i) <= v < S(i+1)``,
@@ -243,18 +262,15 @@ class SumTree(_Tree):
         n = v.size
         if n == 0:
             return np.empty(0, dtype=np.int64)
-        self.flush()
-        top = self.levels[self._top]
-        if self._top_cumsum is None:
-            self._top_cumsum = np.cumsum(top)
-        cs = self._top_cumsum
+        cs = self._cumsum()
+        top = self.levels[0]
         idx = np.searchsorted(cs, v, side="right")
-        np.minimum(idx, self.sizes[self._top] - 1, out=idx)
+        np.minimum(idx, self.sizes[0] - 1, out=idx)
         v -= cs[idx] - top[idx]
-        if self._top + 1 < len(self.levels):
+        if len(self.levels) > 1:
             vcol = v[:, None]  # a view: updating v updates it
             row_base = np.arange(n, dtype=np.int64) * self.arity
-            for depth in range(self._top + 1, len(self.levels)):
+            for depth in range(1, len(self.levels)):
                 blocks = self.blocks[depth].take(idx, axis=0, mode="clip")
                 excl = blocks @ self._excl
                 below = excl <= vcol  # excl[:, 0] == 0, so at least one is True
@@ -301,5 +317,7 @@ class MinTree(_Tree):
 
     @property
     def min(self) -> float:
-        self.flush()
-        return float(self.levels[0][0])
+        if self._top_value is None:
+            self.flush()
+            self._top_value = float(self.levels[0].min())
+        return self._top_value
