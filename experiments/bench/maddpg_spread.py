@@ -1,0 +1,221 @@
+"""MADDPG on MPE simple_spread under a fixed env-step budget, rlpar vs TorchRL.
+
+``python -m experiments.bench.maddpg_spread [--quick] [--steps N] [--seeds 0 1 2]``
+
+For each seed and implementation: train for ``--steps`` env steps (summed over
+env copies), then evaluate the greedy policy on 50 fixed-seed episodes with the
+same code for both: team return (sum over agents of the episode return), mean
+per-step sum over landmarks of the closest agent's distance, and colliding
+agent pairs per episode. Both use continuous actions by default (TorchRL's MADDPG
+components are continuous: deterministic actor + DDPG loss), the paper's
+hyperparameters (lr 1e-2, gamma 0.95, tau 0.01, batch 1024, 2x64 MLPs, update
+every 100 env steps) and the same number of env copies. One JSON line per run,
+then one aggregate line per implementation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from experiments.maddpg import RunConfig, evaluate, resolve_env, train
+
+
+def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
+              batch_size: int, eval_episodes: int) -> dict[str, Any]:
+    config = RunConfig(env="simple_spread", n_agents=3, episode_steps=25, continuous=continuous,
+                       num_envs=num_envs, num_workers=1, total_steps=steps, batch_size=batch_size,
+                       buffer_size=max(steps, batch_size), learning_starts=learning_starts,
+                       train_every=_update_period(num_envs), seed=seed, status_every=1e9, device="cpu")
+    start = time.perf_counter()
+    summary = train(config, stream=io.StringIO())
+    wall = time.perf_counter() - start
+    algo = summary.pop("algo")
+    result = evaluate(algo, resolve_env(config)[1], episodes=eval_episodes)
+    return result | {"train_wall_s": round(wall, 1), "updates": summary["updates"], "mode": summary["mode"]}
+
+
+def _update_period(num_envs: int) -> int:
+    """About 100 env steps between updates (the paper's), a multiple of the copies."""
+    return num_envs * max(1, round(100 / num_envs))
+
+
+def torchrl_unavailable(continuous: bool) -> str | None:
+    """Why the TorchRL peer cannot run, or None."""
+    if not continuous:
+        return "TorchRL's MADDPG pieces (deterministic actor + DDPGLoss) need continuous actions"
+    try:
+        import tensordict  # noqa: F401
+        import torchrl  # noqa: F401
+        from mpe2 import simple_spread_v3  # noqa: F401
+    except ImportError as exc:
+        return f"not installed: {exc}"
+    return None
+
+
+class _TorchRLPolicy:
+    """Adapts a TorchRL multi-agent actor to ``evaluate``'s ``act(obs)`` interface."""
+
+    def __init__(self, policy: Any, n_agents: int) -> None:
+        self.policy, self.n_agents = policy, n_agents
+
+    @torch.no_grad()
+    def act(self, obs: Any, *, explore: bool = False) -> Any:
+        from tensordict import TensorDict
+
+        td = TensorDict({("agent", "observation"): torch.as_tensor(obs, dtype=torch.float32)},
+                        batch_size=[len(obs)])
+        return self.policy(td).get(("agent", "action")).numpy()
+
+
+def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
+                batch_size: int, eval_episodes: int) -> dict[str, Any]:
+    """TorchRL's MADDPG recipe (MultiAgentMLP actors, centralized MultiAgentMLP critics,
+    DDPGLoss with target critic, SoftUpdate), same hyperparameters and budget.
+    Note TorchRL's DDPGLoss feeds every agent's *current* actor action to the critic
+    in the actor loss, where the paper uses the buffer's actions for the others."""
+    from functools import partial
+
+    from mpe2 import simple_spread_v3
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+    from torch import nn
+    from torchrl.collectors import Collector
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.data.replay_buffers.samplers import RandomSampler
+    from torchrl.envs import SerialEnv
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
+    from torchrl.modules import AdditiveGaussianModule, MultiAgentMLP, ProbabilisticActor, TanhDelta
+    from torchrl.objectives import DDPGLoss, SoftUpdate, ValueEstimators
+
+    torch.manual_seed(seed)
+    env_fn = partial(simple_spread_v3.parallel_env, N=3, max_cycles=25, continuous_actions=True)
+
+    def make_env():
+        return PettingZooWrapper(env=env_fn(), use_mask=False, categorical_actions=True)
+
+    env = SerialEnv(num_envs, make_env)
+    env.set_seed(seed)
+    n = 3
+    action_spec = env.full_action_spec_unbatched[("agent", "action")]
+    obs_dim = env.full_observation_spec_unbatched[("agent", "observation")].shape[-1]
+    act_dim = action_spec.shape[-1]
+    actor_net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=act_dim, n_agents=n, centralized=False,
+                              share_params=False, depth=2, num_cells=64, activation_class=nn.ReLU)
+    policy = ProbabilisticActor(
+        module=TensorDictModule(actor_net, in_keys=[("agent", "observation")], out_keys=[("agent", "param")]),
+        spec=action_spec, in_keys=[("agent", "param")], out_keys=[("agent", "action")],
+        distribution_class=TanhDelta,
+        distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
+        return_log_prob=False)
+    sigma = 0.1 * float((action_spec.space.high - action_spec.space.low).mean() / 2)
+    explore = TensorDictSequential(policy, AdditiveGaussianModule(
+        spec=action_spec, annealing_num_steps=1, action_key=("agent", "action"), sigma_init=sigma, sigma_end=sigma))
+    critic_net = MultiAgentMLP(n_agent_inputs=obs_dim + act_dim, n_agent_outputs=1, n_agents=n, centralized=True,
+                               share_params=False, depth=2, num_cells=64, activation_class=nn.ReLU)
+    critic = TensorDictSequential(
+        TensorDictModule(lambda o, a: torch.cat([o, a], -1), in_keys=[("agent", "observation"), ("agent", "action")],
+                         out_keys=[("agent", "obs_action")]),
+        TensorDictModule(critic_net, in_keys=[("agent", "obs_action")], out_keys=[("agent", "state_action_value")]))
+    loss = DDPGLoss(actor_network=policy, value_network=critic, delay_value=True, loss_function="l2")
+    loss.set_keys(state_action_value=("agent", "state_action_value"), reward=("agent", "reward"),
+                  done=("agent", "done"), terminated=("agent", "terminated"))
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=0.95)
+    updater = SoftUpdate(loss, tau=0.01)
+    actor_opt = torch.optim.Adam(loss.actor_network_params.flatten_keys().values(), lr=1e-2)
+    critic_opt = torch.optim.Adam(loss.value_network_params.flatten_keys().values(), lr=1e-2)
+    params = {"actor": list(loss.actor_network_params.flatten_keys().values()),
+              "critic": list(loss.value_network_params.flatten_keys().values())}
+    frames = _update_period(num_envs)  # env steps between updates, as for rlpar
+    collector = Collector(env, explore, frames_per_batch=frames, total_frames=steps)
+    replay = ReplayBuffer(storage=LazyTensorStorage(max(steps, batch_size)), sampler=RandomSampler(),
+                          batch_size=batch_size)
+    start = time.perf_counter()
+    updates = collected = 0
+    for data in collector:
+        collected += data.numel()
+        replay.extend(data.reshape(-1))
+        if collected < learning_starts or len(replay) < batch_size:
+            continue
+        sample = replay.sample()
+        for name, opt, key in (("critic", critic_opt, "loss_value"), ("actor", actor_opt, "loss_actor")):
+            losses = loss(sample)
+            opt.zero_grad()
+            losses[key].backward()
+            nn.utils.clip_grad_norm_(params[name], 0.5)
+            opt.step()
+        updater.step()
+        updates += 1
+    wall = time.perf_counter() - start
+    collector.shutdown()  # also closes the env
+    if not env.is_closed:
+        env.close()
+    result = evaluate(_TorchRLPolicy(policy, n), env_fn, episodes=eval_episodes)
+    return result | {"train_wall_s": round(wall, 1), "updates": updates, "mode": "torchrl"}
+
+
+def _line(impl: str, seed: int, steps: int, continuous: bool, result: dict[str, Any]) -> dict[str, Any]:
+    return {"bench": "maddpg_spread", "impl": impl, "seed": seed, "env_steps": steps,
+            "actions": "continuous" if continuous else "discrete",
+            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
+    parser.add_argument("--steps", type=int, default=100_000, help="env-step budget per run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--discrete", action="store_true", help="discrete actions (rlpar only: Gumbel-softmax)")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--eval-episodes", type=int, default=50)
+    parser.add_argument("--impls", nargs="+", default=["rlpar", "torchrl"], choices=["rlpar", "torchrl"])
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.seeds, args.batch_size, args.eval_episodes = 600, [0], 32, 2
+    if args.steps < 100 or args.num_envs < 1:
+        parser.error("--steps must be >= 100 and --num-envs >= 1")
+    torch.set_num_threads(1)
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # stdout carries JSON lines only
+    continuous = not args.discrete
+    learning_starts = min(25_600, args.steps // 10)
+    common = dict(steps=args.steps, continuous=continuous, num_envs=args.num_envs,
+                  learning_starts=learning_starts, batch_size=args.batch_size, eval_episodes=args.eval_episodes)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for impl in args.impls:
+        if impl == "torchrl":
+            why = torchrl_unavailable(continuous)
+            if why:
+                print(json.dumps({"bench": "maddpg_spread", "impl": "torchrl", "skipped": why}), flush=True)
+                continue
+            runner = run_torchrl
+        else:
+            runner = run_rlpar
+        for seed in args.seeds:
+            result = runner(seed=seed, **common)
+            line = _line(impl, seed, args.steps, continuous, result)
+            results.setdefault(impl, []).append(line)
+            print(json.dumps(line), flush=True)
+    for impl, lines in results.items():
+        agg = {"bench": "maddpg_spread", "impl": impl, "aggregate": True, "seeds": len(lines),
+               "env_steps": args.steps}
+        for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
+            values = [x[key] for x in lines]
+            agg[f"{key}_mean"] = round(statistics.fmean(values), 4)
+            agg[f"{key}_std"] = round(statistics.pstdev(values), 4)
+        if "torchrl" in results and impl == "rlpar":
+            peer = statistics.fmean(x["team_return"] for x in results["torchrl"])
+            agg["team_return_minus_peer"] = round(agg["team_return_mean"] - peer, 4)
+            agg["wall_ratio_vs_peer"] = round(agg["train_wall_s_mean"] / statistics.fmean(
+                x["train_wall_s"] for x in results["torchrl"]), 3)
+        print(json.dumps(agg), flush=True)
+
+
+if __name__ == "__main__":
+    main()

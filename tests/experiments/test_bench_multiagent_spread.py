@@ -1,0 +1,33 @@
+"""The simple_spread learning benchmark's --quick mode runs and prints JSON lines.
+
+Only the rlpar side runs here (the TorchRL peer's import and env start take most
+of a minute on a loaded 2-core box); the benchmark itself runs both."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(120)
+def test_quick_mode_prints_json_lines():
+    pytest.importorskip("mpe2")
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.maddpg_spread", "--quick", "--impls", "rlpar"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    runs = [x for x in lines if not x.get("aggregate")]
+    assert len(runs) == 1 and runs[0]["impl"] == "rlpar" and runs[0]["env_steps"] == 600
+    for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
+        assert isinstance(runs[0][key], float | int), key
+    assert lines[-1]["aggregate"] and lines[-1]["seeds"] == 1
+
+
+def test_peer_reports_why_it_cannot_run_discrete():
+    from experiments.bench.maddpg_spread import torchrl_unavailable
+
+    assert "continuous" in torchrl_unavailable(False)
