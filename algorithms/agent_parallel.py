@@ -21,10 +21,15 @@ own parameters in every mode, so the same object serves acting and learning:
   ``vmap`` cannot handle falls back to ``loop`` (with one warning).
 
 ``auto`` picks ``batched`` when at least two networks share a structure and
-``loop`` otherwise. This follows ``experiments/bench/multiagent_inference.py``:
-on CPU and CUDA the stacked matmul beat the thread pool, ``jit_fork`` and the
-loop from 3 agents up, at every hidden size and batch measured, and for a single
-network nothing beats a plain call.
+``loop`` otherwise. This follows ``experiments/bench/multiagent_inference.py``
+(CPU, one intra-op thread, loaded 2-core box): where per-call overhead dominates
+(batch 1, hidden 64, the acting case) batched was 2-7x faster than ``threads``
+and 2-6x faster than ``loop`` at 8-16 agents; where arithmetic dominates (hidden
+256 and/or batch 1024) all modes were within noise of each other, except that the
+thread pool, which can use both cores while one intra-op thread cannot, was up
+to ~2.5x faster for hidden 256. Give torch more intra-op threads (the batched
+matmul then uses them) or pick ``threads`` explicitly for that regime. For a
+single network nothing beats a plain call. No CUDA measurement exists yet.
 
 Stacked weights are rebuilt on every call that needs gradients (``torch.stack``
 is differentiable, so the per-agent parameters get their gradients). With
