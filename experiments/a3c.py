@@ -21,7 +21,11 @@ c10d --rdzv-endpoint HOST:PORT -m experiments.a3c --listen-address <this node's 
 Continuous control (Gaussian head), e.g.::
 
     python -m experiments.a3c --env-id Pendulum-v1 --gamma 0.9 --gae-lambda 0.95 \\
-        --n-steps 8 --reward-scale 0.1 --optimizer adam --lr 1e-3 --max-seconds 300
+        --n-steps 8 --reward-scale 0.1 --lr 1e-3 --log-std-init -1 --max-seconds 200
+
+which on a busy 2-core machine moved the 100-episode mean return from about -1250
+to about -1000 in 300k env steps (200 s): it learns, slowly; plain A2C is not a
+strong Pendulum learner.
 """
 
 from __future__ import annotations
