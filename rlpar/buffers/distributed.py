@@ -297,8 +297,10 @@ def _forward(src: torch.futures.Future, dst: torch.futures.Future) -> None:
 class DistributedReplayBuffer:
     """Uniform replay sharded over ``shard_members`` of ``group`` (default: all).
 
-    Construct it in every member with the same arguments. A shard-hosting member
-    ``add``s locally; any member may ``sample``. A member without a shard (an actor
+    Construct it in every member with the same arguments, then ``group.barrier()``
+    so that every shard's services are registered before anyone calls them. A
+    shard-hosting member ``add``s locally; any member may ``sample`` (the first
+    sample asks every shard for its stats once; after that they ride on replies). A member without a shard (an actor
     when shards live on dedicated replay processes) sends its adds to
     ``home_shard`` (default: spread by member index). ``timeout`` bounds every
     remote call; ``on_shard_failure`` is ``"raise"`` or ``"drop"``.

@@ -33,9 +33,10 @@ def check_priorities(priorities: Any, n: int, name: str = "priorities") -> np.nd
     if p.dtype.kind not in "fiub":
         raise ValueError(f"{name} must be numeric, got dtype {p.dtype}")
     p = p.astype(np.float64, copy=False)
-    if n and not np.isfinite(p).all():
-        raise ValueError(f"{name} must be finite, got {p[~np.isfinite(p)][:5]}")
-    if n and p.min() < 0:
+    # One min and one max decide it (NaN propagates through both) on the hot path.
+    if n and not (p.min() >= 0.0 and p.max() < np.inf):
+        if not np.isfinite(p).all():
+            raise ValueError(f"{name} must be finite, got {p[~np.isfinite(p)][:5]}")
         raise ValueError(f"{name} must be non-negative, got {p[p < 0][:5]}")
     return p
 

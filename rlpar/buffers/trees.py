@@ -41,6 +41,12 @@ def dedupe_last(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """
     if idx.size == 1:
         return idx, vals
+    if (idx[1:] >= idx[:-1]).all():
+        # Already sorted (prioritized samples come out in slot order): no sort.
+        last = np.empty(idx.size, dtype=bool)
+        last[-1] = True
+        np.not_equal(idx[1:], idx[:-1], out=last[:-1])
+        return idx[last], vals[last]
     order = np.argsort(idx, kind="stable")
     srt = idx[order]
     last = np.empty(srt.size, dtype=bool)
