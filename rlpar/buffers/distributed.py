@@ -44,7 +44,7 @@ from rlpar.buffers.shard import (
     register_shard,
 )
 from rlpar.buffers.storage import OutputPool
-from rlpar.errors import PeerUnavailable, RlparError
+from rlpar.errors import PeerUnavailable
 from rlpar.protocols import Sample
 
 log = logging.getLogger(__name__)
@@ -105,13 +105,19 @@ class ShardedSampler:
     def live_shards(self) -> list[int]:
         return [i for i, ok in enumerate(self.alive) if ok]
 
-    def _shard_error(self, i: int, exc: BaseException) -> RlparError:
+    def _fail(self, i: int, exc: BaseException) -> None:
+        """A shard's call failed: raise, or (``"drop"``, for an unreachable shard
+        only) exclude it. A shard that answered with an error (RemoteError: a bug or
+        bad input, not a dead peer) is always raised."""
+        if not isinstance(exc, PeerUnavailable):
+            raise exc
         name = self.clients[i].name
-        if isinstance(exc, PeerUnavailable):
-            return PeerUnavailable(f"replay shard {name!r} is unavailable: {exc}")
-        if isinstance(exc, RlparError):
-            return exc
-        return PeerUnavailable(f"replay shard {name!r} failed: {type(exc).__name__}: {exc}")
+        err = PeerUnavailable(f"replay shard {name!r} is unavailable: {exc}")
+        if self.on_shard_failure == "raise":
+            raise err from exc
+        log.warning("dropping replay shard %r: %s", name, err)
+        self.alive[i] = False
+        self.known[i] = None
 
     def _refresh(self, shards: list[int]) -> None:
         futures = {i: self.clients[i].sample_at(np.empty(0)) for i in shards}
@@ -122,14 +128,6 @@ class ShardedSampler:
                 self._fail(i, exc)
                 continue
             self.known[i] = (reply.size, reply.total, reply.min_mass)
-
-    def _fail(self, i: int, exc: BaseException) -> None:
-        err = self._shard_error(i, exc)
-        if self.on_shard_failure == "raise":
-            raise err from exc
-        log.warning("dropping replay shard %r: %s", self.clients[i].name, err)
-        self.alive[i] = False
-        self.known[i] = None
 
     # ------------------------------------------------------------------ sampling
 

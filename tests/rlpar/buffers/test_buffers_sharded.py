@@ -226,3 +226,14 @@ def test_prefetching_sampler_reports_errors():
             pre.sample()
     with pytest.raises(ValueError, match="depth"):
         PrefetchingSampler(buffer=empty, batch_size=2, depth=0)
+
+
+def test_shard_errors_that_are_not_dead_peers_are_raised_even_under_drop():
+    sampler, shards, _ = make_sharded(failure="drop")
+    sampler.sample(4)
+    shards[1].buffer = PrioritizedReplayBuffer(capacity=4)  # now empty: answers an error
+    sampler.known[1] = (3, 1.0, 1.0)  # stale stats still route draws to it
+    with pytest.raises(ValueError, match="empty replay shard"):
+        for _ in range(20):  # until a draw lands in shard 1
+            sampler.sample(8)
+    assert all(sampler.alive)
