@@ -12,6 +12,15 @@ takes a role by this rule (see :func:`experiments.roles.apex.role_of`):
                                 --replay-placement replay-ranks)
     remaining ranks             actors (actor index = rank - 1 - R)
 
+Evaluation (greedy, ``--eval-episodes`` envs, each env's first episode) runs on the
+last actor, the least exploring one, after it pulls the newest parameters: it costs
+that actor a fraction of a second every ``--eval-every`` env steps while the other
+actors keep feeding the learner, and the learner never stalls for it.
+
+Threads: every rank sets torch's intra-op threads to 1 (tiny per-step tensors,
+where more threads only add synchronisation on a small box); the learner uses
+``--learner-threads`` (default 1; raise it for big networks on many cores).
+
 Multi-node: ``torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d
 --rdzv-endpoint HOST:PORT -m experiments.apex --listen-address <this node's IP>``.
 """
@@ -63,16 +72,16 @@ class ApexRunConfig:
     priority_alpha: float = dataclasses.field(default=0.6, metadata=_help("prioritization exponent"))
     priority_beta: float = dataclasses.field(default=0.4, metadata=_help("importance-sampling exponent"))
     batch_size: int = dataclasses.field(default=128, metadata=_help("learner batch size"))
-    lr: float = dataclasses.field(default=2.5e-3, metadata=_help("Adam learning rate"))
+    lr: float = dataclasses.field(default=1e-3, metadata=_help("Adam learning rate"))
     gamma: float = dataclasses.field(default=0.99, metadata=_help("discount"))
     n_step: int = dataclasses.field(default=3, metadata=_help("n-step return length"))
-    target_update: int = dataclasses.field(default=250, metadata=_help(
+    target_update: int = dataclasses.field(default=500, metadata=_help(
         "learner updates between target network updates"))
     tau: float = dataclasses.field(default=1.0, metadata=_help(
         "Polyak coefficient of target updates (1.0 = hard copy)"))
     double_q: bool = dataclasses.field(default=True, metadata=_help("double Q-learning"))
     dueling: bool = dataclasses.field(default=True, metadata=_help("dueling head"))
-    hidden: str = dataclasses.field(default="256,256", metadata=_help(
+    hidden: str = dataclasses.field(default="128,128", metadata=_help(
         "MLP hidden sizes for vector observations, comma separated"))
     updates_per_step: float = dataclasses.field(default=0.25, metadata=_help(
         "learner updates per env step (replay ratio / batch size); actors throttle to hold it"))
@@ -92,8 +101,8 @@ class ApexRunConfig:
     max_seconds: float = dataclasses.field(default=600.0, metadata=_help("wall-clock budget"))
     max_env_steps: int = dataclasses.field(default=1_000_000, metadata=_help("env step budget"))
     seed: int = dataclasses.field(default=0, metadata=_help("random seed"))
-    log_dir: str | None = dataclasses.field(default=None, metadata=_help(
-        "TensorBoard directory (default runs/apex-<timestamp>; 'none' disables)"))
+    log_dir: str = dataclasses.field(default="", metadata=_help(
+        "TensorBoard directory (empty: runs/apex-<timestamp>; 'none': no TensorBoard)"))
     learner_threads: int = dataclasses.field(default=1, metadata=_help(
         "torch intra-op threads of the learner (CPU)"))
     status_every: float = dataclasses.field(default=5.0, metadata=_help(
@@ -187,7 +196,7 @@ def run(config: ApexRunConfig, *, quiet: bool = False, started: float | None = N
     from experiments.runner import run_world, under_launcher
 
     config.validate()
-    if config.log_dir is None:
+    if not config.log_dir:
         config = dataclasses.replace(config, log_dir=default_log_dir())
     elif config.log_dir.lower() == "none":
         config = dataclasses.replace(config, log_dir=None)

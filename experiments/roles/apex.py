@@ -17,9 +17,10 @@ see only those protocols, exactly as in the one-process
 :class:`~algorithms.apex.DQNApex`.
 
 Pacing: on 2 cores, free-running actors would starve the learner, so both sides
-hold ``--updates-per-step`` learner updates per env step: actors pause when they
-are more than ``AHEAD_STEPS`` env steps ahead of what the learner has consumed,
-and the learner waits (counted as waiting for data) when it is ahead of the data.
+hold ``--updates-per-step`` learner updates per env step within ``AHEAD_STEPS``
+env steps: actors pause when they are further ahead of what the learner has
+consumed, and the learner waits (counted as waiting for data) when it is further
+ahead of the data.
 """
 
 from __future__ import annotations
@@ -142,7 +143,9 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
     group.barrier()
 
     logger, status = learner_metrics_logger(config, quiet=quiet)
-    ratio, slack = config.updates_per_step, 2 * config.push_every
+    # The learner may run as far ahead of the data as actors may run ahead of it: in
+    # steady state neither side waits; only a starved learner does.
+    ratio, slack = config.updates_per_step, AHEAD_STEPS * config.updates_per_step
     min_size = max(config.learning_starts, config.batch_size)
     loop_start = wait = 0.0
     window: dict[str, float] = {}
