@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import logging
 import statistics
 import time
 from typing import Any
@@ -81,6 +80,7 @@ def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learn
     DDPGLoss with target critic, SoftUpdate), same hyperparameters and budget.
     Note TorchRL's DDPGLoss feeds every agent's *current* actor action to the critic
     in the actor loss, where the paper uses the buffer's actions for the others."""
+    import logging
     from functools import partial
 
     from mpe2 import simple_spread_v3
@@ -94,6 +94,7 @@ def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learn
     from torchrl.modules import AdditiveGaussianModule, MultiAgentMLP, ProbabilisticActor, TanhDelta
     from torchrl.objectives import DDPGLoss, SoftUpdate, ValueEstimators
 
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # torchrl sets its level on import
     torch.manual_seed(seed)
     env_fn = partial(simple_spread_v3.parallel_env, N=3, max_cycles=25, continuous_actions=True)
 
@@ -182,7 +183,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.steps < 100 or args.num_envs < 1:
         parser.error("--steps must be >= 100 and --num-envs >= 1")
     torch.set_num_threads(1)
-    logging.getLogger("torchrl").setLevel(logging.WARNING)  # stdout carries JSON lines only
     continuous = not args.discrete
     learning_starts = min(25_600, args.steps // 10)
     common = dict(steps=args.steps, continuous=continuous, num_envs=args.num_envs,
