@@ -140,7 +140,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             beta=self.beta,
         )
         self.sample_steps += 1
-        return Sample(self.storage.gather(slots), self.storage.serials[slots], weights)
+        return Sample(self.storage.gather(slots), self.storage.serials_of(slots), weights)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set ``p = priority + eps`` for the sampled items still in the buffer."""
@@ -153,7 +153,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 f"indices must be serials returned by sample, in [0, {self.storage.next_serial})"
             )
         slots = idx % self.capacity
-        live = self.storage.serials[slots] == idx
+        live = self.storage.live(idx)
         if not live.all():
             slots, p = slots[live], p[live]
             if slots.size == 0:

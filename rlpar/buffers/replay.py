@@ -99,7 +99,7 @@ class ReplayBuffer:
         slots = self.rng.integers(0, len(self.storage), size=n)
         return Sample(
             self.storage.gather(slots),
-            self.storage.serials[slots],
+            self.storage.serials_of(slots),
             np.ones(n, dtype=np.float32),
         )
 

@@ -57,7 +57,7 @@ class ReplayShard:
                     raise ValueError("cannot sample from an empty replay shard")
                 slots, mass = buf.draw(fractions)
                 batch = buf.storage.gather(slots)
-                serials = buf.storage.serials[slots]
+                serials = buf.storage.serials_of(slots)
             else:
                 batch, serials, mass = {}, np.empty(0, np.int64), np.empty(0)
             return ShardReply(batch, serials, mass, len(buf), buf.total_mass, buf.min_mass)

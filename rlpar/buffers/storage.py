@@ -2,10 +2,12 @@
 
 A batch of ``n`` rows is written with one slice assignment per field (two when it
 wraps past the end), so the cost of an insert is a handful of ``memcpy`` calls
-regardless of ``n``. Each slot also records the serial number of the item in it
-(the count of items ever added before it); ``serial % capacity == slot``, so a
-serial names both the slot and the exact write, which is what lets priority
-updates for overwritten slots be recognised and dropped.
+regardless of ``n``. Every item has a serial number (the count of items added
+before it); ``serial % capacity`` is its slot, and it stays there until item
+``serial + capacity`` overwrites it. So a serial names both the slot and the
+exact write (the per-slot version that lets priority updates for overwritten
+slots be dropped), and both directions are arithmetic on ``next_serial``: no
+per-slot array is stored or read (a random read costs a cache miss per item).
 """
 
 from __future__ import annotations
@@ -68,7 +70,6 @@ class RingStorage:
         self.capacity = int(capacity)
         self.spec: dict[str, FieldSpec] | None = None
         self.columns: dict[str, np.ndarray] = {}
-        self.serials = np.full(self.capacity, -1, dtype=np.int64)
         self.next_serial = 0  # items ever added; the next item's serial
         self._pool = OutputPool()
         if spec is not None:
@@ -113,18 +114,32 @@ class RingStorage:
         if end <= self.capacity:
             for name, col in self.columns.items():
                 col[start:end] = arrays[name][skip:] if skip else arrays[name]
-            self.serials[start:end] = np.arange(first + skip, first + n)
         else:
             k = self.capacity - start
             for name, col in self.columns.items():
                 src = arrays[name]
                 col[start:] = src[skip : skip + k]
                 col[: end - self.capacity] = src[skip + k :]
-            serials = np.arange(first + skip, first + n)
-            self.serials[start:] = serials[:k]
-            self.serials[: end - self.capacity] = serials[k:]
         self.next_serial = first + n
         return first + skip, m
+
+    def serials_of(self, slots: np.ndarray) -> np.ndarray:
+        """Serials of the items now in ``slots`` (which must be filled)."""
+        last = self.next_serial - 1
+        return last - (last - slots) % self.capacity
+
+    def live(self, serials: np.ndarray) -> np.ndarray:
+        """Which ``serials`` (all ``< next_serial``) are still stored."""
+        return serials >= self.next_serial - self.capacity
+
+    @property
+    def serials(self) -> np.ndarray:
+        """Serial of the item in every slot (-1 where nothing was written yet)."""
+        out = np.full(self.capacity, -1, dtype=np.int64)
+        n = len(self)
+        if n:
+            out[:n] = self.serials_of(np.arange(n))
+        return out
 
     def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         """Arrays holding the rows at ``slots``, owned by the caller (large ones are
@@ -151,7 +166,6 @@ class RingStorage:
             else {k: (list(f.shape), f.dtype.str) for k, f in self.spec.items()},
             # Only the filled prefix is saved: a fresh buffer holds garbage beyond it.
             "columns": {k: col[:n] for k, col in self.columns.items()},
-            "serials": self.serials[:n],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -167,6 +181,4 @@ class RingStorage:
         n = min(int(state["next_serial"]), self.capacity)
         for k, col in self.columns.items():
             col[:n] = np.asarray(state["columns"][k])
-        self.serials[:] = -1
-        self.serials[:n] = np.asarray(state["serials"])
         self.next_serial = int(state["next_serial"])
