@@ -291,6 +291,8 @@ class SumTree(_Tree):
         words = np.bitwise_count(mask.view(self._word_dtype))
         if self._words == 1:
             return words.reshape(-1).astype(np.int64)
+        if self._words == 2:  # a column add beats numpy's per-row reduction
+            return words[:, 0].astype(np.int64) + words[:, 1]
         return words.sum(axis=1, dtype=np.int64)
 
     def _fix_rounding(self, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
