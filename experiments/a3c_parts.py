@@ -47,12 +47,28 @@ def env_spaces(env_id: str) -> tuple[Any, Any]:
     return obs, act
 
 
+def env_spec(env_id: str):
+    """``gym.spec``, also for gymnasium's ``"module:EnvId"`` form (the module, imported
+    first, registers the env; ``gym.make`` accepts the same form in every rank)."""
+    import importlib
+
+    import gymnasium as gym
+
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(f"--env-id: cannot import module {module!r} ({exc})") from None
+    return gym.spec(env_id)
+
+
 def check_env_id(env_id: str) -> None:
     """ValueError naming ``--env-id`` unless it is a registered env A3C can run."""
     import gymnasium as gym
 
     try:
-        gym.spec(env_id)
+        env_spec(env_id)
     except gym.error.Error as exc:
         raise ValueError(f"--env-id {env_id!r} is not a registered gymnasium id ({exc})") from None
     env_spaces(env_id)
@@ -61,9 +77,7 @@ def check_env_id(env_id: str) -> None:
 def target_return(config) -> float | None:
     if config.target_return is not None:
         return float(config.target_return)
-    import gymnasium as gym
-
-    threshold = gym.spec(config.env_id).reward_threshold
+    threshold = env_spec(config.env_id).reward_threshold
     return None if threshold is None else float(threshold)
 
 
