@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import numpy as np
@@ -26,12 +25,11 @@ from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
 MODES = ("loop", "threads", "jit_fork", "batched", "batched_vmap")
 
 
-def _timed(fn, *, min_time: float, repeats: int, sync) -> float:
-    """Median seconds per call over ``repeats`` rounds of at least ``min_time`` each."""
+def _calls_per_round(fn, *, min_time: float, sync) -> int:
     fn()
     sync()
     calls = 1
-    while True:  # calibrate calls per round
+    while True:
         start = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -39,15 +37,27 @@ def _timed(fn, *, min_time: float, repeats: int, sync) -> float:
         if time.perf_counter() - start >= min_time / 4 or calls >= 1 << 14:
             break
         calls *= 2
-    per_round = max(1, int(calls * min_time / max(time.perf_counter() - start, 1e-9)))
-    rounds = []
+    return max(1, int(calls * min_time / max(time.perf_counter() - start, 1e-9)))
+
+
+def _round(fn, calls: int, sync) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls
+
+
+def _timed_interleaved(fns: dict, *, min_time: float, repeats: int, sync) -> dict:
+    """Best seconds per call for each function over ``repeats`` rounds, the modes
+    taking turns within each round so that load from other processes hits all of
+    them alike; the minimum is the least disturbed round."""
+    calls = {k: _calls_per_round(fn, min_time=min_time, sync=sync) for k, fn in fns.items()}
+    best = {k: float("inf") for k in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(per_round):
-            fn()
-        sync()
-        rounds.append((time.perf_counter() - start) / per_round)
-    return statistics.median(rounds)
+        for k, fn in fns.items():
+            best[k] = min(best[k], _round(fn, calls[k], sync))
+    return best
 
 
 def _build(mode: str, n: int, hidden: int, device: str) -> MADDPG:
@@ -67,13 +77,16 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
               "terminated": np.zeros((batch, n), np.float32)}
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     lines = []
-    for mode in modes:
-        algo = _build(mode, n, hidden, device)
-        for op, fn in (("act", lambda a=algo: a.act(obs)), ("update", lambda a=algo: a.update(sample))):
-            seconds = _timed(fn, min_time=min_time, repeats=repeats, sync=sync)
+    algos = {mode: _build(mode, n, hidden, device) for mode in modes}
+    for op in ("act", "update"):
+        fns = {mode: (lambda a=a: a.act(obs)) if op == "act" else (lambda a=a: a.update(sample))
+               for mode, a in algos.items()}
+        best = _timed_interleaved(fns, min_time=min_time, repeats=repeats, sync=sync)
+        for mode, seconds in best.items():
             lines.append({"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
                           "agents": n, "hidden": hidden, "batch": batch, "mode": mode,
                           "ms": round(seconds * 1e3, 4)})
+    for algo in algos.values():
         algo.close()
     auto = _build("auto", n, hidden, device)
     chosen = auto.mode
@@ -103,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 1024])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timing round")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
     parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda if available")
     args = parser.parse_args(argv)
     if args.torch_threads < 1:
