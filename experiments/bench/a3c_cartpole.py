@@ -31,11 +31,17 @@ BENCH = "a3c_cartpole"
 TARGET = 475.0
 
 
-def run_rlpar(seed: int, *, budget: float, eval_every: int, episodes: int) -> dict[str, Any]:
-    from experiments.a3c import A3CRunConfig, run
+def run_rlpar(seed: int, *, budget: float, eval_every: int, episodes: int,
+              flags: str = "") -> dict[str, Any]:
+    import dataclasses
+    import shlex
 
-    config = A3CRunConfig(seed=seed, max_seconds=budget, eval_every=eval_every,
-                          eval_episodes=episodes, target_return=TARGET, log_dir=None)
+    from experiments.a3c import A3CRunConfig, run
+    from experiments.cli import parse_config
+
+    config = dataclasses.replace(
+        parse_config(A3CRunConfig, shlex.split(flags)), seed=seed, max_seconds=budget,
+        eval_every=eval_every, eval_episodes=episodes, target_return=TARGET, log_dir=None)
     summary = run(config, quiet=True)
     solved = bool(summary["solved"])
     return {
@@ -110,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=10_000, help="env steps")
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--impl", choices=["both", "rlpar", "sb3"], default="both")
+    parser.add_argument("--rlpar-flags", default="", help=(
+        "extra experiments.a3c flags for rlpar, e.g. \"--lr 2e-3 --n-steps 8\""))
     parser.add_argument("--quick", action="store_true", help="one seed, tiny budget (smoke test)")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.budget <= 0 or args.eval_every < 1 or args.eval_episodes < 1:
@@ -125,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         for impl in impls:
             if impl == "sb3" and missing:
                 continue
-            result = runners[impl](seed, **kwargs)
+            extra = {"flags": args.rlpar_flags} if impl == "rlpar" else {}
+            result = runners[impl](seed, **kwargs, **extra)
             results[impl].append(result)
             print(json.dumps({"bench": BENCH, "impl": impl, "case": f"seed{seed}", "seed": seed,
                               "budget_s": args.budget, **_rounded(result)}), flush=True)
