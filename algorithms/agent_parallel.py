@@ -21,7 +21,10 @@ own parameters in every mode, so the same object serves acting and learning:
   ``vmap`` cannot handle falls back to ``loop`` (with one warning).
 
 ``auto`` picks ``batched`` when at least two networks share a structure and
-``loop`` otherwise. This follows ``experiments/bench/multiagent_inference.py``
+``loop`` otherwise; ``auto_max_params`` (for networks used only in gradient
+steps, such as MADDPG's critics) also picks ``loop`` when a network has more
+parameters than that, because the stacked copy of the weights is remade on
+every step and for big networks costs more than the calls it saves. This follows ``experiments/bench/multiagent_inference.py``
 (CPU, one intra-op thread, loaded 2-core box): where per-call overhead dominates
 (batch 1, hidden 64, the acting case) batched was 2-7x faster than ``threads``
 and 2-6x faster than ``loop`` at 8-16 agents; where arithmetic dominates (hidden
@@ -199,6 +202,7 @@ class ParallelModules:
         batched_impl: BatchedImpl = "bmm",
         max_threads: int | None = None,
         cache_weights: bool = False,
+        auto_max_params: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -216,7 +220,10 @@ class ParallelModules:
             by_structure.setdefault(_structure(m), []).append(i)
         self.structure_groups = list(by_structure.values())
         if mode == "auto":
-            mode = "batched" if any(len(g) > 1 for g in self.structure_groups) else "loop"
+            stackable = any(len(g) > 1 for g in self.structure_groups)
+            largest = max(sum(p.numel() for p in m.parameters()) for m in modules)
+            too_big = auto_max_params is not None and largest > auto_max_params
+            mode = "batched" if stackable and not too_big else "loop"
         self.mode: str = mode
         self._max_threads = max_threads or min(len(modules), os.cpu_count() or 1)
         self._pool: ThreadPoolExecutor | None = None

@@ -51,6 +51,8 @@ from algorithms.maddpg_stacked import can_stack, is_stacked_batch, stacked_act, 
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
 
+CRITIC_AUTO_MAX_PARAMS = 65_536
+
 
 class MADDPG(Algorithm):
     """Centralized critics, decentralized actors; see the module docstring."""
@@ -97,9 +99,14 @@ class MADDPG(Algorithm):
         par = dict(mode=config.mode, batched_impl=config.batched_impl, cache_weights=True)
         self.actor_eval = ParallelModules(modules=self.actors, **par)
         self.target_actor_eval = ParallelModules(modules=self.target_actors, **par)
-        self.critic_eval = ParallelModules(modules=self.critics, **par)
-        self.target_critic_eval = ParallelModules(modules=self.target_critics, **par)
+        # Critics run only in updates, where stacked weights are re-copied every step:
+        # past ~64k parameters per critic the copy costs more than the calls it saves
+        # (experiments/bench/multiagent_inference.py, update rows).
+        par_critic = par | {"auto_max_params": CRITIC_AUTO_MAX_PARAMS}
+        self.critic_eval = ParallelModules(modules=self.critics, **par_critic)
+        self.target_critic_eval = ParallelModules(modules=self.target_critics, **par_critic)
         self.mode = self.actor_eval.mode
+        self.critic_mode = self.critic_eval.mode
         self.actor_params = [list(m.parameters()) for m in self.actors]
         self.critic_params = [list(m.parameters()) for m in self.critics]
         # One optimizer per role over every agent's parameters: Adam is elementwise, so

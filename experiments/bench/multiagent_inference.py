@@ -77,7 +77,7 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
               "terminated": np.zeros((batch, n), np.float32)}
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     lines = []
-    algos = {mode: _build(mode, n, hidden, device) for mode in modes}
+    algos = {mode: _build(mode, n, hidden, device) for mode in (*modes, "auto")}
     for op in ("act", "update"):
         fns = {mode: (lambda a=a: a.act(obs)) if op == "act" else (lambda a=a: a.update(sample))
                for mode, a in algos.items()}
@@ -88,20 +88,17 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
                           "ms": round(seconds * 1e3, 4)})
     for algo in algos.values():
         algo.close()
-    auto = _build("auto", n, hidden, device)
-    chosen = auto.mode
-    auto.close()
+    chosen = f"actors={algos['auto'].mode},critics={algos['auto'].critic_mode}"
     for op in ("act", "update"):
         by_mode = {line["mode"]: line["ms"] for line in lines if line["op"] == op}
-        best_other = min(v for k, v in by_mode.items() if k != chosen)
+        auto_ms = by_mode.pop("auto")
         summary = {"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
                    "agents": n, "hidden": hidden, "batch": batch, "summary": True, "auto_mode": chosen,
-                   "auto_ms": by_mode.get(chosen)}
-        if chosen in by_mode:
-            for ref in ("threads", "loop"):
-                if ref in by_mode:
-                    summary[f"speedup_vs_{ref}"] = round(by_mode[ref] / by_mode[chosen], 3)
-            summary["ratio_vs_best_peer"] = round(by_mode[chosen] / best_other, 3)
+                   "auto_ms": auto_ms}
+        for ref in ("threads", "loop"):
+            if ref in by_mode:
+                summary[f"speedup_vs_{ref}"] = round(by_mode[ref] / auto_ms, 3)
+        summary["ratio_vs_best_peer"] = round(auto_ms / min(by_mode.values()), 3)
         lines.append(summary)
     return lines
 

@@ -22,5 +22,5 @@ def test_quick_mode_prints_json_for_every_mode():
     assert {x["op"] for x in results} == {"act", "update"}
     assert all(x["ms"] > 0 for x in results)
     summaries = [x for x in lines if x.get("summary")]
-    assert summaries and all(x["auto_mode"] in ("batched", "loop") for x in summaries)
+    assert summaries and all(x["auto_mode"].startswith("actors=batched") for x in summaries)
     assert all("speedup_vs_threads" in x for x in summaries)
