@@ -18,7 +18,7 @@ def test_quick_mode_prints_json_for_every_mode():
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert lines[0]["config"] and lines[0]["torch_threads"] == 1
     results = [x for x in lines if "mode" in x]
-    assert {x["mode"] for x in results} == {"loop", "threads", "jit_fork", "batched", "batched_vmap"}
+    assert {x["mode"] for x in results} == {"loop", "threads", "jit_fork", "batched", "batched_vmap", "auto"}
     assert {x["op"] for x in results} == {"act", "update"}
     assert all(x["ms"] > 0 for x in results)
     summaries = [x for x in lines if x.get("summary")]
