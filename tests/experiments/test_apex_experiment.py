@@ -101,6 +101,23 @@ def test_three_process_run_with_a_user_subclass_flows_and_exits_cleanly(tmp_path
     assert "not solved" in format_summary(summary)
 
 
+class BrokenActorDQN(DQN):
+    def act(self, obs, *, explore=True):
+        if explore:
+            raise RuntimeError("actor failed on purpose")
+        return super().act(obs, explore=explore)
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_actor_stops_the_job_with_its_traceback(tmp_path):
+    from rlpar.errors import ChildError
+
+    with pytest.raises(ChildError) as exc:
+        run(small_config(tmp_path, log_dir="none", max_seconds=60), quiet=True,
+            dqn_class=BrokenActorDQN)
+    assert "actor failed on purpose" in str(exc.value)
+
+
 @pytest.mark.timeout(120)
 def test_shards_on_actors(tmp_path):
     summary = run(small_config(tmp_path, replay_placement="actors", max_env_steps=2000,
