@@ -88,7 +88,25 @@ def update_sum_min(
     sum_tree.levels[-1][uniq] = vals
     min_tree.levels[-1][uniq] = vals
     shift = sum_tree._shift
-    for depth in range(len(sum_tree.levels) - 1, 0, -1):
+    leaf_depth = len(sum_tree.levels) - 1
+    if leaf_depth == 0:
+        return
+    # Leaf level: the two trees hold the same leaves except where the sum tree has
+    # 0 (never-written slots and padding, +inf in the min tree), so the min of a
+    # block is read from the sum tree's block just gathered. Reading the min
+    # tree's own leaves instead costs a cache miss per block right after a sample
+    # (which walked the sum tree only): most of what a sample+update loop spent
+    # beyond a separate sample and update.
+    parents = _unique_parents(uniq, shift)
+    blocks = sum_tree.blocks[leaf_depth].take(parents, axis=0)
+    sum_tree.levels[leaf_depth - 1][parents] = sum_tree._reduce_blocks(blocks)
+    mins = min_tree._reduce_blocks(blocks)
+    zero = mins <= 0.0
+    if zero.any():  # rare: recompute those blocks from the min tree's leaves
+        mins[zero] = min_tree._reduce_blocks(min_tree.blocks[leaf_depth].take(parents[zero], axis=0))
+    min_tree.levels[leaf_depth - 1][parents] = mins
+    uniq = parents
+    for depth in range(leaf_depth - 1, 0, -1):
         parents = _unique_parents(uniq, shift)
         sum_tree.levels[depth - 1][parents] = sum_tree._reduce_blocks(
             sum_tree.blocks[depth].take(parents, axis=0)
