@@ -23,6 +23,7 @@ from rlpar.buffers.replay import (
     check_priorities,
     to_tensors,
 )
+from rlpar.buffers.spec import as_array
 from rlpar.buffers.trees import MinTree, SumTree, update_sum_min
 from rlpar.protocols import Sample
 
@@ -145,20 +146,32 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set ``p = priority + eps`` for the sampled items still in the buffer."""
         idx = check_indices(indices)
-        p = check_priorities(priorities, idx.shape[0])
-        if idx.size == 0:
-            return
-        if idx.min() < 0 or idx.max() >= self.storage.next_serial:
-            raise ValueError(
-                f"indices must be serials returned by sample, in [0, {self.storage.next_serial})"
-            )
-        slots = idx % self.capacity
-        live = self.storage.live(idx)
-        if not live.all():
-            slots, p = slots[live], p[live]
-            if slots.size == 0:
+        p = as_array(priorities)
+        if p.dtype == np.float64 and p.shape == idx.shape and idx.size:
+            # Hot path (float64 priorities): one min and one max validate them and
+            # the max is reused for max_priority.
+            p_min, p_max = p.min(), p.max()
+            if not (p_min >= 0.0 and p_max < np.inf):
+                check_priorities(p, idx.shape[0])  # raises the descriptive error
+        else:
+            p = check_priorities(p, idx.shape[0])
+            if idx.size == 0:
                 return
-        self.max_priority = max(self.max_priority, float(p.max()) + self.eps)
+            p_max = p.max()
+        # (next_serial - 1 - serial) as unsigned: below capacity exactly for the
+        # serials still stored (len = min(next_serial, capacity)); negatives (serials not issued yet) wrap to huge.
+        last = self.storage.next_serial - 1
+        age = (last - idx).view(np.uint64)
+        live = age < len(self.storage)
+        if not live.all():
+            if idx.min() < 0 or idx.max() > last:
+                raise ValueError(f"indices must be serials returned by sample, in [0, {last + 1})")
+            idx, p = idx[live], p[live]
+            if idx.size == 0:
+                return
+            p_max = p.max()
+        slots = idx % self.capacity
+        self.max_priority = max(self.max_priority, float(p_max) + self.eps)
         update_sum_min(self.sum_tree, self.min_tree, slots, self._leaf(p))
 
     def state_dict(self) -> dict[str, Any]:

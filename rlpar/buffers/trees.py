@@ -41,6 +41,8 @@ def dedupe_last(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """
     if idx.size == 1:
         return idx, vals
+    if (idx[1:] > idx[:-1]).all():
+        return idx, vals  # sorted and distinct: the usual prioritized sample
     if (idx[1:] >= idx[:-1]).all():
         # Already sorted (prioritized samples come out in slot order): no sort.
         last = np.empty(idx.size, dtype=bool)
@@ -103,7 +105,9 @@ def update_sum_min(
     mins = min_tree._reduce_blocks(blocks)
     zero = mins <= 0.0
     if zero.any():  # rare: recompute those blocks from the min tree's leaves
-        mins[zero] = min_tree._reduce_blocks(min_tree.blocks[leaf_depth].take(parents[zero], axis=0))
+        mins[zero] = min_tree._reduce_blocks(
+            min_tree.blocks[leaf_depth].take(parents[zero], axis=0)
+        )
     min_tree.levels[leaf_depth - 1][parents] = mins
     uniq = parents
     for depth in range(leaf_depth - 1, 0, -1):
