@@ -115,6 +115,15 @@ def test_bad_indices_and_sizes():
         buf.sample(0)
     with pytest.raises(ValueError, match="serials"):
         buf.update_priorities(np.array([10]), np.array([1.0]))
+    # A negative serial is an error even while the buffer is not yet full.
+    with pytest.raises(ValueError, match="serials"):
+        buf.update_priorities(np.array([0, -1]), np.array([1.0, 1.0]))
+    full = PrioritizedReplayBuffer(capacity=4, seed=0)
+    full.add(transitions(0, 6))
+    with pytest.raises(ValueError, match="serials"):
+        full.update_priorities(np.array([5, 6]), np.array([1.0, 1.0]))
+    with pytest.raises(ValueError, match="serials"):
+        full.update_priorities(np.array([-3]), np.array([1.0]))
     with pytest.raises(ValueError, match="integers"):
         buf.update_priorities(np.array([0.5]), np.array([1.0]))
     for kwargs, name in [
