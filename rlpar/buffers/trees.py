@@ -68,18 +68,26 @@ def _unique_parents(idx: np.ndarray, shift: int) -> np.ndarray:
 
 
 def update_sum_min(
-    sum_tree: SumTree, min_tree: MinTree, indices: np.ndarray, values: np.ndarray
+    sum_tree: SumTree,
+    min_tree: MinTree,
+    indices: np.ndarray,
+    values: np.ndarray,
+    *,
+    checked: bool = False,
 ) -> None:
     """Set the same leaves of a sum and a min tree of equal shape in one pass.
 
     Prioritized replay always updates both; sharing the parent index arithmetic
     per level saves a third of the numpy calls of two separate updates.
+    ``checked=True`` says the caller guarantees equal lengths and in-range indices
+    (the bounds check is two reductions, a noticeable share of a 256-leaf update).
     """
     if sum_tree.capacity != min_tree.capacity or sum_tree.arity != min_tree.arity:
         raise ValueError("sum and min trees must have the same capacity and arity")
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     vals = np.asarray(values, dtype=np.float64).reshape(-1)
-    sum_tree._check(idx, vals)
+    if not checked:
+        sum_tree._check(idx, vals)
     if idx.size == 0:
         return
     sum_tree.flush()
