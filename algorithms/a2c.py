@@ -125,7 +125,7 @@ class A2C(Algorithm):
         self.observation_space, self.action_space = observation_space, action_space
         self.head: PolicyHead = make_head(action_space, config=self.config)
         self.model: ActorCritic = self._build_model(model, actor, critic).to(self.device)
-        self.optimizer = make_optimizer(self.model.parameters(), self.config)
+        self._optimizer: torch.optim.Optimizer | None = None
         self.updates = 0
         self._state_tensors: dict[str, torch.Tensor] | None = None
 
@@ -143,6 +143,15 @@ class A2C(Algorithm):
                                log_std=log_std)
         return default_actor_critic(self.observation_space, policy_dim=self.head.policy_dim,
                                     config=self.config, log_std=log_std)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Built on first use: an A3C worker only computes gradients and never needs
+        one, and a torch optimizer's first construction imports ``torch._dynamo``
+        (seconds of start-up on a busy 2-core machine)."""
+        if self._optimizer is None:
+            self._optimizer = make_optimizer(self.model.parameters(), self.config)
+        return self._optimizer
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -249,7 +258,7 @@ class A2C(Algorithm):
 
     def backward(self, loss: torch.Tensor) -> dict[str, float]:
         """Hook: fresh gradients of ``loss`` in ``.grad``, clipped to ``max_grad_norm``."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # the optimizer's params are the model's
         loss.backward()
         if self.config.max_grad_norm is None:
             return {}
