@@ -34,7 +34,14 @@ to ~2.5x faster for hidden 256. Give torch more intra-op threads (the batched
 matmul then uses them) or pick ``threads`` explicitly for that regime. For a
 single network nothing beats a plain call. No CUDA measurement exists yet.
 
-Stacked weights are rebuilt on every call that needs gradients (``torch.stack``
+With ``store_stacked=True`` (batched bmm mode, one structure) the weights live
+stacked: one ``(n, ...)`` leaf Parameter per layer parameter (``stacked_leaves``),
+and each module's Parameters become views of its row. Batched calls then use the
+leaves with no copy, gradients land on the leaves (the owner optimizes those), and
+per-module reads and in-place writes still see the shared numbers. MADDPG uses this
+for homogeneous agents.
+
+Otherwise stacked weights are rebuilt on every call that needs gradients (``torch.stack``
 is differentiable, so the per-agent parameters get their gradients). With
 ``cache_weights=True`` calls without gradients reuse them until ``refresh()`` or
 until a parameter's in-place version counter moves; fused optimizers do NOT move
@@ -130,10 +137,36 @@ class _Group:
         self.params = [list(m.parameters()) for m in modules]
         self._cache: tuple[tuple[int, ...], list[torch.Tensor]] | None = None
         self.failed = False
+        self.leaves: list[nn.Parameter] | None = None
         if self.impl == "vmap":
             self.names = [name for name, _ in modules[0].named_parameters()]
             self.buffer_names = [name for name, _ in modules[0].named_buffers()]
             self.base = modules[0]
+
+    def store_stacked(self) -> list[nn.Parameter]:
+        """Make one stacked leaf per parameter the storage of all members: each member's
+        Parameter becomes a view of row i, so per-agent reads and in-place writes
+        (load_state_dict, tests) see the same numbers, and the batched forward uses the
+        leaves directly with no per-call ``torch.stack``. Gradients then land on the
+        leaves, so whoever optimizes must step the leaves, not the member Parameters."""
+        if self.leaves is None:
+            leaves = []
+            for column in zip(*self.params):
+                leaf = nn.Parameter(torch.stack([p.detach() for p in column]),
+                                    requires_grad=column[0].requires_grad)
+                for i, p in enumerate(column):
+                    p.data = leaf.detach()[i]
+                leaves.append(leaf)
+            self.leaves = leaves
+        return self.leaves
+
+    def call_one(self, j: int, x: torch.Tensor) -> torch.Tensor:
+        """Member j alone; with stored stacking its weights are rows of the leaves, so
+        gradients still reach the leaves (ragged inputs that cannot be stacked)."""
+        if self.leaves is None:
+            return self.modules[j](x)
+        names = [name for name, _ in self.modules[j].named_parameters()]
+        return torch.func.functional_call(self.modules[j], {n: leaf[j] for n, leaf in zip(names, self.leaves)}, (x,))
 
     def refresh(self, reload_params: bool) -> None:
         if reload_params:
@@ -142,6 +175,8 @@ class _Group:
 
     def _stacked(self) -> list[torch.Tensor]:
         """Per-parameter tensors stacked over agents (bmm layout for Linear weights)."""
+        if self.leaves is not None:
+            return self._bmm_layout(self.leaves) if self.impl == "bmm" else list(self.leaves)
         grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.params[0])
         keep = self.cache and not grad
         if keep:
@@ -203,6 +238,7 @@ class ParallelModules:
         max_threads: int | None = None,
         cache_weights: bool = False,
         auto_max_params: int | None = None,
+        store_stacked: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -229,8 +265,12 @@ class ParallelModules:
         self._pool: ThreadPoolExecutor | None = None
         self._groups: list[_Group] = []
         self._scripted: torch.jit.ScriptModule | None = None
+        # Set only when ``store_stacked`` took effect (batched bmm, one structure).
+        self.stacked_leaves: list[nn.Parameter] | None = None
         if mode == "batched":
             self._groups = [_Group(g, [modules[i] for i in g], batched_impl, cache_weights) for g in self.structure_groups]
+            if store_stacked and len(self._groups) == 1 and len(modules) > 1 and self._groups[0].impl == "bmm":
+                self.stacked_leaves = self._groups[0].store_stacked()
         elif mode == "jit_fork":
             try:
                 with quiet_torchscript():
@@ -297,8 +337,8 @@ class ParallelModules:
             elif all(x.shape == first.shape for x in xs):
                 stacked = torch.stack(xs)
             else:  # ragged batch sizes cannot be stacked
-                for i in idx:
-                    outs[i] = self.modules[i](inputs[i])
+                for j, i in enumerate(idx):
+                    outs[i] = group.call_one(j, inputs[i])
                 continue
             squeeze = stacked.dim() == 2  # unbatched per-agent inputs
             if squeeze:

@@ -95,26 +95,44 @@ class MADDPG(Algorithm):
         self.critics = [m.to(self.device) for m in critics]
         self.target_actors = [copy.deepcopy(m).requires_grad_(False) for m in self.actors]
         self.target_critics = [copy.deepcopy(m).requires_grad_(False) for m in self.critics]
-        # Cached stacked weights for gradient-free calls; refreshed after every write below.
-        par = dict(mode=config.mode, batched_impl=config.batched_impl, cache_weights=True)
+        # Homogeneous agents without ensembles keep each role's weights stored stacked
+        # (one (n_agents, ...) leaf per layer parameter, the per-agent modules hold views):
+        # the batched forward/backward then has no per-step stacking copy, and Adam,
+        # clipping and Polyak averaging touch a handful of stacked tensors. Other
+        # cases cache stacked copies for gradient-free calls, refreshed after writes.
+        stack = self.homogeneous and k == 1
+        par = dict(mode=config.mode, batched_impl=config.batched_impl, cache_weights=True, store_stacked=stack)
         self.actor_eval = ParallelModules(modules=self.actors, **par)
         self.target_actor_eval = ParallelModules(modules=self.target_actors, **par)
-        # Critics run only in updates, where stacked weights are re-copied every step:
+        # Without stored stacking, stacked critic weights are re-copied every step:
         # past ~64k parameters per critic the copy costs more than the calls it saves
         # (experiments/bench/multiagent_inference.py, update rows).
-        par_critic = par | {"auto_max_params": CRITIC_AUTO_MAX_PARAMS}
+        par_critic = par if stack else par | {"auto_max_params": CRITIC_AUTO_MAX_PARAMS}
         self.critic_eval = ParallelModules(modules=self.critics, **par_critic)
         self.target_critic_eval = ParallelModules(modules=self.target_critics, **par_critic)
         self.mode = self.actor_eval.mode
         self.critic_mode = self.critic_eval.mode
         self.actor_params = [list(m.parameters()) for m in self.actors]
         self.critic_params = [list(m.parameters()) for m in self.critics]
-        # One optimizer per role over every agent's parameters: Adam is elementwise, so
-        # this equals per-agent optimizers, in a few multi-tensor kernels.
-        self.actor_opt = _adam([p for ps in self.actor_params for p in ps], lr=config.actor_lr)
-        self.critic_opt = _adam([p for ps in self.critic_params for p in ps], lr=config.critic_lr)
-        self._polyak_targets = [p for m in self.target_actors + self.target_critics for p in m.parameters()]
-        self._polyak_sources = [p for ps in self.actor_params + self.critic_params for p in ps]
+        # What the optimizers step: the stacked leaves where they exist (gradients land
+        # there), else every agent's own parameters. One optimizer per role: Adam is
+        # elementwise, so this equals per-agent optimizers, in a few multi-tensor kernels.
+        self._actor_leaves = self.actor_eval.stacked_leaves
+        self._critic_leaves = self.critic_eval.stacked_leaves
+        self.actor_opt = _adam(self._actor_leaves or [p for ps in self.actor_params for p in ps], lr=config.actor_lr)
+        self.critic_opt = _adam(self._critic_leaves or [p for ps in self.critic_params for p in ps],
+                                lr=config.critic_lr)
+        sources, targets = [], []
+        for online, target, params, nets in (
+                (self.actor_eval, self.target_actor_eval, self.actor_params, self.target_actors),
+                (self.critic_eval, self.target_critic_eval, self.critic_params, self.target_critics)):
+            if online.stacked_leaves is not None and target.stacked_leaves is not None:
+                sources += online.stacked_leaves
+                targets += target.stacked_leaves
+            else:
+                sources += [p for ps in params for p in ps]
+                targets += [p for m in nets for p in m.parameters()]
+        self._polyak_targets, self._polyak_sources = targets, sources
         self._centers = [torch.as_tensor((np.add(a.low, a.high) / 2), dtype=torch.float32, device=self.device)
                          if not a.discrete else None for a in self.agents]
         self._halves = [torch.as_tensor((np.subtract(a.high, a.low) / 2), dtype=torch.float32, device=self.device)
@@ -125,6 +143,11 @@ class MADDPG(Algorithm):
         # Fixed-op-count path for homogeneous agents (see maddpg_stacked); set False
         # to force the per-agent path.
         self.use_stacked_path = can_stack(self)
+
+    @property
+    def critic_trainables(self) -> list[list[torch.Tensor]]:
+        """The tensors that receive critic gradients (stacked leaves or per-agent)."""
+        return [self._critic_leaves] if self._critic_leaves is not None else self.critic_params
 
     # ----- shapes and assembly -----------------------------------------------------
     def critic_input_dim(self, i: int) -> int:
@@ -341,7 +364,7 @@ class MADDPG(Algorithm):
                 if slot in chosen:
                     actions[i] = self.to_action(i, raws[slot], sample=True)
                 inputs.append(self.critic_input(i, datas[i]["obs"], actions))
-            with _no_grad_for(self.critic_params):
+            with _no_grad_for(self.critic_trainables):
                 q = self.critic_eval(inputs)
             for slot in chosen:
                 i = slot // k
@@ -354,6 +377,13 @@ class MADDPG(Algorithm):
                  param_groups: Sequence[Sequence[torch.Tensor]]) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        leaves = self._stacked_leaves_of(optimizer)
+        if leaves is not None:  # every agent trains (no ensembles here): clip per row
+            if self.config.grad_clip is not None:
+                clip_stacked(leaves, self.config.grad_clip)
+            optimizer.step()
+            self.refresh()
+            return
         owned = sum(len(g["params"]) for g in optimizer.param_groups)
         if sum(len(ps) for ps in param_groups) < owned:
             # Stacked (batched) weights give every stacked network a gradient, zeros
@@ -367,6 +397,13 @@ class MADDPG(Algorithm):
             clip_per_network(param_groups, self.config.grad_clip)
         optimizer.step()
         self.refresh()  # fused optimizers write without bumping version counters
+
+    def _stacked_leaves_of(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor] | None:
+        if optimizer is self.actor_opt:
+            return self._actor_leaves
+        if optimizer is self.critic_opt:
+            return self._critic_leaves
+        return None
 
     def soft_update(self) -> None:
         with torch.no_grad():
@@ -424,6 +461,18 @@ class _no_grad_for:
     def __exit__(self, *exc: object) -> None:
         for p in self.params:
             p.requires_grad_(True)
+
+
+@torch.no_grad()
+def clip_stacked(leaves: Sequence[torch.Tensor], max_norm: float) -> None:
+    """``clip_grad_norm_`` per network when row i of every leaf belongs to network i."""
+    grads = [p.grad for p in leaves if p.grad is not None]
+    if not grads:
+        return
+    total = sum(g.pow(2).flatten(1).sum(1) for g in grads).sqrt()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
 
 
 @torch.no_grad()

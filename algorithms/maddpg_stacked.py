@@ -104,7 +104,7 @@ def stacked_update(algo: MADDPG, batch: Mapping[str, Any]) -> dict[str, float]:
     eye = torch.eye(n, dtype=torch.bool, device=algo.device).view(n, 1, n, 1)
     actions = torch.where(eye, mine, others).reshape(n, b, -1)
     x_actor = torch.cat([obs_flat.unsqueeze(0).expand(n, *obs_flat.shape), actions], -1)
-    with _no_grad_for(algo.critic_params):
+    with _no_grad_for(algo.critic_trainables):
         q_actor = algo.critic_eval.call_stacked(x_actor).squeeze(-1)
     actor_losses = -q_actor.mean(1) + algo.config.actor_reg * raw.pow(2).mean((1, 2))
     algo.optimize(algo.actor_opt, actor_losses.sum(), algo.actor_params)

@@ -249,3 +249,19 @@ def test_invalid_construction_rejected():
         algo.act(np.zeros((3, 5, 4)))
     with pytest.raises(ValueError, match="n_agents"):
         algo.update({**stacked_batch(2), "reward": np.zeros((32, 3))})
+
+
+def test_stored_stacked_weights_match_loop_on_per_agent_batches():
+    """Batched mode steps stacked leaves; per-agent batches (ragged sizes) and
+    clipping must still give the loop mode's parameters."""
+    algos = {mode: make(3, spec=CONT, mode=mode, grad_clip=0.1) for mode in ("loop", "batched")}
+    assert algos["batched"].actor_eval.stacked_leaves is not None
+    assert algos["loop"].actor_eval.stacked_leaves is None
+    batches = [stacked_batch(spec=CONT, b=8 + 4 * i, seed=i) for i in range(3)]
+    for algo in algos.values():
+        algo.update(batches)
+        algo.update(stacked_batch(spec=CONT))
+    nets = {mode: [p for m in a.actors + a.critics + a.target_actors + a.target_critics for p in m.parameters()]
+            for mode, a in algos.items()}
+    for p, q in zip(nets["batched"], nets["loop"]):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
