@@ -8,6 +8,7 @@ dispatcher that looks the callable up in a process-local table.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import traceback
@@ -21,6 +22,8 @@ from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
 
 # (group name, key) -> callable / RRef, for what this process hosts.
 _services: dict[tuple[str, str], Callable] = {}
+# The same callables keyed by _sid(group, key): what _dispatch looks up per call.
+_services_by_sid: dict[str, Callable] = {}
 _paired: dict[tuple[str, str], rpc.RRef] = {}
 _barrier_rounds: dict[str, int] = {}
 _table_lock = threading.Lock()
@@ -39,14 +42,50 @@ class _Failure:
         return (_Failure, (self.host, self.kind, self.text))
 
 
-def _dispatch(group: str, key: str, args: tuple, kwargs: dict) -> Any:
-    fn = _services.get((group, key))
+def _dispatch(sid: str, /, *args: Any, **kwargs: Any) -> Any:
+    # One string key and the caller's own args on the wire, as close as possible to a
+    # raw rpc to ``fn`` itself: the group layer's cost is paid per call.
+    fn = _services_by_sid.get(sid)
     if fn is None:
         return _Failure(rpc.get_worker_info().name, "ServiceNotFound", "")
     try:
         return fn(*args, **kwargs)
     except BaseException as exc:  # noqa: B036 - every failure goes back to the caller
         return _Failure(rpc.get_worker_info().name, type(exc).__name__, traceback.format_exc())
+
+
+def _sid(group: str, key: str) -> str:
+    return f"{group}\x00{key}"
+
+
+class _Raise:
+    """The value of a call_async future that failed: its unwrap function raises
+    ``error`` from ``wait()``/``value()``. A ``then`` callback cannot set an exception
+    on its child (one raised there comes out as a RuntimeError), hence this marker."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _unwrap(value: Any) -> Any:
+    if type(value) is _Raise:
+        raise value.error
+    return value
+
+
+def _settle(group: RpcGroup, key: str, host: str, raw: torch.futures.Future) -> Any:
+    """``then`` callback of call_async: maps the raw RPC outcome to rlpar's errors.
+    Module-level (no closure per call) and builds no error objects on success."""
+    try:
+        value = raw.value()
+    except BaseException as exc:  # noqa: B036 - handed to whoever waits
+        group._hosts.pop(key, None)  # look the host up again next time
+        return _Raise(_transport_error(exc, host, f"call {key!r}"))
+    if type(value) is _Failure:
+        return _Raise(group._failure(key, value))
+    return value
 
 
 def _fetch_paired(group: str, key: str) -> rpc.RRef | _Failure:
@@ -60,6 +99,7 @@ def forget_world(world) -> None:
     """Drop everything this process hosted (called by World.shutdown)."""
     with _table_lock:
         _services.clear()
+        _services_by_sid.clear()
         _paired.clear()
         _barrier_rounds.clear()
 
@@ -101,6 +141,7 @@ class RpcGroup:
         self.current_member = world.name
         self._hosts: dict[str, str] = {}
         self._prefix = f"svc/{name}/"
+        self._sid_prefix = _sid(name, "")
 
     def __reduce__(self):
         return (_rebuild, (self.name, self.members))
@@ -141,6 +182,7 @@ class RpcGroup:
         with _table_lock:
             self._claim("s/", key, replace)
             _services[(self.name, key)] = fn
+            _services_by_sid[_sid(self.name, key)] = fn
         self._hosts.pop(key, None)
 
     def deregister(self, key: str) -> None:
@@ -150,6 +192,7 @@ class RpcGroup:
                 raise ServiceNotFound(
                     f"service {key!r} is not hosted by {self.current_member!r} in group {self.name!r}"
                 )
+            _services_by_sid.pop(_sid(self.name, key), None)
             self._world.store.delete_key(self._prefix + "s/" + key)
         self._hosts.pop(key, None)
 
@@ -203,23 +246,13 @@ class RpcGroup:
         host = self._hosts.get(key)
         if host is None:
             host = self._hosts[key] = self._host_of("s/", key)
-        raw = rpc.rpc_async(host, _dispatch, args=(self.name, key, args, kwargs),
-                            timeout=self._timeout(timeout))
-        out: torch.futures.Future = torch.futures.Future()
-
-        def settle(fut: torch.futures.Future) -> None:
-            try:
-                value = fut.value()
-            except BaseException as exc:
-                self._hosts.pop(key, None)  # look the host up again next time
-                out.set_exception(_transport_error(exc, host, f"call {key!r}"))
-                return
-            if type(value) is _Failure:
-                out.set_exception(self._failure(key, value))
-            else:
-                out.set_result(value)
-
-        raw.add_done_callback(settle)
+        raw = rpc.rpc_async(host, _dispatch, args=(self._sid_prefix + key, *args), kwargs=kwargs,
+                            timeout=self._world.rpc_timeout if timeout is None
+                            else self._timeout(timeout))
+        # One C++-made child future and no Python Future/closure per call; a failure
+        # becomes a _Raise value that the unwrap function raises on wait()/value().
+        out = raw.then(functools.partial(_settle, self, key, host))
+        out._set_unwrap_func(_unwrap)
         return out
 
     def call(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
@@ -227,7 +260,7 @@ class RpcGroup:
         host = self._hosts.get(key)
         if host is None:
             host = self._hosts[key] = self._host_of("s/", key)
-        fut = rpc.rpc_async(host, _dispatch, args=(self.name, key, args, kwargs),
+        fut = rpc.rpc_async(host, _dispatch, args=(self._sid_prefix + key, *args), kwargs=kwargs,
                             timeout=self._world.rpc_timeout if timeout is None else self._timeout(timeout))
         try:
             value = fut.wait()

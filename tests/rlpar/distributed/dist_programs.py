@@ -39,6 +39,25 @@ def use_group_remotely(group, x):
     return group.current_member, group.call("square", x)
 
 
+def async_future_semantics(g):
+    """call_async futures behave like torch futures with rlpar's errors everywhere a
+    caller can read them: wait, value, wait_all, collect_all, then."""
+    failed = g.call_async("fail", 8)
+    out = {"wait_all_error": _caught(torch.futures.wait_all, [failed]),
+           "done": failed.done(),
+           "value_error": _caught(failed.value),
+           "wait_all": torch.futures.wait_all([g.call_async("square", i) for i in (2, 3)]),
+           "collect_all": [f.wait() for f in torch.futures.collect_all(
+               [g.call_async("square", 4), g.call_async("square", x=5)]).wait()],
+           "then": g.call_async("square", 6).then(lambda f: f.wait() + 1).wait(),
+           "missing": _caught(g.call_async, "nobody", 1)}
+    try:
+        failed.wait()
+    except RemoteError as exc:
+        out["traceback"] = exc.child_traceback
+    return out
+
+
 def rpc_roundtrips():
     """Three ranks: services, errors, pickled groups, pairing, barriers, collectives."""
     torch.set_num_threads(1)
@@ -68,6 +87,7 @@ def rpc_roundtrips():
                 g.call_async("fail", 6).wait()
             except RemoteError as exc:
                 out["remote_async"] = exc.child_traceback
+            out["async_futures"] = async_future_semantics(g)
             out["missing"] = _caught(g.call, "nobody", 1)
             out["bad_timeout"] = _caught(g.call, "square", 1, timeout=-1.0)
             out["is_registered"] = (g.is_registered("square"), g.is_registered("nobody"))

@@ -27,6 +27,11 @@ def test_services_errors_pickling_pairs_and_barriers_across_three_ranks(three_ra
     assert host == "rank1" and "KeyError" in message and "'fail'" in message
     assert "fail_with_key_error" in remote_tb and "missing thing 5" in remote_tb
     assert "missing thing 6" in r0["remote_async"]
+    fut = r0["async_futures"]
+    assert fut["wait_all_error"][0] == "RemoteError" and fut["done"]
+    assert fut["value_error"][0] == "RemoteError" and "missing thing 8" in fut["traceback"]
+    assert fut["wait_all"] == [4, 9] and fut["collect_all"] == [16, 25] and fut["then"] == 37
+    assert fut["missing"][0] == "ServiceNotFound"
     assert r0["missing"][0] == "ServiceNotFound" and "'nobody'" in r0["missing"][1]
     assert "'svc'" in r0["missing"][1]
     assert r0["bad_timeout"][0] == "ValueError"
