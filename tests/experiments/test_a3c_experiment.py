@@ -9,6 +9,9 @@ from experiments.a3c_roles import WorkerShell, role_of
 from experiments.cli import parse_config
 
 
+# TensorPipe (torch 2.13) aborted a rank once in ~10 full-suite runs with std::bad_alloc
+# under heavy load; rerun once on that native abort only, never on a failed assertion.
+@pytest.mark.flaky(reruns=1, only_rerun=["killed by signal SIGABRT"])
 @pytest.mark.timeout(150)
 def test_three_process_run_advances_versions_and_changes_parameters():
     # rank 0 only serves; ranks 1 and 2 are workers: 2 envs x 4 steps = 8 env steps per update.

@@ -84,6 +84,9 @@ def small_config(tmp_path, **over):
     return ApexRunConfig(**fields)
 
 
+# TensorPipe (torch 2.13) aborted a rank once in ~10 full-suite runs with std::bad_alloc
+# under heavy load; rerun once on that native abort only, never on a failed assertion.
+@pytest.mark.flaky(reruns=1, only_rerun=["killed by signal SIGABRT"])
 @pytest.mark.timeout(120)
 def test_three_process_run_with_a_user_subclass_flows_and_exits_cleanly(tmp_path, monkeypatch):
     marker = tmp_path / "compute_loss_ran"
@@ -118,6 +121,9 @@ def test_a_failing_actor_stops_the_job_with_its_traceback(tmp_path):
     assert "actor failed on purpose" in str(exc.value)
 
 
+# TensorPipe (torch 2.13) aborted a rank once in ~10 full-suite runs with std::bad_alloc
+# under heavy load; rerun once on that native abort only, never on a failed assertion.
+@pytest.mark.flaky(reruns=1, only_rerun=["killed by signal SIGABRT"])
 @pytest.mark.timeout(120)
 def test_shards_on_actors(tmp_path):
     summary = run(small_config(tmp_path, replay_placement="actors", max_env_steps=2000,
