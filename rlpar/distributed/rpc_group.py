@@ -139,9 +139,9 @@ class RpcGroup:
         self.members = list(members)
         self.size = len(self.members)
         self.current_member = world.name
-        self._hosts: dict[str, str] = {}
+        # key -> (host, service id, then-callback of call_async), built once per key.
+        self._hosts: dict[str, tuple[str, str, Callable]] = {}
         self._prefix = f"svc/{name}/"
-        self._sid_prefix = _sid(name, "")
 
     def __reduce__(self):
         return (_rebuild, (self.name, self.members))
@@ -239,28 +239,30 @@ class RpcGroup:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         return timeout
 
+    def _route(self, key: str) -> tuple[str, str, Callable]:
+        host = self._host_of("s/", key)
+        route = self._hosts[key] = (host, _sid(self.name, key),
+                                    functools.partial(_settle, self, key, host))
+        return route
+
     def call_async(self, key: str, *args: Any, timeout: float | None = None,
                    **kwargs: Any) -> torch.futures.Future:
         """Start a call of service ``key``; the Future's ``wait()`` returns its result or
         raises RemoteError / PeerUnavailable / ServiceNotFound like :meth:`call`."""
-        host = self._hosts.get(key)
-        if host is None:
-            host = self._hosts[key] = self._host_of("s/", key)
-        raw = rpc.rpc_async(host, _dispatch, args=(self._sid_prefix + key, *args), kwargs=kwargs,
+        route = self._hosts.get(key) or self._route(key)
+        raw = rpc.rpc_async(route[0], _dispatch, args=(route[1], *args), kwargs=kwargs,
                             timeout=self._world.rpc_timeout if timeout is None
                             else self._timeout(timeout))
         # One C++-made child future and no Python Future/closure per call; a failure
         # becomes a _Raise value that the unwrap function raises on wait()/value().
-        out = raw.then(functools.partial(_settle, self, key, host))
+        out = raw.then(route[2])
         out._set_unwrap_func(_unwrap)
         return out
 
     def call(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call service ``key`` with ``args``/``kwargs`` on its host; one round trip."""
-        host = self._hosts.get(key)
-        if host is None:
-            host = self._hosts[key] = self._host_of("s/", key)
-        fut = rpc.rpc_async(host, _dispatch, args=(self._sid_prefix + key, *args), kwargs=kwargs,
+        host, sid, _ = self._hosts.get(key) or self._route(key)
+        fut = rpc.rpc_async(host, _dispatch, args=(sid, *args), kwargs=kwargs,
                             timeout=self._world.rpc_timeout if timeout is None else self._timeout(timeout))
         try:
             value = fut.wait()
