@@ -53,3 +53,15 @@ def no_leaked_processes():
         time.sleep(0.05)
         leaked = child_pids() - before
     assert not leaked, f"test left child processes running: {sorted(leaked)}"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny networks on a shared 2-core box: extra intra-op threads only add
+    contention (DESIGN: the thread count is set deliberately per role)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

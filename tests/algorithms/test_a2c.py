@@ -11,15 +11,6 @@ from algorithms.rollout import RolloutCollector
 from envs.testing import CountingEnv
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny networks: extra intra-op threads only add contention on a busy machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class BitEnv(gym.Env):
     """Deterministic: the observation one-hot encodes which action pays 1.0."""
 

@@ -15,14 +15,6 @@ from rlpar.servers import GradServer
 CONFIG = A2CConfig(optimizer="adam", lr=1e-2, max_grad_norm=None, hidden=(16,))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def make_env(n=2):
     return SyncVectorEnv([lambda: CountingEnv(episode_length=5, truncate=True)] * n,
                          autoreset_mode=AutoresetMode.SAME_STEP)

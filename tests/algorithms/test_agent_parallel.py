@@ -10,15 +10,6 @@ from torch import nn
 from algorithms.agent_parallel import ParallelModules, quiet_torchscript
 from algorithms.nets import mlp
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny nets on a shared 2-core box: one intra-op thread is much faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 MODES = ["loop", "threads", "jit_fork", "batched"]
 
 

@@ -12,15 +12,6 @@ from algorithms.nets import q_network
 from envs.testing import CountingEnv
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors on a shared 2-core box: more threads only add contention.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_epsilon_schedule_matches_the_paper():
     n = 8
     eps = [actor_epsilon(i, n) for i in range(n)]

@@ -8,15 +8,6 @@ from algorithms.ddpg import DDPG, DDPGConfig, polyak_update
 from algorithms.noise import GaussianNoise, OrnsteinUhlenbeckNoise, make_noise
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny nets on a shared 2-core box: one intra-op thread is much faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _batch(n=16, obs_dim=3, low=-2.0, high=2.0, seed=0):
     rng = np.random.default_rng(seed)
     return {"obs": rng.standard_normal((n, obs_dim)), "action": rng.uniform(low, high, (n, 1)),

@@ -8,15 +8,6 @@ from algorithms.gumbel import gumbel_softmax
 from algorithms.maddpg import MADDPG, clip_per_network
 from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny nets on a shared 2-core box: one intra-op thread is much faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 DISCRETE = AgentSpec(obs_dim=4, action_dim=3, discrete=True)
 CONT = AgentSpec(obs_dim=4, action_dim=2, discrete=False, low=(-2.0, -2.0), high=(2.0, 2.0))
 

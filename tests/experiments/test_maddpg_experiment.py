@@ -6,19 +6,11 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
 from experiments.cli import parse_config
 from experiments.maddpg import RunConfig, evaluate, resolve_env, train
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny nets on a shared 2-core box: one intra-op thread is much faster."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.timeout(180)
