@@ -21,6 +21,7 @@ with RPC accessors the same objects run in separate processes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ import torch
 
 from algorithms.base import as_tensor
 from algorithms.dqn import DQN
+from algorithms.rollout import evaluate as evaluate_policy
 from rlpar.protocols import Buffer, ParameterStore
 
 
@@ -278,14 +280,5 @@ class DQNApex:
 def evaluate(dqn: DQN, env: Any, *, episodes: int, seed: int | None = None) -> np.ndarray:
     """Returns of ``episodes`` greedy episodes on a vector env with ``episodes`` envs
     (each env's first episode, so short episodes are not over-represented)."""
-    if env.num_envs != episodes:
-        raise ValueError(f"evaluate needs a vector env with {episodes} envs, got {env.num_envs}")
-    obs, _ = env.reset(seed=seed)
-    returns = np.zeros(episodes)
-    running = np.ones(episodes, dtype=bool)
-    while running.any():
-        obs, reward, terminated, truncated, _ = env.step(dqn.act(obs, explore=False))
-        returns += reward * running
-        running &= ~np.logical_or(terminated, truncated)
-    return returns
-
+    return evaluate_policy(functools.partial(dqn.act, explore=False), env, episodes=episodes,
+                           seed=seed)
