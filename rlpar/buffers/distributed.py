@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
+from rlpar.buffers.prioritized import PrioritizedReplayBuffer, annealed_beta, importance_weights
 from rlpar.buffers.replay import ReplayBuffer, check_batch_size, check_indices, check_priorities
 from rlpar.buffers.shard import (
     LocalShardClient,
@@ -97,10 +97,7 @@ class ShardedSampler:
 
     @property
     def beta(self) -> float:
-        if self.beta_anneal_steps == 0:
-            return self.beta0
-        frac = min(1.0, self.sample_steps / self.beta_anneal_steps)
-        return self.beta0 + frac * (self.beta_final - self.beta0)
+        return annealed_beta(self.beta0, self.beta_final, self.sample_steps, self.beta_anneal_steps)
 
     def live_shards(self) -> list[int]:
         return [i for i, ok in enumerate(self.alive) if ok]

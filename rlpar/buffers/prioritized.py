@@ -28,6 +28,14 @@ from rlpar.buffers.trees import MinTree, SumTree, update_sum_min
 from rlpar.protocols import Sample
 
 
+def annealed_beta(beta0: float, beta_final: float, steps: int, anneal_steps: int) -> float:
+    """Importance-sampling exponent annealed linearly from ``beta0`` to ``beta_final``
+    over ``anneal_steps`` sample calls (constant when ``anneal_steps`` is 0)."""
+    if anneal_steps == 0:
+        return beta0
+    return beta0 + min(1.0, steps / anneal_steps) * (beta_final - beta0)
+
+
 def importance_weights(
     leaf: np.ndarray, *, total: float, min_leaf: float, count: int, beta: float
 ) -> np.ndarray:
@@ -81,10 +89,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     @property
     def beta(self) -> float:
-        if self.beta_anneal_steps == 0:
-            return self.beta0
-        frac = min(1.0, self.sample_steps / self.beta_anneal_steps)
-        return self.beta0 + frac * (self.beta_final - self.beta0)
+        return annealed_beta(self.beta0, self.beta_final, self.sample_steps, self.beta_anneal_steps)
 
     def _leaf(self, priorities: np.ndarray) -> np.ndarray:
         return np.power(priorities + self.eps, self.alpha)
