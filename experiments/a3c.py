@@ -182,7 +182,7 @@ def default_log_dir() -> str:
 def run(config: A3CRunConfig, *, quiet: bool = False) -> dict[str, Any]:
     """Run the job (a local world unless under torchrun); returns rank 0's summary
     (``{}`` on other ranks under torchrun)."""
-    from experiments.a3c_roles import rank_main
+    from experiments.a3c_roles import rank_main, run_serial
     from experiments.runner import run_world, under_launcher
 
     config.validate()
@@ -193,6 +193,8 @@ def run(config: A3CRunConfig, *, quiet: bool = False) -> dict[str, Any]:
     started = time.time()
     if under_launcher() and config.workers_for(int(os.environ["WORLD_SIZE"])) < 1:
         raise ValueError("a world of 1 rank with --no-server-acts has no worker")
+    if not under_launcher() and config.world_size() == 1:
+        return run_serial(config, started, quiet)
     results = run_world(rank_main, nprocs=config.world_size(), args=(config, started, quiet),
                         timeout=config.max_seconds + 120.0)
     return next((r for r in results if r), {})

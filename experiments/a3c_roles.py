@@ -29,8 +29,8 @@ from experiments.a3c_parts import (
     resolve_device,
 )
 
-__all__ = ["GROUP", "SERVER", "WorkerShell", "check_env_id", "rank_main", "role_of", "run_server",
-           "run_worker_rank"]
+__all__ = ["GROUP", "SERVER", "WorkerShell", "check_env_id", "rank_main", "role_of", "run_serial",
+           "run_server", "run_worker_rank"]
 
 GROUP = "a3c"
 SERVER = "grads"
@@ -136,60 +136,90 @@ def run_worker_rank(config, group, *, index: int) -> None:
 
 def run_server(config, group, *, num_workers: int, started: float, acts: bool,
                quiet: bool) -> dict[str, Any]:
-    from algorithms.a2c import make_optimizer
-    from algorithms.rollout import evaluate
-    from envs import make_vector_env
     from rlpar.servers import PushPullGradServer
 
-    device = resolve_device(config.device)
-    obs_space, act_space = env_spaces(config.env_id)
-    import torch
-
-    torch.manual_seed(config.seed)
-    eval_agent = build_agent(config, obs_space, act_space, device=device)
-    model = copy.deepcopy(eval_agent.model)
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    lead = _Lead(config, started=started, num_workers=num_workers, quiet=quiet)
     grads = PushPullGradServer.host(
-        group, SERVER, model=model,
-        optimizer_factory=functools.partial(make_optimizer, config=config.a2c_config()),
+        group, SERVER, model=lead.model, optimizer_factory=lead.optimizer_factory,
         mode="async", max_staleness=config.max_staleness,
         staleness_policy=config.staleness_policy, timeout=config.rpc_timeout)
-    coordinator = Coordinator(config, num_workers=num_workers, started=started, quiet=quiet)
-    group.register("coord/report", coordinator.report)
+    group.register("coord/report", lead.coordinator.report)
     group.barrier()
+    return lead.run(grads, acts=acts)
 
-    shell = WorkerShell(config, grads, index=0, device=device) if acts else None
-    eval_env = make_vector_env(make_env_fn(config.env_id), num_envs=config.eval_episodes,
-                               num_workers=0, seed=config.seed + 7)
-    last_report = time.monotonic()
+
+def run_serial(config, started: float, quiet: bool = False) -> dict[str, Any]:
+    """A one-worker job in this process: the worker pushes to a local GradServer
+    (no world, no RPC, no spawned process); otherwise rank 0 of a distributed run."""
+    import torch
+
+    from rlpar.servers import GradServer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        while not coordinator.should_stop():
-            if shell is not None:
-                shell.step()
-                if time.monotonic() - last_report >= config.report_every:
-                    last_report = time.monotonic()
-                    coordinator.report(0, *shell.take_report(), False)
-            else:
-                time.sleep(0.01)
-            coordinator.tick(grads.metrics)
-            if coordinator.eval_due():
-                state, version = grads.pull()
-                eval_agent.load_parameters(state)
-                returns = evaluate(functools.partial(eval_agent.act, explore=False), eval_env,
-                                   episodes=config.eval_episodes,
-                                   seed=config.seed + 7 + coordinator.env_steps)
-                coordinator.record_eval(float(np.mean(returns)), version)
+        lead = _Lead(config, started=started, num_workers=1, quiet=quiet)
+        grads = GradServer(model=lead.model, optimizer_factory=lead.optimizer_factory,
+                           mode="async", max_staleness=config.max_staleness,
+                           staleness_policy=config.staleness_policy)
+        return lead.run(grads, acts=True)
     finally:
-        coordinator.stop("finished")
-        if shell is not None:
-            coordinator.report(0, *shell.take_report(), True)
-            shell.close()
-        eval_env.close()
-        coordinator.wait_for_workers(timeout=config.rpc_timeout)
-        final, _ = grads.pull()
-        change = math.sqrt(sum(float((final[k].cpu() - v.cpu()).float().pow(2).sum())
-                               for k, v in initial.items()))
-        summary = coordinator.summary(grads.metrics(), param_change=change)
-        coordinator.close()
-    return summary
+        torch.set_num_threads(threads)
 
+
+class _Lead:
+    """Rank 0's side: the server's model and optimizer, coordinator, evaluation loop."""
+
+    def __init__(self, config, *, started: float, num_workers: int, quiet: bool) -> None:
+        import torch
+
+        from algorithms.a2c import make_optimizer
+
+        self.config = config
+        self.device = resolve_device(config.device)
+        obs_space, act_space = env_spaces(config.env_id)
+        torch.manual_seed(config.seed)
+        self.eval_agent = build_agent(config, obs_space, act_space, device=self.device)
+        self.model = copy.deepcopy(self.eval_agent.model)
+        self.initial = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.optimizer_factory = functools.partial(make_optimizer, config=config.a2c_config())
+        self.coordinator = Coordinator(config, num_workers=num_workers, started=started,
+                                       quiet=quiet)
+
+    def run(self, grads, *, acts: bool) -> dict[str, Any]:
+        from algorithms.rollout import evaluate
+        from envs import make_vector_env
+
+        config, coordinator, eval_agent = self.config, self.coordinator, self.eval_agent
+        shell = WorkerShell(config, grads, index=0, device=self.device) if acts else None
+        eval_env = make_vector_env(make_env_fn(config.env_id), num_envs=config.eval_episodes,
+                                   num_workers=0, seed=config.seed + 7)
+        try:
+            while not coordinator.should_stop():
+                if shell is not None:
+                    shell.step()
+                    # A local call: report every rollout so evaluations fall on time.
+                    coordinator.report(0, *shell.take_report(), False)
+                else:
+                    time.sleep(0.01)
+                coordinator.tick(grads.metrics)
+                if coordinator.eval_due():
+                    state, version = grads.pull()
+                    eval_agent.load_parameters(state)
+                    returns = evaluate(functools.partial(eval_agent.act, explore=False), eval_env,
+                                       episodes=config.eval_episodes,
+                                       seed=config.seed + 7 + coordinator.env_steps)
+                    coordinator.record_eval(float(np.mean(returns)), version)
+        finally:
+            coordinator.stop("finished")
+            if shell is not None:
+                coordinator.report(0, *shell.take_report(), True)
+                shell.close()
+            eval_env.close()
+            coordinator.wait_for_workers(timeout=config.rpc_timeout)
+            final, _ = grads.pull()
+            change = math.sqrt(sum(float((final[k].cpu() - v.cpu()).float().pow(2).sum())
+                                   for k, v in self.initial.items()))
+            summary = coordinator.summary(grads.metrics(), param_change=change)
+            coordinator.close()
+        return summary

@@ -101,3 +101,18 @@ def test_invalid_flags_exit_2_naming_the_flag(argv, flag, capsys):
         parse_config(A3CRunConfig, argv)
     assert exc.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_one_worker_runs_in_process_without_spawning():
+    import multiprocessing
+
+    config = A3CRunConfig(num_workers=1, envs_per_worker=2, n_steps=4, max_env_steps=800,
+                          eval_every=300, eval_episodes=2, log_dir=None, max_seconds=50.0)
+    threads = torch.get_num_threads()
+    summary = run(config, quiet=True)
+    assert multiprocessing.active_children() == []
+    assert torch.get_num_threads() == threads  # restored after the run
+    assert summary["stop_reason"] == "env step budget" and summary["num_workers"] == 1
+    assert summary["updates"] == summary["version"] >= 100 and summary["mean_staleness"] == 0.0
+    assert summary["evaluations"] >= 2 and summary["param_change"] > 0
