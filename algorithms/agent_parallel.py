@@ -204,18 +204,54 @@ class _Group:
                 out.append(None)
         return out
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def shares_first_layer(self) -> bool:
+        """Whether ``call_shared`` can fold the members' first layers into one product."""
+        return self.impl == "bmm" and self.leaves is not None and self.layers[0][0] == "linear"
+
+    def call_shared(self, x: torch.Tensor, replace: tuple[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """Every member on the same input ``x`` ``(B, in)`` -> ``(n, B, out)``.
+
+        The first layer of all members is ONE ``(B, in) @ (in, n * h)`` product on a
+        free view of the stacked leaf, instead of n products over an expanded
+        ``(n, B, in)`` copy (the copy and the small-GEMM inefficiency dominate
+        centralized critics, whose input grows with the number of agents).
+        ``replace=(start, values)`` with ``values`` ``(n, B, w)``: member i sees columns
+        ``start + i*w ... start + (i+1)*w`` of ``x`` replaced by ``values[i]``, computed as
+        ``W x + W[:, cols_i] (values_i - x[:, cols_i])``; gradients then reach ``values``
+        through a ``w``-wide product only, not through the whole input."""
+        w1, b1 = self.leaves[0], self.leaves[1] if self.layers[0][1].bias is not None else None
+        n, h, d = w1.shape
+        flat = torch.nn.functional.linear(x, w1.reshape(n * h, d), None if b1 is None else b1.reshape(n * h))
+        out = flat.view(x.shape[0], n, h).transpose(0, 1)  # (n, B, h)
+        if replace is not None:
+            start, values = replace
+            width = values.shape[-1]
+            cols = w1[:, :, start:start + n * width].reshape(n, h, n, width)
+            own = torch.diagonal(cols, dim1=0, dim2=2).permute(2, 0, 1)  # (n, h, w): member i's block i
+            given = x[:, start:start + n * width].reshape(x.shape[0], n, width).transpose(0, 1)  # (n, B, w)
+            out = torch.baddbmm(out, values - given, own.transpose(1, 2))
+        return self._rest(out, first=1)
+
+    def _rest(self, x: torch.Tensor, *, first: int) -> torch.Tensor:
+        """Layers after the first ``first`` Linear layers, on stacked ``(n, B, ...)`` input."""
         stacked = self._stacked()
-        if self.impl == "bmm":
-            k = 0
-            for kind, layer in self.layers:
-                if kind == "act":
+        k = linear = 0
+        for kind, layer in self.layers:
+            if kind == "act":
+                if linear >= first:
                     x = layer(x)
-                    continue
-                weight, bias = stacked[k], stacked[k + 1]
-                k += 2
+                continue
+            linear += 1
+            weight, bias = stacked[k], stacked[k + 1]
+            k += 2
+            if linear > first:
                 x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
-            return x
+        return x
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "bmm":
+            return self._rest(x, first=0)
+        stacked = self._stacked()
         params = dict(zip(self.names, stacked))
         buffers = {name: torch.stack([dict(m.named_buffers())[name] for m in self.modules])
                    for name in self.buffer_names}
@@ -309,6 +345,30 @@ class ParallelModules:
                 and not self._groups[0].failed:
             return self._groups[0](x)
         return torch.stack(self(list(x.unbind(0))))
+
+    def call_shared(self, x: torch.Tensor, *, replace: tuple[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """Every network on the same input ``x`` ``(B, in)`` -> ``(n, B, out)``.
+
+        ``replace=(start, values)``, ``values`` ``(n, B, w)``: network i sees columns
+        ``start + i*w`` to ``start + (i+1)*w`` of ``x`` replaced by ``values[i]`` (how
+        MADDPG's actor loss puts each agent's own action into the critic input). With
+        stored stacked leaves in ``batched`` mode the first layers of all networks are
+        one matrix product over ``x`` (see ``_Group.call_shared``); other modes build
+        each network's input and call it."""
+        n = len(self.modules)
+        if self.mode == "batched" and len(self._groups) == 1 and n > 1 and self._groups[0].shares_first_layer():
+            return self._groups[0].call_shared(x, replace)
+        inputs = x.unsqueeze(0).expand(n, *x.shape)
+        if replace is not None:
+            start, values = replace
+            width = values.shape[-1]
+            mine = torch.zeros(n, 1, n * width, dtype=torch.bool, device=x.device)
+            for i in range(n):
+                mine[i, 0, i * width:(i + 1) * width] = True
+            spread = values.repeat(1, 1, n)  # (n, B, n*w): block i of row i is values[i]
+            block = torch.where(mine, spread, inputs[:, :, start:start + n * width])
+            inputs = torch.cat([inputs[:, :, :start], block, inputs[:, :, start + n * width:]], -1)
+        return self.call_stacked(inputs)
 
     def _threads(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if self._pool is None:

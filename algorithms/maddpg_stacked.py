@@ -4,11 +4,13 @@ The per-agent path in ``maddpg.py`` builds lists of tensors, so its op count gro
 with the number of agents. When every agent has the same spaces, there is no
 ensemble, every critic sees every agent (the paper's default) and the batch is
 one stacked joint batch, the same update is written with a fixed number of
-tensor ops: actors and critics run through ``ParallelModules.call_stacked``
-(one batched matmul per layer in ``batched`` mode), the critic input is built once
-and broadcast to all critics, and the actor loss's "my action replaced, the
-others from the buffer" inputs come from one ``torch.where`` over an identity
-mask. The math is that of the per-agent path (tests compare both).
+tensor ops: actors run through ``ParallelModules.call_stacked`` (one batched
+matmul per layer in ``batched`` mode); critics, whose input is the same joint
+observation-action vector for all of them, run through ``call_shared``: their
+first layers are one ``(B, D) @ (D, n*h)`` product with no ``(n, B, D)`` copy,
+and the actor loss's "my action replaced, the others from the buffer" inputs are
+a rank-``A`` correction to that product, so the backward pass reaches each
+agent's action through an ``A``-wide product instead of the whole input. The math is that of the per-agent path (tests compare both).
 
 ``MADDPG`` takes this path only when no learning hook is overridden, so a
 subclass that replaces a hook always gets the per-agent path it can see.
@@ -84,28 +86,23 @@ def stacked_update(algo: MADDPG, batch: Mapping[str, Any]) -> dict[str, float]:
     from algorithms.maddpg import _no_grad_for
 
     d = _tensors(algo, batch)
-    n = algo.n_agents
     b = d["obs"].shape[0]
     obs_flat = d["obs"].reshape(b, -1)
     with torch.no_grad():
         next_raw = algo.target_actor_eval.call_stacked(d["next_obs"].transpose(0, 1))  # (n, B, A)
         next_act = _to_action(algo, next_raw).transpose(0, 1).reshape(b, -1)
         x_next = torch.cat([d["next_obs"].reshape(b, -1), next_act], -1)
-        next_q = algo.target_critic_eval.call_stacked(x_next.unsqueeze(0).expand(n, *x_next.shape))
+        next_q = algo.target_critic_eval.call_shared(x_next)
         y = d["reward"].T + algo.config.gamma * (1.0 - d["terminated"].T) * next_q.squeeze(-1)  # (n, B)
     x = torch.cat([obs_flat, d["action"].reshape(b, -1)], -1)
-    q = algo.critic_eval.call_stacked(x.unsqueeze(0).expand(n, *x.shape)).squeeze(-1)
+    q = algo.critic_eval.call_shared(x).squeeze(-1)
     critic_losses = (q - y).pow(2).mean(1)
     algo.optimize(algo.critic_opt, critic_losses.sum(), algo.critic_params)
 
     raw = algo.actor_eval.call_stacked(d["obs"].transpose(0, 1))  # (n, B, A)
-    mine = _to_action(algo, raw).unsqueeze(2)  # (n, B, 1, A)
-    others = d["action"].unsqueeze(0).expand(n, *d["action"].shape)  # (n, B, n, A)
-    eye = torch.eye(n, dtype=torch.bool, device=algo.device).view(n, 1, n, 1)
-    actions = torch.where(eye, mine, others).reshape(n, b, -1)
-    x_actor = torch.cat([obs_flat.unsqueeze(0).expand(n, *obs_flat.shape), actions], -1)
+    mine = _to_action(algo, raw)  # (n, B, A): critic i sees agent i's action replaced by mu_i(o_i)
     with _no_grad_for(algo.critic_trainables):
-        q_actor = algo.critic_eval.call_stacked(x_actor).squeeze(-1)
+        q_actor = algo.critic_eval.call_shared(x, replace=(obs_flat.shape[1], mine)).squeeze(-1)
     actor_losses = -q_actor.mean(1) + algo.config.actor_reg * raw.pow(2).mean((1, 2))
     algo.optimize(algo.actor_opt, actor_losses.sum(), algo.actor_params)
     algo.soft_update()

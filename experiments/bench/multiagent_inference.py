@@ -1,6 +1,6 @@
 """Time per joint action and per MADDPG update in every agent-parallel mode.
 
-``python -m experiments.bench.multiagent_inference [--quick] [--torch-threads N]``
+``python -m experiments.bench.multiagent_inference [--quick] [--torch-threads N] [--ops update]``
 
 Cases: 3, 8 and 16 agents; hidden 64 and 256; batch 1 and 1024 (env copies for
 acting, sample size for updating); modes loop, threads, jit_fork, batched (bmm)
@@ -8,12 +8,20 @@ and batched_vmap, all in one run, on CPU and on CUDA when available. Agents look
 like simple_spread's (obs 6n, 5 discrete actions, critics see everyone). Each
 result is one JSON line; each case ends with a line comparing the default mode
 (``auto``) with ``threads`` and ``loop``.
+
+Every mode runs under the same intra-op thread budget (``--torch-threads``,
+default: all cores), so ``threads`` (a pool fanning agents out over the cores)
+and the single-call modes get the same hardware. Update lines carry the matmul
+FLOPs one MADDPG update needs (``gflop``, counted for the batched algorithm,
+which skips the input gradients nobody uses) and ``gflops`` = that / time: when
+two modes both run near the box's matmul peak, neither can be 2x the other.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -68,8 +76,31 @@ def _build(mode: str, n: int, hidden: int, device: str) -> MADDPG:
     return MADDPG(agents=agents, config=config, device=device)
 
 
+def _mlp_flops(sizes: list[int]) -> tuple[int, int]:
+    """(all layers, first layer) multiply-add FLOPs of one forward pass per sample."""
+    layers = [2 * a * b for a, b in zip(sizes[:-1], sizes[1:])]
+    return sum(layers), layers[0]
+
+
+def update_gflop(n: int, hidden: int, batch: int, obs: int, act: int) -> float:
+    """Matmul GFLOP of one MADDPG update (n actors, n centralized critics).
+
+    Forward F; backward with weight gradients costs F again, input gradients F
+    minus the first layer (nobody needs d/d(observations)). Target actors and
+    critics: F. Critic step: 3F - first. Actor step: actors 3F - first; the
+    critics on the actors' actions: F (forward) + F - first (input gradients,
+    no weight gradients) + the A-wide slot product."""
+    actor, actor_first = _mlp_flops([obs, hidden, hidden, act])
+    critic, critic_first = _mlp_flops([n * (obs + act), hidden, hidden, 1])
+    per_agent = (actor + critic  # targets
+                 + 3 * critic - critic_first  # critic step
+                 + 3 * actor - actor_first  # actor step: actors
+                 + 2 * critic - critic_first + 2 * 2 * act * hidden)  # actor step: critics
+    return n * batch * per_agent / 1e9
+
+
 def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, repeats: int,
-             modes: tuple[str, ...]) -> list[dict]:
+             modes: tuple[str, ...], ops: tuple[str, ...] = ("act", "update")) -> list[dict]:
     rng = np.random.default_rng(0)
     obs = rng.standard_normal((batch, n, 6 * n)).astype(np.float32)
     sample = {"obs": obs, "next_obs": rng.standard_normal((batch, n, 6 * n)).astype(np.float32),
@@ -78,18 +109,21 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     lines = []
     algos = {mode: _build(mode, n, hidden, device) for mode in (*modes, "auto")}
-    for op in ("act", "update"):
+    gflop = update_gflop(n, hidden, batch, 6 * n, 5)
+    for op in ops:
         fns = {mode: (lambda a=a: a.act(obs)) if op == "act" else (lambda a=a: a.update(sample))
                for mode, a in algos.items()}
         best = _timed_interleaved(fns, min_time=min_time, repeats=repeats, sync=sync)
         for mode, seconds in best.items():
-            lines.append({"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
-                          "agents": n, "hidden": hidden, "batch": batch, "mode": mode,
-                          "ms": round(seconds * 1e3, 4)})
+            line = {"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
+                    "agents": n, "hidden": hidden, "batch": batch, "mode": mode, "ms": round(seconds * 1e3, 4)}
+            if op == "update":
+                line |= {"gflop": round(gflop, 3), "gflops": round(gflop / seconds, 1)}
+            lines.append(line)
     for algo in algos.values():
         algo.close()
     chosen = f"actors={algos['auto'].mode},critics={algos['auto'].critic_mode}"
-    for op in ("act", "update"):
+    for op in ops:
         by_mode = {line["mode"]: line["ms"] for line in lines if line["op"] == op}
         auto_ms = by_mode.pop("auto")
         summary = {"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
@@ -106,8 +140,9 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads (1: the thread pool and jit.fork do the fan-out)")
+    parser.add_argument("--torch-threads", type=int, default=os.cpu_count() or 1,
+                        help="torch intra-op threads for every mode (default: all cores)")
+    parser.add_argument("--ops", nargs="+", default=["act", "update"], choices=["act", "update"])
     parser.add_argument("--agents", type=int, nargs="+", default=[3, 8, 16])
     parser.add_argument("--hidden", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 1024])
@@ -130,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             for hidden in args.hidden:
                 for batch in args.batch:
                     for line in run_case(device=device, n=n, hidden=hidden, batch=batch, min_time=args.min_time,
-                                         repeats=args.repeats, modes=tuple(args.modes)):
+                                         repeats=args.repeats, modes=tuple(args.modes), ops=tuple(args.ops)):
                         print(json.dumps(line), flush=True)
 
 
