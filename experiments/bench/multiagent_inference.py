@@ -118,7 +118,7 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
             line = {"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
                     "agents": n, "hidden": hidden, "batch": batch, "mode": mode, "ms": round(seconds * 1e3, 4)}
             if op == "update":
-                line |= {"gflop": round(gflop, 6), "gflops": round(gflop / seconds, 3)}
+                line |= {"gflop": float(f"{gflop:.4g}"), "gflops": float(f"{gflop / seconds:.4g}")}
             lines.append(line)
     for algo in algos.values():
         algo.close()
