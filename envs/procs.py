@@ -8,7 +8,6 @@ leaving the parent blocked on a pipe that will never answer.
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing as mp
 import os
 import pickle
@@ -20,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from envs import worker as W
+from envs.spin import Spinner
 from rlpar.errors import ChildDied, ChildError
 
 START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
@@ -94,7 +94,7 @@ class WorkerProcs:
         self.groups = groups
         self.payload_for = payload_for
         self.buffer = buffer
-        self.spin_us = spin_us
+        self.spinner = Spinner(spin_us)
         self.procs: list[Any] = [None] * len(groups)
         self.conns: list[Any] = [None] * len(groups)
         self._pollers: dict[frozenset[int], select.poll] = {}
@@ -186,16 +186,8 @@ class WorkerProcs:
         Watching the process sentinels is what turns a dead worker into an error at
         once instead of a hang."""
         poller = self._poller(frozenset(workers))
-        timeout_ms = None
-        if deadline is not None:
-            timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
-        events = poller.poll(0) if self.spin_us > 0 else None
-        if not events and self.spin_us > 0:
-            end = time.perf_counter() + self.spin_us * 1e-6
-            while not events and time.perf_counter() < end:
-                events = poller.poll(0)
-        if not events:
-            events = poller.poll(timeout_ms)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        events = self.spinner.wait(poller, timeout)
         if not events:
             raise TimeoutError(f"no reply from env workers {sorted(workers)} within the timeout")
         fds = {fd for fd, _ in events}

@@ -6,7 +6,9 @@ pickled round trip per *env*; actions, observations, rewards and flags are read 
 written in place in one shared block; infos are only pickled when non-empty. With
 ``step_in_parent=True`` (the default) the parent steps one share of the envs itself
 while the workers step theirs, so on a 2-core machine parent + 1 worker keep both
-cores busy without a third process competing for them.
+cores busy without a third process competing for them. Each side waits for the
+other by polling briefly before blocking (``envs.spin``): on a VM, a blocked
+process's wake-up costs more than stepping a few CartPoles.
 
 Failure handling: every wait watches the workers' process sentinels, so a worker
 killed by a signal or ``os._exit`` is noticed at once (never a hang) and becomes
@@ -31,6 +33,7 @@ from envs import worker as W
 from envs.base import BatchVectorEnv
 from envs.procs import START_TIMEOUT, WorkerProcs, default_num_workers, split_envs
 from envs.runner import EnvFailure, EnvRunner
+from envs.spin import auto_spin_us
 from rlpar.errors import ChildError
 
 
@@ -66,10 +69,11 @@ class SubprocVectorEnv(BatchVectorEnv):
         copy: return copies of the observations (False: views valid until next step).
         context: multiprocessing start method ("forkserver" by default: fast starts
             without inheriting the parent's threads or its imported torch).
-        spin_us: busy-poll this long for the next message before blocking, in the
-            workers and in the parent (0, the default, never spins). Saves wake-up
-            latency when every process has a core to itself; on a shared or
-            oversubscribed machine it only burns CPU, hence off by default.
+        spin_us: busy-poll (yielding the core each time) up to this long for the next
+            message before blocking, in the workers and in the parent; 0 never spins.
+            None (default): ``envs.spin.DEFAULT_SPIN_US`` when every stepping process
+            has a core of its own, else 0. See ``envs.spin`` for why spinning is what
+            makes cheap envs (CartPole) faster than stepping them in one process.
     """
 
     def __init__(
@@ -82,7 +86,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         step_in_parent: bool = True,
         copy: bool = True,
         context: str = "forkserver",
-        spin_us: float = 0.0,
+        spin_us: float | None = None,
     ) -> None:
         self.closed = True  # until fully built, close()/__del__ have nothing to do
         fns = list(env_fns)
@@ -93,9 +97,6 @@ class SubprocVectorEnv(BatchVectorEnv):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
         num_groups = min(num_workers, len(fns))
-        if spin_us < 0:
-            raise ValueError(f"spin_us must be >= 0, got {spin_us}")
-        self.spin_us = float(spin_us)
         self.restart_on_crash = restart_on_crash
         self.crash_count = 0
         self.last_crash: str | None = None
@@ -107,6 +108,11 @@ class SubprocVectorEnv(BatchVectorEnv):
         # getting none would be a surprise (and lose crash isolation).
         step_in_parent = step_in_parent and num_groups > 1
         self._local = 0 if step_in_parent else None
+        if spin_us is None:
+            spin_us = auto_spin_us(num_groups + (0 if step_in_parent else 1))
+        if spin_us < 0:
+            raise ValueError(f"spin_us must be >= 0, got {spin_us}")
+        self.spin_us = float(spin_us)
 
         # Spaces come from one env: the parent's own first env, or a throwaway one.
         probe = fns[0]()

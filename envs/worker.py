@@ -19,9 +19,10 @@ import pickle
 import select
 import signal
 import sys
-import time
 import traceback
 from typing import Any
+
+from envs.spin import Spinner
 
 OK = b"k"
 PAYLOAD = b"o"
@@ -77,10 +78,13 @@ def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
         return
     conn.send_bytes(OK)
     recv, send = conn.recv_bytes, conn.send_bytes
-    spin = spin_waiter(conn.fileno(), spin_us)
+    spinner = Spinner(spin_us)
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    wait = spinner.wait
     while True:
         try:
-            spin()
+            wait(poller)
             msg = recv()
         except (EOFError, OSError):  # parent gone: nothing left to serve
             break
@@ -117,25 +121,6 @@ def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
             if not _try_send(send, WORKER_ERROR + pickle.dumps(traceback.format_exc())):
                 break
     runner.close()
-
-
-def spin_waiter(fd: int, spin_us: float) -> Any:
-    """A function that busy-polls ``fd`` for up to ``spin_us`` microseconds (returns early
-    when it becomes readable). Spinning before a blocking read saves the scheduler's
-    wake-up latency when the next message comes soon, at the price of burning that CPU
-    time otherwise: only worth it when every process has a core of its own."""
-    if spin_us <= 0:
-        return lambda: None
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    poll, clock, span = poller.poll, time.perf_counter, spin_us * 1e-6
-
-    def spin() -> None:
-        end = clock() + span
-        while not poll(0) and clock() < end:
-            pass
-
-    return spin
 
 
 def _try_send(send: Any, data: bytes) -> bool:

@@ -133,9 +133,11 @@ def envpool_impl(num_envs: int) -> Callable[[], Any] | str:
 
 def impls(fn: Callable[[], gym.Env], n: int, case: str) -> dict[str, Callable[[], Any] | str]:
     out: dict[str, Callable[[], Any] | str] = {
+        # Defaults: W = CPU count with the parent stepping one share, and spin-then-block
+        # hand-offs whenever every stepping process has a core (see envs/spin.py).
         "rlpar_subproc": lambda: SubprocVectorEnv([fn] * n),
-        # Same, spinning 100 us before blocking: for a quiet machine with a core per process.
-        "rlpar_subproc_spin": lambda: SubprocVectorEnv([fn] * n, spin_us=100.0),
+        # Same, never spinning (always blocking): shows what the spinning buys.
+        "rlpar_subproc_nospin": lambda: SubprocVectorEnv([fn] * n, spin_us=0.0),
         "rlpar_inprocess": lambda: InProcessVectorEnv([fn] * n),
         "gym_sync": lambda: gym.vector.SyncVectorEnv([fn] * n),
         "gym_async": lambda: gym.vector.AsyncVectorEnv([fn] * n, shared_memory=True),

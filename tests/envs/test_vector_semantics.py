@@ -285,9 +285,10 @@ def test_inprocess_matches_gymnasium_sync_for_any_episode_lengths(
 
 
 @pytest.mark.timeout(30)
-def test_spinning_workers_give_identical_results():
+@pytest.mark.parametrize("spin_us", [0.0, 200.0, None])
+def test_spinning_or_blocking_workers_give_identical_results(spin_us):
     fns = [partial(CountingEnv, episode_length=3, with_info=True)] * 4
-    spin = SubprocVectorEnv(fns, num_workers=2, spin_us=200.0)
+    spin = SubprocVectorEnv(fns, num_workers=2, spin_us=spin_us)
     ref = InProcessVectorEnv(fns)
     try:
         for a, b in zip(spin.reset(seed=0), ref.reset(seed=0)):
