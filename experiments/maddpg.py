@@ -226,7 +226,9 @@ def _loop(config: RunConfig, venv: Any, algo: MADDPG, logger: MetricLogger, stre
             skip = done
             obs = next_obs
             steps += int(live.size)
-            since_update += int(live.size)
+            # Count toward the next update only once learning has started: otherwise
+            # the first update would be a burst of learning_starts / train_every steps.
+            since_update += int(live.size) if steps >= config.learning_starts else 0
             step_rate.add(int(live.size))
             while steps >= config.learning_starts and since_update >= config.train_every:
                 since_update -= config.train_every

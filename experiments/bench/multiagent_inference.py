@@ -99,6 +99,25 @@ def update_gflop(n: int, hidden: int, batch: int, obs: int, act: int) -> float:
     return n * batch * per_agent / 1e9
 
 
+def matmul_peak_gflops(device: str, *, size: int = 1024, min_time: float = 0.2) -> float:
+    """Best GFLOP/s of one ``size``-cubed float32 matrix product over ``min_time``
+    seconds of tries: the ceiling an update's matmuls can approach under the
+    current thread budget (and load)."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    torch.mm(a, b)
+    best, spent = float("inf"), 0.0
+    while spent < min_time:
+        sync()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+    return 2 * size**3 / best / 1e9
+
+
 def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, repeats: int,
              modes: tuple[str, ...], ops: tuple[str, ...] = ("act", "update")) -> list[dict]:
     rng = np.random.default_rng(0)
@@ -158,8 +177,9 @@ def main(argv: list[str] | None = None) -> None:
         args.min_time, args.repeats = 0.005, 1
     devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     torch.set_num_threads(args.torch_threads)
+    peaks = {device: round(matmul_peak_gflops(device, min_time=0.02 if args.quick else 0.5), 1) for device in devices}
     print(json.dumps({"bench": "multiagent_inference", "config": True, "torch_threads": args.torch_threads,
-                      "torch": torch.__version__, "devices": devices}), flush=True)
+                      "torch": torch.__version__, "devices": devices, "matmul_peak_gflops": peaks}), flush=True)
     for device in devices:
         for n in args.agents:
             for hidden in args.hidden:
