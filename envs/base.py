@@ -91,6 +91,12 @@ class BatchVectorEnv(VectorEnv):
         self.block_spec, self._num_obs, self._num_act = vector_block(obs_space, act_space, num_envs)
         self._act_leaves = leaves_of(act_space, "action space")
         self._flatten_act = flattener(act_space)
+        # Fast paths for the common case of one plain (non-Dict/Tuple) array per side.
+        composite = (spaces.Dict, spaces.Tuple)
+        self._plain_act = not isinstance(act_space, composite)
+        self._plain_obs = not isinstance(obs_space, composite)
+        self._act_shape = self._act_leaves[0].shape if self._plain_act else ()
+        self._castable: dict[np.dtype, bool] = {}
 
     def _bind_arrays(self, buffer: Any) -> None:
         views = self.block_spec.views(buffer)
@@ -131,6 +137,15 @@ class BatchVectorEnv(VectorEnv):
     def _write_actions(self, actions: Any, rows: slice | np.ndarray | list[slice]) -> None:
         """Check ``actions`` (shape and dtype per leaf) and write them into the action
         arrays at ``rows``; raises ValueError before anything is written on a mismatch."""
+        if self._plain_act and type(actions) is np.ndarray and type(rows) is slice:
+            # Per-step fast path (a plain array for a contiguous range): same checks.
+            castable = self._castable.get(actions.dtype)
+            if castable is None:
+                castable = np.can_cast(actions.dtype, self._act_leaves[0].dtype, "same_kind")
+                self._castable[actions.dtype] = castable
+            if castable and actions.shape == (rows.stop - rows.start, *self._act_shape):
+                self._act_arrays[0][rows] = actions
+                return
         n = (
             sum(s.stop - s.start for s in rows)
             if isinstance(rows, list)
@@ -169,6 +184,14 @@ class BatchVectorEnv(VectorEnv):
 
     # -- results ---------------------------------------------------------------------------
     def _gather(self, rows: slice | list[slice]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        if type(rows) is slice and self._plain_obs and len(self._obs_arrays) == 1:
+            obs = self._obs_arrays[0][rows]
+            return (
+                obs.copy() if self.copy or obs.ndim == 1 else obs,
+                self._reward[rows].copy(),
+                self._terminated[rows].copy(),
+                self._truncated[rows].copy(),
+            )
         def take(arr: np.ndarray) -> np.ndarray:
             if isinstance(rows, list):
                 if len(rows) == 1:

@@ -20,6 +20,7 @@ from typing import Any
 
 from envs import worker as W
 from envs.spin import Spinner
+from envs.wire import Channel
 from rlpar.errors import ChildDied, ChildError
 
 START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
@@ -97,6 +98,7 @@ class WorkerProcs:
         self.spinner = Spinner(spin_us)
         self.procs: list[Any] = [None] * len(groups)
         self.conns: list[Any] = [None] * len(groups)
+        self.chans: list[Channel] = [None] * len(groups)  # type: ignore[list-item]
         self._pollers: dict[frozenset[int], select.poll] = {}
         self._fd_owner: dict[int, int] = {}
 
@@ -112,6 +114,7 @@ class WorkerProcs:
             proc.start()
         child_end.close()  # so the parent sees EOF when the worker dies
         self.procs[w], self.conns[w] = proc, parent_end
+        self.chans[w] = Channel(parent_end.fileno())
         self._fd_owner[parent_end.fileno()] = w
         self._fd_owner[proc.sentinel] = w
         self._pollers.clear()  # file descriptors changed
@@ -161,7 +164,7 @@ class WorkerProcs:
 
     def send(self, w: int, data: bytes) -> None:
         try:
-            self.conns[w].send_bytes(data)
+            self.chans[w].send(data)
         except OSError:
             pass  # the worker is dead: the next wait sees its sentinel and reports it
 
@@ -185,6 +188,9 @@ class WorkerProcs:
         """Replies from whichever of ``workers`` are ready (None = the worker died).
         Watching the process sentinels is what turns a dead worker into an error at
         once instead of a hang."""
+        ready = [w for w in workers if self.chans[w].buffered()]
+        if ready:  # read ahead earlier: poll would not see these
+            return [(w, self.read(w)) for w in sorted(ready)]
         poller = self._poller(frozenset(workers))
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         events = self.spinner.wait(poller, timeout)
@@ -204,7 +210,7 @@ class WorkerProcs:
 
     def read(self, w: int) -> bytes | None:
         try:
-            return self.conns[w].recv_bytes()
+            return self.chans[w].recv()
         except (EOFError, OSError):  # the worker died
             return None
 
@@ -224,9 +230,9 @@ class WorkerProcs:
             try:
                 if w in busy and proc.is_alive() and not terminate:
                     if conn.poll(1.0):  # drain the reply of an unfinished step
-                        conn.recv_bytes()
+                        self.chans[w].recv()
                 if proc.is_alive() and not terminate:
-                    conn.send_bytes(W.CLOSE)
+                    self.chans[w].send(W.CLOSE)
             except (EOFError, OSError):
                 pass
         deadline = time.monotonic() + (0.1 if terminate else 2.0)

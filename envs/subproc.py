@@ -104,6 +104,9 @@ class SubprocVectorEnv(BatchVectorEnv):
         if context == "forkserver":
             self._ctx.set_forkserver_preload(["envs.worker", "envs.runner"])
         self.groups = split_envs(len(fns), num_groups)
+        self._all_workers = tuple(range(num_groups))
+        self._all_rows = [slice(lo, hi) for lo, hi in self.groups]
+        self._all_slice = slice(0, len(fns))
         # A single group always goes to a subprocess: asking for a subprocess env and
         # getting none would be a surprise (and lose crash isolation).
         step_in_parent = step_in_parent and num_groups > 1
@@ -226,17 +229,23 @@ class SubprocVectorEnv(BatchVectorEnv):
         """Start stepping the envs of ``workers`` (default: all) with ``actions``, whose
         leading dimension covers exactly those envs, in the order of ``workers``."""
         self._check_usable()
-        ws = list(range(len(self.groups))) if workers is None else [int(w) for w in workers]
-        for w in ws:
-            if not 0 <= w < len(self.groups):
-                raise ValueError(f"worker index {w} out of range 0..{len(self.groups) - 1}")
-        if len(set(ws)) != len(ws) or not ws:
-            raise ValueError(f"workers must be distinct and non-empty, got {ws}")
-        busy = self._busy.intersection(ws)
-        if busy:
-            raise RuntimeError(f"workers {sorted(busy)} are still stepping; call step_wait first")
-        rows = [slice(*self.groups[w]) for w in ws]
-        self._write_actions(actions, rows)
+        if workers is None and not self._busy:  # the per-step case: nothing to check
+            ws, rows = list(self._all_workers), self._all_rows
+            self._write_actions(actions, self._all_slice)
+        else:
+            ws = list(range(len(self.groups))) if workers is None else [int(w) for w in workers]
+            for w in ws:
+                if not 0 <= w < len(self.groups):
+                    raise ValueError(f"worker index {w} out of range 0..{len(self.groups) - 1}")
+            if len(set(ws)) != len(ws) or not ws:
+                raise ValueError(f"workers must be distinct and non-empty, got {ws}")
+            busy = self._busy.intersection(ws)
+            if busy:
+                raise RuntimeError(
+                    f"workers {sorted(busy)} are still stepping; call step_wait first"
+                )
+            rows = [slice(*self.groups[w]) for w in ws]
+            self._write_actions(actions, rows)
         for w in ws:
             if w != self._local:
                 self._workers.send(w, W.STEP)
@@ -284,7 +293,11 @@ class SubprocVectorEnv(BatchVectorEnv):
         if p.error is not None:
             raise p.error
         n = sum(r.stop - r.start for r in p.rows)
-        obs, rew, term, trunc = self._gather(p.rows if len(p.rows) > 1 else p.rows[0])
+        obs, rew, term, trunc = self._gather(
+            self._all_slice
+            if p.rows is self._all_rows
+            else (p.rows if len(p.rows) > 1 else p.rows[0])
+        )
         infos: dict[str, Any] = {}
         base = 0
         for w, rows in zip(p.workers, p.rows):

@@ -1,6 +1,6 @@
 """The env worker process: steps its envs on command, results in shared memory.
 
-Wire protocol on the worker's pipe (bytes; first byte is the opcode). The hot path
+Wire protocol on the worker's pipe (``envs.wire`` messages; first byte is the opcode). The hot path
 (step) is one byte each way and no pickling: actions and results live in the shared
 block; only non-empty infos are pickled back.
 
@@ -23,6 +23,7 @@ import traceback
 from typing import Any
 
 from envs.spin import Spinner
+from envs.wire import Channel
 
 OK = b"k"
 PAYLOAD = b"o"
@@ -74,17 +75,19 @@ def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
             autoreset_mode=mode,
         )
     except BaseException:
-        conn.send_bytes(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
+        Channel(conn.fileno()).send(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
         return
-    conn.send_bytes(OK)
-    recv, send = conn.recv_bytes, conn.send_bytes
+    channel = Channel(conn.fileno())
+    recv, send = channel.recv, channel.send
+    send(OK)
     spinner = Spinner(spin_us)
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
-    wait = spinner.wait
+    wait, buffered = spinner.wait, channel.buffered
     while True:
         try:
-            wait(poller)
+            if not buffered():
+                wait(poller)
             msg = recv()
         except (EOFError, OSError):  # parent gone: nothing left to serve
             break
