@@ -1,4 +1,4 @@
-"""MADDPG on MPE simple_spread under a fixed env-step budget, rlpar vs TorchRL.
+"""MADDPG on MPE simple_spread under a fixed env-step budget: random policy, rlpar, TorchRL.
 
 ``python -m experiments.bench.maddpg_spread [--quick] [--steps N] [--seeds 0 1 2]``
 
@@ -6,11 +6,16 @@ For each seed and implementation: train for ``--steps`` env steps (summed over
 env copies), then evaluate the greedy policy on 50 fixed-seed episodes with the
 same code for both: team return (sum over agents of the episode return), mean
 per-step sum over landmarks of the closest agent's distance, and colliding
-agent pairs per episode. Both use continuous actions by default (TorchRL's MADDPG
-components are continuous: deterministic actor + DDPG loss), the paper's
-hyperparameters (lr 1e-2, gamma 0.95, tau 0.01, batch 1024, 2x64 MLPs, update
-every 100 env steps) and the same number of env copies. One JSON line per run,
-then one aggregate line per implementation.
+agent pairs per episode. The uniform-random policy on the same episodes is the
+floor. Both learners use continuous actions (TorchRL's MADDPG components are
+continuous: deterministic actor + DDPG loss) and the paper's hyperparameters
+(Lowe et al. 2017: lr 1e-2, gamma 0.95, tau 0.01, batch 1024, 2x64 MLPs) and
+the same number of env copies, with one exception both share: the paper
+updates every 100 env steps over 1.5M steps (15k updates); a 2-core box fits
+about 100k steps per run, where that period gives under 1k updates and nothing
+measurable is learned, so the default updates every 8 env steps (one update
+per vector step of the 8 copies, ~11k updates). One JSON line per run, then one
+aggregate line per implementation.
 """
 
 from __future__ import annotations
@@ -26,13 +31,17 @@ import torch
 
 from experiments.maddpg import RunConfig, evaluate, resolve_env, train
 
+# Default budget: 3 seeds x 2 implementations in about 30 minutes on a 2-core box.
+STEPS = 100_000
+UPDATE_EVERY = 8
+
 
 def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
-              batch_size: int, eval_episodes: int) -> dict[str, Any]:
+              batch_size: int, eval_episodes: int, update_every: int) -> dict[str, Any]:
     config = RunConfig(env="simple_spread", n_agents=3, episode_steps=25, continuous=continuous,
                        num_envs=num_envs, num_workers=1, total_steps=steps, batch_size=batch_size,
                        buffer_size=max(steps, batch_size), learning_starts=learning_starts,
-                       train_every=_update_period(num_envs), seed=seed, status_every=1e9, device="cpu")
+                       train_every=update_every, seed=seed, status_every=1e9, device="cpu")
     start = time.perf_counter()
     summary = train(config, stream=io.StringIO())
     wall = time.perf_counter() - start
@@ -41,9 +50,23 @@ def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learnin
     return result | {"train_wall_s": round(wall, 1), "updates": summary["updates"], "mode": summary["mode"]}
 
 
-def _update_period(num_envs: int) -> int:
-    """About 100 env steps between updates (the paper's), a multiple of the copies."""
-    return num_envs * max(1, round(100 / num_envs))
+def update_period(update_every: int, num_envs: int) -> int:
+    """``update_every`` env steps rounded to a whole number of vector steps (>= one)."""
+    return num_envs * max(1, round(update_every / num_envs))
+
+
+def run_random(*, seed: int, eval_episodes: int) -> dict[str, Any]:
+    """The uniform-random joint policy on the same evaluation episodes (the floor)."""
+    config = RunConfig(env="simple_spread", n_agents=3, episode_steps=25, continuous=True, seed=seed)
+    return evaluate(_NoPolicy(3), resolve_env(config)[1], episodes=eval_episodes, random_policy=True) | {
+        "train_wall_s": 0.0, "updates": 0, "mode": "random"}
+
+
+class _NoPolicy:
+    """``evaluate`` needs ``n_agents`` only when it samples random actions."""
+
+    def __init__(self, n_agents: int) -> None:
+        self.n_agents = n_agents
 
 
 def torchrl_unavailable(continuous: bool) -> str | None:
@@ -75,7 +98,7 @@ class _TorchRLPolicy:
 
 
 def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
-                batch_size: int, eval_episodes: int) -> dict[str, Any]:
+                batch_size: int, eval_episodes: int, update_every: int) -> dict[str, Any]:
     """TorchRL's MADDPG recipe (MultiAgentMLP actors, centralized MultiAgentMLP critics,
     DDPGLoss with target critic, SoftUpdate), same hyperparameters and budget.
     Note TorchRL's DDPGLoss feeds every agent's *current* actor action to the critic
@@ -133,7 +156,7 @@ def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learn
     critic_opt = torch.optim.Adam(loss.value_network_params.flatten_keys().values(), lr=1e-2)
     params = {"actor": list(loss.actor_network_params.flatten_keys().values()),
               "critic": list(loss.value_network_params.flatten_keys().values())}
-    frames = _update_period(num_envs)  # env steps between updates, as for rlpar
+    frames = update_every  # env steps between updates, as for rlpar
     collector = Collector(env, explore, frames_per_batch=frames, total_frames=steps)
     replay = ReplayBuffer(storage=LazyTensorStorage(max(steps, batch_size)), sampler=RandomSampler(),
                           batch_size=batch_size)
@@ -170,23 +193,28 @@ def _line(impl: str, seed: int, steps: int, continuous: bool, result: dict[str, 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
-    parser.add_argument("--steps", type=int, default=100_000, help="env-step budget per run")
+    parser.add_argument("--steps", type=int, default=STEPS, help="env-step budget per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--discrete", action="store_true", help="discrete actions (rlpar only: Gumbel-softmax)")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--update-every", type=int, default=UPDATE_EVERY,
+                        help="env steps (over all copies) per update, rounded to whole vector steps; "
+                             "the paper's 100 learns nothing measurable in a budget this small")
     parser.add_argument("--eval-episodes", type=int, default=50)
-    parser.add_argument("--impls", nargs="+", default=["rlpar", "torchrl"], choices=["rlpar", "torchrl"])
+    parser.add_argument("--impls", nargs="+", default=["random", "rlpar", "torchrl"],
+                        choices=["random", "rlpar", "torchrl"])
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.batch_size, args.eval_episodes = 600, [0], 32, 2
-    if args.steps < 100 or args.num_envs < 1:
-        parser.error("--steps must be >= 100 and --num-envs >= 1")
+    if args.steps < 100 or args.num_envs < 1 or args.update_every < 1:
+        parser.error("--steps must be >= 100, --num-envs and --update-every >= 1")
     torch.set_num_threads(1)
     continuous = not args.discrete
     learning_starts = min(25_600, args.steps // 10)
     common = dict(steps=args.steps, continuous=continuous, num_envs=args.num_envs,
-                  learning_starts=learning_starts, batch_size=args.batch_size, eval_episodes=args.eval_episodes)
+                  learning_starts=learning_starts, batch_size=args.batch_size, eval_episodes=args.eval_episodes,
+                  update_every=update_period(args.update_every, args.num_envs))
     results: dict[str, list[dict[str, Any]]] = {}
     for impl in args.impls:
         if impl == "torchrl":
@@ -195,20 +223,28 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps({"bench": "maddpg_spread", "impl": "torchrl", "skipped": why}), flush=True)
                 continue
             runner = run_torchrl
+        elif impl == "random":
+            runner = lambda *, seed, eval_episodes, **_: run_random(seed=seed, eval_episodes=eval_episodes)  # noqa: E731
         else:
             runner = run_rlpar
-        for seed in args.seeds:
+        # The evaluation episodes are fixed (same env seeds for every run), so the
+        # random policy needs one pass.
+        for seed in args.seeds[:1] if impl == "random" else args.seeds:
             result = runner(seed=seed, **common)
-            line = _line(impl, seed, args.steps, continuous, result)
+            line = _line(impl, seed, 0 if impl == "random" else args.steps, continuous, result)
+            line["update_every"] = common["update_every"]
             results.setdefault(impl, []).append(line)
             print(json.dumps(line), flush=True)
     for impl, lines in results.items():
         agg = {"bench": "maddpg_spread", "impl": impl, "aggregate": True, "seeds": len(lines),
-               "env_steps": args.steps}
+               "env_steps": lines[0]["env_steps"], "update_every": common["update_every"]}
         for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
             values = [x[key] for x in lines]
             agg[f"{key}_mean"] = round(statistics.fmean(values), 4)
             agg[f"{key}_std"] = round(statistics.pstdev(values), 4)
+        if "random" in results and impl != "random":
+            agg["team_return_minus_random"] = round(
+                agg["team_return_mean"] - statistics.fmean(x["team_return"] for x in results["random"]), 4)
         if "torchrl" in results and impl == "rlpar":
             peer = statistics.fmean(x["team_return"] for x in results["torchrl"])
             agg["team_return_minus_peer"] = round(agg["team_return_mean"] - peer, 4)

@@ -16,15 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(120)
 def test_quick_mode_prints_json_lines():
     pytest.importorskip("mpe2")
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.maddpg_spread", "--quick", "--impls", "rlpar"],
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.maddpg_spread", "--quick", "--impls", "random", "rlpar"],
                           cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     runs = [x for x in lines if not x.get("aggregate")]
-    assert len(runs) == 1 and runs[0]["impl"] == "rlpar" and runs[0]["env_steps"] == 600
-    for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
-        assert isinstance(runs[0][key], float | int), key
+    assert [x["impl"] for x in runs] == ["random", "rlpar"] and runs[1]["env_steps"] == 600
+    for run in runs:
+        for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
+            assert isinstance(run[key], float | int), key
+    assert runs[1]["updates"] > 0 and runs[1]["update_every"] == 8
     assert lines[-1]["aggregate"] and lines[-1]["seeds"] == 1
+    assert "team_return_minus_random" in lines[-1]
 
 
 def test_peer_reports_why_it_cannot_run_discrete():
