@@ -215,21 +215,26 @@ def main(argv: list[str] | None = None) -> None:
     common = dict(steps=args.steps, continuous=continuous, num_envs=args.num_envs,
                   learning_starts=learning_starts, batch_size=args.batch_size, eval_episodes=args.eval_episodes,
                   update_every=update_period(args.update_every, args.num_envs))
-    results: dict[str, list[dict[str, Any]]] = {}
+    runners: dict[str, Any] = {}
     for impl in args.impls:
         if impl == "torchrl":
             why = torchrl_unavailable(continuous)
             if why:
                 print(json.dumps({"bench": "maddpg_spread", "impl": "torchrl", "skipped": why}), flush=True)
                 continue
-            runner = run_torchrl
+            runners[impl] = run_torchrl
         elif impl == "random":
-            runner = lambda *, seed, eval_episodes, **_: run_random(seed=seed, eval_episodes=eval_episodes)  # noqa: E731
+            runners[impl] = lambda *, seed, eval_episodes, **_: run_random(seed=seed, eval_episodes=eval_episodes)
         else:
-            runner = run_rlpar
-        # The evaluation episodes are fixed (same env seeds for every run), so the
-        # random policy needs one pass.
-        for seed in args.seeds[:1] if impl == "random" else args.seeds:
+            runners[impl] = run_rlpar
+    results: dict[str, list[dict[str, Any]]] = {}
+    # Seed-major, so a run cut short still holds both learners on the same seeds.
+    # The evaluation episodes are fixed (same env seeds for every run), so the
+    # random policy needs one pass.
+    for n_seed, seed in enumerate(args.seeds):
+        for impl, runner in runners.items():
+            if impl == "random" and n_seed > 0:
+                continue
             result = runner(seed=seed, **common)
             line = _line(impl, seed, 0 if impl == "random" else args.steps, continuous, result)
             line["update_every"] = common["update_every"]
