@@ -6,7 +6,8 @@ collects a rollout with it, computes the gradient of the actor-critic loss on
 that rollout, sends the gradient to the shared parameters, and copies the shared
 parameters back. Here the shared parameters sit behind a
 :class:`~rlpar.protocols.GradientSink` (``push_gradients(grads, version)`` /
-``pull(newer_than)``): an in-process :class:`rlpar.servers.grad.GradServer` in
+``pull(newer_than)``, and ``push_gradients_and_pull`` in one call where the sink
+has it): an in-process :class:`rlpar.servers.grad.GradServer` in
 tests, an RPC accessor to a remote one in experiments. This module never sees
 which, and imports no transport.
 
@@ -50,6 +51,9 @@ class A3C(Algorithm):
     def sync(self) -> bool:
         """Load the shared parameters if they are newer than ours; True if loaded."""
         pulled = self.sink.pull(newer_than=self.version)
+        return self._load(pulled)
+
+    def _load(self, pulled: tuple[Mapping[str, Any], int] | None) -> bool:
         if pulled is None:
             return False
         state, version = pulled
@@ -74,10 +78,16 @@ class A3C(Algorithm):
             raise RuntimeError("the gradient sink returned no parameters to start from")
         grads, metrics = self.compute_gradients(batch)
         computed_on = self.version
-        accepted = bool(self.sink.push_gradients(grads, computed_on))
+        exchange = getattr(self.sink, "push_gradients_and_pull", None)
+        if exchange is not None:  # one round trip instead of two
+            accepted, pulled = exchange(grads, computed_on, computed_on)
+            self._load(pulled)
+        else:
+            accepted = self.sink.push_gradients(grads, computed_on)
+            self.sync()
+        accepted = bool(accepted)
         self.pushed += 1
         self.accepted += accepted
-        self.sync()
         metrics.update(accepted=float(accepted), version=float(self.version),
                        version_lag=float(self.version - computed_on))
         return metrics

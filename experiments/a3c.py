@@ -179,9 +179,10 @@ def default_log_dir() -> str:
     return os.path.join("runs", time.strftime("a3c-%Y%m%d-%H%M%S"))
 
 
-def run(config: A3CRunConfig, *, quiet: bool = False) -> dict[str, Any]:
+def run(config: A3CRunConfig, *, quiet: bool = False, started: float | None = None) -> dict[str, Any]:
     """Run the job (a local world unless under torchrun); returns rank 0's summary
-    (``{}`` on other ranks under torchrun)."""
+    (``{}`` on other ranks under torchrun). Its times count from ``started`` (a
+    ``time.time()``; default: now), e.g. a benchmark's process launch."""
     from experiments.a3c_roles import rank_main, run_serial
     from experiments.runner import run_world, under_launcher
 
@@ -190,7 +191,7 @@ def run(config: A3CRunConfig, *, quiet: bool = False) -> dict[str, Any]:
         config = dataclasses.replace(config, log_dir=default_log_dir())
     elif config.log_dir is not None and config.log_dir.lower() == "none":
         config = dataclasses.replace(config, log_dir=None)
-    started = time.time()
+    started = time.time() if started is None else float(started)
     if under_launcher() and config.workers_for(int(os.environ["WORLD_SIZE"])) < 1:
         raise ValueError("a world of 1 rank with --no-server-acts has no worker")
     if not under_launcher() and config.world_size() == 1:

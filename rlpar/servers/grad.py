@@ -171,6 +171,15 @@ class GradServer:
                 self._step(mean)
             return True
 
+    def push_gradients_and_pull(
+        self, grads: Mapping[str, Any], version: int, newer_than: int = -1
+    ) -> tuple[bool, tuple[dict[str, Any], int] | None]:
+        """``push_gradients(grads, version)`` then ``pull(newer_than)``, in one call
+        (one round trip for a remote worker): ``(accepted, pulled)``."""
+        check_newer_than(newer_than)
+        accepted = self.push_gradients(grads, version)
+        return accepted, self.pull(newer_than)
+
     def _step(self, grads: Mapping[str, torch.Tensor]) -> None:
         for name, param in self._params.items():
             grad = grads.get(name)

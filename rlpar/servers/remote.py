@@ -205,6 +205,20 @@ class RemoteGradServer(_Accessor):
             )
         return self._call("push_gradients", grads_for_transfer(grads, self.keep_device), version)
 
+    def push_gradients_and_pull(
+        self, grads: Mapping[str, Any], version: int, newer_than: int = -1
+    ) -> tuple[bool, tuple[dict[str, Any], int] | None]:
+        """One round trip: push ``grads``, get the parameters if newer than ``newer_than``."""
+        if not isinstance(grads, Mapping):
+            raise TypeError(
+                f"grads must be a mapping of parameter name to tensor, got {type(grads).__name__}"
+            )
+        check_newer_than(newer_than)
+        return self._call(
+            "push_gradients_and_pull", grads_for_transfer(grads, self.keep_device), version,
+            newer_than,
+        )
+
     def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
         check_newer_than(newer_than)
         return self._call("pull", newer_than)
@@ -222,6 +236,7 @@ def grad_services(server: GradServer) -> dict[str, Callable]:
         "push": server.push,
         "pull": server.pull,
         "push_gradients": server.push_gradients,
+        "push_gradients_and_pull": server.push_gradients_and_pull,
         "metrics": server.metrics,
         "version": lambda: server.version,
     }

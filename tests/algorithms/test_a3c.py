@@ -154,3 +154,31 @@ def test_state_dict_round_trip():
     assert (other.version, other.pushed) == (1, 1)
     obs = np.arange(4, dtype=np.float32).reshape(4, 1)
     np.testing.assert_array_equal(other.act(obs, explore=False), worker.act(obs, explore=False))
+
+
+def test_a_sink_with_push_gradients_and_pull_costs_one_call_per_update():
+    env = make_env()
+    server = make_server(make_agent(env, seed=1))
+
+    class Exchanging(RecordingSink):
+        calls = 0
+
+        def push_gradients_and_pull(self, grads, version, newer_than=-1):
+            self.calls += 1
+            self.pushed.append((grads, version))
+            return self.inner.push_gradients_and_pull(grads, version, newer_than)
+
+        def pull(self, newer_than=-1):
+            assert newer_than == -1, "only the first sync pulls on its own"
+            return self.inner.pull(newer_than)
+
+    sink = Exchanging(server)
+    worker = A3C(agent=make_agent(env, seed=2), sink=sink)
+    collector = RolloutCollector(env=env, sample_actions=worker.sample_actions, n_steps=4, seed=0)
+    for _ in range(3):
+        metrics = worker.update(collector.collect())
+    assert sink.calls == 3 and [v for _, v in sink.pushed] == [0, 1, 2]
+    assert worker.version == server.version == 3 and metrics["version_lag"] == 1.0
+    state, _ = server.pull()
+    for key, value in worker.agent.model.state_dict().items():
+        torch.testing.assert_close(value, state[key])

@@ -152,3 +152,17 @@ def test_invalid_arguments():
         srv.push_gradients([torch.zeros(3)], version=0)
     cfg = GradServerConfig(mode="reduce", reduce_batch_size=2)
     assert GradServer(model=Vec(), optimizer_factory=sgd, **vars(cfg)).config == cfg
+
+
+def test_push_gradients_and_pull_is_one_call():
+    srv = server(max_staleness=0)
+    accepted, pulled = srv.push_gradients_and_pull(g(1, 2, 3), 0, newer_than=0)
+    assert accepted and pulled[1] == 1
+    assert torch.equal(pulled[0]["w"], torch.tensor([-1.0, -2.0, -3.0]))
+    # Stale: dropped, and nothing newer than what the caller already has.
+    assert srv.push_gradients_and_pull(g(1, 1, 1), 0, newer_than=1) == (False, None)
+    with pytest.raises(TypeError):
+        srv.push_gradients_and_pull(g(1, 1, 1), 1, newer_than="1")
+    with pytest.raises(ValueError, match="unknown"):
+        srv.push_gradients_and_pull({"nope": torch.ones(3)}, 1, newer_than=1)
+    assert srv.version == 1
