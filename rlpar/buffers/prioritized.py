@@ -24,7 +24,7 @@ from rlpar.buffers.replay import (
     to_tensors,
 )
 from rlpar.buffers.spec import as_array
-from rlpar.buffers.trees import MinTree, SumTree, update_sum_min
+from rlpar.buffers.trees import MinTree, SumTree, kernels
 from rlpar.protocols import Sample
 
 
@@ -86,6 +86,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.max_priority = 1.0  # largest p = |delta| + eps seen; priority of new items
         self.sum_tree = SumTree(capacity=self.capacity, arity=tree_arity)
         self.min_tree = MinTree(capacity=self.capacity, arity=tree_arity)
+        kernels()  # compile now, not inside the first (perhaps remote) sample
 
     @property
     def beta(self) -> float:
@@ -99,6 +100,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if priorities is not None:
             p = check_priorities(priorities, n)
             leaf = self._leaf(p)
+            if n and not leaf.min() > 0.0:
+                raise ValueError(
+                    f"priorities must be > 0 when eps is {self.eps}: an item of priority 0 "
+                    "would never be sampled"
+                )
             if n:
                 self.max_priority = max(self.max_priority, float(p.max()) + self.eps)
         else:
@@ -112,18 +118,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         head = min(m, self.capacity - start)  # contiguous run before the wrap
         for tree in (self.sum_tree, self.min_tree):
             if np.isscalar(leaf):
-                tree.set_range(start, leaf, head)
-                tree.set_range(0, leaf, m - head)
+                tree.set_range(start, leaf, head, checked=True)
+                tree.set_range(0, leaf, m - head, checked=True)
             else:
-                tree.set_range(start, leaf[:head], head)
-                tree.set_range(0, leaf[head:], m - head)
+                tree.set_range(start, leaf[:head], head, checked=True)
+                tree.set_range(0, leaf[head:], m - head, checked=True)
 
     def draw(self, fractions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Slots at positions ``fractions`` (in [0, 1)) of the total priority mass and
         their ``priority ** alpha`` (see ReplayBuffer.draw)."""
         values = np.multiply(fractions, self.sum_tree.total, dtype=np.float64)
         slots = self.sum_tree.find_prefix(values)
-        return slots, self.sum_tree.levels[-1][slots]
+        return slots, self.sum_tree.leaves[slots]
 
     @property
     def total_mass(self) -> float:
@@ -142,50 +148,73 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int) -> Sample:
         n = check_batch_size(batch_size, len(self.storage))
-        slots, leaf = self.sample_slots(n)
-        weights = importance_weights(
-            leaf,
-            total=self.sum_tree.total,
-            min_leaf=self.min_tree.min,
-            count=len(self.storage),
-            beta=self.beta,
+        u = self.rng.random(n)
+        slots = np.empty(n, dtype=np.int64)
+        serials = np.empty(n, dtype=np.int64)
+        weights = np.empty(n, dtype=np.float32)
+        sum_tree, min_tree = self.sum_tree, self.min_tree
+        sum_tree.flush()
+        min_tree.flush()
+        # One compiled call: stratified search, serials and importance weights.
+        kernels().stratified_sample(
+            sum_tree._flat,
+            min_tree._flat,
+            sum_tree._offs,
+            sum_tree._shift,
+            u,
+            self.beta,
+            self.storage.next_serial - 1,
+            self.capacity,
+            slots,
+            serials,
+            weights,
         )
         self.sample_steps += 1
-        return Sample(self.storage.gather(slots), self.storage.serials_of(slots), weights)
+        return Sample(self.storage.gather(slots), serials, weights)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """Set ``p = priority + eps`` for the sampled items still in the buffer."""
+        """Set ``p = priority + eps`` for the sampled items still in the buffer.
+
+        Entries whose slot was overwritten since the sample are dropped. The batch
+        is validated as a whole: on a bad entry nothing is applied.
+        """
         idx = check_indices(indices)
         p = as_array(priorities)
-        if p.dtype == np.float64 and p.shape == idx.shape and idx.size:
-            # Hot path (float64 priorities): one min and one max validate them and
-            # the max is reused for max_priority.
-            p_min, p_max = p.min(), p.max()
-            if not (p_min >= 0.0 and p_max < np.inf):
-                check_priorities(p, idx.shape[0])  # raises the descriptive error
-        else:
+        if p.dtype != np.float64 or p.shape != idx.shape:
             p = check_priorities(p, idx.shape[0])
-            if idx.size == 0:
-                return
-            p_max = p.max()
-        # age = next_serial - 1 - serial, as unsigned: below len(storage) exactly for
-        # the serials still stored; serials not issued yet wrap around to huge ages,
-        # negative ones exceed ``last``, so one max finds either kind of bad index.
+        if idx.size == 0:
+            return
+        n = idx.size
+        sum_tree, min_tree = self.sum_tree, self.min_tree
+        sum_tree.flush()
+        min_tree.flush()
         last = self.storage.next_serial - 1
-        age = (last - idx).view(np.uint64)
-        live = age < len(self.storage)
-        if not live.all():
-            if last < 0 or int(age.max()) > last:
-                raise ValueError(f"indices must be serials returned by sample, in [0, {last + 1})")
-            keep = np.flatnonzero(live)
-            if keep.size == 0:
-                return
-            idx, p = idx.take(keep), p.take(keep)
-            p_max = p.max()
-        slots = idx % self.capacity
-        self.max_priority = max(self.max_priority, float(p_max) + self.eps)
-        # slots are in range by construction: skip the trees' index check.
-        update_sum_min(self.sum_tree, self.min_tree, slots, self._leaf(p), checked=True)
+        status, p_max = kernels().prioritized_update(
+            sum_tree._flat,
+            min_tree._flat,
+            sum_tree._offs,
+            sum_tree._shift,
+            np.ascontiguousarray(idx),
+            np.ascontiguousarray(p),
+            last,
+            len(self.storage),
+            self.capacity,
+            self.eps,
+            self.alpha,
+            np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.float64),
+        )
+        if status == 1:
+            check_priorities(p, n)  # raises the descriptive error
+        elif status == 2:
+            raise ValueError(f"indices must be serials returned by sample, in [0, {last + 1})")
+        elif status == 3:
+            raise ValueError(
+                f"priorities must be > 0 when eps is {self.eps}: an item of priority 0 "
+                "would never be sampled again"
+            )
+        if p_max >= 0.0:
+            self.max_priority = max(self.max_priority, p_max + self.eps)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

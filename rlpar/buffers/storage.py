@@ -41,6 +41,12 @@ class OutputPool:
         self._arrays: dict[tuple, list[np.ndarray]] = {}
         self._lock = threading.Lock()  # two threads must not both claim a free array
 
+    def __getstate__(self) -> dict:
+        return {}  # a pickled copy (another process) starts with an empty pool
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes < _POOL_MIN_BYTES:

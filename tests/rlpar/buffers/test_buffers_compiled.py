@@ -1,0 +1,236 @@
+"""The compiled (numba) prioritized-replay paths against plain numpy references:
+stratified sampling, fused priority updates, bad values, tiny totals, pickling,
+and the disk cache when the package directory cannot be written."""
+
+import copy
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlpar.buffers import MinTree, PrioritizedReplayBuffer, SumTree
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def rows(start: int, n: int) -> dict[str, np.ndarray]:
+    ids = np.arange(start, start + n)
+    return {"obs": ids[:, None].astype(np.float32), "action": ids.astype(np.int64)}
+
+
+@st.composite
+def filled_buffers(draw):
+    cap = draw(st.integers(1, 150))
+    arity = draw(st.sampled_from([2, 8, 16]))
+    alpha = draw(st.sampled_from([0.6, 1.0, 0.0]))
+    eps = draw(st.sampled_from([1e-6, 0.0, 0.1]))
+    chunks = draw(
+        st.lists(st.lists(st.floats(1e-3, 1e3), min_size=1, max_size=60), min_size=1, max_size=5)
+    )
+    return cap, arity, alpha, eps, chunks
+
+
+def build(cap, arity, alpha, eps, chunks, seed):
+    buf = PrioritizedReplayBuffer(
+        capacity=cap, alpha=alpha, beta=0.4, eps=eps, seed=seed, tree_arity=arity
+    )
+    ref = np.zeros(cap)  # reference leaves: (p + eps) ** alpha per slot
+    serial = 0
+    for chunk in chunks:
+        p = np.array(chunk)
+        buf.add(rows(serial, p.size), priorities=p)
+        for q in p:
+            ref[serial % cap] = (q + eps) ** alpha
+            serial += 1
+    return buf, ref
+
+
+@settings(max_examples=40, deadline=None)
+@given(filled_buffers(), st.integers(0, 2**32 - 1), st.data())
+def test_stratified_sample_matches_reference(case, seed, data):
+    buf, ref = build(*case, seed)
+    n = data.draw(st.integers(1, len(buf)))
+    rng = copy.deepcopy(buf.rng)
+    sample = buf.sample(n)
+    u = rng.random(n)
+    total = buf.sum_tree.total
+    assert total == pytest.approx(ref.sum(), rel=1e-12)
+    # One draw from each of n equal slices of the total mass.
+    v = (np.arange(n) + u) * (total / n)
+    slots = np.minimum(np.searchsorted(np.cumsum(ref), v, side="right"), len(buf) - 1)
+    np.testing.assert_array_equal(sample.indices % buf.capacity, slots)
+    np.testing.assert_array_equal(sample.batch["action"], sample.indices)
+    live = ref[: len(buf)]
+    expected = (live[slots] / live.min()) ** -0.4
+    np.testing.assert_allclose(sample.weights, expected, rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(filled_buffers(), st.integers(0, 2**32 - 1), st.data())
+def test_fused_update_matches_reference(case, seed, data):
+    cap, arity, alpha, eps, chunks = case
+    buf, ref = build(*case, seed)
+    last = buf.storage.next_serial - 1
+    # Any issued serial: live ones apply (last write wins), overwritten ones are dropped.
+    serials = np.array(
+        data.draw(st.lists(st.integers(0, last), min_size=1, max_size=40)), dtype=np.int64
+    )
+    prios = np.array(
+        data.draw(st.lists(st.floats(0.5, 50), min_size=serials.size, max_size=serials.size))
+    )
+    max_before = buf.max_priority
+    buf.update_priorities(serials, prios)
+    live = serials > last - len(buf)
+    for s, p in zip(serials[live], prios[live], strict=True):
+        ref[s % cap] = (p + eps) ** alpha
+    np.testing.assert_array_equal(buf.sum_tree.leaves[: len(buf)], ref[: len(buf)])
+    assert buf.sum_tree.total == pytest.approx(ref.sum(), rel=1e-12)
+    assert buf.min_tree.min == ref[: len(buf)].min()
+    expected_max = max(max_before, prios[live].max() + eps) if live.any() else max_before
+    assert buf.max_priority == expected_max
+
+
+def test_bad_batch_is_rejected_whole():
+    buf = PrioritizedReplayBuffer(capacity=8, seed=0)
+    buf.add(rows(0, 8), priorities=np.arange(1.0, 9.0))
+    before = buf.sum_tree.leaves.copy()
+    sample = buf.sample(4)
+    for bad, message in [(np.nan, "finite"), (-1.0, "non-negative"), (np.inf, "finite")]:
+        with pytest.raises(ValueError, match=message):
+            buf.update_priorities(sample.indices, np.array([2.0, 3.0, 4.0, bad]))
+        np.testing.assert_array_equal(buf.sum_tree.leaves, before)
+    with pytest.raises(ValueError, match="serials"):
+        buf.update_priorities(np.array([0, 99]), np.array([1.0, 1.0]))
+    np.testing.assert_array_equal(buf.sum_tree.leaves, before)
+
+
+def test_zero_priority_needs_positive_eps():
+    buf = PrioritizedReplayBuffer(capacity=4, eps=0.0, seed=0)
+    with pytest.raises(ValueError, match="never be sampled"):
+        buf.add(rows(0, 2), priorities=np.array([1.0, 0.0]))
+    buf.add(rows(0, 2), priorities=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="never be sampled"):
+        buf.update_priorities(np.array([0, 1]), np.array([0.0, 1.0]))
+    ok = PrioritizedReplayBuffer(capacity=4, eps=1e-3, alpha=1.0, seed=0)
+    ok.add(rows(0, 2), priorities=np.zeros(2))
+    ok.update_priorities(np.array([0]), np.array([0.0]))
+    assert ok.sum_tree.leaves[0] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("tiny", [1e-300, 5e-324])
+def test_sampling_when_total_is_tiny(tiny):
+    buf = PrioritizedReplayBuffer(capacity=37, alpha=1.0, eps=0.0, seed=0)
+    buf.add(rows(0, 37), priorities=np.full(37, tiny))
+    assert 0 < buf.sum_tree.total < 1e-290
+    sample = buf.sample(37)
+    assert 0 <= sample.indices.min() and sample.indices.max() < 37
+    if tiny > 1e-307:  # subnormal totals have too few bits left for 37 slices
+        assert sorted(sample.indices.tolist()) == list(range(37))  # one per slice
+    np.testing.assert_array_equal(sample.weights, np.ones(37, np.float32))
+    # A few huge priorities next to tiny ones: the tiny ones are (almost) never drawn,
+    # and nothing lands on an empty slot or the padding.
+    buf.update_priorities(np.array([3, 30]), np.array([1.0, 2.0]))
+    drawn = np.concatenate([buf.sample(8).indices for _ in range(20)])
+    assert set(drawn.tolist()) <= {3, 30}
+
+
+def test_partly_filled_tree_never_returns_empty_slots():
+    buf = PrioritizedReplayBuffer(capacity=1000, seed=0)  # 3 levels at arity 16
+    buf.add(rows(0, 5), priorities=np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    drawn = np.concatenate([buf.sample(5).indices for _ in range(50)])
+    assert drawn.min() >= 0 and drawn.max() <= 4
+    # Rounding past the total still lands on the last positive leaf.
+    slots, _ = buf.draw(np.array([np.nextafter(1.0, 0.0), 1.0, 1.5]))
+    np.testing.assert_array_equal(slots, [4, 4, 4])
+
+
+@pytest.mark.parametrize("cls", [SumTree, MinTree])
+def test_trees_reject_bad_values(cls):
+    tree = cls(capacity=10)
+    for bad in (np.nan, -1.0):
+        with pytest.raises(ValueError, match="non-negative"):
+            tree.update(np.array([1, 2]), np.array([1.0, bad]))
+        with pytest.raises(ValueError, match="non-negative"):
+            tree.set_range(0, np.array([1.0, bad]), 2)
+    if cls is SumTree:
+        with pytest.raises(ValueError, match="finite"):
+            tree.update(np.array([1]), np.array([np.inf]))
+    else:  # +inf is the min tree's empty value
+        tree.update(np.array([1]), np.array([np.inf]))
+        assert tree.min == np.inf
+    with pytest.raises(ValueError, match="shape"):
+        tree.set_range(0, np.ones(3), 2)
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
+def test_pickled_buffer_samples_and_updates_the_same(dumps):
+    buf = PrioritizedReplayBuffer(capacity=100, seed=3)
+    buf.add(rows(0, 130), priorities=np.linspace(0.1, 5.0, 130))
+    buf.add(rows(130, 7))  # parents still pending (lazy): pickling must flush them
+    clone = pickle.loads(dumps(buf))
+    assert clone.sum_tree._flat.ctypes.data % 64 == 0
+    for b in (buf, clone):
+        b.update_priorities(np.array([40, 129, 135]), np.array([9.0, 0.3, 2.0]))
+    a, c = buf.sample(32), clone.sample(32)
+    np.testing.assert_array_equal(a.indices, c.indices)
+    np.testing.assert_array_equal(a.weights, c.weights)
+    np.testing.assert_array_equal(buf.sum_tree.leaves, clone.sum_tree.leaves)
+    assert buf.sum_tree.total == clone.sum_tree.total and buf.min_tree.min == clone.min_tree.min
+
+
+# Loads tree_kernels.py by path (not through the package, which imports torch) and
+# compiles one kernel: enough to see where numba caches it, at a fraction of the
+# cost of compiling them all.
+_ONE_KERNEL = """
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("tree_kernels", sys.argv[1])
+tk = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tk)
+out = np.empty(2, dtype=np.int64)
+tk.find_prefix(np.array([3.0, 0.0, 1.0, 2.0]), np.array([0, 2, 4]), 1, np.array([0.5, 1.5]), out)
+print(out.tolist(), type(tk.find_prefix._cache).__name__)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_kernels_work_without_a_writable_package_dir(tmp_path):
+    # NUMBA_CACHE_LOCATOR_CLASSES stands in for file permissions (root ignores
+    # them): "UserWideCacheLocator" is what numba falls back to when the package's
+    # __pycache__ is read-only; "IPythonCacheLocator" never applies outside
+    # IPython, i.e. nowhere is writable, and the kernels must still compile.
+    source = ROOT / "rlpar" / "buffers" / "tree_kernels.py"
+    procs = {}
+    for locator in ("UserWideCacheLocator", "IPythonCacheLocator"):
+        env = {
+            **os.environ,
+            "NUMBA_CACHE_LOCATOR_CLASSES": locator,
+            "XDG_CACHE_HOME": str(tmp_path / locator),
+            "PYTHONWARNINGS": "default",
+        }
+        env.pop("NUMBA_CACHE_DIR", None)
+        procs[locator] = subprocess.Popen(
+            [sys.executable, "-c", _ONE_KERNEL, str(source)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    outs = {}
+    for locator, proc in procs.items():
+        out, err = proc.communicate(timeout=110)
+        assert proc.returncode == 0, err[-3000:]
+        assert "Warning" not in err, err[-3000:]
+        outs[locator] = out.split()
+    assert outs["UserWideCacheLocator"] == ["[0,", "1]", "FunctionCache"]
+    assert outs["IPythonCacheLocator"] == ["[0,", "1]", "NullCache"]
+    assert list((tmp_path / "UserWideCacheLocator").rglob("tree_kernels.find_prefix*.nbi"))
+    assert not (tmp_path / "IPythonCacheLocator").exists()
