@@ -1,8 +1,9 @@
 """The env worker process: steps its envs on command, results in shared memory.
 
-Wire protocol on the worker's pipe (``envs.wire`` messages; first byte is the opcode). The hot path
-(step) is one byte each way and no pickling: actions and results live in the shared
-block; only non-empty infos are pickled back.
+Wire protocol on the worker's pipe (``envs.wire`` messages; first byte is the
+opcode). The hot path (step) is a one-byte message each way, no pickling: actions and
+results live in the shared block; only non-empty infos are pickled back. Waits spin
+briefly before blocking (``envs.spin``).
 
 parent -> worker  b"s" step | b"r"+pickle(seeds, options, mask, restarted) reset
                   b"c"+pickle(name, args, kwargs) call | b"g"+pickle(name) get_attr
