@@ -44,6 +44,21 @@ def actor_epsilon(index: int, num_actors: int, *, eps: float = 0.4, alpha: float
     return eps ** (1.0 + index / (num_actors - 1) * alpha)
 
 
+def exploration_rates(index: int, num_actors: int, num_envs: int, *, eps: float = 0.4,
+                      alpha: float = 7.0, per_env: bool = True) -> float | np.ndarray:
+    """Actor ``index``'s exploration: one :func:`actor_epsilon` per env copy (array of
+    ``num_envs``, the schedule spread over ``num_actors * num_envs`` copies) or,
+    with ``per_env=False``, one rate for the whole actor."""
+    if not per_env:
+        return actor_epsilon(index, num_actors, eps=eps, alpha=alpha)
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    total = num_actors * num_envs
+    actor_epsilon(index, num_actors)  # validates index
+    return np.array([actor_epsilon(index * num_envs + k, total, eps=eps, alpha=alpha)
+                     for k in range(num_envs)])
+
+
 @dataclasses.dataclass
 class ApexConfig:
     """Ape-X hyperparameters besides the DQN ones (see :class:`~algorithms.dqn.DQNConfig`)."""
@@ -56,6 +71,11 @@ class ApexConfig:
     add_every: int = 16  # actor vector steps buffered before one add (with priorities)
     eps: float = 0.4
     eps_alpha: float = 7.0
+    # Spread the eps_i schedule over every env copy (actor i's env k is "actor"
+    # i * envs_per_actor + k) rather than over actor processes: the paper's actors
+    # step one env each, and with few vectorized actors (2 on a small box) a
+    # per-process schedule leaves only eps = 0.4 and eps ~ 0.0007.
+    eps_per_env: bool = True
 
     def validate(self) -> None:
         for name in ("n_step", "batch_size", "push_every", "pull_every", "add_every"):
@@ -90,7 +110,8 @@ class ApexActor:
         config.validate()
         self.dqn, self.env, self.buffer, self.params, self.config = dqn, env, buffer, params, config
         self.index = index
-        self.dqn.epsilon = actor_epsilon(index, num_actors, eps=config.eps, alpha=config.eps_alpha)
+        self.dqn.epsilon = exploration_rates(index, num_actors, env.num_envs, eps=config.eps,
+                                             alpha=config.eps_alpha, per_env=config.eps_per_env)
         self.assembler = NStepAssembler(num_envs=env.num_envs, n=config.n_step, gamma=dqn.config.gamma)
         self.version = -1
         self.env_steps = 0

@@ -77,6 +77,90 @@ class DQNConfig:
             raise ValueError(f"priority_eps must be >= 0, got {self.priority_eps}")
 
 
+_METRICS = ("loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm")
+
+
+def clip_grad_norm(grads: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """Scale ``grads`` in place so their global L2 norm is at most ``max_norm`` (None:
+    no clipping); returns the norm before clipping. The same rule as
+    ``torch.nn.utils.clip_grad_norm_``, minus its per-call grouping of tensors by
+    device and dtype (a net's grads share both), which costs more than the
+    arithmetic on small nets."""
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
+
+
+class FusedAdam:
+    """Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization", ICLR) as
+    one fused kernel call per step: the kernel ``torch.optim.Adam(fused=True)`` runs,
+    without ``torch.optim``'s per-step Python machinery (hooks, grouping by device,
+    dynamo guards), which costs several times the kernel on a small net, and without
+    constructing a ``torch.optim.Optimizer``, which imports ``torch._dynamo`` (seconds
+    of process start-up). The same update rule (no weight decay, no amsgrad); any
+    ``torch.optim`` optimizer can replace it (``dqn.optimizer = ...``)."""
+
+    def __init__(self, params: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError("FusedAdam got no parameters that require grad")
+        devices = {p.device for p in self.params}
+        dtypes = {p.dtype for p in self.params}
+        if len(devices) > 1 or len(dtypes) > 1:
+            raise ValueError(f"FusedAdam needs one device and dtype, got {devices} and {dtypes}")
+        if lr <= 0 or eps <= 0 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"FusedAdam: bad lr={lr}, eps={eps} or betas={betas}")
+        self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if any(p.grad is None for p in self.params):
+            # Parameters the loss did not reach keep their value, as in torch.optim.
+            idx = [i for i, p in enumerate(self.params) if p.grad is not None]
+            lists = [[group[i] for i in idx] for group in
+                     (self.params, self.exp_avg, self.exp_avg_sq, self.steps)]
+        else:
+            lists = [self.params, self.exp_avg, self.exp_avg_sq, self.steps]
+        params, exp_avg, exp_avg_sq, steps = lists
+        if not params:
+            return
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(params, [p.grad for p in params], exp_avg, exp_avg_sq, [], steps,
+                           lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
+                           eps=self.eps, amsgrad=False, maximize=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps,
+                "exp_avg": [t.clone() for t in self.exp_avg],
+                "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
+                "steps": [t.clone() for t in self.steps]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if len(state["exp_avg"]) != len(self.params):
+            raise ValueError(f"optimizer state has {len(state['exp_avg'])} tensors, "
+                             f"this optimizer {len(self.params)}")
+        self.lr, self.eps = float(state["lr"]), float(state["eps"])
+        self.betas = (float(state["betas"][0]), float(state["betas"][1]))
+        with torch.no_grad():
+            for mine, theirs in zip(self.exp_avg + self.exp_avg_sq + self.steps,
+                                    [*state["exp_avg"], *state["exp_avg_sq"], *state["steps"]]):
+                mine.copy_(theirs)
+
+
 class DQN(Algorithm):
     """DQN on any ``network: obs -> Q values of shape (batch, num_actions)``.
 
@@ -102,25 +186,25 @@ class DQN(Algorithm):
         self.device = torch.device(device)
         self.num_actions = int(num_actions)
         self.network = network.to(self.device)
+        self._params = [p for p in self.network.parameters() if p.requires_grad]
         self.target_network = copy.deepcopy(self.network).requires_grad_(False)
-        self._optimizer: torch.optim.Optimizer | None = None
-        self.epsilon = 0.0  # exploration rate used by act(explore=True)
+        self._optimizer: Any = None
+        # Exploration rate of act(explore=True): a float, or one rate per row of obs.
+        self.epsilon: float | np.ndarray = 0.0
         self.updates = 0
         self._rng = np.random.default_rng(seed)
 
     @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """Adam, built on first use: actors never need one, and building one imports
-        torch._dynamo, which costs seconds per process."""
+    def optimizer(self) -> Any:
+        """:class:`FusedAdam` by default, built on first use (actors never need one);
+        assign any ``torch.optim`` optimizer to replace it."""
         if self._optimizer is None:
-            # The fused kernel is one op per step instead of several per parameter:
-            # most of an update's cost on small nets is per-op overhead.
-            self._optimizer = torch.optim.Adam(self.network.parameters(), lr=self.config.lr,
-                                               eps=self.config.adam_eps, fused=True)
+            self._optimizer = FusedAdam(self.network.parameters(), lr=self.config.lr,
+                                        eps=self.config.adam_eps)
         return self._optimizer
 
     @optimizer.setter
-    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+    def optimizer(self, optimizer: Any) -> None:
         self._optimizer = optimizer
 
     # ---- acting -------------------------------------------------------------
@@ -130,9 +214,10 @@ class DQN(Algorithm):
         return self.network(as_tensor(obs, self.device))
 
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
-        """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``) or greedy."""
+        """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``, a float or
+        one rate per observation) or greedy."""
         greedy = self.q_values(obs).argmax(dim=-1).cpu().numpy()
-        if not explore or self.epsilon <= 0.0:
+        if not explore or np.all(np.asarray(self.epsilon) <= 0.0):
             return greedy
         random = self._rng.integers(self.num_actions, size=greedy.shape)
         return np.where(self._rng.random(greedy.shape) < self.epsilon, random, greedy)
@@ -147,14 +232,13 @@ class DQN(Algorithm):
         grad_norm = self.optimize(loss)
         self.updates += 1
         self.postprocess()
-        metrics: dict[str, Any] = {
-            "loss": float(loss.detach()),
-            "q_mean": float(q_taken.detach().mean()),
-            "target_mean": float(target.mean()),
-            "td_abs_mean": float(td_error.abs().mean()),
-            "grad_norm": grad_norm,
-        }
-        metrics["priorities"] = self.priorities(td_error)
+        td_abs = td_error.abs()
+        # One stack and one conversion instead of a sync per metric: on a small net
+        # the update is a few hundred tiny ops, and each one costs microseconds.
+        values = torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(),
+                              td_abs.mean(), grad_norm]).tolist()
+        metrics: dict[str, Any] = dict(zip(_METRICS, values))
+        metrics["priorities"] = self.priorities(td_abs)
         return metrics
 
     def target(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -188,14 +272,16 @@ class DQN(Algorithm):
             elementwise = elementwise * weights.float()
         return elementwise.mean(), td_error.detach(), q_taken
 
-    def optimize(self, loss: torch.Tensor) -> float:
-        """Hook: one gradient step; returns the gradient norm before clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
+    def optimize(self, loss: torch.Tensor) -> torch.Tensor:
+        """Hook: one gradient step; returns the gradient norm before clipping (a
+        0-dim tensor: converting it is the caller's choice)."""
+        optimizer = self.optimizer
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
-        grad_norm = nn.utils.clip_grad_norm_(self.network.parameters(), max_norm)
-        self.optimizer.step()
-        return float(grad_norm)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        grad_norm = clip_grad_norm(grads, self.config.max_grad_norm)
+        optimizer.step()
+        return grad_norm
 
     def postprocess(self) -> None:
         """Hook: after each step; syncs the target network on schedule."""
@@ -204,7 +290,9 @@ class DQN(Algorithm):
 
     def priorities(self, td_error: torch.Tensor) -> np.ndarray:
         """Hook: new replay priorities from the TD errors (Schaul et al.: ``|delta| + eps``)."""
-        return td_error.abs().double().cpu().numpy() + self.config.priority_eps
+        # numpy for the rest: on a few hundred values one numpy call is cheaper than a torch op.
+        magnitude = np.abs(td_error.detach().cpu().numpy())
+        return magnitude.astype(np.float64) + self.config.priority_eps
 
     @torch.no_grad()
     def update_target(self) -> None:
@@ -232,7 +320,7 @@ class DQN(Algorithm):
             "target_network": self.target_network.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
-            "epsilon": self.epsilon,
+            "epsilon": np.array(self.epsilon, dtype=np.float64).tolist(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -240,4 +328,5 @@ class DQN(Algorithm):
         self.target_network.load_state_dict(state["target_network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
-        self.epsilon = float(state["epsilon"])
+        eps = state["epsilon"]
+        self.epsilon = float(eps) if np.ndim(eps) == 0 else np.asarray(eps, dtype=np.float64)

@@ -93,6 +93,8 @@ class ApexRunConfig:
         "actor env steps between parameter pulls"))
     eps: float = dataclasses.field(default=0.4, metadata=_help("Ape-X base exploration rate"))
     eps_alpha: float = dataclasses.field(default=7.0, metadata=_help("Ape-X exploration exponent"))
+    eps_per_env: bool = dataclasses.field(default=True, metadata=_help(
+        "spread the eps_i schedule over all env copies (else one rate per actor process)"))
     eval_every: int = dataclasses.field(default=5000, metadata=_help(
         "env steps between greedy evaluations"))
     eval_episodes: int = dataclasses.field(default=20, metadata=_help("episodes per evaluation"))
@@ -158,7 +160,8 @@ class ApexRunConfig:
 
         return ApexConfig(n_step=self.n_step, batch_size=self.batch_size,
                           learning_starts=self.learning_starts, push_every=self.push_every,
-                          pull_every=self.pull_every, eps=self.eps, eps_alpha=self.eps_alpha)
+                          pull_every=self.pull_every, eps=self.eps, eps_alpha=self.eps_alpha,
+                          eps_per_env=self.eps_per_env)
 
     def dqn_config(self):
         from algorithms.dqn import DQNConfig
@@ -230,6 +233,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  learner updates/s  {summary['updates_per_s']:.0f} ({summary['updates']:,} updates, "
         f"batch {summary['batch_size']})",
         f"  learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for data)",
+        f"  learner CPU        {summary.get('learner_cpu_ms_per_update', float('nan')):.2f} ms per update"
+        f" (its thread had the CPU {100 * summary.get('learner_cpu_share', float('nan')):.0f}%"
+        " of the time)",
         f"  TensorBoard        {('tensorboard --logdir ' + summary['log_dir']) if summary['log_dir'] else 'off'}",
         "=" * 64,
     ]

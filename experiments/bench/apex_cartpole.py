@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--max-seconds", type=float, default=300.0, help="per run")
     parser.add_argument("--max-env-steps", type=int, default=200_000, help="per run")
+    parser.add_argument("--ours-flags", default="", help=(
+        "extra experiments.apex flags for ours, e.g. --ours-flags=\"--lr 2e-3\""))
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (not a measurement)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -67,16 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [i for i in impls if i not in WORKERS]
     if unknown:
         parser.error(f"--impls: unknown {unknown}; choose from {sorted(WORKERS)}")
-    summaries: dict[str, dict[str, Any]] = {}
+    runnable = []
     for impl in impls:
         module = PEER_MODULES.get(impl)
         if module is not None and importlib.util.find_spec(module) is None:
             emit({"bench": BENCH, "impl": impl, "skipped": f"{module} is not installed"})
-            continue
-        runs = [run_worker(impl, seed, args) for seed in range(args.seeds)]
-        for run in runs:
+        else:
+            runnable.append(impl)
+    # Seeds outermost: each implementation's runs are spread over the whole session,
+    # so a burst of load from other processes does not land on one of them only.
+    runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in runnable}
+    for seed in range(args.seeds):
+        for impl in runnable:
+            run = run_worker(impl, seed, args)
+            runs[impl].append(run)
             emit({"bench": BENCH, "impl": impl, "case": "run", **run})
-        summaries[impl] = summarize(impl, runs, quick=args.quick)
+    summaries = {impl: summarize(impl, runs[impl], quick=args.quick) for impl in runnable}
     peers = [s["median_wall_s"] for k, s in summaries.items() if k != "ours" and s["median_wall_s"]]
     for impl, summary in summaries.items():
         if impl == "ours":
@@ -96,6 +104,8 @@ def run_worker(impl: str, seed: int, args) -> dict[str, Any]:
            "--seed", str(seed), "--started", repr(time.time()),
            "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
            "--max-seconds", str(args.max_seconds), "--max-env-steps", str(args.max_env_steps)]
+    if impl == "ours" and args.ours_flags:
+        cmd.append(f"--ours-flags={args.ours_flags}")
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.max_seconds + 180)
     except subprocess.TimeoutExpired:
@@ -143,12 +153,17 @@ def greedy_eval(predict, episodes: int, seed: int) -> float:
 
 
 def worker_ours(args) -> dict[str, Any]:
-    from experiments.apex import ApexRunConfig, run
+    import dataclasses
+    import shlex
 
-    config = ApexRunConfig(seed=args.seed, eval_every=args.eval_every,
-                           eval_episodes=args.eval_episodes, target_return=TARGET,
-                           max_seconds=args.max_seconds, max_env_steps=args.max_env_steps,
-                           log_dir="none", status_every=0)
+    from experiments.apex import ApexRunConfig, run
+    from experiments.cli import parse_config
+
+    config = parse_config(ApexRunConfig, shlex.split(args.ours_flags))
+    config = dataclasses.replace(config, seed=args.seed, eval_every=args.eval_every,
+                                 eval_episodes=args.eval_episodes, target_return=TARGET,
+                                 max_seconds=args.max_seconds, max_env_steps=args.max_env_steps,
+                                 log_dir="none", status_every=0)
     s = run(config, quiet=True, started=args.started)
     return {"solved": s["solved"],
             "wall_s": round(s["time_to_solve_s"] if s["solved"] else s["wall_s"], 2),

@@ -66,17 +66,12 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
     """One rank of the job: its role from its rank (:func:`role_of`). ``dqn_class``
     (a :class:`~algorithms.dqn.DQN` subclass, importable by name) replaces DQN in
     the learner and the actors."""
-    import os
-    import threading
-
     import torch
 
     from rlpar.distributed import World
 
-    if os.environ.get("RANK") == "0":
-        # torch.optim's first step imports torch._dynamo (seconds on a small box):
-        # do it while the world assembles instead of on the critical path.
-        threading.Thread(target=_import_dynamo, name="warm-imports", daemon=True).start()
+    # No rank imports torch._dynamo: DQN's default optimizer (FusedAdam) does not
+    # need it, and on a 2-core box its import is seconds of CPU taken from the others.
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     world = World.from_env(rpc_timeout=config.rpc_timeout, listen_address=config.listen_address)
     role, index = role_of(world.rank, world.world_size, config)
@@ -94,10 +89,6 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
         run_actor(config, group, index=index, num_actors=num_actors, shards=shards,
                   dqn_class=dqn_class)
     return {}
-
-
-def _import_dynamo() -> None:
-    import torch._dynamo  # noqa: F401
 
 
 def distributed_replay(config, group, shards: list[str]):
@@ -147,7 +138,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
     # steady state neither side waits; only a starved learner does.
     ratio, slack = config.updates_per_step, AHEAD_STEPS * config.updates_per_step
     min_size = max(config.learning_starts, config.batch_size)
-    loop_start = wait = 0.0
+    loop_start = wait = cpu_start = 0.0
     window: dict[str, float] = {}
     last_metrics: dict[str, float] = {}
     last_log = time.monotonic()
@@ -159,7 +150,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
                 if coordinator.transitions < min_size:
                     time.sleep(0.002)
                     continue
-                loop_start = time.perf_counter()
+                loop_start, cpu_start = time.perf_counter(), time.thread_time()
             consumed = config.learning_starts + learner.updates / ratio
             if coordinator.env_steps + slack / ratio < consumed:
                 t0 = time.perf_counter()
@@ -183,9 +174,17 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
         coordinator.stop("finished")
         busy = time.perf_counter() - loop_start if loop_start else 0.0
         waiting = wait + learner.sample_seconds
-        summary = coordinator.summary(learner, algorithm=type(dqn), metrics=last_metrics or window, wait_fraction=waiting / busy if busy > 0 else 0.0,
+        summary = coordinator.summary(learner, algorithm=type(dqn), metrics=last_metrics or window,
+                                      wait_fraction=waiting / busy if busy > 0 else 0.0,
                                       busy_seconds=busy, log_dir=config.log_dir,
                                       replay_size=coordinator.transitions)
+        # CPU time of the learner loop's own thread: unlike updates/s, it does not
+        # depend on how much of a core other processes left us (load-robust).
+        cpu = time.thread_time() - cpu_start if loop_start else 0.0
+        summary["learner_cpu_ms_per_update"] = 1e3 * cpu / max(learner.updates, 1)
+        summary["learner_cpu_share"] = cpu / busy if busy > 0 else 0.0
+        summary["sample_ms_per_update"] = 1e3 * learner.sample_seconds / max(learner.updates, 1)
+        summary["update_ms_per_update"] = 1e3 * learner.update_seconds / max(learner.updates, 1)
         replay.close()
         coordinator.wait_for_actors(timeout=30.0)
         logger.close()
@@ -250,7 +249,7 @@ def run_actor(config, group, *, index: int, num_actors: int, shards: list[str],
         while True:
             allowed = config.learning_starts + reply["updates"] / ratio + AHEAD_STEPS
             ahead = reply["env_steps"] + (actor.env_steps - reported) >= allowed
-            if ahead or time.monotonic() - last_report >= REPORT_EVERY_S:
+            if time.monotonic() - last_report >= REPORT_EVERY_S:
                 reply = report()
                 if reply["stop"]:
                     break
@@ -260,9 +259,13 @@ def run_actor(config, group, *, index: int, num_actors: int, shards: list[str],
                                        seed=config.seed + 7 + reply["env_steps"])
                     group.call("coord/eval", float(np.mean(returns)), reply["env_steps"],
                                actor.version)
-                if ahead:
-                    time.sleep(0.001)
-                    continue
+                continue
+            if ahead:
+                # Sleep until the next report instead of asking again at once: each
+                # report is an RPC whose handler takes the learner's GIL, so a
+                # throttled actor that polls slows the very learner it waits for.
+                time.sleep(max(0.0, last_report + REPORT_EVERY_S - time.monotonic()))
+                continue
             actor.step()
     finally:
         actor.flush()

@@ -355,6 +355,8 @@ class Coordinator:
             "time_to_solve_s": self.solved[0] - self.started if solved else float("nan"),
             "env_steps_at_solve": self.solved[1] if solved else None,
             "wall_s": now - self.started, "env_steps": self.env_steps,
+            # Launch to the first reported env step: process start, imports, world setup.
+            "startup_s": (self._first_step_time or now) - self.started,
             "env_steps_per_s": self.env_steps / run_s if run_s > 0 else 0.0,
             "updates": learner.updates,
             "updates_per_s": learner.updates / busy_seconds if busy_seconds > 0 else 0.0,

@@ -6,7 +6,15 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from algorithms.apex import ApexActor, ApexConfig, ApexLearner, DQNApex, actor_epsilon, evaluate
+from algorithms.apex import (
+    ApexActor,
+    ApexConfig,
+    ApexLearner,
+    DQNApex,
+    actor_epsilon,
+    evaluate,
+    exploration_rates,
+)
 from algorithms.dqn import DQN, DQNConfig
 from algorithms.nets import q_network
 from envs.testing import CountingEnv
@@ -23,6 +31,17 @@ def test_epsilon_schedule_matches_the_paper():
     assert actor_epsilon(1, 2, eps=0.5, alpha=1.0) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="index"):
         actor_epsilon(3, 3)
+
+
+def test_exploration_rates_spread_the_schedule_over_env_copies():
+    # 2 actors x 3 envs: env copy k of actor i is "actor" 3 * i + k of 6.
+    rates = np.concatenate([exploration_rates(i, 2, 3) for i in range(2)])
+    np.testing.assert_allclose(rates, [actor_epsilon(j, 6) for j in range(6)])
+    assert exploration_rates(1, 2, 3, per_env=False) == pytest.approx(0.4**8)
+    with pytest.raises(ValueError, match="index"):
+        exploration_rates(2, 2, 3)
+    with pytest.raises(ValueError, match="num_envs"):
+        exploration_rates(0, 2, 0)
 
 
 @pytest.mark.parametrize("field", ["n_step", "batch_size", "push_every"])
