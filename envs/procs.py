@@ -20,7 +20,7 @@ from typing import Any
 
 from envs import worker as W
 from envs.spin import Spinner
-from envs.wire import Channel
+from envs.wire import Channel, Fd, new_eventfd
 from rlpar.errors import ChildDied, ChildError
 
 START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
@@ -99,32 +99,48 @@ class WorkerProcs:
         self.procs: list[Any] = [None] * len(groups)
         self.conns: list[Any] = [None] * len(groups)
         self.chans: list[Channel] = [None] * len(groups)  # type: ignore[list-item]
+        self.efds: list[tuple[int, int] | None] = [None] * len(groups)
         self._pollers: dict[frozenset[int], select.poll] = {}
         self._fd_owner: dict[int, int] = {}
 
     def start(self, w: int) -> None:
         parent_end, child_end = self.ctx.Pipe(duplex=True)
+        # Wake-ups travel on eventfds, not on the socket: see envs.wire for why.
+        to_worker, to_parent = new_eventfd(), new_eventfd()
         proc = self.ctx.Process(
             target=W.worker_main,
-            args=(self.payload_for(w), self.buffer, child_end),
+            args=(self.payload_for(w), self.buffer, child_end, Fd(to_worker), Fd(to_parent)),
             name=f"rlpar-env-worker-{w}",
             daemon=True,
         )
-        with _main_module_hidden():
-            proc.start()
+        try:
+            with _main_module_hidden():
+                proc.start()
+        except BaseException:
+            os.close(to_worker)
+            os.close(to_parent)
+            raise
         child_end.close()  # so the parent sees EOF when the worker dies
         self.procs[w], self.conns[w] = proc, parent_end
-        self.chans[w] = Channel(parent_end.fileno())
-        self._fd_owner[parent_end.fileno()] = w
+        self.efds[w] = (to_worker, to_parent)
+        self.chans[w] = Channel(parent_end.fileno(), send_efd=to_worker, recv_efd=to_parent)
+        self._fd_owner[to_parent] = w
         self._fd_owner[proc.sentinel] = w
         self._pollers.clear()  # file descriptors changed
 
-    def replace(self, w: int) -> float:
-        """Start a fresh worker ``w`` in place of a dead one; returns its start deadline."""
+    def _close_fds(self, w: int) -> None:
         try:
             self.conns[w].close()
         except OSError:
             pass
+        if self.efds[w] is not None:
+            for fd in self.efds[w]:
+                os.close(fd)
+            self.efds[w] = None
+
+    def replace(self, w: int) -> float:
+        """Start a fresh worker ``w`` in place of a dead one; returns its start deadline."""
+        self._close_fds(w)
         self.start(w)
         deadline = time.monotonic() + START_TIMEOUT
         self.expect(w, deadline=deadline, what="restart")
@@ -179,7 +195,7 @@ class WorkerProcs:
         if poller is None:
             poller = select.poll()
             for w in workers:
-                poller.register(self.conns[w].fileno(), select.POLLIN)
+                poller.register(self.chans[w].wait_fd, select.POLLIN)
                 poller.register(self.procs[w].sentinel, select.POLLIN)
             self._pollers[workers] = poller
         return poller
@@ -199,10 +215,10 @@ class WorkerProcs:
         fds = {fd for fd, _ in events}
         out = []
         for w in sorted({self._fd_owner[fd] for fd in fds}):
-            conn = self.conns[w]
+            wait_fd = self.chans[w].wait_fd
             # A worker may reply and then die: read what it sent first. If only its
-            # sentinel fired (something else still holds the pipe), don't block on it.
-            if conn.fileno() in fds or _readable(conn.fileno()):
+            # sentinel fired, don't block on a reply that was never signalled.
+            if wait_fd in fds or _readable(wait_fd):
                 out.append((w, self.read(w)))
             else:
                 out.append((w, None))
@@ -241,8 +257,5 @@ class WorkerProcs:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=1.0)
-            try:
-                self.conns[w].close()
-            except OSError:
-                pass
+            self._close_fds(w)
             self.procs[w] = None

@@ -24,7 +24,7 @@ import traceback
 from typing import Any
 
 from envs.spin import Spinner
-from envs.wire import Channel
+from envs.wire import Channel, Fd
 
 OK = b"k"
 PAYLOAD = b"o"
@@ -47,10 +47,11 @@ def _limit_threads() -> None:
         torch.set_num_threads(1)
 
 
-def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
+def worker_main(payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent: Fd) -> None:
     """Entry point of one worker process. ``payload`` is the cloudpickled
     (env_fns, lo, block_spec, num_obs, num_act, obs_space, act_space, autoreset_mode,
-    spin_us)."""
+    spin_us); ``conn`` carries the messages, the eventfds their wake-ups (envs.wire)."""
+    channel = Channel(conn.fileno(), send_efd=to_parent.fd, recv_efd=to_worker.fd)
     # The parent owns shutdown; a Ctrl-C in the terminal must not kill workers mid-step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _limit_threads()
@@ -76,14 +77,14 @@ def worker_main(payload: bytes, buffer: Any, conn: Any) -> None:
             autoreset_mode=mode,
         )
     except BaseException:
-        Channel(conn.fileno()).send(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
+        channel.send(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
         return
-    channel = Channel(conn.fileno())
     recv, send = channel.recv, channel.send
     send(OK)
     spinner = Spinner(spin_us)
     poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN)
+    poller.register(channel.wait_fd, select.POLLIN)
+    poller.register(conn.fileno(), 0)  # hang-up only: the parent is gone
     wait, buffered = spinner.wait, channel.buffered
     while True:
         try:

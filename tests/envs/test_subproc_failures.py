@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 from functools import partial
 
@@ -268,3 +270,45 @@ def test_envs_with_different_spaces_are_rejected_at_start():
     assert "different from env 0" in err.value.child_traceback
     with pytest.raises(ValueError, match="different"):
         InProcessVectorEnv([partial(CountingEnv), partial(CompositeEnv)])
+
+
+_ORPHAN_SCRIPT = """
+import os, signal, sys
+import numpy as np
+from functools import partial
+from envs import SubprocVectorEnv
+from envs.testing import CountingEnv
+venv = SubprocVectorEnv([partial(CountingEnv)] * 4, num_workers=2, spin_us=%r)
+venv.reset(seed=0)
+venv.step(np.zeros(4, dtype=np.int64))
+print(" ".join(str(p.pid) for p in venv._workers.procs if p is not None), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no cleanup at all: the workers must notice
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin_us", [0.0, 100_000.0])
+def test_workers_exit_when_the_parent_is_killed(spin_us):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", _ORPHAN_SCRIPT % spin_us],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert pids
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(p) for p in pids), f"workers {pids} outlived their parent"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 
 import pytest
 
-from envs.wire import Channel
+from envs.wire import Channel, new_eventfd
 
 
 @pytest.mark.timeout(10)
@@ -63,3 +64,39 @@ def test_closed_peer_raises_eof_and_broken_pipe():
             Channel(w).send(b"x")
     finally:
         os.close(w)
+
+
+@pytest.mark.timeout(10)
+def test_eventfd_signals_every_message_small_or_large():
+    a, b = socket.socketpair()
+    to_b, to_a = new_eventfd(), new_eventfd()
+    try:
+        left = Channel(a.fileno(), send_efd=to_b, recv_efd=to_a)
+        right = Channel(b.fileno(), send_efd=to_a, recv_efd=to_b)
+        assert right.wait_fd == to_b
+        poller = select.poll()
+        poller.register(right.wait_fd, select.POLLIN)
+        assert poller.poll(0) == []
+        left.send(b"s")
+        assert poller.poll(0)  # the signal, not the socket, wakes the receiver
+        assert right.recv() == b"s"
+        assert poller.poll(0) == [] and not right.buffered()
+        big = os.urandom(1 << 20)  # signalled before it is written
+        sender = threading.Thread(target=left.send, args=(big,))
+        sender.start()
+        assert poller.poll(5000)
+        assert right.recv() == big
+        sender.join()
+        left.send(b"one")
+        left.send(b"two")
+        assert right.recv() == b"one"
+        assert right.buffered() and poller.poll(0) == []  # signalled, no longer pollable
+        assert right.recv() == b"two"
+        assert not right.buffered()
+        right.send(b"back")
+        assert left.recv() == b"back"
+    finally:
+        for fd in (to_a, to_b):
+            os.close(fd)
+        a.close()
+        b.close()
