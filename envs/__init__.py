@@ -1,10 +1,11 @@
 """Vector environments (in-process and subprocess), multi-agent adapters, test envs.
 
 * ``SubprocVectorEnv(env_fns, *, num_workers=None, autoreset_mode=NEXT_STEP,
-  restart_on_crash=False, step_in_parent=True, copy=True, context="forkserver")``:
-  a ``gymnasium.vector.VectorEnv`` stepping W groups of K envs (W = CPU count by
-  default; group 0 in this process when ``step_in_parent``) with the whole batch in
-  one shared-memory block. ``step_async(actions, workers=None)`` /
+  restart_on_crash=False, step_in_parent=True, copy=True, context="forkserver",
+  spin_us=None)``: a ``gymnasium.vector.VectorEnv`` stepping W groups of K envs
+  (W = CPU count by default; group 0 in this process when ``step_in_parent``) with the
+  whole batch in one shared-memory block; hand-offs spin briefly before blocking when
+  every stepping process has a core (``envs.spin``). ``step_async(actions, workers=None)`` /
   ``step_wait(timeout=None)`` step all envs or a subset of groups (ping-pong halves:
   use ``step_in_parent=False``); ``envs_of_worker(w)`` gives a group's env indices.
 * ``InProcessVectorEnv(env_fns, *, autoreset_mode=NEXT_STEP, copy=True)``: the same
