@@ -3,6 +3,13 @@ SyncVectorEnv and AsyncVectorEnv(shared_memory=True) (and EnvPool on Pong when i
 
 Run: ``python -m experiments.bench.vecenv [--quick]``. One JSON line per (case, impl):
 env steps per second, and for rlpar's implementations the ratio against every peer.
+
+``rlpar_subproc`` is the default configuration; ``rlpar_subproc_nospin`` the same with
+blocking hand-offs only. The targets are for a quiet machine: on a 2-core box shared
+with other CPU-bound processes, every design that meets its workers once per step
+(ours, EnvPool) falls behind one process (SyncVectorEnv), and a design with one process
+per env (AsyncVectorEnv) gains by taking a larger share of the CPU; the CPU
+microseconds per env step (whole process tree) are the load-robust column there.
 """
 
 from __future__ import annotations
