@@ -302,3 +302,23 @@ def test_spinning_or_blocking_workers_give_identical_results(spin_us):
         ref.close()
     with pytest.raises(ValueError, match="spin_us"):
         SubprocVectorEnv(fns, spin_us=-1)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", KINDS)
+def test_copy_false_returns_views_of_the_batch_copy_true_does_not(kind):
+    fns = [partial(CountingEnv, episode_length=50)] * 4
+    views, copies = make(kind, fns, copy=False), make(kind, fns)
+    try:
+        for venv in (views, copies):
+            venv.reset(seed=0)
+        actions = np.zeros(4, dtype=np.int64)
+        view, copied = views.step(actions)[0], copies.step(actions)[0]
+        before_view, before_copy = view.copy(), copied.copy()
+        views.step(actions)
+        copies.step(actions)
+        np.testing.assert_array_equal(view, before_view + 1)  # the batch moved on
+        np.testing.assert_array_equal(copied, before_copy)  # a copy stays put
+    finally:
+        views.close()
+        copies.close()
