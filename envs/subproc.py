@@ -58,9 +58,10 @@ class SubprocVectorEnv(BatchVectorEnv):
             capped at the number of envs. With ``step_in_parent`` one group is
             stepped by this process, the others by subprocesses. Measured on the 2-core
             dev box (CartPole-64, benchmark at real-time priority to stand in for a
-            quiet machine): parent + 1 worker 177K env steps/s, 2 workers with the
-            parent only waiting 125K, SyncVectorEnv 93K; moving 2-4 envs between the
-            parent's and the worker's share changed nothing beyond noise.
+            quiet machine): parent + 1 worker 150-177K env steps/s, 2 workers with
+            the parent only waiting 127K (blocking; spinning, three processes on two
+            cores, is worse), SyncVectorEnv 93K; moving 2-4 envs between the parent's
+            and the worker's share changed nothing beyond noise.
         autoreset_mode: NEXT_STEP (default) or SAME_STEP, as in gymnasium 1.x.
         restart_on_crash: restart a dead worker (its envs reset, entries flagged in
             ``infos['env_restarted']`` and reported as truncated) instead of raising.
