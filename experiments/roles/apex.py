@@ -124,7 +124,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
             beta=config.priority_beta, seed=config.seed))
         group.register("replay/add", buffer.add)
         group.register("replay/size", buffer.__len__)
-    replay = LearnerReplay(buffer, batch_size=config.batch_size, depth=config.prefetch)
+    replay = LearnerReplay(buffer, batch_size=config.batch_size, depth=config.prefetch_depth())
     params = PushPullModelServer.host(group, "params")
     coordinator = Coordinator(config, num_actors=num_actors, started=started)
     group.register("coord/report", coordinator.report)

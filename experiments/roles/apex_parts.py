@@ -228,6 +228,7 @@ class Coordinator:
         self.env_steps = 0  # read by the learner loop without the lock (an int)
         self.updates = 0
         self.transitions = 0  # added to replay, as reported by actors
+        self.reports = 0  # RPCs from actors: each one takes the learner's GIL for a while
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._actor_steps = [0] * num_actors
@@ -250,6 +251,7 @@ class Coordinator:
     def report(self, index: int, steps: int, transitions: int, episodes: list, version: int,
                final: bool) -> dict:
         with self._lock:
+            self.reports += 1
             self.transitions += transitions
             if self._first_step_time is None and steps:
                 self._first_step_time = time.time()
@@ -357,6 +359,7 @@ class Coordinator:
             "wall_s": now - self.started, "env_steps": self.env_steps,
             # Launch to the first reported env step: process start, imports, world setup.
             "startup_s": (self._first_step_time or now) - self.started,
+            "actor_reports_per_s": self.reports / run_s if run_s > 0 else 0.0,
             "env_steps_per_s": self.env_steps / run_s if run_s > 0 else 0.0,
             "updates": learner.updates,
             "updates_per_s": learner.updates / busy_seconds if busy_seconds > 0 else 0.0,

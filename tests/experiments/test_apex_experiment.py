@@ -26,6 +26,7 @@ from experiments.roles.apex import role_of
         (["--replay-placement", "moon"], "invalid choice"),
         (["--device", "tpu"], "--device"),
         (["--batch-size", "512", "--replay-capacity", "100"], "exceeds --replay-capacity"),
+        (["--prefetch", "-2"], "--prefetch must be >= -1"),
     ],
 )
 def test_invalid_values_exit_2_naming_the_flag(argv, message, capsys):
@@ -49,6 +50,12 @@ def test_help_lists_the_flags():
                  "--replay-placement", "--batch-size", "--lr", "--n-step", "--target-update",
                  "--seed", "--log-dir", "--max-seconds", "--max-env-steps"):
         assert flag in out.stdout
+
+
+def test_prefetch_auto_depends_on_replay_placement():
+    assert ApexRunConfig().prefetch_depth() == 0  # replay in the learner: local sampling
+    assert ApexRunConfig(replay_placement="actors").prefetch_depth() == 2
+    assert ApexRunConfig(replay_placement="actors", prefetch=0).prefetch_depth() == 0
 
 
 def test_role_rule():
