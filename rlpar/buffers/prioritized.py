@@ -11,6 +11,7 @@ initial priorities themselves), and ``b`` anneals linearly to ``beta_final``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,7 +87,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.max_priority = 1.0  # largest p = |delta| + eps seen; priority of new items
         self.sum_tree = SumTree(capacity=self.capacity, arity=tree_arity)
         self.min_tree = MinTree(capacity=self.capacity, arity=tree_arity)
+        # The tree kernels release the GIL: a prefetching thread's sample must not
+        # interleave with an update's parent recomputation (a stale parent would stay).
+        self._tree_lock = threading.Lock()
         kernels()  # compile now, not inside the first (perhaps remote) sample
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_tree_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._tree_lock = threading.Lock()
 
     @property
     def beta(self) -> float:
@@ -116,28 +129,32 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             leaf = leaf[n - m :]
         start = first % self.capacity
         head = min(m, self.capacity - start)  # contiguous run before the wrap
-        for tree in (self.sum_tree, self.min_tree):
-            if np.isscalar(leaf):
-                tree.set_range(start, leaf, head, checked=True)
-                tree.set_range(0, leaf, m - head, checked=True)
-            else:
-                tree.set_range(start, leaf[:head], head, checked=True)
-                tree.set_range(0, leaf[head:], m - head, checked=True)
+        with self._tree_lock:
+            for tree in (self.sum_tree, self.min_tree):
+                if np.isscalar(leaf):
+                    tree.set_range(start, leaf, head, checked=True)
+                    tree.set_range(0, leaf, m - head, checked=True)
+                else:
+                    tree.set_range(start, leaf[:head], head, checked=True)
+                    tree.set_range(0, leaf[head:], m - head, checked=True)
 
     def draw(self, fractions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Slots at positions ``fractions`` (in [0, 1)) of the total priority mass and
         their ``priority ** alpha`` (see ReplayBuffer.draw)."""
-        values = np.multiply(fractions, self.sum_tree.total, dtype=np.float64)
-        slots = self.sum_tree.find_prefix(values)
-        return slots, self.sum_tree.leaves[slots]
+        with self._tree_lock:
+            values = np.multiply(fractions, self.sum_tree.total, dtype=np.float64)
+            slots = self.sum_tree.find_prefix(values)
+            return slots, self.sum_tree.leaves[slots]
 
     @property
     def total_mass(self) -> float:
-        return self.sum_tree.total
+        with self._tree_lock:
+            return self.sum_tree.total
 
     @property
     def min_mass(self) -> float:
-        return self.min_tree.min
+        with self._tree_lock:
+            return self.min_tree.min
 
     def sample_slots(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Stratified draw of ``batch_size`` slots; returns ``(slots, leaf values)``."""
@@ -153,22 +170,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         serials = np.empty(n, dtype=np.int64)
         weights = np.empty(n, dtype=np.float32)
         sum_tree, min_tree = self.sum_tree, self.min_tree
-        sum_tree.flush()
-        min_tree.flush()
-        # One compiled call: stratified search, serials and importance weights.
-        kernels().stratified_sample(
-            sum_tree._flat,
-            min_tree._flat,
-            sum_tree._offs,
-            sum_tree._shift,
-            u,
-            self.beta,
-            self.storage.next_serial - 1,
-            self.capacity,
-            slots,
-            serials,
-            weights,
-        )
+        with self._tree_lock:
+            sum_tree.flush()
+            min_tree.flush()
+            # One compiled call: stratified search, serials and importance weights.
+            kernels().stratified_sample(
+                sum_tree._flat,
+                min_tree._flat,
+                sum_tree._offs,
+                sum_tree._shift,
+                u,
+                self.beta,
+                self.storage.next_serial - 1,
+                self.capacity,
+                slots,
+                serials,
+                weights,
+            )
         self.sample_steps += 1
         return Sample(self.storage.gather(slots), serials, weights)
 
@@ -186,24 +204,25 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             return
         n = idx.size
         sum_tree, min_tree = self.sum_tree, self.min_tree
-        sum_tree.flush()
-        min_tree.flush()
         last = self.storage.next_serial - 1
-        status, p_max = kernels().prioritized_update(
-            sum_tree._flat,
-            min_tree._flat,
-            sum_tree._offs,
-            sum_tree._shift,
-            np.ascontiguousarray(idx),
-            np.ascontiguousarray(p),
-            last,
-            len(self.storage),
-            self.capacity,
-            self.eps,
-            self.alpha,
-            np.empty(n, dtype=np.int64),
-            np.empty(n, dtype=np.float64),
-        )
+        with self._tree_lock:
+            sum_tree.flush()
+            min_tree.flush()
+            status, p_max = kernels().prioritized_update(
+                sum_tree._flat,
+                min_tree._flat,
+                sum_tree._offs,
+                sum_tree._shift,
+                np.ascontiguousarray(idx),
+                np.ascontiguousarray(p),
+                last,
+                len(self.storage),
+                self.capacity,
+                self.eps,
+                self.alpha,
+                np.empty(n, dtype=np.int64),
+                np.empty(n, dtype=np.float64),
+            )
         if status == 1:
             check_priorities(p, n)  # raises the descriptive error
         elif status == 2:

@@ -15,6 +15,8 @@ so that the total of a million priorities keeps its precision; parents are
 always recomputed from their children, so there is no drift.
 
 numba (and the compiled kernels, cached on disk) load on first use, not at import.
+The kernels release the GIL, so a tree is not thread-safe on its own: callers
+that share one between threads lock around it (PrioritizedReplayBuffer does).
 """
 
 from __future__ import annotations
@@ -160,9 +162,9 @@ class _Tree:
         """Recompute the ancestors of leaves written by ``set_range``."""
         if self._dirty:
             fix = kernels().fix_range
-            for lo, hi in self._dirty:
+            dirty, self._dirty = self._dirty, []
+            for lo, hi in dirty:
                 fix(self._flat, self._offs, self._shift, lo, hi, self._is_min)
-            self._dirty.clear()
 
     def clear(self) -> None:
         self._dirty.clear()
