@@ -211,7 +211,7 @@ class _Group:
     def call_shared(self, x: torch.Tensor, replace: tuple[int, torch.Tensor] | None = None) -> torch.Tensor:
         """Every member on the same input ``x`` ``(B, in)`` -> ``(n, B, out)``.
 
-        The first layer of all members is ONE ``(B, in) @ (in, n * h)`` product on a
+        The first layer of all members is ONE ``(n * h, in) @ (in, B)`` product on a
         free view of the stacked leaf, instead of n products over an expanded
         ``(n, B, in)`` copy (the copy and the small-GEMM inefficiency dominate
         centralized critics, whose input grows with the number of agents).
@@ -219,18 +219,39 @@ class _Group:
         ``start + i*w ... start + (i+1)*w`` of ``x`` replaced by ``values[i]``, computed as
         ``W x + W[:, cols_i] (values_i - x[:, cols_i])``; gradients then reach ``values``
         through a ``w``-wide product only, not through the whole input."""
-        w1, b1 = self.leaves[0], self.leaves[1] if self.layers[0][1].bias is not None else None
-        n, h, d = w1.shape
-        flat = torch.nn.functional.linear(x, w1.reshape(n * h, d), None if b1 is None else b1.reshape(n * h))
-        out = flat.view(x.shape[0], n, h).transpose(0, 1)  # (n, B, h)
-        if replace is not None:
-            start, values = replace
-            width = values.shape[-1]
-            cols = w1[:, :, start:start + n * width].reshape(n, h, n, width)
-            own = torch.diagonal(cols, dim1=0, dim2=2).permute(2, 0, 1)  # (n, h, w): member i's block i
-            given = x[:, start:start + n * width].reshape(x.shape[0], n, width).transpose(0, 1)  # (n, B, w)
-            out = torch.baddbmm(out, values - given, own.transpose(1, 2))
-        return self._rest(out, first=1)
+        # Feature-major activations (n, features, B): every product then reads the
+        # leaves in their stored (n, out, in) layout and writes contiguous outputs, so
+        # neither the weights (or their gradients) nor the activations get transposed
+        # copies on the way.
+        leaves = iter(self.leaves)
+        out = None
+        for kind, layer in self.layers:
+            if kind == "act":
+                out = layer(out)
+                continue
+            weight = next(leaves)
+            bias = next(leaves) if layer.bias is not None else None
+            if out is None:  # first layer: one (n*h, in) @ (in, B) product over the shared x
+                n, h, d = weight.shape
+                flat = weight.reshape(n * h, d)
+                out = (torch.mm(flat, x.t()) if bias is None
+                       else torch.addmm(bias.reshape(n * h, 1), flat, x.t())).view(n, h, x.shape[0])
+                if replace is not None:
+                    out = self._replaced(out, weight, x, *replace)
+            else:
+                out = torch.bmm(weight, out) if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, out)
+        return out.transpose(1, 2)  # (n, B, out)
+
+    @staticmethod
+    def _replaced(out: torch.Tensor, weight: torch.Tensor, x: torch.Tensor, start: int,
+                  values: torch.Tensor) -> torch.Tensor:
+        """``out`` (n, h, B) plus member i's first-layer columns times (values_i - x's)."""
+        n, h, _ = weight.shape
+        width = values.shape[-1]
+        cols = weight[:, :, start:start + n * width].reshape(n, h, n, width)
+        own = torch.diagonal(cols, dim1=0, dim2=2).permute(2, 0, 1)  # (n, h, w): member i's block i
+        given = x[:, start:start + n * width].reshape(x.shape[0], n, width).transpose(0, 1)  # (n, B, w)
+        return torch.baddbmm(out, own, (values - given).transpose(1, 2))
 
     def _rest(self, x: torch.Tensor, *, first: int) -> torch.Tensor:
         """Layers after the first ``first`` Linear layers, on stacked ``(n, B, ...)`` input."""
