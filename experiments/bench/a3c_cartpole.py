@@ -17,7 +17,9 @@ so ``time_to_solve_s - import_s`` is the time a warm process would have taken.
 SB3 uses the rl-baselines3-zoo CartPole-v1 settings for A2C (n_envs 8,
 MlpPolicy, ent_coef 0.0, all else SB3's defaults: n_steps 5, RMSprop lr 7e-4,
 gae_lambda 1.0, vf_coef 0.5, max_grad_norm 0.5). rlpar runs ``experiments.a3c``
-with its defaults plus ``--rlpar-flags``. Seeds alternate between the two to
+with its defaults plus ``--rlpar-flags`` (on fewer than 4 cores that is one worker
+in the run's own process; ``--rlpar-flags "--num-workers 2"`` times the
+multi-process path). Seeds alternate between the two to
 share the machine's noise. Load-robust figures ride along: env steps to solve and
 updates per second.
 
