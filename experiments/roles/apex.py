@@ -66,6 +66,9 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
     """One rank of the job: its role from its rank (:func:`role_of`). ``dqn_class``
     (a :class:`~algorithms.dqn.DQN` subclass, importable by name) replaces DQN in
     the learner and the actors."""
+    import os
+    import threading
+
     import torch
 
     from rlpar.distributed import World
@@ -73,6 +76,10 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
     # No rank imports torch._dynamo: DQN's default optimizer (FusedAdam) does not
     # need it, and on a 2-core box its import is seconds of CPU taken from the others.
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
+    if _hosts_replay(os.environ.get("RANK"), config):
+        # Loading the replay's compiled kernels (numba) takes seconds on a small box;
+        # overlap it with the RPC rendezvous, which mostly waits on the other ranks.
+        threading.Thread(target=_warm_replay_kernels, name="warm-replay", daemon=True).start()
     world = World.from_env(rpc_timeout=config.rpc_timeout, listen_address=config.listen_address)
     role, index = role_of(world.rank, world.world_size, config)
     group = world.create_rpc_group(GROUP, world.names)
@@ -89,6 +96,20 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
         run_actor(config, group, index=index, num_actors=num_actors, shards=shards,
                   dqn_class=dqn_class)
     return {}
+
+
+def _hosts_replay(rank: str | None, config) -> bool:
+    """Whether the rank with this RANK value builds a prioritized replay (every rank
+    except plain actors of a learner-hosted replay); True when unknown."""
+    if rank is None:
+        return True
+    return config.replay_placement != "learner" or rank == "0"
+
+
+def _warm_replay_kernels() -> None:
+    from rlpar.buffers import trees
+
+    trees.kernels()
 
 
 def distributed_replay(config, group, shards: list[str]):
