@@ -69,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [i for i in impls if i not in WORKERS]
     if unknown:
         parser.error(f"--impls: unknown {unknown}; choose from {sorted(WORKERS)}")
+    if "ours" in impls and args.ours_flags:
+        import shlex
+
+        from experiments.apex import ApexRunConfig
+        from experiments.cli import parse_config
+
+        parse_config(ApexRunConfig, shlex.split(args.ours_flags))  # bad flags: exit 2 now
     runnable = []
     for impl in impls:
         module = PEER_MODULES.get(impl)

@@ -10,7 +10,8 @@ import pytest
 @pytest.mark.timeout(120)
 def test_quick_mode_prints_json_lines():
     out = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.apex_cartpole", "--quick", "--impls", "ours,sb3"],
+        [sys.executable, "-m", "experiments.bench.apex_cartpole", "--quick", "--impls", "ours,sb3",
+         "--ours-flags=--hidden 32,32"],  # flags reach ours' config (a typo would fail the run)
         capture_output=True, text=True, timeout=115)
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
