@@ -24,15 +24,15 @@ own parameters in every mode, so the same object serves acting and learning:
 ``loop`` otherwise; ``auto_max_params`` (for networks used only in gradient
 steps, such as MADDPG's critics) also picks ``loop`` when a network has more
 parameters than that, because the stacked copy of the weights is remade on
-every step and for big networks costs more than the calls it saves. This follows ``experiments/bench/multiagent_inference.py``
-(CPU, one intra-op thread, loaded 2-core box): where per-call overhead dominates
-(batch 1, hidden 64, the acting case) batched was 2-7x faster than ``threads``
-and 2-6x faster than ``loop`` at 8-16 agents; where arithmetic dominates (hidden
-256 and/or batch 1024) all modes were within noise of each other, except that the
-thread pool, which can use both cores while one intra-op thread cannot, was up
-to ~2.5x faster for hidden 256. Give torch more intra-op threads (the batched
-matmul then uses them) or pick ``threads`` explicitly for that regime. For a
-single network nothing beats a plain call. No CUDA measurement exists yet.
+every step and for big networks costs more than the calls it saves. This follows
+``experiments/bench/multiagent_inference.py`` (CPU, every mode with the same 2
+intra-op threads, a 2-core box loaded by other jobs, so +-30% noise): acting at
+batch 1 (per-call overhead) batched is 2-7x faster than ``threads`` and ``loop`` at
+8-16 agents; a MADDPG update at batch 1024 with stored stacking (``call_shared``)
+was 1.5-2.4x faster than ``threads`` at hidden 64 and level with every other mode
+at hidden 256, where all modes run at the box's matmul peak (~50-60 GFLOP/s) and
+no mode can be 2x another. For a single network nothing beats a plain call. No
+CUDA measurement exists yet.
 
 With ``store_stacked=True`` (batched bmm mode, one structure) the weights live
 stacked: one ``(n, ...)`` leaf Parameter per layer parameter (``stacked_leaves``),
