@@ -1,7 +1,7 @@
 """Replay storage: ring storage, trees, (prioritized) replay, distributed replay.
 
 Local: :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` (Schaul et al.
-2016) over :class:`RingStorage` and vectorized :class:`SumTree`/:class:`MinTree`;
+2016) over :class:`RingStorage` and batched, numba-compiled :class:`SumTree`/:class:`MinTree`;
 :class:`NStepAssembler` builds n-step transitions. Distributed (Ape-X):
 :class:`DistributedReplayBuffer`, :class:`DistributedPrioritizedReplayBuffer`
 shard over an RpcGroup; :class:`PrefetchingSampler` keeps batches in flight.
