@@ -82,7 +82,9 @@ class A3CRunConfig:
     4 envs 11.5k (max 46k); 16 envs 19.2k; GAE 0.95 14.1k; hidden 32 19.2k,
     128 21.8k; relu 16.6k; max_grad_norm 1.0 24.3k (one seed unsolved). With two
     workers RMSProp 2e-3 kept the median of Adam 3e-3 (12.8k) and cut the worst
-    seed from 23k to 17.9k steps."""
+    seed from 23k to 17.9k steps. Two real ranks are staler (0.6-0.9 versions) and
+    then a policy near 475 sometimes collapses: ``--lr 1.4e-3`` (2e-3 / sqrt 2)
+    solved in 6.3-11.1k env steps against 4.1-57.7k at 2e-3 (bench, 3 seeds each)."""
 
     env_id: str = dataclasses.field(default="CartPole-v1", metadata=_help("gymnasium id"))
     num_workers: int = dataclasses.field(default=0, metadata=_help(
