@@ -73,7 +73,13 @@ class ApexRunConfig:
     priority_alpha: float = dataclasses.field(default=0.6, metadata=_help("prioritization exponent"))
     priority_beta: float = dataclasses.field(default=0.4, metadata=_help("importance-sampling exponent"))
     batch_size: int = dataclasses.field(default=128, metadata=_help("learner batch size"))
-    lr: float = dataclasses.field(default=1e-3, metadata=_help("Adam learning rate"))
+    # Measured (one-process DQNApex with these defaults, 2 actors x 4 envs, greedy eval
+    # of 20 episodes every 5000 env steps, seeds 0-5, cap 40K steps; script kept in the
+    # issue notes): env steps to solve, lr 2.5e-3: 5K 10K 15K 20K >40K >40K (median
+    # 17.5K); lr 1e-3: 10K 25K 40K >40K x3. Target updates every 100 or 250 updates
+    # instead of 500 solved 1/3 and 0/3 seeds; batch 256 at 0.125 updates/step 1/3;
+    # a 64x64 MLP without dueling head 0/3.
+    lr: float = dataclasses.field(default=2.5e-3, metadata=_help("Adam learning rate"))
     gamma: float = dataclasses.field(default=0.99, metadata=_help("discount"))
     n_step: int = dataclasses.field(default=3, metadata=_help("n-step return length"))
     target_update: int = dataclasses.field(default=500, metadata=_help(
