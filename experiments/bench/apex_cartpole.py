@@ -14,6 +14,11 @@ Peers, each with its documented CartPole settings, 1 torch thread:
 - ``tianshou``: tianshou DQN with the settings of its CartPole example/test
   (n-step 3, 10 train envs, 128x3 MLP, target update 320, update_per_step 0.1).
 
+``ours-1proc`` is not a peer: ours' algorithm and config in one deterministic process
+(actors and learner taking turns), for env steps to solve free of timing noise; how
+the experiment's defaults were chosen, e.g.
+``--impls ours-1proc --seeds 6 --max-env-steps 40000 --ours-flags="--lr 1e-3"``.
+
 Prints one JSON line per run and one summary line (median over seeds) per
 implementation; ours carries ``ratio_vs_best_peer`` (best peer median wall-clock /
 ours). A peer that is not installed prints a line with ``"skipped"``.
@@ -69,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [i for i in impls if i not in WORKERS]
     if unknown:
         parser.error(f"--impls: unknown {unknown}; choose from {sorted(WORKERS)}")
-    if "ours" in impls and args.ours_flags:
+    if any(i.startswith("ours") for i in impls) and args.ours_flags:
         import shlex
 
         from experiments.apex import ApexRunConfig
@@ -92,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[impl].append(run)
             emit({"bench": BENCH, "impl": impl, "case": "run", **run})
     summaries = {impl: summarize(impl, runs[impl], quick=args.quick) for impl in runnable}
-    peers = [s["median_wall_s"] for k, s in summaries.items() if k != "ours" and s["median_wall_s"]]
+    peers = [s["median_wall_s"] for k, s in summaries.items()
+             if not k.startswith("ours") and s["median_wall_s"]]
     for impl, summary in summaries.items():
         if impl == "ours":
             best = min(peers) if peers else None
@@ -111,7 +117,7 @@ def run_worker(impl: str, seed: int, args) -> dict[str, Any]:
            "--seed", str(seed), "--started", repr(time.time()),
            "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
            "--max-seconds", str(args.max_seconds), "--max-env-steps", str(args.max_env_steps)]
-    if impl == "ours" and args.ours_flags:
+    if impl.startswith("ours") and args.ours_flags:
         cmd.append(f"--ours-flags={args.ours_flags}")
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.max_seconds + 180)
@@ -177,6 +183,62 @@ def worker_ours(args) -> dict[str, Any]:
             "env_steps": s["env_steps_at_solve"] if s["solved"] else s["env_steps"],
             "updates_per_s": round(s["updates_per_s"], 1), "wait_fraction": round(s["wait_fraction"], 4),
             "env_steps_per_s": round(s["env_steps_per_s"], 1), "best_eval": s["best_eval_return"]}
+
+
+def worker_ours_1proc(args) -> dict[str, Any]:
+    """Ours' algorithm and config in one process (:class:`~algorithms.apex.DQNApex`
+    with local parts, deterministic given the seed): env steps to solve without the
+    timing noise of a shared machine; how the defaults were chosen."""
+    import dataclasses
+    import shlex
+
+    import numpy as np
+    import torch
+    from gymnasium.vector import AutoresetMode
+
+    from algorithms.apex import DQNApex, evaluate
+    from envs import make_vector_env
+    from experiments.apex import ApexRunConfig
+    from experiments.cli import parse_config
+    from experiments.roles.apex_parts import build_dqn, env_spaces, make_env_fn
+
+    torch.set_num_threads(1)
+    cfg = dataclasses.replace(parse_config(ApexRunConfig, shlex.split(args.ours_flags)),
+                              seed=args.seed)
+    seed = args.seed
+    obs_space, num_actions = env_spaces(cfg.env_id)
+    built = [0]
+
+    def make_dqn():
+        built[0] += 1
+        return build_dqn(cfg, obs_space, num_actions, device="cpu", seed=seed * 100 + built[0])
+
+    def make_env(i: int):
+        return make_vector_env(make_env_fn(cfg.env_id), num_envs=cfg.envs_per_actor, num_workers=0,
+                               autoreset_mode=AutoresetMode.SAME_STEP, seed=seed * 100 + i)
+
+    apex = DQNApex.local(make_dqn=make_dqn, make_env=make_env, num_actors=cfg.num_actors or 2,
+                         config=cfg.apex_config(), capacity=cfg.replay_capacity,
+                         alpha=cfg.priority_alpha, beta=cfg.priority_beta,
+                         updates_per_step=cfg.updates_per_step, seed=seed)
+    eval_env = make_vector_env(make_env_fn(cfg.env_id), num_envs=args.eval_episodes, num_workers=0,
+                               seed=seed + 1)
+    evals: list[float] = []
+    solved = False
+    while apex.env_steps < args.max_env_steps and time.time() - args.started < args.max_seconds:
+        apex.run(env_steps=args.eval_every - apex.env_steps % args.eval_every)
+        evaluator = apex.actors[-1]  # the least exploring actor, with the newest parameters
+        evaluator.sync()
+        evals.append(float(np.mean(evaluate(evaluator.dqn, eval_env, episodes=args.eval_episodes,
+                                            seed=seed + 7 + apex.env_steps))))
+        if evals[-1] >= TARGET:
+            solved = True
+            break
+    eval_env.close()
+    return {"solved": solved, "wall_s": round(time.time() - args.started, 2),
+            "env_steps": apex.env_steps, "updates": apex.learner.updates,
+            "updates_per_s": None, "wait_fraction": None,
+            "best_eval": max(evals) if evals else None, "evals": [round(e) for e in evals]}
 
 
 def worker_sb3(args) -> dict[str, Any]:
@@ -305,7 +367,8 @@ class _OutOfBudget(Exception):
     pass
 
 
-WORKERS = {"ours": worker_ours, "sb3": worker_sb3, "tianshou": worker_tianshou}
+WORKERS = {"ours": worker_ours, "ours-1proc": worker_ours_1proc, "sb3": worker_sb3,
+           "tianshou": worker_tianshou}
 
 if __name__ == "__main__":
     sys.exit(main())
