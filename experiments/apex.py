@@ -55,7 +55,10 @@ class ApexRunConfig:
     num_actors: int = dataclasses.field(default=0, metadata=_help(
         "actor processes for a local run (0: one per CPU core, at least 2); under torchrun "
         "the world size decides"))
-    envs_per_actor: int = dataclasses.field(default=4, metadata=_help("envs stepped by each actor"))
+    # Measured like --lr (seeds 0-5, lr 2.5e-3): 8 envs per actor solved 6/6 (5K 10K 10K
+    # 20K 30K 40K env steps, median 15K), 4 envs 4/6 (median 17.5K); and an actor's CPU
+    # per env step halves (one batched forward for twice the envs: ~143 -> ~73 us).
+    envs_per_actor: int = dataclasses.field(default=8, metadata=_help("envs stepped by each actor"))
     env_workers: int = dataclasses.field(default=0, metadata=_help(
         "subprocess env workers per actor (0: step envs in the actor process)"))
     device: str = dataclasses.field(default="auto", metadata=_help(
@@ -73,12 +76,13 @@ class ApexRunConfig:
     priority_alpha: float = dataclasses.field(default=0.6, metadata=_help("prioritization exponent"))
     priority_beta: float = dataclasses.field(default=0.4, metadata=_help("importance-sampling exponent"))
     batch_size: int = dataclasses.field(default=128, metadata=_help("learner batch size"))
-    # Measured (one-process DQNApex with these defaults, 2 actors x 4 envs, greedy eval
-    # of 20 episodes every 5000 env steps, seeds 0-5, cap 40K steps; script kept in the
-    # issue notes): env steps to solve, lr 2.5e-3: 5K 10K 15K 20K >40K >40K (median
-    # 17.5K); lr 1e-3: 10K 25K 40K >40K x3. Target updates every 100 or 250 updates
-    # instead of 500 solved 1/3 and 0/3 seeds; batch 256 at 0.125 updates/step 1/3;
-    # a 64x64 MLP without dueling head 0/3.
+    # Measured: env steps to solve CartPole with these defaults in one deterministic
+    # process (`python -m experiments.bench.apex_cartpole --impls ours-1proc --seeds 6
+    # --max-env-steps 40000 --ours-flags="--lr 1e-3"`, greedy eval of 20 episodes every
+    # 5000 env steps): lr 2.5e-3: 5K 10K 15K 20K >40K >40K (median 17.5K); lr 1e-3:
+    # 10K 25K 40K >40K >40K >40K. With lr 1e-3 (3 seeds each), target updates every
+    # 100 or 250 updates instead of 500 solved 1/3 and 0/3; batch 256 at 0.125
+    # updates/step 1/3; a 64x64 MLP without dueling head 0/3.
     lr: float = dataclasses.field(default=2.5e-3, metadata=_help("Adam learning rate"))
     gamma: float = dataclasses.field(default=0.99, metadata=_help("discount"))
     n_step: int = dataclasses.field(default=3, metadata=_help("n-step return length"))
@@ -100,6 +104,8 @@ class ApexRunConfig:
         "actor env steps between parameter pulls"))
     eps: float = dataclasses.field(default=0.4, metadata=_help("Ape-X base exploration rate"))
     eps_alpha: float = dataclasses.field(default=7.0, metadata=_help("Ape-X exploration exponent"))
+    # Measured like --lr (lr 1e-3, seeds 0-2): per env copy 10K 25K >50K env steps to
+    # solve, per actor process 35K 35K >50K.
     eps_per_env: bool = dataclasses.field(default=True, metadata=_help(
         "spread the eps_i schedule over all env copies (else one rate per actor process)"))
     eval_every: int = dataclasses.field(default=5000, metadata=_help(
