@@ -11,11 +11,13 @@ floor. Both learners use continuous actions (TorchRL's MADDPG components are
 continuous: deterministic actor + DDPG loss) and the paper's hyperparameters
 (Lowe et al. 2017: lr 1e-2, gamma 0.95, tau 0.01, batch 1024, 2x64 MLPs) and
 the same number of env copies, with one exception both share: the paper
-updates every 100 env steps over 1.5M steps (15k updates); a 2-core box fits
-about 100k steps per run, where that period gives under 1k updates and nothing
-measurable is learned, so the default updates every 8 env steps (one update
-per vector step of the 8 copies, ~11k updates). One JSON line per run, then one
-aggregate line per implementation.
+updates every 100 env steps over 1.5M steps (15k updates); 3 seeds x 2 learners
+must fit in ~30 minutes on a 2-core box, which allows ~50k steps per run, where
+that period gives ~450 updates and nothing measurable is learned, so the default
+updates every 8 env steps (one update per vector step of the 8 copies, ~5.6k
+updates). Measured on a loaded 2-core box at 30k steps: the whole bench took
+18 minutes (rlpar 57-127 s, TorchRL 190-255 s of training per run). One JSON line per run, then one aggregate
+line per implementation.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from experiments.maddpg import RunConfig, evaluate, resolve_env, train
 
 # Default budget: 3 seeds x 2 implementations in about 30 minutes on a 2-core box.
-STEPS = 100_000
+STEPS = 50_000
 UPDATE_EVERY = 8
 
 
