@@ -224,23 +224,31 @@ class _Group:
         # neither the weights (or their gradients) nor the activations get transposed
         # copies on the way.
         leaves = iter(self.leaves)
-        out = None
+        weight = next(leaves)
+        bias = next(leaves) if self.layers[0][1].bias is not None else None
+        n, h, d = weight.shape
+        flat = weight.reshape(n * h, d)  # first layer: one (n*h, in) @ (in, B) product over the shared x
+        out = (torch.mm(flat, x.t()) if bias is None
+               else torch.addmm(bias.reshape(n * h, 1), flat, x.t())).view(n, h, x.shape[0])
+        if replace is not None:
+            out = self._replaced(out, weight, x, *replace)
+        return self._feature_major(out, leaves, skip_first=True)
+
+    def _feature_major(self, x: torch.Tensor, leaves: Iterator[nn.Parameter], *,
+                       skip_first: bool = False) -> torch.Tensor:
+        """The layers on feature-major input ``(n, in, B)`` with the stored leaves
+        (``(n, out, in)``: no transposed copies) -> ``(n, B, out)``."""
         for kind, layer in self.layers:
+            if skip_first:
+                skip_first = kind != "linear"  # skip up to and including the first Linear
+                continue
             if kind == "act":
-                out = layer(out)
+                x = layer(x)
                 continue
             weight = next(leaves)
             bias = next(leaves) if layer.bias is not None else None
-            if out is None:  # first layer: one (n*h, in) @ (in, B) product over the shared x
-                n, h, d = weight.shape
-                flat = weight.reshape(n * h, d)
-                out = (torch.mm(flat, x.t()) if bias is None
-                       else torch.addmm(bias.reshape(n * h, 1), flat, x.t())).view(n, h, x.shape[0])
-                if replace is not None:
-                    out = self._replaced(out, weight, x, *replace)
-            else:
-                out = torch.bmm(weight, out) if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, out)
-        return out.transpose(1, 2)  # (n, B, out)
+            x = torch.bmm(weight, x) if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, x)
+        return x.transpose(1, 2)
 
     @staticmethod
     def _replaced(out: torch.Tensor, weight: torch.Tensor, x: torch.Tensor, start: int,
@@ -270,6 +278,8 @@ class _Group:
         return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "bmm" and self.leaves is not None:
+            return self._feature_major(x.transpose(1, 2), iter(self.leaves))
         if self.impl == "bmm":
             return self._rest(x, first=0)
         stacked = self._stacked()

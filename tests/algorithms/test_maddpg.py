@@ -142,7 +142,7 @@ def test_stacked_path_equals_per_agent_path():
         for p, q in zip(a.parameters(), b.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)  # rounding: see the test above
     obs = np.random.default_rng(2).standard_normal((4, 3, 4)).astype(np.float32)
-    np.testing.assert_allclose(fast.act(obs, explore=False), slow.act(obs, explore=False), rtol=1e-6)
+    np.testing.assert_allclose(fast.act(obs, explore=False), slow.act(obs, explore=False), rtol=1e-5, atol=1e-7)
 
 
 def test_heterogeneous_agents_act_and_learn():
@@ -258,4 +258,4 @@ def test_stored_stacked_weights_match_loop_on_per_agent_batches():
     nets = {mode: [p for m in a.actors + a.critics + a.target_actors + a.target_critics for p in m.parameters()]
             for mode, a in algos.items()}
     for p, q in zip(nets["batched"], nets["loop"]):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)  # rounding, as in the modes test
