@@ -259,3 +259,18 @@ def test_stored_stacked_weights_match_loop_on_per_agent_batches():
             for mode, a in algos.items()}
     for p, q in zip(nets["batched"], nets["loop"]):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)  # rounding, as in the modes test
+
+
+def test_sample_gumbel_matches_the_gumbel_law():
+    from algorithms.gumbel import sample_gumbel
+
+    g = sample_gumbel(torch.Size([200_000]), device=torch.device("cpu"), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(g).all()
+    assert g.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler-Mascheroni constant
+    assert g.var().item() == pytest.approx(torch.pi**2 / 6, rel=0.02)
+    # Gumbel-max: argmax(logits + g) samples softmax(logits)
+    logits = torch.tensor([0.0, 1.0, 2.0])
+    noise = sample_gumbel(torch.Size([100_000, 3]), device=torch.device("cpu"),
+                          generator=torch.Generator().manual_seed(1))
+    freq = torch.bincount((logits + noise).argmax(-1), minlength=3).float() / 100_000
+    torch.testing.assert_close(freq, torch.softmax(logits, 0), atol=0.01, rtol=0)
