@@ -33,6 +33,7 @@ from torch import nn
 
 from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_critic, make_head
 from algorithms.base import Algorithm
+from algorithms.optim import EagerAdam, EagerRMSprop
 from algorithms.returns import gae, n_step_returns
 
 
@@ -95,105 +96,6 @@ def make_optimizer(params: Any, config: A2CConfig) -> torch.optim.Optimizer:
         return EagerRMSprop(params, lr=config.lr, alpha=config.rmsprop_alpha,
                             eps=config.optimizer_eps)
     return EagerAdam(params, lr=config.lr, eps=config.optimizer_eps)
-
-
-# torch.optim.Optimizer wraps add_param_group (run by every constructor) and each
-# built-in step in torch._disable_dynamo, whose first call imports torch._dynamo:
-# 1.5-3 s of CPU at start-up on a 2-core machine, more than an A3C CartPole run
-# spends learning. The optimizers below are ordinary Optimizer subclasses (LR
-# schedulers and state_dict work) that call the undecorated add_param_group and
-# step with plain foreach ops. Their arithmetic is torch's RMSprop/Adam (tested).
-_ADD_PARAM_GROUP = getattr(torch.optim.Optimizer.add_param_group, "__wrapped__",
-                           torch.optim.Optimizer.add_param_group)
-
-
-class _EagerOptimizer(torch.optim.Optimizer):
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        _ADD_PARAM_GROUP(self, param_group)
-
-    def _with_grads(self, group: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        params = [p for p in group["params"] if p.grad is not None]
-        for p in params:
-            if p.grad.is_sparse:
-                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
-        return params, [p.grad for p in params]
-
-
-class EagerRMSprop(_EagerOptimizer):
-    """RMSProp as in torch (non-centred, no momentum): ``v = alpha v + (1 - alpha) g^2``,
-    ``p -= lr g / (sqrt(v) + eps)``. Tieleman & Hinton 2012; the A3C paper's choice."""
-
-    def __init__(self, params: Any, *, lr: float, alpha: float = 0.99, eps: float = 1e-8) -> None:
-        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = None if closure is None else _closure(closure)
-        for group in self.param_groups:
-            params, grads = self._with_grads(group)
-            if not params:
-                continue
-            squares = []
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros(())
-                    state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                squares.append(state["square_avg"])
-            alpha = group["alpha"]
-            torch._foreach_mul_(squares, alpha)
-            torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
-            denom = torch._foreach_sqrt(squares)
-            torch._foreach_add_(denom, group["eps"])
-            torch._foreach_addcdiv_(params, grads, denom, value=-group["lr"])
-        return loss
-
-
-class EagerAdam(_EagerOptimizer):
-    """Adam as in torch (no weight decay, no amsgrad). Kingma & Ba 2015."""
-
-    def __init__(self, params: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
-        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps})
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = None if closure is None else _closure(closure)
-        for group in self.param_groups:
-            params, grads = self._with_grads(group)
-            if not params:
-                continue
-            beta1, beta2 = group["betas"]
-            means, squares, steps = [], [], []
-            for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros(())
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                means.append(state["exp_avg"])
-                squares.append(state["exp_avg_sq"])
-                steps.append(float(state["step"]))
-            torch._foreach_lerp_(means, grads, 1 - beta1)
-            torch._foreach_mul_(squares, beta2)
-            torch._foreach_addcmul_(squares, grads, grads, value=1 - beta2)
-            # Parameters of one group normally share a step count; group by it anyway.
-            for count in sorted(set(steps)):
-                idx = [i for i, s in enumerate(steps) if s == count]
-                bias1, bias2 = 1 - beta1**count, 1 - beta2**count
-                denom = torch._foreach_sqrt([squares[i] for i in idx])
-                torch._foreach_div_(denom, math.sqrt(bias2))
-                torch._foreach_add_(denom, group["eps"])
-                torch._foreach_addcdiv_([params[i] for i in idx], [means[i] for i in idx], denom,
-                                        value=-group["lr"] / bias1)
-        return loss
-
-
-def _closure(closure: Any) -> Any:
-    with torch.enable_grad():
-        return closure()
 
 
 class A2C(Algorithm):

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from algorithms.base import Algorithm, as_tensor
+from algorithms.optim import EagerAdam, clip_grad_norm
 
 
 @dataclasses.dataclass
@@ -80,87 +81,6 @@ class DQNConfig:
 _METRICS = ("loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm")
 
 
-def clip_grad_norm(grads: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
-    """Scale ``grads`` in place so their global L2 norm is at most ``max_norm`` (None:
-    no clipping); returns the norm before clipping. The same rule as
-    ``torch.nn.utils.clip_grad_norm_``, minus its per-call grouping of tensors by
-    device and dtype (a net's grads share both), which costs more than the
-    arithmetic on small nets."""
-    if not grads:
-        return torch.zeros(())
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    if max_norm is not None:
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
-    return norm
-
-
-class FusedAdam:
-    """Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization", ICLR) as
-    one fused kernel call per step: the kernel ``torch.optim.Adam(fused=True)`` runs,
-    without ``torch.optim``'s per-step Python machinery (hooks, grouping by device,
-    dynamo guards), which costs several times the kernel on a small net, and without
-    constructing a ``torch.optim.Optimizer``, which imports ``torch._dynamo`` (seconds
-    of process start-up). The same update rule (no weight decay, no amsgrad); any
-    ``torch.optim`` optimizer can replace it (``dqn.optimizer = ...``)."""
-
-    def __init__(self, params: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
-        self.params = [p for p in params if p.requires_grad]
-        if not self.params:
-            raise ValueError("FusedAdam got no parameters that require grad")
-        devices = {p.device for p in self.params}
-        dtypes = {p.dtype for p in self.params}
-        if len(devices) > 1 or len(dtypes) > 1:
-            raise ValueError(f"FusedAdam needs one device and dtype, got {devices} and {dtypes}")
-        if lr <= 0 or eps <= 0 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"FusedAdam: bad lr={lr}, eps={eps} or betas={betas}")
-        self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
-        self.exp_avg = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
-
-    @torch.no_grad()
-    def step(self) -> None:
-        if any(p.grad is None for p in self.params):
-            # Parameters the loss did not reach keep their value, as in torch.optim.
-            idx = [i for i, p in enumerate(self.params) if p.grad is not None]
-            lists = [[group[i] for i in idx] for group in
-                     (self.params, self.exp_avg, self.exp_avg_sq, self.steps)]
-        else:
-            lists = [self.params, self.exp_avg, self.exp_avg_sq, self.steps]
-        params, exp_avg, exp_avg_sq, steps = lists
-        if not params:
-            return
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(params, [p.grad for p in params], exp_avg, exp_avg_sq, [], steps,
-                           lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
-                           eps=self.eps, amsgrad=False, maximize=False)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps,
-                "exp_avg": [t.clone() for t in self.exp_avg],
-                "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
-                "steps": [t.clone() for t in self.steps]}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if len(state["exp_avg"]) != len(self.params):
-            raise ValueError(f"optimizer state has {len(state['exp_avg'])} tensors, "
-                             f"this optimizer {len(self.params)}")
-        self.lr, self.eps = float(state["lr"]), float(state["eps"])
-        self.betas = (float(state["betas"][0]), float(state["betas"][1]))
-        with torch.no_grad():
-            for mine, theirs in zip(self.exp_avg + self.exp_avg_sq + self.steps,
-                                    [*state["exp_avg"], *state["exp_avg_sq"], *state["steps"]]):
-                mine.copy_(theirs)
-
-
 class DQN(Algorithm):
     """DQN on any ``network: obs -> Q values of shape (batch, num_actions)``.
 
@@ -196,10 +116,10 @@ class DQN(Algorithm):
 
     @property
     def optimizer(self) -> Any:
-        """:class:`FusedAdam` by default, built on first use (actors never need one);
+        """:class:`algorithms.optim.EagerAdam` by default, built on first use (actors never need one);
         assign any ``torch.optim`` optimizer to replace it."""
         if self._optimizer is None:
-            self._optimizer = FusedAdam(self.network.parameters(), lr=self.config.lr,
+            self._optimizer = EagerAdam(self.network.parameters(), lr=self.config.lr,
                                         eps=self.config.adam_eps)
         return self._optimizer
 

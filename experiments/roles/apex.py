@@ -73,7 +73,7 @@ def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> di
 
     from rlpar.distributed import World
 
-    # No rank imports torch._dynamo: DQN's default optimizer (FusedAdam) does not
+    # No rank imports torch._dynamo: DQN's default optimizer (optim.EagerAdam) does not
     # need it, and on a 2-core box its import is seconds of CPU taken from the others.
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     if _hosts_replay(os.environ.get("RANK"), config):

@@ -208,49 +208,13 @@ def test_categorical_sampling_matches_the_probabilities():
 
 
 @pytest.mark.parametrize("name", ["adam", "rmsprop"])
-def test_eager_optimizers_match_torch(name):
-    from algorithms.a2c import EagerAdam, EagerRMSprop, make_optimizer
+def test_make_optimizer_builds_the_configured_eager_optimizer(name):
+    # The optimizers' arithmetic is tested against torch.optim in test_optim.py.
+    from algorithms.a2c import make_optimizer
+    from algorithms.optim import EagerAdam, EagerRMSprop
 
-    torch.manual_seed(0)
-    ours, ref = nn.Linear(3, 2), nn.Linear(3, 2)
-    ref.load_state_dict(ours.state_dict())
     config = A2CConfig(optimizer=name, lr=1e-2)
-    mine = make_optimizer(ours.parameters(), config)
-    assert isinstance(mine, EagerAdam if name == "adam" else EagerRMSprop)
-    if name == "adam":
-        theirs = torch.optim.Adam(ref.parameters(), lr=1e-2, eps=config.optimizer_eps)
-    else:
-        theirs = torch.optim.RMSprop(ref.parameters(), lr=1e-2, alpha=config.rmsprop_alpha,
-                                     eps=config.optimizer_eps)
-    for step in range(12):
-        x = torch.randn(5, 3)
-        for model, opt in ((ours, mine), (ref, theirs)):
-            opt.zero_grad()
-            (model(x) ** 2).sum().backward()
-            if step == 3:  # a parameter without a gradient is left alone
-                model.bias.grad = None
-            opt.step()
-    for a, b in zip(ours.parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    # A torch Optimizer: LR schedulers and state_dict round trips work.
-    sched = torch.optim.lr_scheduler.LinearLR(mine, start_factor=1.0, end_factor=0.5, total_iters=2)
-    mine.step()
-    sched.step()
-    assert mine.param_groups[0]["lr"] == pytest.approx(0.75e-2)
-    copy = make_optimizer(ours.parameters(), config)
-    copy.load_state_dict(mine.state_dict())
-    assert float(copy.state[ours.weight]["step"]) == 13
-
-
-def test_eager_optimizers_do_not_import_dynamo():
-    import subprocess
-    import sys
-
-    code = ("import sys, torch; from algorithms.a2c import A2CConfig, make_optimizer\n"
-            "for name in ('adam', 'rmsprop'):\n"
-            "    m = torch.nn.Linear(2, 1); opt = make_optimizer(m.parameters(), A2CConfig(optimizer=name))\n"
-            "    m(torch.ones(2)).sum().backward(); opt.step()\n"
-            "print('torch._dynamo' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "False"
+    opt = make_optimizer(nn.Linear(3, 2).parameters(), config)
+    assert isinstance(opt, EagerAdam if name == "adam" else EagerRMSprop)
+    assert opt.param_groups[0]["lr"] == 1e-2
+    assert opt.param_groups[0]["eps"] == config.optimizer_eps

@@ -1,6 +1,5 @@
 """DQN math against hand-computed values on tiny batches."""
 
-import copy
 
 import numpy as np
 import pytest
@@ -192,61 +191,6 @@ def test_subclass_overrides_one_hook():
         dqn.target_network.weight.copy_(torch.tensor(TARGET))
     metrics = dqn.update(batch(weights=np.ones(2, dtype=np.float32)))
     assert metrics["loss"] == pytest.approx(np.mean(np.array([2.5, 7.0]) ** 2))
-
-
-def test_fused_adam_matches_torch_adam_and_round_trips_state():
-    from algorithms.dqn import FusedAdam
-
-    torch.manual_seed(0)
-    ours_net = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 2))
-    ref_net = copy.deepcopy(ours_net)
-    ours = FusedAdam(ours_net.parameters(), lr=0.05, eps=1e-6)
-    ref = torch.optim.Adam(ref_net.parameters(), lr=0.05, eps=1e-6)
-    x = torch.randn(16, 3)
-    for _ in range(5):
-        for net, opt in ((ours_net, ours), (ref_net, ref)):
-            opt.zero_grad()
-            net(x).pow(2).mean().backward()
-            opt.step()
-    for a, b in zip(ours_net.parameters(), ref_net.parameters()):
-        torch.testing.assert_close(a, b)
-    # A restored optimizer continues exactly where the original would have.
-    twin_net = copy.deepcopy(ours_net)
-    twin = FusedAdam(twin_net.parameters(), lr=1.0)
-    twin.load_state_dict(ours.state_dict())
-    for net, opt in ((ours_net, ours), (twin_net, twin)):
-        opt.zero_grad()
-        net(x).sum().backward()
-        opt.step()
-    for a, b in zip(ours_net.parameters(), twin_net.parameters()):
-        torch.testing.assert_close(a, b)
-
-
-def test_fused_adam_skips_parameters_without_grad_and_rejects_bad_input():
-    from algorithms.dqn import FusedAdam
-
-    used, unused = nn.Linear(2, 1), nn.Linear(2, 1)
-    opt = FusedAdam([*used.parameters(), *unused.parameters()], lr=0.1)
-    before = unused.weight.detach().clone()
-    used(torch.ones(1, 2)).sum().backward()
-    opt.step()
-    assert torch.equal(unused.weight, before)
-    with pytest.raises(ValueError, match="lr"):
-        FusedAdam(used.parameters(), lr=0.0)
-    with pytest.raises(ValueError, match="no parameters"):
-        FusedAdam([], lr=0.1)
-    with pytest.raises(ValueError, match="3 tensors"):
-        opt.load_state_dict({**opt.state_dict(), "exp_avg": [torch.zeros(1)] * 3})
-
-
-def test_clip_grad_norm_matches_torch():
-    from algorithms.dqn import clip_grad_norm
-
-    grads = [torch.tensor([3.0, 4.0]), torch.tensor([12.0])]
-    norm = clip_grad_norm(grads, 6.5)
-    assert float(norm) == pytest.approx(13.0)
-    assert float(torch.linalg.vector_norm(torch.cat(grads))) == pytest.approx(6.5, rel=1e-5)
-    assert float(clip_grad_norm([torch.ones(4)], None)) == pytest.approx(2.0)
 
 
 def test_act_with_one_epsilon_per_observation():

@@ -1,0 +1,196 @@
+"""Optimizers that start in milliseconds, and gradient-norm clipping for small nets.
+
+``torch.optim.Optimizer`` wraps ``add_param_group`` (run by every constructor),
+``zero_grad``, ``state_dict``, ``load_state_dict`` and each built-in ``step`` in
+``torch._disable_dynamo``, whose first call imports ``torch._dynamo``: 1.5-5 s of
+CPU on a 2-core machine, more than an A3C or Ape-X CartPole run spends learning.
+The optimizers here are ordinary ``Optimizer`` subclasses (LR schedulers,
+``state_dict`` round trips and torch's state layout all work) that call the
+undecorated methods and step with one fused kernel (Adam) or a few foreach ops
+(RMSProp). Their arithmetic is torch's (tested against ``torch.optim``).
+"""
+
+from __future__ import annotations
+
+import functools
+from itertools import chain
+from typing import Any
+
+import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+
+def _undecorated(name: str) -> Any:
+    method = getattr(torch.optim.Optimizer, name)
+    return getattr(method, "__wrapped__", method)
+
+
+_ADD_PARAM_GROUP = _undecorated("add_param_group")
+_ZERO_GRAD = _undecorated("zero_grad")
+_STATE_DICT = _undecorated("state_dict")
+_LOAD_STATE_DICT = _undecorated("load_state_dict")
+
+
+def clip_grad_norm(grads: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """Scale ``grads`` in place so their global L2 norm is at most ``max_norm`` (None:
+    no clipping); returns the norm before clipping as a 0-dim tensor. The rule of
+    ``torch.nn.utils.clip_grad_norm_``, minus its per-call grouping of tensors by
+    device and dtype (a net's grads share both), which costs more than the
+    arithmetic on small nets."""
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
+
+
+def _hooked_step(step: Any) -> Any:
+    """torch's step wrapper (pre/post hooks, profiler range) without opening a
+    profiler range when no profiler runs: that range alone costs about as much as
+    the fused Adam kernel on a small net."""
+
+    @functools.wraps(step)
+    def wrapper(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        if torch.autograd._profiler_enabled():
+            name = f"Optimizer.step#{type(self).__name__}.step"
+            with torch.autograd.profiler.record_function(name):
+                return _run_hooked(self, step, args, kwargs)
+        return _run_hooked(self, step, args, kwargs)
+
+    wrapper.hooked = True  # type: ignore[attr-defined]  # torch's marker: do not wrap again
+    return wrapper
+
+
+def _run_hooked(self: torch.optim.Optimizer, step: Any, args: tuple, kwargs: dict) -> Any:
+    for pre_hook in chain(_global_optimizer_pre_hooks.values(),
+                          self._optimizer_step_pre_hooks.values()):
+        result = pre_hook(self, (self, *args), kwargs)
+        if result is not None:
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise RuntimeError(f"an optimizer step pre-hook must return None or "
+                                   f"(args, kwargs), got {result!r}")
+            (_, *args), kwargs = result
+    out = step(self, *args, **kwargs)
+    self._optimizer_step_code()
+    for post_hook in chain(self._optimizer_step_post_hooks.values(),
+                           _global_optimizer_post_hooks.values()):
+        post_hook(self, (self, *args), kwargs)
+    return out
+
+
+class _EagerOptimizer(torch.optim.Optimizer):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.step = _hooked_step(cls.step)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        _ADD_PARAM_GROUP(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _ZERO_GRAD(self, set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return _STATE_DICT(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _LOAD_STATE_DICT(self, state_dict)
+
+    def _with_grads(self, group: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        # Parameters the loss did not reach keep their value and state, as in torch.optim.
+        params = [p for p in group["params"] if p.grad is not None]
+        for p in params:
+            if p.grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+        return params, [p.grad for p in params]
+
+
+def _check(name: str, value: float, low: float, high: float = float("inf")) -> None:
+    if not low <= value < high:
+        raise ValueError(f"{name} must be in [{low}, {high}), got {value}")
+
+
+class EagerRMSprop(_EagerOptimizer):
+    """RMSProp as in torch (non-centred, no momentum): ``v = alpha v + (1 - alpha) g^2``,
+    ``p -= lr g / (sqrt(v) + eps)``. Tieleman & Hinton 2012; the A3C paper's choice."""
+
+    def __init__(self, params: Any, *, lr: float, alpha: float = 0.99, eps: float = 1e-8) -> None:
+        _check("lr", lr, 0.0)
+        _check("alpha", alpha, 0.0, 1.0)
+        _check("eps", eps, 0.0)
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None if closure is None else _closure(closure)
+        for group in self.param_groups:
+            params, grads = self._with_grads(group)
+            if not params:
+                continue
+            squares = []
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(())
+                    state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                squares.append(state["square_avg"])
+            alpha = group["alpha"]
+            torch._foreach_mul_(squares, alpha)
+            torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
+            denom = torch._foreach_sqrt(squares)
+            torch._foreach_add_(denom, group["eps"])
+            torch._foreach_addcdiv_(params, grads, denom, value=-group["lr"])
+        return loss
+
+
+class EagerAdam(_EagerOptimizer):
+    """Adam as in torch (no weight decay, no amsgrad; Kingma & Ba 2015, ICLR), one
+    call of the kernel ``torch.optim.Adam(fused=True)`` runs per parameter group:
+    on a small net torch.optim's per-step Python (grouping by device, hooks) costs
+    several times that kernel."""
+
+    def __init__(self, params: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        _check("lr", lr, 0.0)
+        _check("eps", eps, 0.0)
+        for i, beta in enumerate(betas):
+            _check(f"betas[{i}]", beta, 0.0, 1.0)
+        super().__init__(params, {"lr": lr, "betas": (float(betas[0]), float(betas[1])),
+                                  "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None if closure is None else _closure(closure)
+        for group in self.param_groups:
+            params, grads = self._with_grads(group)
+            if not params:
+                continue
+            # The kernel takes tensors of one device and dtype; a net normally has one.
+            batches: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
+            for p, g in zip(params, grads, strict=True):
+                state = self.state[p]
+                if not state:
+                    # float32 step tensors: the fused kernel's layout and torch.optim.Adam's,
+                    # so state dicts load either way.
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                elif state["step"].device != p.device:  # loaded from a CPU state dict
+                    state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
+                lists = batches.setdefault((p.device, p.dtype), [[], [], [], [], []])
+                for into, t in zip(lists, (p, g, state["exp_avg"], state["exp_avg_sq"],
+                                           state["step"]), strict=True):
+                    into.append(t)
+            beta1, beta2 = group["betas"]
+            for ps, gs, means, squares, steps in batches.values():
+                torch._foreach_add_(steps, 1)
+                torch._fused_adam_(ps, gs, means, squares, [], steps, lr=group["lr"],
+                                   beta1=beta1, beta2=beta2, weight_decay=0.0,
+                                   eps=group["eps"], amsgrad=False, maximize=False)
+        return loss
+
+
+def _closure(closure: Any) -> Any:
+    with torch.enable_grad():
+        return closure()
