@@ -69,9 +69,10 @@ def _min_block(flat, base, k):
 
 
 @_jit
-def _walk_sum(flat, offs, shift, slots, n, first_level):
-    """Recompute the sums above the leaves ``slots[:n]``, level by level, starting
-    ``first_level`` levels above the leaves (1 = the leaves' parents).
+def _walk(flat, offs, shift, slots, n, first_level, is_min):
+    """Recompute the sums (mins if ``is_min``) above the leaves ``slots[:n]``, level
+    by level, starting ``first_level`` levels above the leaves (1 = the leaves'
+    parents).
 
     Equal neighbours in ``slots`` share their parent computation (sorted input,
     the usual prioritized sample, shares the most); any order is correct because
@@ -87,23 +88,10 @@ def _walk_sum(flat, offs, shift, slots, n, first_level):
             j = slots[i] >> sh
             if j != prev:
                 prev = j
-                flat[parent + j] = _sum_block(flat, child + j * k, k)
-
-
-@_jit
-def _walk_min(flat, offs, shift, slots, n, first_level):
-    """:func:`_walk_sum` for a min tree."""
-    k = 1 << shift
-    sh = shift * (first_level - 1)
-    for d in range(offs.size - 1 - first_level, 0, -1):
-        sh += shift
-        child, parent = offs[d], offs[d - 1]
-        prev = -1
-        for i in range(n):
-            j = slots[i] >> sh
-            if j != prev:
-                prev = j
-                flat[parent + j] = _min_block(flat, child + j * k, k)
+                if is_min:
+                    flat[parent + j] = _min_block(flat, child + j * k, k)
+                else:
+                    flat[parent + j] = _sum_block(flat, child + j * k, k)
 
 
 @_jit
@@ -113,10 +101,7 @@ def tree_update(flat, offs, shift, slots, values, is_min):
     leaf = offs[offs.size - 2]
     for i in range(slots.size):
         flat[leaf + slots[i]] = values[i]
-    if is_min:
-        _walk_min(flat, offs, shift, slots, slots.size, 1)
-    else:
-        _walk_sum(flat, offs, shift, slots, slots.size, 1)
+    _walk(flat, offs, shift, slots, slots.size, 1, is_min)
 
 
 @_jit
@@ -126,7 +111,7 @@ def sum_min_update(sflat, mflat, offs, shift, slots, values, n):
     for i in range(n):
         sflat[leaf + slots[i]] = values[i]
         mflat[leaf + slots[i]] = values[i]
-    _walk_sum(sflat, offs, shift, slots, n, 1)
+    _walk(sflat, offs, shift, slots, n, 1, False)
     leaf_level = offs.size - 2
     if leaf_level == 0:
         return
@@ -145,7 +130,7 @@ def sum_min_update(sflat, mflat, offs, shift, slots, values, n):
             if m <= 0.0:
                 m = _min_block(mflat, child + j * k, k)
             mflat[parent + j] = m
-    _walk_min(mflat, offs, shift, slots, n, 2)
+    _walk(mflat, offs, shift, slots, n, 2, True)
 
 
 @_jit
