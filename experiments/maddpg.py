@@ -53,13 +53,18 @@ class RunConfig:
     buffer_size: int = 1_000_000
     batch_size: int = 1024
     learning_starts: int = dataclasses.field(default=25_600, metadata={"help": "env steps before learning"})
-    train_every: int = dataclasses.field(default=100, metadata={"help": "env steps per update"})
+    train_every: int = dataclasses.field(default=100, metadata={
+        "help": "env steps per update (below --num-envs: several updates per vector step)"})
     gamma: float = 0.95
     tau: float = 0.01
     lr: float = 1e-2
+    actor_lr: float | None = dataclasses.field(default=None, metadata={"help": "actor lr (default: --lr)"})
+    critic_lr: float | None = dataclasses.field(default=None, metadata={"help": "critic lr (default: --lr)"})
     hidden: int = 64
     grad_clip: float | None = 0.5
     noise_scale: float = 0.1
+    actor_reg: float = dataclasses.field(default=1e-3, metadata={"help": "penalty on the actors' raw outputs"})
+    gumbel_temperature: float = 1.0
     ensemble_size: int = 1
     ensemble_buffers: Literal["shared", "separate"] = "shared"
     mode: Literal["auto", "jit_fork", "threads", "batched", "loop"] = "auto"
@@ -85,8 +90,11 @@ class RunConfig:
         self.algo_config().validate()
 
     def algo_config(self) -> MADDPGConfig:
-        return MADDPGConfig(gamma=self.gamma, tau=self.tau, actor_lr=self.lr, critic_lr=self.lr,
+        return MADDPGConfig(gamma=self.gamma, tau=self.tau,
+                            actor_lr=self.lr if self.actor_lr is None else self.actor_lr,
+                            critic_lr=self.lr if self.critic_lr is None else self.critic_lr,
                             hidden=(self.hidden, self.hidden), grad_clip=self.grad_clip,
+                            actor_reg=self.actor_reg, gumbel_temperature=self.gumbel_temperature,
                             noise_scale=self.noise_scale, ensemble_size=self.ensemble_size,
                             ensemble_buffers=self.ensemble_buffers, mode=self.mode, seed=self.seed)
 

@@ -23,27 +23,47 @@ line per implementation.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
+import shlex
 import statistics
 import time
 from typing import Any
 
 import torch
 
+from experiments.cli import parse_config
 from experiments.maddpg import RunConfig, evaluate, resolve_env, train
 
-# Default budget: 3 seeds x 2 implementations in about 30 minutes on a 2-core box.
-STEPS = 50_000
+# Default budget: 3 seeds x 2 implementations in about 18 minutes on a 2-core box.
+STEPS = 30_000
 UPDATE_EVERY = 8
+# Extra experiments.maddpg flags for rlpar by default (see the module docstring).
+RLPAR_FLAGS = ""
+# Fields the bench sets itself; --ours-flags may not touch them.
+_BENCH_FIELDS = ("env", "n_agents", "episode_steps", "continuous", "num_envs", "num_workers", "total_steps",
+                 "batch_size", "buffer_size", "learning_starts", "train_every", "seed", "status_every",
+                 "device", "max_seconds", "log_dir")
+
+
+def ours_config(flags: str) -> RunConfig:
+    """``experiments.maddpg`` flags -> RunConfig; exits 2 on a bad flag, raises on a bench-owned one."""
+    argv = shlex.split(flags)
+    config = parse_config(RunConfig, argv)
+    owned = [f for f in _BENCH_FIELDS if getattr(config, f) != getattr(RunConfig(), f)]
+    if owned:
+        raise ValueError(f"--ours-flags may not set {owned}: the bench sets them for both learners")
+    return config
 
 
 def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
-              batch_size: int, eval_episodes: int, update_every: int) -> dict[str, Any]:
-    config = RunConfig(env="simple_spread", n_agents=3, episode_steps=25, continuous=continuous,
-                       num_envs=num_envs, num_workers=1, total_steps=steps, batch_size=batch_size,
-                       buffer_size=max(steps, batch_size), learning_starts=learning_starts,
-                       train_every=update_every, seed=seed, status_every=1e9, device="cpu")
+              batch_size: int, eval_episodes: int, update_every: int, ours_flags: str = "") -> dict[str, Any]:
+    config = dataclasses.replace(
+        ours_config(ours_flags), env="simple_spread", n_agents=3, episode_steps=25, continuous=continuous,
+        num_envs=num_envs, num_workers=1, total_steps=steps, batch_size=batch_size,
+        buffer_size=max(steps, batch_size), learning_starts=learning_starts,
+        train_every=update_every, seed=seed, status_every=1e9, device="cpu")
     start = time.perf_counter()
     summary = train(config, stream=io.StringIO())
     wall = time.perf_counter() - start
@@ -53,8 +73,14 @@ def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learnin
 
 
 def update_period(update_every: int, num_envs: int) -> int:
-    """``update_every`` env steps rounded to a whole number of vector steps (>= one)."""
-    return num_envs * max(1, round(update_every / num_envs))
+    """``update_every`` env steps rounded to a whole number of vector steps, or, below
+    one vector step, to a divisor of ``num_envs`` (that many updates per vector step)."""
+    if update_every >= num_envs:
+        return num_envs * round(update_every / num_envs)
+    per_step = round(num_envs / update_every)
+    while num_envs % per_step:
+        per_step -= 1
+    return num_envs // per_step
 
 
 def run_random(*, seed: int, eval_episodes: int) -> dict[str, Any]:
@@ -158,7 +184,10 @@ def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learn
     critic_opt = torch.optim.Adam(loss.value_network_params.flatten_keys().values(), lr=1e-2)
     params = {"actor": list(loss.actor_network_params.flatten_keys().values()),
               "critic": list(loss.value_network_params.flatten_keys().values())}
-    frames = update_every  # env steps between updates, as for rlpar
+    # The replay ratio rule of rlpar's train loop: one update per update_every env steps;
+    # below one vector step, several updates per collected batch.
+    frames = max(update_every, num_envs)
+    updates_per_batch = frames // update_every
     collector = Collector(env, explore, frames_per_batch=frames, total_frames=steps)
     replay = ReplayBuffer(storage=LazyTensorStorage(max(steps, batch_size)), sampler=RandomSampler(),
                           batch_size=batch_size)
@@ -169,15 +198,16 @@ def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learn
         replay.extend(data.reshape(-1))
         if collected < learning_starts or len(replay) < batch_size:
             continue
-        sample = replay.sample()
-        for name, opt, key in (("critic", critic_opt, "loss_value"), ("actor", actor_opt, "loss_actor")):
-            losses = loss(sample)
-            opt.zero_grad()
-            losses[key].backward()
-            nn.utils.clip_grad_norm_(params[name], 0.5)
-            opt.step()
-        updater.step()
-        updates += 1
+        for _ in range(updates_per_batch):
+            sample = replay.sample()
+            for name, opt, key in (("critic", critic_opt, "loss_value"), ("actor", actor_opt, "loss_actor")):
+                losses = loss(sample)
+                opt.zero_grad()
+                losses[key].backward()
+                nn.utils.clip_grad_norm_(params[name], 0.5)
+                opt.step()
+            updater.step()
+            updates += 1
     wall = time.perf_counter() - start
     collector.shutdown()  # also closes the env
     if not env.is_closed:
@@ -201,22 +231,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--update-every", type=int, default=UPDATE_EVERY,
-                        help="env steps (over all copies) per update, rounded to whole vector steps; "
-                             "the paper's 100 learns nothing measurable in a budget this small")
+                        help="rlpar: env steps (over all copies) per update, rounded to whole vector "
+                             "steps or, below one, to a divisor of --num-envs; the paper's 100 learns "
+                             "nothing measurable in a budget this small")
+    parser.add_argument("--peer-update-every", type=int, default=None,
+                        help="the same for TorchRL (default: --update-every)")
+    parser.add_argument("--ours-flags", default=RLPAR_FLAGS,
+                        help="extra experiments.maddpg flags for rlpar, e.g. --ours-flags=\"--lr 3e-3\"")
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--impls", nargs="+", default=["random", "rlpar", "torchrl"],
                         choices=["random", "rlpar", "torchrl"])
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.batch_size, args.eval_episodes = 600, [0], 32, 2
-    if args.steps < 100 or args.num_envs < 1 or args.update_every < 1:
-        parser.error("--steps must be >= 100, --num-envs and --update-every >= 1")
+    if args.peer_update_every is None:
+        args.peer_update_every = args.update_every
+    if args.steps < 100 or args.num_envs < 1 or args.update_every < 1 or args.peer_update_every < 1:
+        parser.error("--steps must be >= 100, --num-envs, --update-every and --peer-update-every >= 1")
+    if "rlpar" in args.impls:
+        try:
+            ours_config(args.ours_flags)
+        except ValueError as exc:
+            parser.error(str(exc))
     torch.set_num_threads(1)
     continuous = not args.discrete
     learning_starts = min(25_600, args.steps // 10)
     common = dict(steps=args.steps, continuous=continuous, num_envs=args.num_envs,
                   learning_starts=learning_starts, batch_size=args.batch_size, eval_episodes=args.eval_episodes,
                   update_every=update_period(args.update_every, args.num_envs))
+    own = {"rlpar": {"ours_flags": args.ours_flags},
+           "torchrl": {"update_every": update_period(args.peer_update_every, args.num_envs)}}
     runners: dict[str, Any] = {}
     for impl in args.impls:
         if impl == "torchrl":
@@ -237,14 +281,18 @@ def main(argv: list[str] | None = None) -> None:
         for impl, runner in runners.items():
             if impl == "random" and n_seed > 0:
                 continue
-            result = runner(seed=seed, **common)
+            result = runner(seed=seed, **(common | own.get(impl, {})))
             line = _line(impl, seed, 0 if impl == "random" else args.steps, continuous, result)
-            line["update_every"] = common["update_every"]
+            if impl != "random":
+                line["update_every"] = (common | own.get(impl, {}))["update_every"]
+            if impl == "rlpar":
+                line["ours_flags"] = args.ours_flags
             results.setdefault(impl, []).append(line)
             print(json.dumps(line), flush=True)
     for impl, lines in results.items():
         agg = {"bench": "maddpg_spread", "impl": impl, "aggregate": True, "seeds": len(lines),
-               "env_steps": lines[0]["env_steps"], "update_every": common["update_every"]}
+               "env_steps": lines[0]["env_steps"]}
+        agg |= {k: lines[0][k] for k in ("update_every", "ours_flags") if k in lines[0]}
         for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
             values = [x[key] for x in lines]
             agg[f"{key}_mean"] = round(statistics.fmean(values), 4)

@@ -34,3 +34,19 @@ def test_peer_reports_why_it_cannot_run_discrete():
     from experiments.bench.maddpg_spread import torchrl_unavailable
 
     assert "continuous" in torchrl_unavailable(False)
+
+
+def test_update_period_rounds_to_vector_steps_or_divisors():
+    from experiments.bench.maddpg_spread import update_period
+
+    assert [update_period(u, 8) for u in (1, 2, 3, 4, 6, 8, 12, 100)] == [1, 2, 4, 4, 8, 8, 16, 96]
+
+
+def test_ours_flags_parse_and_may_not_set_bench_fields():
+    from experiments.bench.maddpg_spread import ours_config
+
+    assert ours_config("--critic-lr 3e-3 --tau 0.02").algo_config().critic_lr == 3e-3
+    with pytest.raises(ValueError, match="train_every"):
+        ours_config("--train-every 4")
+    with pytest.raises(SystemExit):
+        ours_config("--no-such-flag 1")

@@ -70,3 +70,23 @@ def test_invalid_cli_config_rejected(argv, message, capsys):
         parse_config(RunConfig, argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_train_every_below_num_envs_gives_several_updates_per_vector_step():
+    config = RunConfig(env="cooperative", n_agents=2, continuous=True, num_envs=4, num_workers=0,
+                       total_steps=200, buffer_size=1000, batch_size=8, learning_starts=40,
+                       train_every=2, status_every=1000.0, seed=0)
+    summary = train(config, stream=io.StringIO())
+    summary.pop("algo").close()
+    # Two updates per vector step of 4 copies from the step that reaches learning_starts
+    # (36 -> 40) on: (200 - 36) / 2.
+    assert summary["steps"] == 200 and summary["updates"] == 82
+
+
+def test_actor_and_critic_learning_rates_override_lr():
+    algo_config = parse_config(RunConfig, ["--lr", "1e-2", "--critic-lr", "3e-3"]).algo_config()
+    assert (algo_config.actor_lr, algo_config.critic_lr) == (1e-2, 3e-3)
+    algo_config = RunConfig(actor_reg=0.0, gumbel_temperature=0.5).algo_config()
+    assert (algo_config.actor_lr, algo_config.actor_reg, algo_config.gumbel_temperature) == (1e-2, 0.0, 0.5)
+    with pytest.raises(ValueError, match="critic_lr"):
+        RunConfig(critic_lr=-1.0).validate()
