@@ -12,6 +12,9 @@
   stepping code in this process (identical trajectories for identical seeds).
 * ``make_vector_env(env_id_or_fn, *, num_envs, num_workers=None, ...)``:
   ``num_workers=0`` gives an InProcessVectorEnv.
+* ``make_atari(env_id, *, frame_skip=4, screen_size=84, stack=4, noop_max=30, ...)``
+  (``envs.atari``, optional ``atari`` extra): gymnasium's AtariPreprocessing +
+  FrameStackObservation with identical results, on direct ALE calls.
 * ``envs.multiagent``: ``ParallelEnvAdapter``, ``MultiAgentVectorEnv``, ``CooperativeEnv``.
 * ``envs.testing``: ``CountingEnv`` (obs = step count), ``CompositeEnv`` (Dict/Tuple obs).
 
@@ -19,8 +22,9 @@ Errors raised by an env become ``rlpar.errors.ChildError`` naming the env index 
 env's traceback; a worker that dies becomes ``rlpar.errors.ChildDied`` at once.
 """
 
+from envs.atari import make_atari
 from envs.inprocess import InProcessVectorEnv
 from envs.make import make_vector_env
 from envs.subproc import SubprocVectorEnv
 
-__all__ = ["InProcessVectorEnv", "SubprocVectorEnv", "make_vector_env"]
+__all__ = ["InProcessVectorEnv", "SubprocVectorEnv", "make_atari", "make_vector_env"]

@@ -10,6 +10,11 @@ with other CPU-bound processes, every design that meets its workers once per ste
 (ours, EnvPool) falls behind one process (SyncVectorEnv), and a design with one process
 per env (AsyncVectorEnv) gains by taking a larger share of the CPU; the CPU
 microseconds per env step (whole process tree) are the load-robust column there.
+
+``pong-8`` steps ``envs.atari.make_atari`` Pong (gymnasium's Atari preprocessing and
+frame stack, identical results, without the Python wrapper layers) in every gymnasium-based
+impl, against EnvPool with the same settings; ``pong-8-gymwrappers`` is the same with
+gymnasium's wrapper chain in every gymnasium-based impl.
 """
 
 from __future__ import annotations
@@ -38,6 +43,25 @@ def cpu_heavy() -> gym.Env:
 
 
 def pong() -> gym.Env:
+    """Pong with the standard Atari preprocessing (noop reset up to 30, frame skip 4 with
+    max-pooling, 84x84 grayscale, 4-frame stack, no sticky actions, no life-loss
+    termination): EnvPool's settings below. ``envs.atari`` computes exactly what
+    ``pong_gym_wrappers`` does (tests/envs/test_atari.py checks that) without the Python
+    wrapper layers, as EnvPool does in C++: the emulator is the same ALE."""
+    from envs.atari import make_atari
+
+    return make_atari(
+        "ALE/Pong-v5",
+        frame_skip=4,
+        screen_size=84,
+        stack=4,
+        noop_max=30,
+        repeat_action_probability=0.0,
+    )
+
+
+def pong_gym_wrappers() -> gym.Env:
+    """The same Pong through gymnasium's wrapper chain (about 130 us more CPU per step)."""
     import ale_py
 
     gym.register_envs(ale_py)
@@ -159,28 +183,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per impl")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
-    parser.add_argument("--cases", default="", help="comma list of cases to run (default all)")
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="comma list of cases (pong-8) or families (pong); default all (--quick: two)",
+    )
     args = parser.parse_args(argv)
     seconds, warmup = (0.2, 5) if args.quick else (args.seconds, 50)
     rounds = 1 if args.quick else args.rounds
-    cases: list[tuple[str, Callable[[], gym.Env], int]] = [
-        ("cartpole", cartpole, 8),
-        ("cartpole", cartpole, 32),
-        ("cartpole", cartpole, 64),
-        ("cpu_heavy", cpu_heavy, 8),
-        ("cpu_heavy", cpu_heavy, 32),
-        ("pong", pong, 8),
+    # (case, family, env factory, num_envs); --cases takes case names or families.
+    cases: list[tuple[str, str, Callable[[], gym.Env], int]] = [
+        ("cartpole-8", "cartpole", cartpole, 8),
+        ("cartpole-32", "cartpole", cartpole, 32),
+        ("cartpole-64", "cartpole", cartpole, 64),
+        ("cpu_heavy-8", "cpu_heavy", cpu_heavy, 8),
+        ("cpu_heavy-32", "cpu_heavy", cpu_heavy, 32),
+        ("pong-8", "pong", pong, 8),
+        # Transparency: every gymnasium-based impl on gymnasium's own wrapper chain.
+        ("pong-8-gymwrappers", "pong", pong_gym_wrappers, 8),
     ]
-    if args.quick:
-        cases = [("cartpole", cartpole, 8), ("cpu_heavy", cpu_heavy, 8)]
     wanted = set(filter(None, args.cases.split(",")))
-    for name, fn, n in cases:
-        case = f"{name}-{n}"
-        if wanted and case not in wanted and name not in wanted:
+    unknown = wanted - {c[0] for c in cases} - {c[1] for c in cases}
+    if unknown:
+        parser.error(f"unknown --cases {sorted(unknown)}; known: {[c[0] for c in cases]}")
+    if args.quick and not wanted:
+        wanted = {"cartpole-8", "cpu_heavy-8"}
+    for case, family, fn, n in cases:
+        if wanted and case not in wanted and family not in wanted:
             continue
-        if name == "pong":
+        if family == "pong":
             try:
-                fn()
+                fn().close()
             except Exception as exc:
                 print(json.dumps({"bench": "vecenv", "case": case, "skipped": f"ale-py: {exc!r}"}))
                 continue

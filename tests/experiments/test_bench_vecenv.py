@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -30,3 +31,31 @@ def test_vecenv_bench_quick_prints_json_lines():
     assert all(line["steps_per_s"] > 0 for line in measured)
     ours = [line for line in measured if line["impl"].startswith("rlpar")]
     assert all("ratio_vs_gym_async" in line and "ratio_vs_best_peer" in line for line in ours)
+
+
+def test_unknown_case_is_an_error():
+    from experiments.bench import vecenv
+
+    with pytest.raises(SystemExit):
+        vecenv.main(["--quick", "--cases", "no-such-case"])
+
+
+@pytest.mark.timeout(60)
+def test_pong_case_env_matches_gymnasium_wrapper_chain():
+    """The bench's lean Pong and its gymnasium-wrapper Pong are the same env."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    from experiments.bench import vecenv
+
+    lean, ref = vecenv.pong(), vecenv.pong_gym_wrappers()
+    assert lean.observation_space == ref.observation_space
+    assert lean.action_space == ref.action_space
+    obs, _ = lean.reset(seed=4)
+    obs_ref, _ = ref.reset(seed=4)
+    np.testing.assert_array_equal(obs, obs_ref)
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        action = rng.integers(ref.action_space.n)
+        out, out_ref = lean.step(action), ref.step(action)
+        np.testing.assert_array_equal(out[0], out_ref[0])
+        assert out[1:4] == out_ref[1:4]
