@@ -129,6 +129,20 @@ def test_same_seed_same_start_and_info_off_by_default():
     assert all((again[i] == again[-1]).all() for i in range(3))  # padded with the reset frame
 
 
+def test_cv2_threads_is_set_only_when_asked():
+    import cv2
+
+    before = cv2.getNumThreads()
+    try:
+        make_atari("Pong")
+        assert cv2.getNumThreads() == 1
+        cv2.setNumThreads(2)
+        make_atari("Pong", cv2_threads=None)
+        assert cv2.getNumThreads() == 2
+    finally:
+        cv2.setNumThreads(before)
+
+
 def test_copy_obs_false_returns_the_internal_stack():
     env = make_atari("Pong", copy_obs=False)
     obs, _ = env.reset(seed=0)
@@ -178,6 +192,7 @@ def test_rom_names_and_render():
         ({"repeat_action_probability": 1.5}, ValueError, "repeat_action_probability"),
         ({"max_num_frames_per_episode": 0}, ValueError, "max_num_frames_per_episode"),
         ({"render_mode": "human"}, ValueError, "render_mode"),
+        ({"cv2_threads": -1}, ValueError, "cv2_threads"),
     ],
 )
 def test_bad_arguments(kwargs, error, match):
