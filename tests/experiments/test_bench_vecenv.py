@@ -59,3 +59,25 @@ def test_pong_case_env_matches_gymnasium_wrapper_chain():
         out, out_ref = lean.step(action), ref.step(action)
         np.testing.assert_array_equal(out[0], out_ref[0])
         assert out[1:4] == out_ref[1:4]
+
+
+@pytest.mark.timeout(120)
+def test_vecenv_bench_quick_pong_case():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.bench.vecenv", "--quick", "--cases", "pong-8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert lines and {line["case"] for line in lines} == {"pong-8"}
+    by_impl = {line["impl"]: line for line in lines}
+    assert {"rlpar_subproc", "gym_sync", "gym_async", "envpool"} <= set(by_impl)
+    ours = by_impl["rlpar_subproc"]
+    assert ours["steps_per_s"] > 0 and ours["ratio_vs_best_peer"] > 0
+    if "skipped" not in by_impl["envpool"]:
+        assert ours["ratio_vs_envpool"] > 0
