@@ -143,3 +143,20 @@ def test_shards_on_actors(tmp_path):
 def test_config_round_trips_through_dataclass_replace():
     cfg = dataclasses.replace(ApexRunConfig(), num_actors=3)
     assert cfg.world_size() == 4
+
+
+def test_ale_ids_get_the_lean_atari_env_with_standard_preprocessing():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    from envs.atari import AtariEnv
+    from experiments.roles.apex_parts import make_env_fn
+
+    env = make_env_fn("ALE/Pong-v5")()
+    try:
+        assert isinstance(env, AtariEnv)
+        assert env.observation_space.shape == (4, 84, 84)
+        assert str(env.observation_space.dtype) == "uint8"
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4, 84, 84)
+    finally:
+        env.close()
