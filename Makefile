@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,mpe
+# atari: envs.atari and its equivalence tests against gymnasium's wrappers run in CI too.
+EXTRAS ?= dev,mpe,atari
 
 .PHONY: run test lint bench-deps clean
 
@@ -23,7 +24,7 @@ test: $(STAMP)
 
 # Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...).
 bench-deps: $(STAMP)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench,atari]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench]'
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
