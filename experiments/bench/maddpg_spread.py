@@ -31,7 +31,7 @@ U=4 (2 updates per vector step) -63.2; U=4 --lr 3e-3 -69.2; U=4 --actor-lr 1e-3
 but -64.6 on seed 1 (paper settings: 3-seed mean -60.4 +- 1.1). No lever beat
 the paper's settings at one update per vector step, so the bench keeps them
 (``RLPAR_FLAGS`` empty). TorchRL's lead at this budget (-55.8 +- 2.5 over 3
-seeds) goes with its non-paper actor loss (every agent's *current* action in
+seeds; -57.2 on seed 0 in 275 s where rlpar took 69 s) goes with its non-paper actor loss (every agent's *current* action in
 every critic, gradient through all critics) and online next actions; rlpar keeps
 the paper's estimator. Measured on a loaded 2-core box at 30k steps: the whole
 bench took 18 minutes (rlpar 57-127 s, TorchRL 190-255 s of training per run).
