@@ -96,6 +96,17 @@ class _EagerOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         _LOAD_STATE_DICT(self, state_dict)
 
+    def _state_of(self, p: torch.Tensor, buffers: tuple[str, ...], *,
+                  step_device: torch.device | None = None) -> dict[str, Any]:
+        """``p``'s state, created on first use: a float32 ``step`` (torch's layout, so
+        state dicts load either way) and zero ``buffers`` shaped like ``p``."""
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
+            for name in buffers:
+                state[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
     def _with_grads(self, group: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         # Parameters the loss did not reach keep their value and state, as in torch.optim.
         params = [p for p in group["params"] if p.grad is not None]
@@ -129,10 +140,7 @@ class EagerRMSprop(_EagerOptimizer):
                 continue
             squares = []
             for p in params:
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros(())
-                    state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state = self._state_of(p, ("square_avg",))
                 state["step"] += 1
                 squares.append(state["square_avg"])
             alpha = group["alpha"]
@@ -169,14 +177,9 @@ class EagerAdam(_EagerOptimizer):
             # The kernel takes tensors of one device and dtype; a net normally has one.
             batches: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
             for p, g in zip(params, grads, strict=True):
-                state = self.state[p]
-                if not state:
-                    # float32 step tensors: the fused kernel's layout and torch.optim.Adam's,
-                    # so state dicts load either way.
-                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                elif state["step"].device != p.device:  # loaded from a CPU state dict
+                # The fused kernel wants the step on the parameter's device.
+                state = self._state_of(p, ("exp_avg", "exp_avg_sq"), step_device=p.device)
+                if state["step"].device != p.device:  # loaded from a CPU state dict
                     state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
                 lists = batches.setdefault((p.device, p.dtype), [[], [], [], [], []])
                 for into, t in zip(lists, (p, g, state["exp_avg"], state["exp_avg_sq"],

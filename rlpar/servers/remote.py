@@ -198,26 +198,23 @@ class RemoteGradServer(_Accessor):
             )
         return self._call("push", for_transfer(state, keep_device=self.keep_device), version)
 
-    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
+    def _grads_payload(self, grads: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(grads, Mapping):
             raise TypeError(
                 f"grads must be a mapping of parameter name to tensor, got {type(grads).__name__}"
             )
-        return self._call("push_gradients", grads_for_transfer(grads, self.keep_device), version)
+        return grads_for_transfer(grads, self.keep_device)
+
+    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
+        return self._call("push_gradients", self._grads_payload(grads), version)
 
     def push_gradients_and_pull(
         self, grads: Mapping[str, Any], version: int, newer_than: int = -1
     ) -> tuple[bool, tuple[dict[str, Any], int] | None]:
         """One round trip: push ``grads``, get the parameters if newer than ``newer_than``."""
-        if not isinstance(grads, Mapping):
-            raise TypeError(
-                f"grads must be a mapping of parameter name to tensor, got {type(grads).__name__}"
-            )
+        payload = self._grads_payload(grads)
         check_newer_than(newer_than)
-        return self._call(
-            "push_gradients_and_pull", grads_for_transfer(grads, self.keep_device), version,
-            newer_than,
-        )
+        return self._call("push_gradients_and_pull", payload, version, newer_than)
 
     def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
         check_newer_than(newer_than)
