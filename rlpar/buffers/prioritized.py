@@ -156,13 +156,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         with self._tree_lock:
             return self.min_tree.min
 
-    def sample_slots(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """Stratified draw of ``batch_size`` slots; returns ``(slots, leaf values)``."""
-        fractions = self.rng.random(batch_size)
-        fractions += np.arange(batch_size)
-        fractions *= 1.0 / batch_size
-        return self.draw(fractions)
-
     def sample(self, batch_size: int) -> Sample:
         n = check_batch_size(batch_size, len(self.storage))
         u = self.rng.random(n)
