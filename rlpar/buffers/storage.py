@@ -1,8 +1,8 @@
 """Columnar ring storage: one preallocated array per field.
 
-A batch of ``n`` rows is written with one slice assignment per field (two when it
+A batch of ``n`` rows is written with one slice copy per field (two when it
 wraps past the end), so the cost of an insert is a handful of ``memcpy`` calls
-regardless of ``n``. Every item has a serial number (the count of items added
+regardless of ``n``; large ones use streaming stores (``stream_copy``). Every item has a serial number (the count of items added
 before it); ``serial % capacity`` is its slot, and it stays there until item
 ``serial + capacity`` overwrites it. So a serial names both the slot and the
 exact write (the per-slot version that lets priority updates for overwritten
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
+from rlpar.buffers.stream_copy import stream_copy
 
 _POOL_MIN_BYTES = 1 << 18  # below this, a fresh np.empty is as cheap as reuse
 _POOL_PER_SHAPE = 4
@@ -119,13 +120,13 @@ class RingStorage:
         end = start + m
         if end <= self.capacity:
             for name, col in self.columns.items():
-                col[start:end] = arrays[name][skip:] if skip else arrays[name]
+                stream_copy(col[start:end], arrays[name][skip:] if skip else arrays[name])
         else:
             k = self.capacity - start
             for name, col in self.columns.items():
                 src = arrays[name]
-                col[start:] = src[skip : skip + k]
-                col[: end - self.capacity] = src[skip + k :]
+                stream_copy(col[start:], src[skip : skip + k])
+                stream_copy(col[: end - self.capacity], src[skip + k :])
         self.next_serial = first + n
         return first + skip, m
 
