@@ -120,7 +120,11 @@ def stacked_act(algo: MADDPG, obs: torch.Tensor, *, explore: bool) -> np.ndarray
     """Joint action for stacked obs ``(E, n, obs_dim)``; same outputs as the per-agent path."""
     raw = algo.actor_eval.call_stacked(obs.transpose(0, 1))  # (n, E, A)
     if algo.agents[0].discrete:
+        # Batched outputs at large E are transposed views (feature-major compute), and
+        # argmax over a strided last axis was ~10x slower than over a contiguous one
+        # (2.7 vs 0.24 ms at 8 agents, E=1024): reduce over a contiguous copy.
+        raw = raw.contiguous()
         if explore:
-            raw = raw + sample_gumbel(raw.shape, device=raw.device, generator=algo.generator)
+            raw += sample_gumbel(raw.shape, device=raw.device, generator=algo.generator)
         return raw.argmax(-1).T.cpu().numpy()
     return np.stack([algo._env_action(i, r, explore) for i, r in enumerate(raw.unbind(0))], axis=1)

@@ -7,7 +7,9 @@ Each figure is the best of a few rounds in which the libraries take turns;
 "value" is throughput per second of this process's CPU time (fair on a shared
 machine, where wall time includes waiting for a core), "wall_value" per second
 of wall time; on a quiet machine the two agree. Peers that are not installed print a "skipped"
-line.
+line. ``numpy-copy`` is a reference, not a peer: the bare row copies with no
+priorities (``ratio_vs_numpy_copy`` on every line); frame adds and samples are
+memory-bound, so that is the floor they can approach.
 
 Distributed figures: 2 shard processes + 1 sampler process on loopback
 (TensorPipe): the sampler draws batches of 256 through a PrefetchingSampler and
@@ -165,6 +167,47 @@ class Tianshou(Impl):
     def update(self, handle, priorities):
         self.buf.update_weight(handle, priorities)
 
+
+class NumpyCopy(Impl):
+    """Reference, not a peer: the bare copies every library must make (rows into a
+    ring with numpy slice assignment; sample = ``np.take`` of uniform random rows
+    into reused arrays), with no priorities. For frames, add and sample are
+    memory-bound, and this line shows how close each library gets to that floor."""
+
+    name = "numpy-copy"
+
+    def __init__(self, case: Case) -> None:
+        self.capacity, self.cursor = case.capacity, 0
+        self.rng = np.random.default_rng(0)
+        self.cols: dict[str, np.ndarray] = {}
+        self.out: dict[str, np.ndarray] = {}
+
+    def add(self, chunk):
+        n = len(chunk["obs"])
+        if not self.cols:
+            self.cols = {k: np.empty((self.capacity, *v.shape[1:]), v.dtype) for k, v in chunk.items()}
+            self.out = {k: np.empty((BATCH, *v.shape[1:]), v.dtype) for k, v in chunk.items()}
+        end = self.cursor + n
+        for k, col in self.cols.items():
+            if end <= self.capacity:
+                col[self.cursor : end] = chunk[k]
+            else:
+                head = self.capacity - self.cursor
+                col[self.cursor :] = chunk[k][:head]
+                col[: end - self.capacity] = chunk[k][head:]
+        self.cursor = end % self.capacity
+
+    def sample(self):
+        slots = self.rng.integers(0, self.capacity, BATCH)
+        for k, col in self.cols.items():
+            col.take(slots, axis=0, out=self.out[k], mode="clip")
+        return slots
+
+    def update(self, handle, priorities):
+        pass
+
+
+REFERENCES = ("numpy-copy",)  # measured alongside, never counted as a peer
 
 Ops = dict[str, tuple[Callable[[], None], int]]  # metric -> (timed function, units of work)
 
@@ -359,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick and not skipped["tianshou"]:
         # Its segment tree JIT-compiles with numba on construction (~15 s of CPU).
         skipped["tianshou"] = "--quick: numba JIT compile alone exceeds the smoke budget"
-    impls: list[type[Impl]] = [Rlpar, Cpprb, Tianshou]
+    impls: list[type[Impl]] = [Rlpar, Cpprb, Tianshou, NumpyCopy]
     for case_name in args.cases.split(","):
         case = cases[case_name]
         if args.no_local:
@@ -396,7 +439,9 @@ def main(argv: list[str] | None = None) -> None:
             gc.collect()
         for name, metrics in results.items():
             for metric, (cpu_rate, wall_rate) in metrics.items():
-                peers = [m[metric][0] for n, m in results.items() if n != name]
+                peers = [
+                    m[metric][0] for n, m in results.items() if n != name and n not in REFERENCES
+                ]
                 line = {
                     "bench": "replay",
                     "impl": name,
@@ -407,6 +452,9 @@ def main(argv: list[str] | None = None) -> None:
                     "timing": "cpu",
                     "wall_value": round(wall_rate, 1),
                     "ratio_vs_best_peer": round(cpu_rate / max(peers), 3) if peers else None,
+                    "ratio_vs_numpy_copy": round(cpu_rate / results["numpy-copy"][metric][0], 3)
+                    if "numpy-copy" in results
+                    else None,
                     "torch_threads": args.threads,
                 }
                 print(json.dumps(line), flush=True)

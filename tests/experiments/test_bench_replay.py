@@ -42,3 +42,20 @@ def test_replay_bench_quick_prints_json_lines():
     for peer in ("cpprb", "tianshou"):
         assert any(ln["impl"] == peer for ln in lines)
     assert any(ln["impl"] == "rlpar-distributed" for ln in lines)
+    # The numpy-copy reference is measured but never counted as a peer.
+    reference = [ln for ln in lines if ln["impl"] == "numpy-copy"]
+    assert {ln["metric"] for ln in reference} >= {"add64_transitions_per_s", "sample256_per_s"}
+    for line in ours:
+        assert line["ratio_vs_numpy_copy"] > 0
+        peers = [
+            ln["value"]
+            for ln in lines
+            if ln.get("metric") == line["metric"]
+            and ln.get("case") == line["case"]
+            and ln["impl"] in ("cpprb", "tianshou")
+            and "skipped" not in ln
+        ]
+        if peers:
+            assert line["ratio_vs_best_peer"] == pytest.approx(line["value"] / max(peers), rel=1e-2)
+        else:
+            assert line["ratio_vs_best_peer"] is None
