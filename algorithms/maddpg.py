@@ -7,6 +7,9 @@ critic ``Q_i(o_j..., a_j...)`` over the agents listed in ``critic_sees[i]``
 ``r_i + gamma (1 - d_i) Q'_i(o'..., mu'_j(o'_j)...)`` where the next actions come
 from the *target* actors; the actor ascends ``Q_i`` with its own action replaced
 by ``mu_i(o_i)`` and the other agents' actions taken from the replay buffer.
+With ``actor_objective="team"`` (cooperative tasks) every critic instead sees all
+agents' current actions ``mu_j(o_j)`` and the actors ascend ``sum_i Q_i`` together,
+so each actor learns from every critic its action feeds.
 
 Discrete actions go through the straight-through Gumbel-softmax (one-hot forward,
 soft gradient); continuous actions are ``tanh``-squashed to [-1, 1] and scaled to
@@ -351,6 +354,8 @@ class MADDPG(Algorithm):
         """Per-slot ``-Q_i(..., mu_i^(k)(o_i), ...)`` plus a small penalty on the raw
         outputs (the reference implementation's regularizer), shape ``(len(slots),)``."""
         k = self.ensemble_size
+        if self.config.actor_objective == "team":
+            return self._team_actor_loss(datas)
         raws = self.actor_eval([datas[s // k]["obs"][s // k] for s in range(self.n_agents * k)])
         losses = []
         for round_ in range(k):  # one critic pass per sub-policy index
@@ -372,6 +377,26 @@ class MADDPG(Algorithm):
                 losses.append((slot, -q[i].mean() + reg))
         losses.sort(key=lambda pair: pair[0])
         return torch.stack([loss for _, loss in losses])
+
+    def _team_actor_loss(self, datas: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+        """Per-agent ``-Q_i(o, mu(o))`` with every agent's current action in every
+        critic (``actor_objective="team"``; no ensembles). Their sum, which ``update``
+        back-propagates, is the team objective: actor j gets the gradient of every
+        critic its action feeds."""
+        n = self.n_agents
+        shared = all(d is datas[0] for d in datas)
+        # One joint batch: the actors run once. Per-agent batches: critic i needs every
+        # actor on batch i's observations.
+        raws_per = [self.actor_eval(list(d["obs"])) for d in (datas[:1] if shared else datas)]
+        actions_per = [[self.to_action(j, raw, sample=True) for j, raw in enumerate(raws)] for raws in raws_per]
+        if shared:
+            inputs = self.critic_inputs(datas[0]["obs"], actions_per[0])
+        else:
+            inputs = [self.critic_input(i, d["obs"], actions_per[i]) for i, d in enumerate(datas)]
+        with _no_grad_for(self.critic_trainables):
+            q = self.critic_eval(inputs)
+        own_raws = [raws_per[0 if shared else i][i] for i in range(n)]
+        return torch.stack([-q[i].mean() + self.config.actor_reg * own_raws[i].pow(2).mean() for i in range(n)])
 
     def optimize(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                  param_groups: Sequence[Sequence[torch.Tensor]]) -> None:

@@ -101,6 +101,11 @@ class MADDPGConfig:
     noise_scale: float = 0.1  # 0.2: -60.7
     ensemble_size: int = 1
     ensemble_buffers: Literal["shared", "separate"] = "shared"
+    # "own" (the paper): actor i ascends Q_i with the other agents' actions from the
+    # replay buffer. "team" (cooperative tasks): every critic sees every agent's
+    # current action and each actor ascends the sum of all critics, as TorchRL's
+    # multi-agent DDPG loss does.
+    actor_objective: Literal["own", "team"] = "own"
     mode: EvalMode = "auto"
     batched_impl: BatchedImpl = "bmm"
     seed: int | None = None
@@ -125,6 +130,11 @@ class MADDPGConfig:
             raise ValueError(f"ensemble_size must be >= 1, got {self.ensemble_size}")
         if self.ensemble_buffers not in ("shared", "separate"):
             raise ValueError(f"ensemble_buffers must be 'shared' or 'separate', got {self.ensemble_buffers!r}")
+        if self.actor_objective not in ("own", "team"):
+            raise ValueError(f"actor_objective must be 'own' or 'team', got {self.actor_objective!r}")
+        if self.actor_objective == "team" and self.ensemble_size > 1:
+            raise ValueError("actor_objective='team' needs ensemble_size=1: a team objective over "
+                             "sub-policies drawn per episode is not defined")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.batched_impl not in ("bmm", "vmap"):

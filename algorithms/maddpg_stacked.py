@@ -102,7 +102,11 @@ def stacked_update(algo: MADDPG, batch: Mapping[str, Any]) -> dict[str, float]:
     raw = algo.actor_eval.call_stacked(d["obs"].transpose(0, 1))  # (n, B, A)
     mine = _to_action(algo, raw)  # (n, B, A): critic i sees agent i's action replaced by mu_i(o_i)
     with _no_grad_for(algo.critic_trainables):
-        q_actor = algo.critic_eval.call_shared(x, replace=(obs_flat.shape[1], mine)).squeeze(-1)
+        if algo.config.actor_objective == "team":  # every critic sees every current action
+            x_now = torch.cat([obs_flat, mine.transpose(0, 1).reshape(b, -1)], -1)
+            q_actor = algo.critic_eval.call_shared(x_now).squeeze(-1)
+        else:
+            q_actor = algo.critic_eval.call_shared(x, replace=(obs_flat.shape[1], mine)).squeeze(-1)
     actor_losses = -q_actor.mean(1) + algo.config.actor_reg * raw.pow(2).mean((1, 2))
     algo.optimize(algo.actor_opt, actor_losses.sum(), algo.actor_params)
     algo.soft_update()

@@ -71,6 +71,9 @@ class RunConfig:
     gumbel_temperature: float = 1.0
     ensemble_size: int = 1
     ensemble_buffers: Literal["shared", "separate"] = "shared"
+    actor_objective: Literal["own", "team"] = dataclasses.field(default="own", metadata={
+        "help": "own: the paper's (actor i ascends Q_i, others' actions from replay); "
+                "team: every actor ascends the sum of all critics on current actions"})
     mode: Literal["auto", "jit_fork", "threads", "batched", "loop"] = "auto"
     device: str = dataclasses.field(default="auto", metadata={"help": "auto: cuda when available"})
     torch_threads: int = 1
@@ -100,7 +103,8 @@ class RunConfig:
                             hidden=(self.hidden, self.hidden), grad_clip=self.grad_clip,
                             actor_reg=self.actor_reg, gumbel_temperature=self.gumbel_temperature,
                             noise_scale=self.noise_scale, ensemble_size=self.ensemble_size,
-                            ensemble_buffers=self.ensemble_buffers, mode=self.mode, seed=self.seed)
+                            ensemble_buffers=self.ensemble_buffers, actor_objective=self.actor_objective,
+                            mode=self.mode, seed=self.seed)
 
 
 def resolve_env(config: RunConfig) -> tuple[str, Callable[[], Any]]:

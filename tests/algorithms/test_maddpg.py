@@ -274,3 +274,52 @@ def test_sample_gumbel_matches_the_gumbel_law():
                           generator=torch.Generator().manual_seed(1))
     freq = torch.bincount((logits + noise).argmax(-1), minlength=3).float() / 100_000
     torch.testing.assert_close(freq, torch.softmax(logits, 0), atol=0.01, rtol=0)
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "per_agent"])
+@pytest.mark.parametrize("objective", ["own", "team"])
+def test_actor_objective_decides_which_critics_teach_an_actor(objective, stacked):
+    """"own": actor 1 learns from critic 1 only; "team": from every critic, so
+    perturbing critic 0 changes actor 1's step only under the team objective."""
+    def actor1_after_update(perturb: bool) -> torch.Tensor:
+        algo = make(3, spec=CONT, actor_objective=objective)
+        algo.use_stacked_path = stacked
+        if perturb:
+            with torch.no_grad():
+                for p in algo.critics[0].parameters():
+                    p.add_(0.5)
+            algo.refresh()
+        algo.update(stacked_batch(spec=CONT))
+        return torch.cat([p.flatten() for p in algo.actors[1].parameters()])
+
+    base, moved = actor1_after_update(False), actor1_after_update(True)
+    assert torch.equal(base, moved) == (objective == "own")
+
+
+def test_team_objective_stacked_path_equals_per_agent_path():
+    fast, slow = make(3, spec=CONT, actor_objective="team"), make(3, spec=CONT, actor_objective="team")
+    slow.use_stacked_path = False
+    batch = stacked_batch(spec=CONT)
+    m_fast, m_slow = fast.update(batch), slow.update(batch)
+    for key in m_slow:
+        assert m_fast[key] == pytest.approx(m_slow[key], rel=1e-5, abs=1e-6), key
+    for a, b in zip(fast.actors, slow.actors):
+        for p, q in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+
+
+def test_team_objective_on_per_agent_batches_and_discrete_actions():
+    algo = make(3, actor_objective="team")
+    batches = [stacked_batch(seed=i) for i in range(3)]
+    before = [p.clone() for m in algo.actors for p in m.parameters()]
+    metrics = algo.update(batches)
+    assert all(np.isfinite(v) for v in metrics.values())
+    after = [p for m in algo.actors for p in m.parameters()]
+    assert all(not torch.equal(a, b) for a, b in zip(before[::2], after[::2]))
+
+
+def test_team_objective_rejects_ensembles():
+    with pytest.raises(ValueError, match="actor_objective='team' needs ensemble_size=1"):
+        make(2, actor_objective="team", ensemble_size=2)
+    with pytest.raises(ValueError, match="actor_objective"):
+        make(2, actor_objective="everyone")
