@@ -106,6 +106,17 @@ class _Forked(nn.Module):
         return outs
 
 
+def _activate(layer: nn.Module, x: torch.Tensor, owned: bool) -> torch.Tensor:
+    """``layer(x)``; a ReLU on a product this call made runs in place. Stacked
+    activations are n times one network's (8 MB at 8 agents, hidden 256, batch 1024),
+    and a fresh output costs page faults and a memory pass: act at 16 agents, hidden
+    256, batch 1024 took 21 instead of 33 ms. Safe for autograd: the product's
+    backward does not read its output, and ReLU's backward reads only its result."""
+    if owned and type(layer) is nn.ReLU:
+        return torch.relu_(x)
+    return layer(x)
+
+
 def _structure(module: nn.Module) -> tuple:
     """Modules with equal structure keys can be stacked."""
     params = tuple((name, tuple(p.shape), p.dtype, p.device) for name, p in module.named_parameters())
@@ -243,16 +254,18 @@ class _Group:
                        skip_first: bool = False) -> torch.Tensor:
         """The layers on feature-major input ``(n, in, B)`` with the stored leaves
         (``(n, out, in)``: no transposed copies) -> ``(n, B, out)``."""
+        owned = skip_first  # x is a product made here (not the caller's input)
         for kind, layer in self.layers:
             if skip_first:
                 skip_first = kind != "linear"  # skip up to and including the first Linear
                 continue
             if kind == "act":
-                x = layer(x)
+                x = _activate(layer, x, owned)
                 continue
             weight = next(leaves)
             bias = next(leaves) if layer.bias is not None else None
             x = torch.bmm(weight, x) if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, x)
+            owned = True
         return x.transpose(1, 2)
 
     @staticmethod
@@ -270,16 +283,18 @@ class _Group:
         """Layers after the first ``first`` Linear layers, on stacked ``(n, B, ...)`` input."""
         stacked = self._stacked()
         k = linear = 0
+        owned = first > 0  # x is a product made by the caller's first layers
         for kind, layer in self.layers:
             if kind == "act":
                 if linear >= first:
-                    x = layer(x)
+                    x = _activate(layer, x, owned)
                 continue
             linear += 1
             weight, bias = stacked[k], stacked[k + 1]
             k += 2
             if linear > first:
                 x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+                owned = True
         return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
