@@ -31,7 +31,8 @@ All per-agent forward passes run through ``ParallelModules`` in the configured
 mode. Per-agent losses are summed and back-propagated once (the losses touch
 disjoint networks, so the gradients equal separate updates); one optimizer per
 role holds all agents' parameters (Adam is elementwise, so this equals one
-optimizer per agent), and gradient clipping is per network. No network is ever
+optimizer per agent), and gradient clipping is per network (or, with
+``grad_clip_scope="role"``, one norm over all agents' networks of a role). No network is ever
 updated by two tasks at once.
 """
 
@@ -403,9 +404,13 @@ class MADDPG(Algorithm):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         leaves = self._stacked_leaves_of(optimizer)
+        clip, per_network = self.config.grad_clip, self.config.grad_clip_scope == "network"
         if leaves is not None:  # every agent trains (no ensembles here): clip per row
-            if self.config.grad_clip is not None:
-                clip_stacked(leaves, self.config.grad_clip)
+            if clip is not None:
+                if per_network:
+                    clip_stacked(leaves, clip)
+                else:
+                    clip_per_network([leaves], clip)  # one norm over the role
             optimizer.step()
             self.refresh()
             return
@@ -418,8 +423,8 @@ class MADDPG(Algorithm):
                 for p in group["params"]:
                     if id(p) not in trained:
                         p.grad = None
-        if self.config.grad_clip is not None:
-            clip_per_network(param_groups, self.config.grad_clip)
+        if clip is not None:
+            clip_per_network(param_groups if per_network else [[p for ps in param_groups for p in ps]], clip)
         optimizer.step()
         self.refresh()  # fused optimizers write without bumping version counters
 

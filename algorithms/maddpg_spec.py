@@ -95,6 +95,9 @@ class MADDPGConfig:
     critic_lr: float = 1e-2
     hidden: tuple[int, ...] = (64, 64)
     grad_clip: float | None = 0.5  # None: -57.9 on seed 0 but -64.6 on seed 1
+    # "network": each agent's actor and critic clipped alone; "role": one norm over all
+    # agents' actors (critics), as clip_grad_norm_ over their joint parameters does.
+    grad_clip_scope: Literal["network", "role"] = "network"
     gumbel_temperature: float = 1.0
     actor_reg: float = 1e-3  # 0 (no penalty on raw outputs): -62.8
     noise: Literal["gaussian", "ou"] = "gaussian"
@@ -130,6 +133,8 @@ class MADDPGConfig:
             raise ValueError(f"ensemble_size must be >= 1, got {self.ensemble_size}")
         if self.ensemble_buffers not in ("shared", "separate"):
             raise ValueError(f"ensemble_buffers must be 'shared' or 'separate', got {self.ensemble_buffers!r}")
+        if self.grad_clip_scope not in ("network", "role"):
+            raise ValueError(f"grad_clip_scope must be 'network' or 'role', got {self.grad_clip_scope!r}")
         if self.actor_objective not in ("own", "team"):
             raise ValueError(f"actor_objective must be 'own' or 'team', got {self.actor_objective!r}")
         if self.actor_objective == "team" and self.ensemble_size > 1:

@@ -66,6 +66,8 @@ class RunConfig:
     critic_lr: float | None = dataclasses.field(default=None, metadata={"help": "critic lr (default: --lr)"})
     hidden: int = 64
     grad_clip: float | None = 0.5
+    grad_clip_scope: Literal["network", "role"] = dataclasses.field(default="network", metadata={
+        "help": "network: clip each agent's network alone; role: one norm over all actors (critics)"})
     noise_scale: float = 0.1
     actor_reg: float = dataclasses.field(default=1e-3, metadata={"help": "penalty on the actors' raw outputs"})
     gumbel_temperature: float = 1.0
@@ -101,6 +103,7 @@ class RunConfig:
                             actor_lr=self.lr if self.actor_lr is None else self.actor_lr,
                             critic_lr=self.lr if self.critic_lr is None else self.critic_lr,
                             hidden=(self.hidden, self.hidden), grad_clip=self.grad_clip,
+                            grad_clip_scope=self.grad_clip_scope,
                             actor_reg=self.actor_reg, gumbel_temperature=self.gumbel_temperature,
                             noise_scale=self.noise_scale, ensemble_size=self.ensemble_size,
                             ensemble_buffers=self.ensemble_buffers, actor_objective=self.actor_objective,

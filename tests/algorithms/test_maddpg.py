@@ -323,3 +323,52 @@ def test_team_objective_rejects_ensembles():
         make(2, actor_objective="team", ensemble_size=2)
     with pytest.raises(ValueError, match="actor_objective"):
         make(2, actor_objective="everyone")
+
+
+def _clipped_grads(algo: MADDPG, batch) -> dict[bool, list[torch.Tensor]]:
+    """The gradients each optimizer steps with, keyed by "is the critic optimizer"."""
+    grads: dict[bool, list[torch.Tensor]] = {}
+
+    def capture(optimizer, args, kwargs):
+        grads[optimizer is algo.critic_opt] = [p.grad.clone() for g in optimizer.param_groups for p in g["params"]]
+
+    for opt in (algo.actor_opt, algo.critic_opt):
+        opt.register_step_pre_hook(capture)
+    algo.update(batch)
+    return grads
+
+
+def _agent_norms(grads: list[torch.Tensor], stacked_leaves: bool, n: int = 3) -> torch.Tensor:
+    if stacked_leaves:  # row i of every leaf is agent i
+        return torch.stack([sum(g[i].pow(2).sum() for g in grads) for i in range(n)]).sqrt()
+    k = len(grads) // n  # per-agent parameter lists, agent by agent
+    return torch.stack([sum(g.pow(2).sum() for g in grads[i * k:(i + 1) * k]) for i in range(n)]).sqrt()
+
+
+@pytest.mark.parametrize("stacked, ragged", [(True, False), (False, False), (False, True)],
+                         ids=["stacked", "per_agent", "unstackable_actors"])
+def test_grad_clip_scope_role_clips_one_norm_over_all_agents(stacked, ragged):
+    """"role" scales every agent's gradient by one factor (torch's clip_grad_norm_ over
+    the role's joint parameters); "network" scales each agent's alone."""
+    from algorithms.nets import mlp
+
+    norms = {}
+    for scope in ("network", "role"):
+        # Actors of different widths cannot share stacked leaves: per-network parameter lists.
+        actors = [mlp(4, 2, hidden=(8 * (i + 1),)) for i in range(3)] if ragged else None
+        algo = MADDPG(agents=[CONT] * 3, actors=actors,
+                      config=MADDPGConfig(seed=0, grad_clip=1e-3, grad_clip_scope=scope))
+        algo.use_stacked_path = stacked
+        grads = _clipped_grads(algo, stacked_batch(spec=CONT))
+        leaves = {True: algo._critic_leaves is not None, False: algo._actor_leaves is not None}
+        norms[scope] = {critic: _agent_norms(grads[critic], leaves[critic]) for critic in (True, False)}
+    for critic in (True, False):
+        torch.testing.assert_close(norms["network"][critic], torch.full((3,), 1e-3), rtol=1e-3, atol=0)
+        role = norms["role"][critic]
+        assert role.pow(2).sum().sqrt() == pytest.approx(1e-3, rel=1e-3)
+        assert role.max() < 1e-3 * 0.999  # every agent shares the budget
+
+
+def test_grad_clip_scope_rejects_unknown():
+    with pytest.raises(ValueError, match="grad_clip_scope"):
+        make(2, grad_clip_scope="everything")
