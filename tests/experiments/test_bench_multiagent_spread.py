@@ -25,7 +25,8 @@ def test_quick_mode_prints_json_lines():
     for run in runs:
         for key in ("team_return", "landmark_distance", "collisions_per_episode", "train_wall_s"):
             assert isinstance(run[key], float | int), key
-    assert runs[1]["updates"] > 0 and runs[1]["update_every"] == 8
+    assert runs[1]["updates"] > 0 and runs[1]["update_every"] == 4
+    assert runs[1]["ours_flags"] == "--actor-objective team --grad-clip-scope role"
     assert lines[-1]["aggregate"] and lines[-1]["seeds"] == 1
     assert "team_return_minus_random" in lines[-1]
 
@@ -50,3 +51,10 @@ def test_ours_flags_parse_and_may_not_set_bench_fields():
         ours_config("--train-every 4")
     with pytest.raises(SystemExit):
         ours_config("--no-such-flag 1")
+
+
+def test_default_ours_flags_build_the_team_objective():
+    from experiments.bench.maddpg_spread import RLPAR_FLAGS, ours_config
+
+    algo_config = ours_config(RLPAR_FLAGS).algo_config()
+    assert (algo_config.actor_objective, algo_config.grad_clip_scope) == ("team", "role")
