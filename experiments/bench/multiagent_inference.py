@@ -15,6 +15,13 @@ and the single-call modes get the same hardware. Update lines carry the matmul
 FLOPs one MADDPG update needs (``gflop``, counted for the batched algorithm,
 which skips the input gradients nobody uses) and ``gflops`` = that / time: when
 two modes both run near the box's matmul peak, neither can be 2x the other.
+
+By default every mode is timed in its own process (``--one-mode``), as a user
+runs one mode: in one shared process the threads a mode leaves behind (the
+``threads`` pool, each pool thread's OpenMP team) slowed the others, e.g. ``auto``
+acting at 8 agents, hidden 64, batch 1024 took 2.7 ms alone and 6.5 ms after
+``threads`` had run. ``--shared-process`` times them in one process, taking turns
+(load bursts then hit all modes alike; ``--quick`` uses it).
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +41,7 @@ from algorithms.maddpg import MADDPG
 from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
 
 MODES = ("loop", "threads", "jit_fork", "batched", "batched_vmap")
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _calls_per_round(fn, *, min_time: float, sync) -> int:
@@ -123,8 +134,10 @@ def matmul_peak_gflops(device: str, *, size: int = 1024, min_time: float = 0.2) 
     return 2 * size**3 / best / 1e9
 
 
-def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, repeats: int,
-             modes: tuple[str, ...], ops: tuple[str, ...] = ("act", "update")) -> list[dict]:
+def time_modes(*, device: str, n: int, hidden: int, batch: int, min_time: float, repeats: int,
+               modes: tuple[str, ...], ops: tuple[str, ...]) -> list[dict]:
+    """One line per (op, mode) with the best ms per call; ``modes`` may include "auto",
+    whose lines also name the modes it chose."""
     rng = np.random.default_rng(0)
     obs = rng.standard_normal((batch, n, 6 * n)).astype(np.float32)
     sample = {"obs": obs, "next_obs": rng.standard_normal((batch, n, 6 * n)).astype(np.float32),
@@ -132,7 +145,7 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
               "terminated": np.zeros((batch, n), np.float32)}
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     lines = []
-    algos = {mode: _build(mode, n, hidden, device) for mode in (*modes, "auto")}
+    algos = {mode: _build(mode, n, hidden, device) for mode in modes}
     gflop = update_gflop(n, hidden, batch, 6 * n, 5)
     for op in ops:
         fns = {mode: (lambda a=a: a.act(obs)) if op == "act" else (lambda a=a: a.update(sample))
@@ -143,20 +156,47 @@ def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, r
                     "agents": n, "hidden": hidden, "batch": batch, "mode": mode, "ms": round(seconds * 1e3, 4)}
             if op == "update":
                 line |= {"gflop": float(f"{gflop:.4g}"), "gflops": float(f"{gflop / seconds:.4g}")}
+            if mode == "auto":
+                line["auto_mode"] = f"actors={algos[mode].mode},critics={algos[mode].critic_mode}"
             lines.append(line)
     for algo in algos.values():
         algo.close()
-    chosen = f"actors={algos['auto'].mode},critics={algos['auto'].critic_mode}"
+    return lines
+
+
+def _time_in_own_process(mode: str, *, device: str, n: int, hidden: int, batch: int, min_time: float,
+                         repeats: int, ops: tuple[str, ...]) -> list[dict]:
+    """``time_modes`` for one mode in a fresh interpreter, where no other mode's threads exist."""
+    argv = [sys.executable, "-m", "experiments.bench.multiagent_inference", "--one-mode", mode,
+            "--devices", device, "--agents", str(n), "--hidden", str(hidden), "--batch", str(batch),
+            "--min-time", str(min_time), "--repeats", str(repeats), "--torch-threads", str(torch.get_num_threads()),
+            "--ops", *ops]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=_ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"timing mode {mode!r} in its own process failed:\n{proc.stderr[-3000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def run_case(*, device: str, n: int, hidden: int, batch: int, min_time: float, repeats: int,
+             modes: tuple[str, ...], ops: tuple[str, ...] = ("act", "update"), isolate: bool = False) -> list[dict]:
+    """Every mode's lines, then one summary line per op comparing ``auto`` with
+    ``threads`` and ``loop``. ``isolate``: each mode in its own process."""
+    every = (*modes, "auto")
+    case = dict(device=device, n=n, hidden=hidden, batch=batch, min_time=min_time, repeats=repeats, ops=ops)
+    if isolate:
+        lines = [line for mode in every for line in _time_in_own_process(mode, **case)]
+    else:
+        lines = time_modes(modes=every, **case)
     for op in ops:
-        by_mode = {line["mode"]: line["ms"] for line in lines if line["op"] == op}
-        auto_ms = by_mode.pop("auto")
+        by_mode = {line["mode"]: line for line in lines if line["op"] == op}
+        auto = by_mode.pop("auto")
         summary = {"bench": "multiagent_inference", "impl": "rlpar", "device": device, "op": op,
-                   "agents": n, "hidden": hidden, "batch": batch, "summary": True, "auto_mode": chosen,
-                   "auto_ms": auto_ms}
+                   "agents": n, "hidden": hidden, "batch": batch, "summary": True, "auto_mode": auto["auto_mode"],
+                   "auto_ms": auto["ms"], "isolated": isolate}
         for ref in ("threads", "loop"):
             if ref in by_mode:
-                summary[f"speedup_vs_{ref}"] = round(by_mode[ref] / auto_ms, 3)
-        summary["ratio_vs_best_peer"] = round(auto_ms / min(by_mode.values()), 3)
+                summary[f"speedup_vs_{ref}"] = round(by_mode[ref]["ms"] / auto["ms"], 3)
+        summary["ratio_vs_best_peer"] = round(auto["ms"] / min(x["ms"] for x in by_mode.values()), 3)
         lines.append(summary)
     return lines
 
@@ -174,23 +214,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timing round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds; the best is kept")
     parser.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda if available")
+    parser.add_argument("--shared-process", action="store_true",
+                        help="time all modes in this process, taking turns (default: each mode in its own "
+                             "process; --quick implies this)")
+    parser.add_argument("--one-mode", choices=(*MODES, "auto"), help=argparse.SUPPRESS)  # child of an isolated run
     args = parser.parse_args(argv)
+    if args.one_mode is not None:
+        torch.set_num_threads(args.torch_threads)
+        for line in time_modes(device=args.devices[0], n=args.agents[0], hidden=args.hidden[0], batch=args.batch[0],
+                               min_time=args.min_time, repeats=args.repeats, modes=(args.one_mode,),
+                               ops=tuple(args.ops)):
+            print(json.dumps(line), flush=True)
+        return
     if args.torch_threads < 1:
         parser.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
     if args.quick:
         args.agents, args.hidden, args.batch = [3, 8], [32], [1]
-        args.min_time, args.repeats = 0.005, 1
+        args.min_time, args.repeats, args.shared_process = 0.005, 1, True
     devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     torch.set_num_threads(args.torch_threads)
     peaks = {device: round(matmul_peak_gflops(device, min_time=0.02 if args.quick else 0.5), 1) for device in devices}
     print(json.dumps({"bench": "multiagent_inference", "config": True, "torch_threads": args.torch_threads,
-                      "torch": torch.__version__, "devices": devices, "matmul_peak_gflops": peaks}), flush=True)
+                      "torch": torch.__version__, "devices": devices, "matmul_peak_gflops": peaks,
+                      "isolated": not args.shared_process}), flush=True)
     for device in devices:
         for n in args.agents:
             for hidden in args.hidden:
                 for batch in args.batch:
                     for line in run_case(device=device, n=n, hidden=hidden, batch=batch, min_time=args.min_time,
-                                         repeats=args.repeats, modes=tuple(args.modes), ops=tuple(args.ops)):
+                                         repeats=args.repeats, modes=tuple(args.modes), ops=tuple(args.ops),
+                                         isolate=not args.shared_process):
                         print(json.dumps(line), flush=True)
 
 
