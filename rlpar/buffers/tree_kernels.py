@@ -150,38 +150,58 @@ def fix_range(flat, offs, shift, lo, hi, is_min):
 
 
 @_jit
-def _descend(flat, offs, shift, v):
-    # The leaf i with S(i) <= v < S(i + 1) (S = sum of the leaves before i). When
-    # rounding carries v past a node's last positive child, that child is taken
-    # (with v set to its whole mass, so the same happens below): the answer is
-    # always a positive leaf, never padding, as long as the total is positive.
+def _descend_many(flat, offs, shift, v, nodes):
+    """``nodes[i]`` = the leaf j with S(j) <= v[i] < S(j + 1) (S = sum of the leaves
+    before j), for every i; ``v`` is used up.
+
+    When rounding carries a value past a node's last positive child, that child is
+    taken (with the value set to its whole mass, so the same happens below): the
+    answer is always a positive leaf, never padding, as long as the total is positive.
+
+    Level-major: the draws are independent, so at each level the reads of all of
+    them are in flight together; one draw after another waits for each cache miss
+    in turn. After a frame batch has flushed the caches, 256 draws over 100k leaves
+    took 138 us that way (a tenth of the sample).
+    """
     k = 1 << shift
-    node = 0
+    n = v.size
+    for i in range(n):
+        nodes[i] = 0
+    touched = 0.0
     for d in range(1, offs.size - 1):
-        base = offs[d] + node * k
-        chosen = -1
-        last = 0
-        last_mass = 0.0
-        for c in range(k):
-            s = flat[base + c]
-            if v < s:
-                chosen = c
-                break
-            if s > 0.0:
-                v -= s
-                last = c
-                last_mass = s
-        if chosen < 0:
-            chosen = last
-            v = last_mass
-        node = node * k + chosen
-    return node
+        # Touch every draw's children first: branch-free loads whose misses overlap;
+        # the scan below (data-dependent branches, which stall the overlap) then hits
+        # the cache.
+        for i in range(n):
+            base = offs[d] + nodes[i] * k
+            for c in range(0, k, 8):  # one float64 per 64-byte line
+                touched += flat[base + c]
+        for i in range(n):
+            base = offs[d] + nodes[i] * k
+            x = v[i]
+            chosen = -1
+            last = 0
+            last_mass = 0.0
+            for c in range(k):
+                s = flat[base + c]
+                if x < s:
+                    chosen = c
+                    break
+                if s > 0.0:
+                    x -= s
+                    last = c
+                    last_mass = s
+            if chosen < 0:
+                chosen = last
+                x = last_mass
+            v[i] = x
+            nodes[i] = nodes[i] * k + chosen
+    return touched  # returned so that the compiler keeps the touching loads
 
 
 @_jit
 def find_prefix(flat, offs, shift, values, out):
-    for i in range(values.size):
-        out[i] = _descend(flat, offs, shift, values[i])
+    _descend_many(flat, offs, shift, values.copy(), out)
 
 
 @_jit
@@ -198,9 +218,12 @@ def stratified_sample(
     step = sflat[root] / n
     min_leaf = mflat[root]
     leaf = offs[offs.size - 2]
+    v = np.empty(n)
     for i in range(n):
-        slot = _descend(sflat, offs, shift, (i + u[i]) * step)
-        slots[i] = slot
+        v[i] = (i + u[i]) * step
+    _descend_many(sflat, offs, shift, v, slots)
+    for i in range(n):
+        slot = slots[i]
         serials[i] = last_serial - (last_serial - slot) % capacity
         weights[i] = (sflat[leaf + slot] / min_leaf) ** -beta
 
