@@ -54,6 +54,7 @@ from algorithms.maddpg_spec import FIELDS, AgentSpec, MADDPGConfig, check_critic
 from algorithms.maddpg_stacked import can_stack, is_stacked_batch, stacked_act, stacked_update
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
+from algorithms.optim import EagerAdam
 
 CRITIC_AUTO_MAX_PARAMS = 65_536
 
@@ -469,13 +470,11 @@ class MADDPG(Algorithm):
             ev.close()
 
 
-def _adam(params: list[torch.Tensor], *, lr: float) -> torch.optim.Adam:
-    """Fused Adam where the device supports it (about 2x faster than foreach for many
-    small per-agent tensors on CPU), else the multi-tensor version."""
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, ValueError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
+def _adam(params: list[torch.Tensor], *, lr: float) -> torch.optim.Optimizer:
+    """torch's fused Adam kernel without torch.optim's per-step Python
+    (``algorithms.optim.EagerAdam``, as DQN and A2C use): a batch-1 update at 3
+    agents, hidden 64 took 3.6-3.7 ms against 3.9-4.3 ms with ``torch.optim.Adam``."""
+    return EagerAdam(params, lr=lr)
 
 
 class _no_grad_for:
