@@ -82,11 +82,11 @@ class AgentSpec:
 class MADDPGConfig:
     """Hyperparameters; defaults are the paper's (Lowe et al. 2017, appendix).
 
-    Checked against alternatives on MPE simple_spread, continuous actions, 30k env
-    steps, one update per 8 env steps (``python -m experiments.bench.maddpg_spread
-    --impls rlpar --seeds 0 --steps 30000 --ours-flags=...``; greedy team return,
-    these defaults -59.3 on seed 0, -60.4 +- 1.1 over seeds 0-2): none of the
-    alternatives noted per field did better, so the defaults stay the paper's.
+    The per-field notes are one-seed results on MPE simple_spread (continuous, 30k
+    env steps, one update per 8 env steps; greedy team return, these defaults -59.3
+    on seed 0). Runs are chaotic (a 1e-7 rounding change moves a seed by +-2), so
+    they rank nothing; the 3-seed comparisons, where ``actor_objective="team"`` with
+    ``grad_clip_scope="role"`` wins, are in ``experiments/bench/maddpg_spread.py``.
     """
 
     gamma: float = 0.95
