@@ -25,14 +25,13 @@ own parameters in every mode, so the same object serves acting and learning:
 steps, such as MADDPG's critics) also picks ``loop`` when a network has more
 parameters than that, because the stacked copy of the weights is remade on
 every step and for big networks costs more than the calls it saves. This follows
-``experiments/bench/multiagent_inference.py`` (CPU, every mode with the same 2
-intra-op threads, a 2-core box loaded by other jobs, so +-30% noise): acting at
-batch 1 (per-call overhead) batched is 2-7x faster than ``threads`` and ``loop`` at
-8-16 agents; a MADDPG update at batch 1024 with stored stacking (``call_shared``)
-was 1.5-2.4x faster than ``threads`` at hidden 64 and level with every other mode
-at hidden 256, where all modes run at the box's matmul peak (~50-60 GFLOP/s) and
-no mode can be 2x another. For a single network nothing beats a plain call. No
-CUDA measurement exists yet.
+``experiments/bench/multiagent_inference.py`` (CPU, 2-core box, every mode with the
+same 2 intra-op threads, each in its own process): at 8-16 agents batched acting
+at batch 1 is 10-18x faster than ``threads`` and 3-6x faster than ``loop``, and a
+MADDPG update at batch 1024, hidden 64, with stored stacking (``call_shared``) is
+3.3x faster than ``threads``; at hidden 256 and batch 1024 every mode runs near the
+box's matmul peak and batched leads by 1.1-1.7x. For a single network nothing
+beats a plain call. No CUDA measurement exists yet.
 
 With ``store_stacked=True`` (batched bmm mode, one structure) the weights live
 stacked: one ``(n, ...)`` leaf Parameter per layer parameter (``stacked_leaves``),
@@ -279,29 +278,26 @@ class _Group:
         given = x[:, start:start + n * width].reshape(x.shape[0], n, width).transpose(0, 1)  # (n, B, w)
         return torch.baddbmm(out, own, (values - given).transpose(1, 2))
 
-    def _rest(self, x: torch.Tensor, *, first: int) -> torch.Tensor:
-        """Layers after the first ``first`` Linear layers, on stacked ``(n, B, ...)`` input."""
+    def _rows_major(self, x: torch.Tensor) -> torch.Tensor:
+        """All layers on stacked ``(n, B, in)`` input with bmm-layout weights -> ``(n, B, out)``."""
         stacked = self._stacked()
-        k = linear = 0
-        owned = first > 0  # x is a product made by the caller's first layers
+        k = 0
+        owned = False  # x is the caller's input until the first product
         for kind, layer in self.layers:
             if kind == "act":
-                if linear >= first:
-                    x = _activate(layer, x, owned)
+                x = _activate(layer, x, owned)
                 continue
-            linear += 1
             weight, bias = stacked[k], stacked[k + 1]
             k += 2
-            if linear > first:
-                x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
-                owned = True
+            x = torch.bmm(x, weight) if bias is None else torch.baddbmm(bias, x, weight)
+            owned = True
         return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "bmm" and self.leaves is not None and x.shape[1] >= FEATURE_MAJOR_MIN_BATCH:
             return self._feature_major(x.transpose(1, 2), iter(self.leaves))
         if self.impl == "bmm":
-            return self._rest(x, first=0)
+            return self._rows_major(x)
         stacked = self._stacked()
         params = dict(zip(self.names, stacked))
         buffers = {name: torch.stack([dict(m.named_buffers())[name] for m in self.modules])
