@@ -51,6 +51,13 @@ class AtariEnv(gym.Env):
     """One ALE game with noop reset, frame skip with max-pooling of the last two frames,
     grayscale, INTER_AREA resize and a frame stack (see the module docstring).
 
+    Defaults follow ALE v5 ids (sticky actions 0.25, 108K frames per episode) and
+    AtariPreprocessing. ``step_info=True`` adds ALE's ``lives`` / ``episode_frame_number``
+    / ``frame_number`` (and ``seeds`` on a seeded reset) to infos; off by default because
+    a vector env ships every non-empty info to the parent. ``cv2_threads`` (default 1)
+    sets OpenCV's thread count for the whole process that builds the env (a vector env's
+    worker); ``None`` leaves it alone.
+
     ``copy_obs=False`` returns the internal stack itself, valid until the next ``step`` or
     ``reset``: enough for a vector env that copies each observation into its batch, wrong
     for one that keeps ``final_obs`` across a same-step reset (keep the default there).
@@ -258,45 +265,12 @@ class AtariEnv(gym.Env):
         return [action.name for action in self._actions]
 
 
-def make_atari(
-    env_id: str,
-    *,
-    frame_skip: int = 4,
-    screen_size: int | tuple[int, int] = 84,
-    stack: int = 4,
-    noop_max: int = 30,
-    terminal_on_life_loss: bool = False,
-    repeat_action_probability: float = 0.25,
-    max_num_frames_per_episode: int | None = 108_000,
-    full_action_space: bool = False,
-    step_info: bool = False,
-    copy_obs: bool = True,
-    render_mode: str | None = None,
-    cv2_threads: int | None = 1,
-) -> AtariEnv:
+def make_atari(env_id: str, **options: Any) -> AtariEnv:
     """The lean equivalent of ``FrameStackObservation(AtariPreprocessing(gym.make(env_id,
     frameskip=1, repeat_action_probability=...), noop_max, frame_skip, screen_size,
-    terminal_on_life_loss), stack)``; defaults follow ALE v5 ids (sticky actions 0.25, 108K
-    frames per episode) and AtariPreprocessing. ``step_info=True`` adds ALE's ``lives`` /
-    ``episode_frame_number`` / ``frame_number`` (and ``seeds`` on a seeded reset) to infos;
-    off by default because a vector env ships every non-empty info to the parent.
-    ``cv2_threads`` (default 1) sets OpenCV's thread count for the whole process that
-    builds the env (a vector env's worker); ``None`` leaves it alone."""
-    return AtariEnv(
-        game=env_id,
-        frame_skip=frame_skip,
-        screen_size=screen_size,
-        stack=stack,
-        noop_max=noop_max,
-        terminal_on_life_loss=terminal_on_life_loss,
-        repeat_action_probability=repeat_action_probability,
-        max_num_frames_per_episode=max_num_frames_per_episode,
-        full_action_space=full_action_space,
-        step_info=step_info,
-        copy_obs=copy_obs,
-        render_mode=render_mode,
-        cv2_threads=cv2_threads,
-    )
+    terminal_on_life_loss), stack)``. ``options`` are :class:`AtariEnv`'s keyword
+    arguments (an unknown name raises TypeError there)."""
+    return AtariEnv(game=env_id, **options)
 
 
 def _check_int(name: str, value: Any, *, low: int) -> None:

@@ -210,3 +210,8 @@ def test_bad_env_id_and_actions():
     for bad in (-1, 6, 1.5, "up"):
         with pytest.raises(ValueError, match="action"):
             env.step(bad)
+
+
+def test_make_atari_rejects_an_unknown_option():
+    with pytest.raises(TypeError, match="frameskip"):
+        make_atari("Pong", frameskip=4)  # the option is frame_skip
