@@ -80,9 +80,23 @@ def _run_hooked(self: torch.optim.Optimizer, step: Any, args: tuple, kwargs: dic
 
 
 class _EagerOptimizer(torch.optim.Optimizer):
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.step = _hooked_step(cls.step)
+    """Subclasses implement ``_update_group(group, params, grads)`` for the parameters
+    of ``group`` that received gradients."""
+
+    @torch.no_grad()
+    def _step(self, closure: Any = None) -> Any:
+        loss = None if closure is None else _closure(closure)
+        for group in self.param_groups:
+            params, grads = self._with_grads(group)
+            if params:
+                self._update_group(group, params, grads)
+        return loss
+
+    step = _hooked_step(_step)
+
+    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
+                      grads: list[torch.Tensor]) -> None:
+        raise NotImplementedError
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         _ADD_PARAM_GROUP(self, param_group)
@@ -131,25 +145,19 @@ class EagerRMSprop(_EagerOptimizer):
         _check("eps", eps, 0.0)
         super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = None if closure is None else _closure(closure)
-        for group in self.param_groups:
-            params, grads = self._with_grads(group)
-            if not params:
-                continue
-            squares = []
-            for p in params:
-                state = self._state_of(p, ("square_avg",))
-                state["step"] += 1
-                squares.append(state["square_avg"])
-            alpha = group["alpha"]
-            torch._foreach_mul_(squares, alpha)
-            torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
-            denom = torch._foreach_sqrt(squares)
-            torch._foreach_add_(denom, group["eps"])
-            torch._foreach_addcdiv_(params, grads, denom, value=-group["lr"])
-        return loss
+    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
+                      grads: list[torch.Tensor]) -> None:
+        squares = []
+        for p in params:
+            state = self._state_of(p, ("square_avg",))
+            state["step"] += 1
+            squares.append(state["square_avg"])
+        alpha = group["alpha"]
+        torch._foreach_mul_(squares, alpha)
+        torch._foreach_addcmul_(squares, grads, grads, value=1 - alpha)
+        denom = torch._foreach_sqrt(squares)
+        torch._foreach_add_(denom, group["eps"])
+        torch._foreach_addcdiv_(params, grads, denom, value=-group["lr"])
 
 
 class EagerAdam(_EagerOptimizer):
@@ -167,31 +175,25 @@ class EagerAdam(_EagerOptimizer):
         super().__init__(params, {"lr": lr, "betas": (float(betas[0]), float(betas[1])),
                                   "eps": eps})
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = None if closure is None else _closure(closure)
-        for group in self.param_groups:
-            params, grads = self._with_grads(group)
-            if not params:
-                continue
-            # The kernel takes tensors of one device and dtype; a net normally has one.
-            batches: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
-            for p, g in zip(params, grads, strict=True):
-                # The fused kernel wants the step on the parameter's device.
-                state = self._state_of(p, ("exp_avg", "exp_avg_sq"), step_device=p.device)
-                if state["step"].device != p.device:  # loaded from a CPU state dict
-                    state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
-                lists = batches.setdefault((p.device, p.dtype), [[], [], [], [], []])
-                for into, t in zip(lists, (p, g, state["exp_avg"], state["exp_avg_sq"],
-                                           state["step"]), strict=True):
-                    into.append(t)
-            beta1, beta2 = group["betas"]
-            for ps, gs, means, squares, steps in batches.values():
-                torch._foreach_add_(steps, 1)
-                torch._fused_adam_(ps, gs, means, squares, [], steps, lr=group["lr"],
-                                   beta1=beta1, beta2=beta2, weight_decay=0.0,
-                                   eps=group["eps"], amsgrad=False, maximize=False)
-        return loss
+    def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
+                      grads: list[torch.Tensor]) -> None:
+        # The kernel takes tensors of one device and dtype; a net normally has one.
+        batches: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
+        for p, g in zip(params, grads, strict=True):
+            # The fused kernel wants the step on the parameter's device.
+            state = self._state_of(p, ("exp_avg", "exp_avg_sq"), step_device=p.device)
+            if state["step"].device != p.device:  # loaded from a CPU state dict
+                state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
+            lists = batches.setdefault((p.device, p.dtype), [[], [], [], [], []])
+            for into, t in zip(lists, (p, g, state["exp_avg"], state["exp_avg_sq"],
+                                       state["step"]), strict=True):
+                into.append(t)
+        beta1, beta2 = group["betas"]
+        for ps, gs, means, squares, steps in batches.values():
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(ps, gs, means, squares, [], steps, lr=group["lr"],
+                               beta1=beta1, beta2=beta2, weight_decay=0.0,
+                               eps=group["eps"], amsgrad=False, maximize=False)
 
 
 def _closure(closure: Any) -> Any:
