@@ -13,17 +13,22 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(120)
-def test_vecenv_bench_quick_prints_json_lines():
+def run_quick(*args: str) -> list[dict]:
+    """The bench's JSON lines from ``--quick`` plus ``args``; a failed run fails the test."""
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.vecenv", "--quick"],
+        [sys.executable, "-m", "experiments.bench.vecenv", "--quick", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=110,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.timeout(120)
+def test_vecenv_bench_quick_prints_json_lines():
+    lines = run_quick()
     assert lines and all(line["bench"] == "vecenv" for line in lines)
     measured = [line for line in lines if "steps_per_s" in line]
     impls = {line["impl"] for line in measured}
@@ -65,15 +70,7 @@ def test_pong_case_env_matches_gymnasium_wrapper_chain():
 def test_vecenv_bench_quick_pong_case():
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.vecenv", "--quick", "--cases", "pong-8"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    lines = run_quick("--cases", "pong-8")
     assert lines and {line["case"] for line in lines} == {"pong-8"}
     by_impl = {line["impl"]: line for line in lines}
     assert {"rlpar_subproc", "gym_sync", "gym_async", "envpool"} <= set(by_impl)
