@@ -1,0 +1,66 @@
+"""The compiled kernel behind ``stream_copy`` (imported on the first large copy).
+
+Module-level, so numba caches it on disk (``tree_kernels._jit``): compiling it
+took about 0.9 s, paid by every process on its first frame-sized insert.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rlpar.buffers.tree_kernels import _jit
+
+_VECTOR = 16  # bytes per streaming store (SSE2 width: every x86-64 has it)
+
+
+@intrinsic
+def _copy(typingctx, dst_addr, src_addr, nbytes):
+    sig = types.void(types.uintp, types.uintp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, src, n = args
+        i8p = ir.IntType(8).as_pointer()
+        vec_ptr = ir.VectorType(ir.IntType(64), _VECTOR // 8).as_pointer()
+        size_t = dst.type
+        # Head: plain copy up to the first 16-byte aligned destination address
+        # (aligned streaming stores fault on unaligned addresses).
+        mask = ir.Constant(size_t, _VECTOR - 1)
+        head = builder.and_(builder.sub(ir.Constant(size_t, 0), dst), mask)
+        head = builder.select(builder.icmp_unsigned("<", n, head), n, head)
+        cgutils.raw_memcpy(
+            builder, builder.inttoptr(dst, i8p), builder.inttoptr(src, i8p), head, 1
+        )
+        body_dst = builder.add(dst, head)
+        body_src = builder.add(src, head)
+        rest = builder.sub(n, head)
+        count = builder.udiv(rest, ir.Constant(size_t, _VECTOR))
+        d = builder.inttoptr(body_dst, vec_ptr)
+        s = builder.inttoptr(body_src, vec_ptr)
+        nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        with cgutils.for_range(builder, count) as loop:
+            value = builder.load(builder.gep(s, [loop.index]), align=1)
+            store = builder.store(value, builder.gep(d, [loop.index]), align=_VECTOR)
+            store.set_metadata("nontemporal", nontemporal)
+        done = builder.mul(count, ir.Constant(size_t, _VECTOR))
+        tail = builder.sub(rest, done)
+        cgutils.raw_memcpy(
+            builder,
+            builder.inttoptr(builder.add(body_dst, done), i8p),
+            builder.inttoptr(builder.add(body_src, done), i8p),
+            tail,
+            1,
+        )
+        # Streaming stores are weakly ordered: fence before anyone reads the rows.
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@_jit
+def stream_copy_bytes(dst, src):
+    """``dst[:] = src`` for equal-length contiguous uint8 arrays, streaming stores."""
+    _copy(dst.ctypes.data, src.ctypes.data, dst.shape[0])
