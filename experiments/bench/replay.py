@@ -47,8 +47,13 @@ class Case:
 
 def make_chunk(case: Case, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     if case.obs_dtype is np.uint8:
-        obs = rng.integers(0, 255, size=(n, *case.obs_shape), dtype=np.uint8)
-        nxt = rng.integers(0, 255, size=(n, *case.obs_shape), dtype=np.uint8)
+        # n consecutive steps of one frame-stacked stream, as an Atari env gives
+        # them: next_obs repeats obs's newest frames (what frame sharing relies on).
+        k = case.obs_shape[0]
+        frames = rng.integers(0, 255, size=(n + k, *case.obs_shape[1:]), dtype=np.uint8)
+        steps = np.lib.stride_tricks.sliding_window_view(frames, k, axis=0)
+        steps = np.moveaxis(steps, -1, 1)  # (n + 1, k, H, W) views
+        obs, nxt = np.ascontiguousarray(steps[:n]), np.ascontiguousarray(steps[1 : n + 1])
     else:
         obs = rng.standard_normal((n, *case.obs_shape), dtype=np.float32)
         nxt = rng.standard_normal((n, *case.obs_shape), dtype=np.float32)
@@ -65,6 +70,8 @@ class Impl:
     """Adapter: the same four operations on every library."""
 
     name = ""
+    library = ""  # lines of one library are never each other's peers
+    frames_only = False  # a frame-sharing layout: run on the frames case only
 
     def add(self, chunk: dict[str, np.ndarray]) -> None: ...
     def sample(self):  # returns an opaque handle passed to update
@@ -76,12 +83,17 @@ class Impl:
 
 
 class Rlpar(Impl):
-    name = "rlpar"
+    name = library = "rlpar"
 
     def __init__(self, case: Case) -> None:
         from rlpar.buffers import PrioritizedReplayBuffer
 
-        self.buf = PrioritizedReplayBuffer(capacity=case.capacity, alpha=ALPHA, beta=BETA, seed=0)
+        self.buf = PrioritizedReplayBuffer(
+            capacity=case.capacity, alpha=ALPHA, beta=BETA, seed=0, **self.layout()
+        )
+
+    def layout(self) -> dict:
+        return {}
 
     def add(self, chunk):
         self.buf.add(chunk)
@@ -98,8 +110,20 @@ class Rlpar(Impl):
         self.buf.min_tree.flush()
 
 
+class RlparSharedFrames(Rlpar):
+    """obs and next_obs stored once as 5 distinct frames (``SharedFrames``)."""
+
+    name = "rlpar-shared-frames"
+    frames_only = True
+
+    def layout(self) -> dict:
+        from rlpar.buffers import SharedFrames
+
+        return {"shared_frames": SharedFrames()}
+
+
 class Cpprb(Impl):
-    name = "cpprb"
+    name = library = "cpprb"
 
     def __init__(self, case: Case) -> None:
         import cpprb
@@ -115,7 +139,11 @@ class Cpprb(Impl):
                 "done": {},
             },
             alpha=ALPHA,
+            **self.layout(),
         )
+
+    def layout(self) -> dict:
+        return {}
 
     def add(self, chunk):
         self.buf.add(
@@ -133,15 +161,32 @@ class Cpprb(Impl):
         self.buf.update_priorities(handle, priorities)
 
 
+class CpprbStackCompress(Cpprb):
+    """cpprb's frame sharing across consecutive adds: ``next_of="obs"`` stores no
+    next_obs column, ``stack_compress="obs"`` one new frame per add. Both assume
+    the rows arrive as one env's consecutive steps (the bench's chunks are)."""
+
+    name = "cpprb-stack-compress"
+    frames_only = True
+
+    def layout(self) -> dict:
+        return {"next_of": "obs", "stack_compress": "obs"}
+
+
 class Tianshou(Impl):
-    name = "tianshou"
+    name = library = "tianshou"
 
     def __init__(self, case: Case) -> None:
         from tianshou.data import Batch, PrioritizedVectorReplayBuffer
 
         self.Batch = Batch
-        self.buf = PrioritizedVectorReplayBuffer(case.capacity, CHUNK, alpha=ALPHA, beta=BETA)
+        self.buf = PrioritizedVectorReplayBuffer(
+            case.capacity, CHUNK, alpha=ALPHA, beta=BETA, **self.layout()
+        )
         self.ids = np.arange(CHUNK)
+
+    def layout(self) -> dict:
+        return {}
 
     def add(self, chunk):
         # One row per sub-buffer: Tianshou's vector buffer takes CHUNK env rows per add.
@@ -168,13 +213,24 @@ class Tianshou(Impl):
         self.buf.update_weight(handle, priorities)
 
 
+class TianshouStacked(Tianshou):
+    """Tianshou's frame sharing: each env's sub-buffer keeps only the newest frame
+    of every obs and rebuilds stacks (obs_next from the next step) on sampling."""
+
+    name = "tianshou-stack-num"
+    frames_only = True
+
+    def layout(self) -> dict:
+        return {"stack_num": 4, "ignore_obs_next": True, "save_only_last_obs": True}
+
+
 class NumpyCopy(Impl):
     """Reference, not a peer: the bare copies every library must make (rows into a
     ring with numpy slice assignment; sample = ``np.take`` of uniform random rows
     into reused arrays), with no priorities. For frames, add and sample are
     memory-bound, and this line shows how close each library gets to that floor."""
 
-    name = "numpy-copy"
+    name = library = "numpy-copy"
 
     def __init__(self, case: Case) -> None:
         self.capacity, self.cursor = case.capacity, 0
@@ -403,19 +459,30 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick and not skipped["tianshou"]:
         # Its segment tree JIT-compiles with numba on construction (~15 s of CPU).
         skipped["tianshou"] = "--quick: numba JIT compile alone exceeds the smoke budget"
-    impls: list[type[Impl]] = [Rlpar, Cpprb, Tianshou, NumpyCopy]
+    impls: list[type[Impl]] = [
+        Rlpar,
+        RlparSharedFrames,
+        Cpprb,
+        CpprbStackCompress,
+        Tianshou,
+        TianshouStacked,
+        NumpyCopy,
+    ]
+    library = {cls.name: cls.library for cls in impls}
     for case_name in args.cases.split(","):
         case = cases[case_name]
         if args.no_local:
             continue
         live = []
         for cls in impls:
-            if skipped.get(cls.name):
+            if cls.frames_only and case.obs_dtype is not np.uint8:
+                continue
+            if skipped.get(cls.library):
                 skip = {
                     "bench": "replay",
                     "impl": cls.name,
                     "case": case.name,
-                    "skipped": skipped[cls.name],
+                    "skipped": skipped[cls.library],
                 }
                 print(json.dumps(skip), flush=True)
             else:
@@ -444,7 +511,9 @@ def main(argv: list[str] | None = None) -> None:
                 if name in REFERENCES and not copies:
                     continue  # the reference has no priorities to update
                 peers = [
-                    m[metric][0] for n, m in results.items() if n != name and n not in REFERENCES
+                    m[metric][0]
+                    for n, m in results.items()
+                    if library[n] != library[name] and n not in REFERENCES
                 ]
                 line = {
                     "bench": "replay",

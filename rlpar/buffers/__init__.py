@@ -2,7 +2,8 @@
 
 Local: :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` (Schaul et al.
 2016) over :class:`RingStorage` and batched, numba-compiled :class:`SumTree`/:class:`MinTree`;
-:class:`NStepAssembler` builds n-step transitions. Distributed (Ape-X):
+:class:`NStepAssembler` builds n-step transitions; :class:`SharedFrames`
+stores stacked ``obs``/``next_obs`` once. Distributed (Ape-X):
 :class:`DistributedReplayBuffer`, :class:`DistributedPrioritizedReplayBuffer`
 shard over an RpcGroup; :class:`PrefetchingSampler` keeps batches in flight.
 """
@@ -12,6 +13,7 @@ from rlpar.buffers.distributed import (
     DistributedReplayBuffer,
     ShardedSampler,
 )
+from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.nstep import NStepAssembler
 from rlpar.buffers.prefetch import PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
@@ -35,6 +37,7 @@ __all__ = [
     "RingStorage",
     "RpcShardClient",
     "ShardedSampler",
+    "SharedFrames",
     "SumTree",
     "importance_weights",
 ]

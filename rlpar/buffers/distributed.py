@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, annealed_beta, importance_weights
 from rlpar.buffers.replay import ReplayBuffer, check_batch_size, check_indices, check_priorities
 from rlpar.buffers.shard import (
@@ -313,6 +314,7 @@ class DistributedReplayBuffer:
         home_shard: str | None = None,
         spec: Mapping[str, Any] | None = None,
         seed: int | None = None,
+        shared_frames: SharedFrames | None = None,
     ) -> None:
         self._setup(
             group=group,
@@ -322,7 +324,9 @@ class DistributedReplayBuffer:
             on_shard_failure=on_shard_failure,
             home_shard=home_shard,
             seed=seed,
-            make_local=lambda: ReplayBuffer(capacity=capacity, spec=spec, seed=seed),
+            make_local=lambda: ReplayBuffer(
+                capacity=capacity, spec=spec, seed=seed, shared_frames=shared_frames
+            ),
             prioritized=False,
             sampler_options={},
         )
@@ -440,6 +444,7 @@ class DistributedPrioritizedReplayBuffer(DistributedReplayBuffer):
         home_shard: str | None = None,
         spec: Mapping[str, Any] | None = None,
         seed: int | None = None,
+        shared_frames: SharedFrames | None = None,
     ) -> None:
         # Validate the hyper-parameters in every member, shard host or not.
         PrioritizedReplayBuffer(
@@ -468,6 +473,7 @@ class DistributedPrioritizedReplayBuffer(DistributedReplayBuffer):
                 spec=spec,
                 seed=seed,
                 tree_arity=tree_arity,
+                shared_frames=shared_frames,
             ),
             prioritized=True,
             sampler_options={

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.replay import (
     ReplayBuffer,
     check_batch_size,
@@ -71,8 +72,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         spec: Mapping[str, Any] | None = None,
         seed: int | None = None,
         tree_arity: int = 16,
+        shared_frames: SharedFrames | None = None,
     ) -> None:
-        super().__init__(capacity=capacity, spec=spec, seed=seed)
+        super().__init__(capacity=capacity, spec=spec, seed=seed, shared_frames=shared_frames)
         for name, value in (("alpha", alpha), ("beta", beta), ("beta_final", beta_final)):
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0, got {value!r}")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.spec import as_array
 from rlpar.buffers.storage import RingStorage
 from rlpar.protocols import Sample
@@ -66,14 +67,20 @@ class ReplayBuffer:
     owns, the serial numbers of the sampled items (``serial % capacity`` is the
     slot) and all-one weights. ``update_priorities`` is accepted and ignored so
     that uniform and prioritized buffers are interchangeable.
-    Frame sharing (storing ``next_obs`` as a reference to a later ``obs``) is not
-    done: every field, ``next_obs`` included, is its own column.
+    Every field is its own column, except with ``shared_frames``: then stacked
+    ``obs`` and ``next_obs`` are stored once as their distinct frames and sampled
+    as overlapping views (:mod:`rlpar.buffers.frames`).
     """
 
     def __init__(
-        self, *, capacity: int, spec: Mapping[str, Any] | None = None, seed: int | None = None
+        self,
+        *,
+        capacity: int,
+        spec: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        shared_frames: SharedFrames | None = None,
     ) -> None:
-        self.storage = RingStorage(capacity=capacity, spec=spec)
+        self.storage = RingStorage(capacity=capacity, spec=spec, shared_frames=shared_frames)
         self.rng = np.random.default_rng(seed)
 
     @property

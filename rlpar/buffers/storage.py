@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
 from rlpar.buffers.stream_copy import stream_copy
 
@@ -65,16 +66,30 @@ class OutputPool:
 
 
 class RingStorage:
-    """Fixed-capacity FIFO of transitions stored column by column."""
+    """Fixed-capacity FIFO of transitions stored column by column.
 
-    def __init__(self, *, capacity: int, spec: Mapping[str, Any] | None = None) -> None:
+    With ``shared_frames``, an observation stack and the next one are stored as one
+    column of distinct frames (see :mod:`rlpar.buffers.frames`); ``spec`` and the
+    batches going in and out keep both fields at their own shapes.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        spec: Mapping[str, Any] | None = None,
+        shared_frames: SharedFrames | None = None,
+    ) -> None:
         if (
             isinstance(capacity, bool)
             or not isinstance(capacity, (int, np.integer))
             or capacity <= 0
         ):
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if shared_frames is not None and not isinstance(shared_frames, SharedFrames):
+            raise TypeError(f"shared_frames must be a SharedFrames, got {shared_frames!r}")
         self.capacity = int(capacity)
+        self.shared = shared_frames
         self.spec: dict[str, FieldSpec] | None = None
         self.columns: dict[str, np.ndarray] = {}
         self.next_serial = 0  # items ever added; the next item's serial
@@ -83,10 +98,11 @@ class RingStorage:
             self._allocate(normalize_spec(spec))
 
     def _allocate(self, spec: dict[str, FieldSpec]) -> None:
+        stored = spec if self.shared is None else self.shared.stored_spec(spec)
         self.spec = spec
         # np.empty leaves pages untouched until written, so a large, mostly empty
         # buffer costs no resident memory.
-        self.columns = {k: np.empty((self.capacity, *f.shape), f.dtype) for k, f in spec.items()}
+        self.columns = {k: np.empty((self.capacity, *f.shape), f.dtype) for k, f in stored.items()}
 
     def __len__(self) -> int:
         return min(self.next_serial, self.capacity)
@@ -102,8 +118,11 @@ class RingStorage:
             spec = infer_spec(batch)
             arrays, n = check_batch(spec, batch)
             self._allocate(spec)
-            return arrays, n
-        return check_batch(self.spec, batch)
+        else:
+            arrays, n = check_batch(self.spec, batch)
+        if self.shared is not None:
+            self.shared.check(arrays)
+        return arrays, n
 
     def write(self, arrays: Mapping[str, np.ndarray], n: int) -> tuple[int, int]:
         """Write ``n`` validated rows; return ``(first_serial, n_written)``.
@@ -119,16 +138,25 @@ class RingStorage:
         start = (first + skip) % self.capacity
         end = start + m
         if end <= self.capacity:
-            for name, col in self.columns.items():
-                stream_copy(col[start:end], arrays[name][skip:] if skip else arrays[name])
+            self._put(start, end, arrays, skip, n)
         else:
             k = self.capacity - start
-            for name, col in self.columns.items():
-                src = arrays[name]
-                stream_copy(col[start:], src[skip : skip + k])
-                stream_copy(col[: end - self.capacity], src[skip + k :])
+            self._put(start, self.capacity, arrays, skip, skip + k)
+            self._put(0, end - self.capacity, arrays, skip + k, n)
         self.next_serial = first + n
         return first + skip, m
+
+    def _put(self, start: int, end: int, arrays: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
+        """Rows ``lo:hi`` of ``arrays`` into slots ``start:end``."""
+        shared = self.shared
+        for name, col in self.columns.items():
+            src = arrays[name][lo:hi]
+            if shared is not None and name == shared.obs:
+                k = src.shape[1]
+                stream_copy(col[start:end, :k], src)
+                stream_copy(col[start:end, k:], arrays[shared.next_obs][lo:hi, k - shared.shift :])
+            else:
+                stream_copy(col[start:end], src)
 
     def serials_of(self, slots: np.ndarray) -> np.ndarray:
         """Serials of the items now in ``slots`` (which must be filled)."""
@@ -161,6 +189,10 @@ class RingStorage:
                 # fancy indexing is ~2x slower); mode="clip" lets it write to out.
                 dst = self._pool.empty((n, *col.shape[1:]), col.dtype)
                 out[k] = col.take(slots, axis=0, out=dst, mode="clip")
+        if self.shared is not None and self.shared.obs in out:
+            shared = self.shared
+            out[shared.obs], out[shared.next_obs] = shared.split(out[shared.obs])
+            out = {k: out[k] for k in self.spec}
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -168,6 +200,9 @@ class RingStorage:
         return {
             "capacity": self.capacity,
             "next_serial": self.next_serial,
+            "shared_frames": None
+            if self.shared is None
+            else [self.shared.obs, self.shared.next_obs, self.shared.shift],
             "spec": None
             if self.spec is None
             else {k: (list(f.shape), f.dtype.str) for k, f in self.spec.items()},
@@ -180,6 +215,10 @@ class RingStorage:
             raise ValueError(
                 f"state has capacity {state['capacity']}, this storage has {self.capacity}"
             )
+        shared = state.get("shared_frames")
+        mine = None if self.shared is None else [self.shared.obs, self.shared.next_obs, self.shared.shift]
+        if (None if shared is None else [shared[0], shared[1], int(shared[2])]) != mine:
+            raise ValueError(f"state was saved with shared_frames={shared}, this storage has {mine}")
         spec = state["spec"]
         if spec is None:
             self.spec, self.columns = None, {}

@@ -20,24 +20,42 @@ import numpy as np
 
 STREAM_MIN_BYTES = 1 << 18
 
-_kernel = None
+_kernels = None
 
 
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src``; large C-contiguous same-dtype copies bypass the cache."""
+    """``dst[...] = src``; large same-dtype copies whose rows are contiguous bypass the
+    cache (the rows of ``dst`` may be strided: a slice of a shared-frames column)."""
+    contiguous = dst.flags.c_contiguous and src.flags.c_contiguous
     if (
         dst.nbytes < STREAM_MIN_BYTES
         or dst.dtype != src.dtype
         or dst.shape != src.shape
-        or not dst.flags.c_contiguous
-        or not src.flags.c_contiguous
         or not dst.flags.writeable
+        or not (contiguous or (_rows_contiguous(dst) and _rows_contiguous(src)))
     ):
         dst[...] = src
         return
-    global _kernel
-    if _kernel is None:
-        from rlpar.buffers.stream_kernel import stream_copy_bytes
+    global _kernels
+    if _kernels is None:
+        from rlpar.buffers.stream_kernel import stream_copy_bytes, stream_copy_rows
 
-        _kernel = stream_copy_bytes
-    _kernel(dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8))
+        _kernels = stream_copy_bytes, stream_copy_rows
+    if contiguous:
+        _kernels[0](dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8))
+    else:
+        _kernels[1](rows_of(dst), rows_of(src))
+
+
+def _rows_contiguous(arr: np.ndarray) -> bool:
+    return arr.ndim >= 2 and arr.shape[0] > 0 and arr[0].flags.c_contiguous
+
+
+def rows_of(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as a 2-D uint8 array of its rows' bytes; no copy when each row is
+    contiguous (the rows may be strided, as in a slice of a shared-frames column)."""
+    if not _rows_contiguous(arr):
+        arr = np.ascontiguousarray(arr).reshape(len(arr), -1)
+    view = arr.view()
+    view.shape = (arr.shape[0], -1)  # raises rather than copying
+    return view.view(np.uint8)

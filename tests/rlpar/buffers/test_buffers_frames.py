@@ -1,0 +1,206 @@
+"""Shared frames: stacked obs/next_obs stored once, sampled back exactly; data
+without the overlap is refused and nothing is stored."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlpar.buffers import (
+    LocalShardClient,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    ReplayShard,
+    RingStorage,
+    ShardedSampler,
+    SharedFrames,
+)
+from rlpar.buffers.shard import from_wire, to_wire
+
+STACK, SIDE = 4, 84  # frame-sized rows: a chunk of 64 takes the streaming-store path
+
+
+def frame_stream(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n + 16, SIDE, SIDE), dtype=np.uint8)
+
+
+def chunk(frames, start, n, shift=1):
+    """Transitions ``start .. start+n-1`` of one stream: obs = frames t..t+3,
+    next_obs = frames t+shift..t+shift+3; the action records t."""
+    t = np.arange(start, start + n)
+    return {
+        "obs": np.stack([frames[i : i + STACK] for i in t]),
+        "action": t.astype(np.int64),
+        "next_obs": np.stack([frames[i + shift : i + shift + STACK] for i in t]),
+        "terminated": t % 7 == 0,
+    }
+
+
+def assert_rows_match(batch, frames, shift=1):
+    for j, t in enumerate(batch["action"]):
+        np.testing.assert_array_equal(batch["obs"][j], frames[t : t + STACK])
+        np.testing.assert_array_equal(batch["next_obs"][j], frames[t + shift : t + shift + STACK])
+        assert batch["terminated"][j] == (t % 7 == 0)
+
+
+@pytest.mark.parametrize("shift", [1, 3])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_samples_return_what_was_added_across_the_wrap(shift, prioritized):
+    frames = frame_stream(300)
+    cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+    buf = cls(capacity=100, seed=0, shared_frames=SharedFrames(shift=shift))
+    for start in range(0, 280, 64):  # 64-row chunks wrap the 100 slots
+        buf.add(chunk(frames, start, min(64, 280 - start), shift))
+    assert len(buf) == 100
+    # Stored once: k + shift frames per slot, no next_obs column.
+    assert buf.storage.columns["obs"].shape == (100, STACK + shift, SIDE, SIDE)
+    assert "next_obs" not in buf.storage.columns
+    sample = buf.sample(64)
+    batch = sample.batch
+    assert list(batch) == ["obs", "action", "next_obs", "terminated"]  # spec order
+    assert batch["obs"].shape == batch["next_obs"].shape == (64, STACK, SIDE, SIDE)
+    assert np.all(batch["action"] == sample.indices)  # the serial is the step here
+    assert np.all(batch["action"] >= 280 - 100)  # only the newest 100 survive
+    assert_rows_match(batch, frames, shift)
+
+
+def test_one_add_larger_than_capacity_keeps_the_newest_rows():
+    frames = frame_stream(150)
+    buf = ReplayBuffer(capacity=50, seed=1, shared_frames=SharedFrames())
+    buf.add(chunk(frames, 0, 130))
+    got = buf.storage.gather(np.arange(50))
+    assert sorted(got["action"]) == list(range(80, 130))
+    assert_rows_match(got, frames)
+
+
+def test_a_row_without_the_overlap_is_refused_and_nothing_is_stored():
+    frames = frame_stream(200)
+    buf = PrioritizedReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames())
+    buf.add(chunk(frames, 0, 64))
+    before = {k: v.copy() for k, v in buf.storage.columns.items()}
+    bad = chunk(frames, 64, 64)
+    bad["next_obs"][37, 1, 5, 9] ^= 1  # one byte of a frame obs should repeat
+    with pytest.raises(ValueError, match=r"row 37: next_obs\[:3\] differs from obs\[1:\]"):
+        buf.add(bad)
+    assert len(buf) == 64 and buf.storage.next_serial == 64
+    for k, v in buf.storage.columns.items():
+        np.testing.assert_array_equal(v[:64], before[k][:64])
+    # A 3-step transition in a 1-step buffer: refused too.
+    with pytest.raises(ValueError, match="shift=1"):
+        buf.add(chunk(frames, 64, 8, shift=3))
+    buf.add(chunk(frames, 64, 8))  # the buffer still takes good data
+    assert len(buf) == 72
+
+
+def test_the_newest_frames_are_free_to_differ():
+    # Only next_obs[:k-shift] must repeat obs; its newest frame is new data.
+    frames = frame_stream(10)
+    batch = chunk(frames, 0, 4)
+    batch["next_obs"][:, -1] = 255 - batch["next_obs"][:, -1]
+    buf = ReplayBuffer(capacity=8, shared_frames=SharedFrames())
+    buf.add(batch)
+    got = buf.storage.gather(np.arange(4))
+    np.testing.assert_array_equal(got["next_obs"], batch["next_obs"])
+    np.testing.assert_array_equal(got["obs"], batch["obs"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"obs": "x", "next_obs": "x"}, "two different fields"),
+        ({"shift": 0}, "shift must be an int >= 1"),
+        ({"shift": True}, "shift must be an int >= 1"),
+        ({"shift": 1.0}, "shift must be an int >= 1"),
+    ],
+)
+def test_invalid_shared_frames(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SharedFrames(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("spec", "shared", "match"),
+    [
+        ({"obs": ((4, 2), np.uint8)}, SharedFrames(), "'next_obs' is not in the spec"),
+        (
+            {"obs": ((4, 2), np.uint8), "next_obs": ((4, 3), np.uint8)},
+            SharedFrames(),
+            "equal shape and dtype",
+        ),
+        (
+            {"obs": ((4, 2), np.uint8), "next_obs": ((4, 2), np.float32)},
+            SharedFrames(),
+            "equal shape and dtype",
+        ),
+        (
+            {"obs": ((4, 2), np.uint8), "next_obs": ((4, 2), np.uint8)},
+            SharedFrames(shift=4),
+            "stack axis longer than shift=4",
+        ),
+        ({"obs": ((), np.float32), "next_obs": ((), np.float32)}, SharedFrames(), "stack axis"),
+    ],
+)
+def test_specs_that_cannot_share_frames(spec, shared, match):
+    with pytest.raises(ValueError, match=match):
+        ReplayBuffer(capacity=4, spec=spec, shared_frames=shared)
+
+
+def test_an_inferred_spec_is_checked_at_the_first_add():
+    buf = ReplayBuffer(capacity=4, shared_frames=SharedFrames(obs="o", next_obs="o2"))
+    with pytest.raises(ValueError, match="'o' is not in the spec"):
+        buf.add({"obs": np.zeros((2, 4, 3)), "next_obs": np.zeros((2, 4, 3))})
+    assert len(buf) == 0
+
+
+def test_shared_frames_must_be_the_dataclass():
+    with pytest.raises(TypeError, match="shared_frames must be a SharedFrames"):
+        RingStorage(capacity=4, shared_frames=("obs", "next_obs"))
+
+
+def test_state_dict_round_trip_through_disk(tmp_path):
+    frames = frame_stream(200)
+    buf = PrioritizedReplayBuffer(capacity=100, seed=3, shared_frames=SharedFrames())
+    for start in range(0, 160, 40):
+        buf.add(chunk(frames, start, 40))
+    torch.save(buf.state_dict(), tmp_path / "buf.pt")
+    state = torch.load(tmp_path / "buf.pt", weights_only=True)
+    back = PrioritizedReplayBuffer(capacity=100, seed=99, shared_frames=SharedFrames())
+    back.load_state_dict(state)
+    a, b = buf.sample(32), back.sample(32)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    for k in a.batch:
+        np.testing.assert_array_equal(a.batch[k], b.batch[k])
+    assert_rows_match(b.batch, frames)
+    # A buffer laid out differently cannot take the state.
+    with pytest.raises(ValueError, match="saved with shared_frames"):
+        PrioritizedReplayBuffer(capacity=100).load_state_dict(state)
+    plain = PrioritizedReplayBuffer(capacity=100)
+    plain.add(chunk(frames, 0, 4))
+    with pytest.raises(ValueError, match="saved with shared_frames=None"):
+        PrioritizedReplayBuffer(capacity=100, shared_frames=SharedFrames()).load_state_dict(
+            plain.state_dict()
+        )
+
+
+def test_sharded_sampling_over_shared_frame_shards():
+    # Shards keep frames shared; replies cross the tensor wire as full arrays.
+    frames = frame_stream(400)
+    shards = [
+        ReplayShard(PrioritizedReplayBuffer(capacity=100, seed=s, shared_frames=SharedFrames()))
+        for s in range(2)
+    ]
+    shards[0].add(chunk(frames, 0, 90), None)
+    shards[1].add(chunk(frames, 200, 120), None)
+
+    class Wire(LocalShardClient):
+        def sample_at(self, fractions):
+            fut = super().sample_at(fractions)
+            out = torch.futures.Future()
+            out.set_result(from_wire(to_wire(fut.wait())))
+            return out
+
+    sampler = ShardedSampler(
+        clients=[Wire(s, f"shard{i}") for i, s in enumerate(shards)], prioritized=True, seed=0
+    )
+    batch = sampler.sample(64).batch
+    assert_rows_match(batch, frames)
+    assert set(batch["action"] // 200) == {0, 1}  # both shards answered
