@@ -86,6 +86,9 @@ class ApexRunConfig:
     lr: float = dataclasses.field(default=2.5e-3, metadata=_help("Adam learning rate"))
     gamma: float = dataclasses.field(default=0.99, metadata=_help("discount"))
     n_step: int = dataclasses.field(default=3, metadata=_help("n-step return length"))
+    share_frames: bool = dataclasses.field(default=True, metadata=_help(
+        "frame-stack observations (Atari): store each transition's obs and next_obs once, "
+        "as their 4 + n_step distinct frames instead of 8"))
     target_update: int = dataclasses.field(default=500, metadata=_help(
         "learner updates between target network updates"))
     tau: float = dataclasses.field(default=1.0, metadata=_help(

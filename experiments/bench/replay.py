@@ -9,7 +9,17 @@ machine, where wall time includes waiting for a core), "wall_value" per second
 of wall time; on a quiet machine the two agree. Peers that are not installed print a "skipped"
 line. ``numpy-copy`` is a reference, not a peer: the bare row copies with no
 priorities, for add and sample (``ratio_vs_numpy_copy`` on those lines); frame
-adds and samples are memory-bound, so that is the floor they can approach.
+adds and samples are memory-bound, so that is the floor a layout storing obs and
+next_obs apart can approach.
+
+Frames come as one env's consecutive steps (next_obs repeats obs's newest 3
+frames, as with real frame stacking), and each library also runs in its
+frame-sharing layout, as its own line: ``rlpar-shared-frames`` (``SharedFrames``:
+5 distinct frames per transition, sampled as overlapping views),
+``cpprb-stack-compress`` (``next_of`` + ``stack_compress``) and
+``tianshou-stack-num`` (``stack_num=4``, newest frame only, obs_next rebuilt).
+Every sample hands back obs and next_obs as (256, 4, 84, 84) arrays.
+``ratio_vs_best_peer`` compares a line with the best line of any other library.
 
 Distributed figures: 2 shard processes + 1 sampler process on loopback
 (TensorPipe): the sampler draws batches of 256 through a PrefetchingSampler and

@@ -39,6 +39,7 @@ from experiments.roles.apex_parts import (
     env_spaces,
     learner_metrics_logger,
     make_env_fn,
+    replay_layout,
     resolve_device,
 )
 
@@ -118,7 +119,7 @@ def distributed_replay(config, group, shards: list[str]):
     return DistributedPrioritizedReplayBuffer(
         group=group, name=REPLAY, capacity=max(1, config.replay_capacity // len(shards)),
         alpha=config.priority_alpha, beta=config.priority_beta, shard_members=shards,
-        timeout=config.rpc_timeout, seed=config.seed)
+        timeout=config.rpc_timeout, seed=config.seed, **replay_layout(config))
 
 
 # ---------------------------------------------------------------------- learner
@@ -142,7 +143,7 @@ def run_learner(config, group, *, num_actors: int, shards: list[str], started: f
     else:
         buffer = LockedBuffer(PrioritizedReplayBuffer(
             capacity=config.replay_capacity, alpha=config.priority_alpha,
-            beta=config.priority_beta, seed=config.seed))
+            beta=config.priority_beta, seed=config.seed, **replay_layout(config)))
         group.register("replay/add", buffer.add)
         group.register("replay/size", buffer.__len__)
     replay = LearnerReplay(buffer, batch_size=config.batch_size, depth=config.prefetch_depth())

@@ -120,6 +120,25 @@ def build_dqn(config, obs_space, num_actions: int, *, device, seed: int, dqn_cla
 # ----------------------------------------------------------------- replay parts
 
 
+def replay_layout(config) -> dict[str, Any]:
+    """Replay keyword arguments for the env's observations: ``SharedFrames`` when
+    they are uint8 frame stacks (stack axis first, as both Atari paths make them)
+    that an n-step transition's obs and next_obs overlap in."""
+    from rlpar.buffers import SharedFrames
+
+    obs_space, _ = env_spaces(config.env_id)
+    shape = obs_space.shape or ()
+    if (
+        config.share_frames
+        and is_atari(config.env_id)
+        and obs_space.dtype == np.uint8
+        and len(shape) == 3
+        and shape[0] > config.n_step
+    ):
+        return {"shared_frames": SharedFrames(shift=config.n_step)}
+    return {}
+
+
 class LockedBuffer:
     """A Buffer shared by the learner loop and the RPC threads serving actors' adds."""
 

@@ -1,19 +1,22 @@
 """Frame sharing: an observation stack and the next one stored as one array.
 
 With frame stacking (Atari: the last 4 frames), ``next_obs`` repeats most of
-``obs``: for a transition over ``shift`` env steps (1, or ``n`` for n-step
-returns), ``next_obs[:k - shift] == obs[shift:]`` along the stack axis. Storing
-the ``k + shift`` distinct frames once, instead of ``2k``, cuts what an insert
-writes and what a sample reads and writes (5 frames instead of 8 for Atari
-1-step): sampling hands out ``obs`` and ``next_obs`` as two overlapping views of
-one gathered array. The overlap is checked on every insert, so data that does not
-have it is refused with the offending row named, never stored half-lost.
+``obs``: for a transition over ``s`` env steps (1, or ``n`` for n-step returns),
+``next_obs[:k - s] == obs[s:]`` along the stack axis. Storing the ``k + s``
+distinct frames once, instead of ``2k``, cuts what an insert writes and what a
+sample reads and writes (5 frames instead of 8 for Atari 1-step): sampling hands
+out ``obs`` and ``next_obs`` as two overlapping views of one gathered array.
+
+Each row's step count is found on insert by comparing frames, not assumed: n-step
+windows flushed at an episode's end span fewer than ``n`` steps, and they are
+stored with their own count (a batch that contains one gets ``next_obs`` as a
+copy instead of a view). A row that continues its ``obs`` by no count from 1 to
+``shift`` is refused with its index named, and nothing of its batch is stored.
 
 The sharing is within one transition. cpprb's ``next_of``/``stack_compress`` and
 Tianshou's ``stack_num`` share frames across consecutive transitions too (one
 frame per insert), which needs the buffer to know env streams and episode
-boundaries; this needs neither, so it holds for any insertion order, for
-shards, and for n-step transitions (``shift=n``).
+boundaries; this needs neither, so it holds for any insertion order and for shards.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlpar.buffers.spec import FieldSpec
-from rlpar.buffers.stream_copy import rows_of
+from rlpar.buffers.stream_copy import rows_of, stream_copy
 
 
 @dataclass(frozen=True)
 class SharedFrames:
     """Store ``next_obs`` inside ``obs``'s column: the two are stacks of ``k``
-    frames (stack axis first) with ``next_obs[:k - shift] == obs[shift:]``."""
+    frames (stack axis first), ``next_obs`` ``shift`` steps (or fewer) ahead."""
 
     obs: str = "obs"
     next_obs: str = "next_obs"
@@ -41,13 +44,22 @@ class SharedFrames:
             raise ValueError(f"SharedFrames needs two different fields, got {self.obs!r} twice")
         if isinstance(self.shift, bool) or not isinstance(self.shift, int) or self.shift < 1:
             raise ValueError(f"SharedFrames.shift must be an int >= 1, got {self.shift!r}")
+        if self.shift > 255:
+            raise ValueError(f"SharedFrames.shift must be at most 255, got {self.shift}")
+
+    @property
+    def steps_field(self) -> str:
+        """The stored column of per-row step counts."""
+        return f"{self.obs}.steps"
 
     def stored_spec(self, spec: Mapping[str, FieldSpec]) -> dict[str, FieldSpec]:
         """The columns actually stored for a logical ``spec``: ``obs`` widened to
-        ``k + shift`` frames, no ``next_obs`` column."""
+        ``k + shift`` frames, each row's step count, no ``next_obs`` column."""
         for name in (self.obs, self.next_obs):
             if name not in spec:
                 raise ValueError(f"SharedFrames field {name!r} is not in the spec {sorted(spec)}")
+        if self.steps_field in spec:
+            raise ValueError(f"field {self.steps_field!r} is reserved by SharedFrames")
         o, n = spec[self.obs], spec[self.next_obs]
         if o != n:
             raise ValueError(
@@ -63,38 +75,64 @@ class SharedFrames:
         for name, field in spec.items():
             if name == self.obs:
                 out[name] = FieldSpec((o.shape[0] + self.shift, *o.shape[1:]), o.dtype)
+                out[self.steps_field] = FieldSpec((), np.uint8)
             elif name != self.next_obs:
                 out[name] = field
         return out
 
-    def check(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Raise if some row's ``next_obs`` does not continue its ``obs``."""
+    def prepare(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``arrays`` plus each row's step count; raises for a row that fits none."""
         obs, nxt = arrays[self.obs], arrays[self.next_obs]
-        if len(obs) == 0:
-            return
-        k = obs.shape[1]
-        bad = first_unequal_row(rows_of(obs[:, self.shift :]), rows_of(nxt[:, : k - self.shift]))
-        if bad >= 0:
-            raise ValueError(
-                f"row {bad}: {self.next_obs}[:{k - self.shift}] differs from "
-                f"{self.obs}[{self.shift}:], but SharedFrames(shift={self.shift}) stores them "
-                "once; add unshared transitions to a buffer without shared_frames"
-            )
+        steps = np.full(len(obs), self.shift, np.uint8)
+        if len(obs):
+            k, s = obs.shape[1], self.shift
+            differ = np.empty(len(obs), np.bool_)
+            _rows_differ(rows_of(obs[:, s:]), rows_of(nxt[:, : k - s]), differ)
+            for r in np.flatnonzero(differ):  # rare: n-step windows cut by an episode end
+                fits = [t for t in range(s - 1, 0, -1) if np.array_equal(obs[r, t:], nxt[r, : k - t])]
+                if not fits:
+                    raise ValueError(
+                        f"row {r}: {self.next_obs} does not continue {self.obs} by 1 to {s} "
+                        f"steps ({self.next_obs}[:k-t] == {self.obs}[t:] for no t), but "
+                        "SharedFrames stores the two once; add such transitions to a buffer "
+                        "without shared_frames"
+                    )
+                steps[r] = fits[0]
+        return {**arrays, self.steps_field: steps}
 
-    def split(self, stored: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(obs, next_obs)`` views of gathered rows of the stored column."""
-        k = stored.shape[1] - self.shift
-        return stored[:, :k], stored[:, self.shift :]
+    def write(self, dst: np.ndarray, arrays: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
+        """Rows ``lo:hi`` of prepared ``arrays`` into rows ``dst`` of the stored column."""
+        obs, nxt = arrays[self.obs][lo:hi], arrays[self.next_obs][lo:hi]
+        k, s = obs.shape[1], self.shift
+        stream_copy(dst[:, :k], obs)
+        stream_copy(dst[:, k:], nxt[:, k - s :])
+        steps = arrays[self.steps_field][lo:hi]
+        for r in np.flatnonzero(steps != s):
+            t = int(steps[r])
+            dst[r, k : k + t] = nxt[r, k - t :]
+
+    def split(self, out: dict[str, np.ndarray]) -> None:
+        """Turn gathered stored columns in ``out`` into ``obs`` and ``next_obs``."""
+        stored, steps = out.pop(self.obs), out.pop(self.steps_field)
+        s = self.shift
+        k = stored.shape[1] - s
+        nxt = stored[:, s:]
+        odd = steps != s
+        if odd.any():
+            nxt = nxt.copy()
+            for t in np.unique(steps[odd]):
+                rows = np.flatnonzero(steps == t)
+                nxt[rows] = stored[rows, t : t + k]
+        out[self.obs], out[self.next_obs] = stored[:, :k], nxt
 
 
 _kernel = None
 
 
-def first_unequal_row(a: np.ndarray, b: np.ndarray) -> int:
-    """Index of the first row where 2-D uint8 arrays ``a`` and ``b`` differ, or -1."""
+def _rows_differ(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     global _kernel
     if _kernel is None:
-        from rlpar.buffers.stream_kernel import first_unequal_row as kernel
+        from rlpar.buffers.stream_kernel import rows_differ
 
-        _kernel = kernel
-    return int(_kernel(a, b))
+        _kernel = rows_differ
+    _kernel(a, b, out)

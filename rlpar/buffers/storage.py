@@ -121,7 +121,7 @@ class RingStorage:
         else:
             arrays, n = check_batch(self.spec, batch)
         if self.shared is not None:
-            self.shared.check(arrays)
+            arrays = self.shared.prepare(arrays)
         return arrays, n
 
     def write(self, arrays: Mapping[str, np.ndarray], n: int) -> tuple[int, int]:
@@ -148,15 +148,11 @@ class RingStorage:
 
     def _put(self, start: int, end: int, arrays: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
         """Rows ``lo:hi`` of ``arrays`` into slots ``start:end``."""
-        shared = self.shared
         for name, col in self.columns.items():
-            src = arrays[name][lo:hi]
-            if shared is not None and name == shared.obs:
-                k = src.shape[1]
-                stream_copy(col[start:end, :k], src)
-                stream_copy(col[start:end, k:], arrays[shared.next_obs][lo:hi, k - shared.shift :])
+            if self.shared is not None and name == self.shared.obs:
+                self.shared.write(col[start:end], arrays, lo, hi)
             else:
-                stream_copy(col[start:end], src)
+                stream_copy(col[start:end], arrays[name][lo:hi])
 
     def serials_of(self, slots: np.ndarray) -> np.ndarray:
         """Serials of the items now in ``slots`` (which must be filled)."""
@@ -189,9 +185,8 @@ class RingStorage:
                 # fancy indexing is ~2x slower); mode="clip" lets it write to out.
                 dst = self._pool.empty((n, *col.shape[1:]), col.dtype)
                 out[k] = col.take(slots, axis=0, out=dst, mode="clip")
-        if self.shared is not None and self.shared.obs in out:
-            shared = self.shared
-            out[shared.obs], out[shared.next_obs] = shared.split(out[shared.obs])
+        if self.shared is not None and self.columns:
+            self.shared.split(out)
             out = {k: out[k] for k in self.spec}
         return out
 

@@ -160,3 +160,73 @@ def test_ale_ids_get_the_lean_atari_env_with_standard_preprocessing():
         assert obs.shape == (4, 84, 84)
     finally:
         env.close()
+
+
+def test_atari_replay_shares_frames_over_the_n_step_window():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    from experiments.roles.apex_parts import replay_layout
+    from rlpar.buffers import SharedFrames
+
+    pong = ApexRunConfig(env_id="ALE/Pong-v5")
+    assert replay_layout(pong) == {"shared_frames": SharedFrames(shift=3)}
+    assert replay_layout(dataclasses.replace(pong, n_step=1)) == {
+        "shared_frames": SharedFrames(shift=1)
+    }
+    assert replay_layout(dataclasses.replace(pong, n_step=4)) == {}  # no frame in common
+    assert replay_layout(dataclasses.replace(pong, share_frames=False)) == {}
+    assert replay_layout(ApexRunConfig(env_id="CartPole-v1")) == {}
+
+
+def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
+    # Real Pong frames through the actor's n-step assembler, with episodes cut short
+    # so windows flushed at the cut (1 and 2 steps) occur: the shared-frames buffer
+    # must hold exactly what a plain buffer holds.
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    import functools
+
+    import numpy as np
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    from algorithms.apex import ApexActor, ApexConfig, ApexLearner
+    from envs.atari import make_atari
+    from experiments.roles.apex_parts import _register_ale, build_dqn, replay_layout
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.servers import ModelStore
+
+    _register_ale()
+    config = ApexRunConfig(env_id="ALE/Pong-v5", n_step=3)
+    shared = PrioritizedReplayBuffer(capacity=400, seed=0, **replay_layout(config))
+    plain = PrioritizedReplayBuffer(capacity=400, seed=0)
+
+    class Both:
+        def add(self, batch, priorities=None):
+            shared.add(batch, priorities)
+            plain.add(batch, priorities)
+
+    env = SyncVectorEnv(
+        [functools.partial(make_atari, "ALE/Pong-v5", max_num_frames_per_episode=44)] * 2,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    try:
+        obs_space = env.single_observation_space
+        store = ModelStore()
+        ApexLearner(dqn=build_dqn(config, obs_space, 6, device="cpu", seed=0), buffer=plain,
+                    params=store, config=ApexConfig(batch_size=4, learning_starts=10_000))
+        actor = ApexActor(dqn=build_dqn(config, obs_space, 6, device="cpu", seed=1), env=env,
+                          buffer=Both(), params=store, index=0, num_actors=1,
+                          config=ApexConfig(n_step=3, add_every=4, pull_every=1000), seed=0)
+        actor.sync()
+        for _ in range(40):
+            actor.step()
+        actor.flush()
+    finally:
+        env.close()
+    assert len(shared) == len(plain) > 60
+    steps = shared.storage.columns["obs.steps"][: len(shared)]
+    assert set(steps) == {1, 2, 3}  # episode cuts flushed shorter windows
+    slots = np.arange(len(plain))
+    got, want = shared.storage.gather(slots), plain.storage.gather(slots)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])

@@ -39,23 +39,30 @@ def test_replay_bench_quick_prints_json_lines():
     for line in ours:
         assert line["value"] > 0
     # Peers are measured or explicitly skipped, never silently missing.
-    for peer in ("cpprb", "tianshou"):
+    peer_lines = ("cpprb", "cpprb-stack-compress", "tianshou", "tianshou-stack-num")
+    for peer in peer_lines:
         assert any(ln["impl"] == peer for ln in lines)
+    # Frame-sharing layouts run on the frames case only.
+    shared = [ln for ln in lines if ln["impl"] == "rlpar-shared-frames"]
+    assert {ln["case"] for ln in shared} == {"atari"} and len(shared) == 4
+    for impl in ("rlpar-shared-frames", "cpprb-stack-compress", "tianshou-stack-num"):
+        assert all(ln["case"] == "atari" for ln in lines if ln["impl"] == impl)
     assert any(ln["impl"] == "rlpar-distributed" for ln in lines)
     # The numpy-copy reference is measured but never counted as a peer.
     reference = [ln for ln in lines if ln["impl"] == "numpy-copy"]
     assert {ln["metric"] for ln in reference} == {"add64_transitions_per_s", "sample256_per_s"}
-    for line in ours:
+    for line in ours + shared:
         if line["metric"] in ("add64_transitions_per_s", "sample256_per_s"):
             assert line["ratio_vs_numpy_copy"] > 0
         else:
             assert line["ratio_vs_numpy_copy"] is None
+        # The best line of another library: never rlpar's other layout or the reference.
         peers = [
             ln["value"]
             for ln in lines
             if ln.get("metric") == line["metric"]
             and ln.get("case") == line["case"]
-            and ln["impl"] in ("cpprb", "tianshou")
+            and ln["impl"] in peer_lines
             and "skipped" not in ln
         ]
         if peers:

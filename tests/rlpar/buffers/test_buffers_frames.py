@@ -79,16 +79,45 @@ def test_a_row_without_the_overlap_is_refused_and_nothing_is_stored():
     before = {k: v.copy() for k, v in buf.storage.columns.items()}
     bad = chunk(frames, 64, 64)
     bad["next_obs"][37, 1, 5, 9] ^= 1  # one byte of a frame obs should repeat
-    with pytest.raises(ValueError, match=r"row 37: next_obs\[:3\] differs from obs\[1:\]"):
+    with pytest.raises(ValueError, match="row 37: next_obs does not continue obs by 1 to 1 steps"):
         buf.add(bad)
     assert len(buf) == 64 and buf.storage.next_serial == 64
     for k, v in buf.storage.columns.items():
         np.testing.assert_array_equal(v[:64], before[k][:64])
     # A 3-step transition in a 1-step buffer: refused too.
-    with pytest.raises(ValueError, match="shift=1"):
+    with pytest.raises(ValueError, match="row 0: .* by 1 to 1 steps"):
         buf.add(chunk(frames, 64, 8, shift=3))
     buf.add(chunk(frames, 64, 8))  # the buffer still takes good data
     assert len(buf) == 72
+
+
+def test_shorter_windows_are_stored_with_their_own_step_count():
+    # n-step windows flushed at an episode's end span fewer than n steps: their
+    # next_obs is 1 or 2 steps ahead in a buffer made for 3.
+    frames = frame_stream(200)
+    steps = np.array([3, 3, 1, 3, 2, 3, 3, 2] * 8)
+    batch = chunk(frames, 0, 64, shift=3)
+    for r in np.flatnonzero(steps != 3):
+        batch["next_obs"][r] = frames[r + steps[r] : r + steps[r] + STACK]
+    buf = ReplayBuffer(capacity=64, seed=0, shared_frames=SharedFrames(shift=3))
+    buf.add(batch)
+    np.testing.assert_array_equal(buf.storage.columns["obs.steps"], steps)
+    mixed = buf.storage.gather(np.arange(64))
+    for k in batch:
+        np.testing.assert_array_equal(mixed[k], batch[k])
+    assert not np.shares_memory(mixed["obs"], mixed["next_obs"])  # a copy for odd rows
+    full = buf.storage.gather(np.flatnonzero(steps == 3))
+    assert np.shares_memory(full["obs"], full["next_obs"])  # views when all are 3 steps
+    np.testing.assert_array_equal(full["next_obs"], batch["next_obs"][steps == 3])
+
+
+def test_the_step_count_column_name_is_reserved():
+    with pytest.raises(ValueError, match="'obs.steps' is reserved"):
+        ReplayBuffer(
+            capacity=4,
+            spec={f: ((4, 2), np.uint8) for f in ("obs", "next_obs", "obs.steps")},
+            shared_frames=SharedFrames(),
+        )
 
 
 def test_the_newest_frames_are_free_to_differ():
@@ -110,6 +139,7 @@ def test_the_newest_frames_are_free_to_differ():
         ({"shift": 0}, "shift must be an int >= 1"),
         ({"shift": True}, "shift must be an int >= 1"),
         ({"shift": 1.0}, "shift must be an int >= 1"),
+        ({"shift": 256}, "at most 255"),
     ],
 )
 def test_invalid_shared_frames(kwargs, match):
