@@ -348,9 +348,10 @@ def merge_best(
             have[metric] = (max(old[0], cpu), max(old[1], wall))
 
 
-def dist_rank(case: Case, seconds: float, timeout: float) -> dict[str, float]:
-    """One rank of the distributed benchmark: rank 0 samples, ranks 1 and 2 hold shards."""
-    from rlpar.buffers import DistributedPrioritizedReplayBuffer, PrefetchingSampler
+def dist_rank(case: Case, seconds: float, timeout: float, shared: bool) -> dict[str, float]:
+    """One rank of the distributed benchmark: rank 0 samples, ranks 1 and 2 hold shards
+    (with ``shared``, in the SharedFrames layout)."""
+    from rlpar.buffers import DistributedPrioritizedReplayBuffer, PrefetchingSampler, SharedFrames
     from rlpar.distributed import World
 
     torch.set_num_threads(1)
@@ -365,6 +366,7 @@ def dist_rank(case: Case, seconds: float, timeout: float) -> dict[str, float]:
             shard_members=world.names[1:],
             timeout=timeout,
             seed=world.rank,
+            shared_frames=SharedFrames() if shared else None,
         )
         rng = np.random.default_rng(world.rank)
         if world.rank > 0:
@@ -405,14 +407,14 @@ def dist_rank(case: Case, seconds: float, timeout: float) -> dict[str, float]:
         return out
 
 
-def run_distributed(case: Case, seconds: float) -> dict[str, float]:
+def run_distributed(case: Case, seconds: float, shared: bool = False) -> dict[str, float]:
     from experiments.bench import replay as this  # importable by name in the ranks
     from rlpar.distributed import launch
 
     results = launch(
         this.dist_rank,
         nprocs=3,
-        args=(case, seconds, 60.0),
+        args=(case, seconds, 60.0, shared),
         timeout=seconds + 240,
         env={"OMP_NUM_THREADS": "1"},
     )
@@ -546,40 +548,44 @@ def main(argv: list[str] | None = None) -> None:
         "atari": Case("atari", 10_000, (4, 84, 84), np.uint8, 0),
     }
     for case_name in args.cases.split(","):
-        base = {
-            "bench": "replay",
-            "impl": "rlpar-distributed",
-            "case": case_name,
-            "shards": 2,
-            "samplers": 1,
-        }
-        if args.quick and not args.distributed:
-            print(json.dumps({**base, "skipped": "--quick (pass --distributed to run it)"}))
-            continue
-        case = dist_cases[case_name]
-        if args.quick:
-            case = Case(
-                case.name,
-                2048 if case_name == "cartpole" else 512,
-                case.obs_shape,
-                case.obs_dtype,
-                0,
-            )
-        figures = run_distributed(case, 1.0 if args.quick else 10.0)
-        for metric, value in figures.items():
-            print(
-                json.dumps(
-                    {
-                        **base,
-                        "capacity_per_shard": case.capacity,
-                        "metric": metric,
-                        "value": round(value, 3),
-                        "ratio_vs_best_peer": None,
-                        "torch_threads": 1,
-                    }
-                ),
-                flush=True,
-            )
+        layouts = {"rlpar-distributed": False}
+        if case_name == "atari":
+            layouts["rlpar-distributed-shared-frames"] = True
+        for impl, shared in layouts.items():
+            base = {
+                "bench": "replay",
+                "impl": impl,
+                "case": case_name,
+                "shards": 2,
+                "samplers": 1,
+            }
+            if args.quick and not args.distributed:
+                print(json.dumps({**base, "skipped": "--quick (pass --distributed to run it)"}))
+                continue
+            case = dist_cases[case_name]
+            if args.quick:
+                case = Case(
+                    case.name,
+                    2048 if case_name == "cartpole" else 512,
+                    case.obs_shape,
+                    case.obs_dtype,
+                    0,
+                )
+            figures = run_distributed(case, 1.0 if args.quick else 10.0, shared)
+            for metric, value in figures.items():
+                print(
+                    json.dumps(
+                        {
+                            **base,
+                            "capacity_per_shard": case.capacity,
+                            "metric": metric,
+                            "value": round(value, 3),
+                            "ratio_vs_best_peer": None,
+                            "torch_threads": 1,
+                        }
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -205,12 +205,18 @@ class ShardedSampler:
 
     def _assemble(self, shards: list[int], replies: list[ShardReply], beta: float) -> Sample:
         parts = [(i, r) for i, r in zip(shards, replies) if r.serials.size]
+        layouts = {r.shared for _, r in parts}
+        if len(layouts) > 1:
+            raise ValueError(f"shards store frames differently: {sorted(map(repr, layouts))}")
+        shared = layouts.pop()
         batch = {}
         for k in parts[0][1].batch:
             cols = [r.batch[k] for _, r in parts]
             n_rows = sum(c.shape[0] for c in cols)
             dst = self._pool.empty((n_rows, *cols[0].shape[1:]), cols[0].dtype)
             batch[k] = np.concatenate(cols, out=dst)
+        if shared is not None:  # shards sent frames as stored; split once, merged
+            batch = shared.split(batch)
         indices = np.concatenate([(np.int64(i) << SHARD_SHIFT) | r.serials for i, r in parts])
         n = indices.size
         if not self.prioritized:

@@ -111,19 +111,28 @@ class SharedFrames:
             t = int(steps[r])
             dst[r, k : k + t] = nxt[r, k - t :]
 
-    def split(self, out: dict[str, np.ndarray]) -> None:
-        """Turn gathered stored columns in ``out`` into ``obs`` and ``next_obs``."""
-        stored, steps = out.pop(self.obs), out.pop(self.steps_field)
+    def split(self, stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Gathered stored columns -> the logical batch: ``obs`` and ``next_obs`` in
+        place of the stored frames and step counts."""
+        frames, steps = stored[self.obs], stored[self.steps_field]
         s = self.shift
-        k = stored.shape[1] - s
-        nxt = stored[:, s:]
+        k = frames.shape[1] - s
+        nxt = frames[:, s:]
         odd = steps != s
         if odd.any():
             nxt = nxt.copy()
             for t in np.unique(steps[odd]):
                 rows = np.flatnonzero(steps == t)
-                nxt[rows] = stored[rows, t : t + k]
-        out[self.obs], out[self.next_obs] = stored[:, :k], nxt
+                nxt[rows] = frames[rows, t : t + k]
+        out = {}
+        for name, value in stored.items():
+            if name == self.obs:
+                out[name] = frames[:, :k]
+            elif name == self.steps_field:
+                out[self.next_obs] = nxt
+            else:
+                out[name] = value
+        return out
 
 
 _kernel = None

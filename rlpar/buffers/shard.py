@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.replay import ReplayBuffer
 
 
@@ -35,6 +36,7 @@ class ShardReply:
     size: int
     total: float
     min_mass: float
+    shared: SharedFrames | None = None  # batch holds shared frames as stored: split it
 
 
 class ReplayShard:
@@ -56,11 +58,13 @@ class ReplayShard:
                 if len(buf) == 0:
                     raise ValueError("cannot sample from an empty replay shard")
                 slots, mass = buf.draw(fractions)
-                batch = buf.storage.gather(slots)
+                batch = buf.storage.gather(slots, split=False)
                 serials = buf.storage.serials_of(slots)
             else:
                 batch, serials, mass = {}, np.empty(0, np.int64), np.empty(0)
-            return ShardReply(batch, serials, mass, len(buf), buf.total_mass, buf.min_mass)
+            return ShardReply(
+                batch, serials, mass, len(buf), buf.total_mass, buf.min_mass, buf.storage.shared
+            )
 
     def update(self, serials: Any, priorities: Any) -> None:
         with self.lock:
@@ -125,6 +129,7 @@ def to_wire(value: Any) -> Any:
             value.size,
             value.total,
             value.min_mass,
+            value.shared,
         )
     return value
 
@@ -142,6 +147,7 @@ def from_wire(value: Any) -> Any:
             value.size,
             value.total,
             value.min_mass,
+            value.shared,
         )
     return value
 

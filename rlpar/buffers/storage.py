@@ -172,9 +172,11 @@ class RingStorage:
             out[:n] = self.serials_of(np.arange(n))
         return out
 
-    def gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+    def gather(self, slots: np.ndarray, *, split: bool = True) -> dict[str, np.ndarray]:
         """Arrays holding the rows at ``slots``, owned by the caller (large ones are
-        recycled from an :class:`OutputPool` only after the caller dropped them)."""
+        recycled from an :class:`OutputPool` only after the caller dropped them).
+        ``split=False`` leaves shared frames as stored (a shard's reply: fewer bytes
+        on the wire; the sampler splits the merged batch)."""
         n = len(slots)
         out = {}
         for k, col in self.columns.items():
@@ -185,8 +187,8 @@ class RingStorage:
                 # fancy indexing is ~2x slower); mode="clip" lets it write to out.
                 dst = self._pool.empty((n, *col.shape[1:]), col.dtype)
                 out[k] = col.take(slots, axis=0, out=dst, mode="clip")
-        if self.shared is not None and self.columns:
-            self.shared.split(out)
+        if split and self.shared is not None and self.columns:
+            out = self.shared.split(out)
             out = {k: out[k] for k in self.spec}
         return out
 

@@ -48,6 +48,7 @@ def test_replay_bench_quick_prints_json_lines():
     for impl in ("rlpar-shared-frames", "cpprb-stack-compress", "tianshou-stack-num"):
         assert all(ln["case"] == "atari" for ln in lines if ln["impl"] == impl)
     assert any(ln["impl"] == "rlpar-distributed" for ln in lines)
+    assert any(ln["impl"] == "rlpar-distributed-shared-frames" for ln in lines)
     # The numpy-copy reference is measured but never counted as a peer.
     reference = [ln for ln in lines if ln["impl"] == "numpy-copy"]
     assert {ln["metric"] for ln in reference} == {"add64_transitions_per_s", "sample256_per_s"}

@@ -13,6 +13,7 @@ from rlpar.buffers import (
     DistributedPrioritizedReplayBuffer,
     DistributedReplayBuffer,
     PrefetchingSampler,
+    SharedFrames,
 )
 from rlpar.buffers.distributed import SHARD_SHIFT
 from rlpar.distributed import World
@@ -24,6 +25,23 @@ SIZES = (5, 9, 6)
 def items(start, n):
     ids = np.arange(start, start + n)
     return {"obs": ids[:, None].astype(np.float32), "action": ids.astype(np.int64)}
+
+
+def frame_items(start, n):
+    """Steps ``start..start+n-1`` of a stream of 2x3 frames (frame t is all t), as
+    3-frame stacks: next_obs shares 2 frames with obs."""
+    frames = np.repeat(np.arange(start, start + n + 3, dtype=np.uint8), 6).reshape(-1, 2, 3)
+    t = np.arange(n)
+    return {
+        "obs": np.stack([frames[i : i + 3] for i in t]),
+        "next_obs": np.stack([frames[i + 1 : i + 4] for i in t]),
+        "action": start + t,
+    }
+
+
+def frame_rows_ok(batch):
+    t = batch["action"][:, None, None, None] + np.arange(3)[:, None, None]
+    return bool((batch["obs"] == t).all() and (batch["next_obs"] == t + 1).all())
 
 
 def priorities(rank):
@@ -69,6 +87,10 @@ def sharded_world(draws, timeout):
     uni = DistributedReplayBuffer(
         group=group, name="uni", capacity=32, shard_members=["rank1", "rank2"], timeout=timeout
     )
+    frames = DistributedReplayBuffer(
+        group=group, name="frames", capacity=16, timeout=timeout, seed=rank,
+        shared_frames=SharedFrames(),
+    )
     policies = {
         policy: DistributedPrioritizedReplayBuffer(
             group=group,
@@ -89,6 +111,7 @@ def sharded_world(draws, timeout):
 
     per.add(items(sum(SIZES[:rank]), SIZES[rank]), priorities=priorities(rank))
     uni.add(items(1000 + 10 * rank, 3))  # rank 0 hosts no "uni" shard: remote add
+    frames.add(frame_items(50 * rank, 6))
     for buf in policies.values():
         buf.add(items(10 * rank, 4))
     group.barrier(timeout=timeout)
@@ -113,6 +136,10 @@ def sharded_world(draws, timeout):
         out["update_errors"] = per.sampler.update_errors
         out["uni_len"] = len(uni)
         out["uni_actions"] = np.sort(uni.sample(9).batch["action"])
+        # Shards reply with frames as stored; the sampler splits the merged batch.
+        batch = frames.sample(18).batch
+        out["frames_ok"] = frame_rows_ok(batch)
+        out["frames_shards"] = sorted(set((batch["action"] // 50).tolist()))
         for buf in policies.values():
             buf.sample(6)  # every shard has replied once
     group.barrier(timeout=timeout)

@@ -1,6 +1,6 @@
 """Distributed replay across 3 real ranks (TensorPipe RPC on loopback), one world:
 sampling equals one buffer in distribution, stale updates are dropped, remote adds
-to dedicated shards, and a SIGKILLed shard raises or is dropped within the timeout."""
+to dedicated shards, shared-frames shards, and a SIGKILLed shard raises or is dropped within the timeout."""
 
 from __future__ import annotations
 
@@ -99,6 +99,9 @@ def test_three_shard_ranks(tmp_path):
         1021,
         1022,
     }
+
+    # Shared-frames shards: exact obs/next_obs after the trip over RPC.
+    assert out["frames_ok"] and out["frames_shards"] == [0, 1, 2]
 
     # Dead shard: "raise" names it, "drop" samples the rest; both within the timeout.
     assert out["raise"].startswith("PeerUnavailable") and "rank2" in out["raise"], out["raise"]

@@ -211,8 +211,18 @@ def test_state_dict_round_trip_through_disk(tmp_path):
         )
 
 
+class Wire(LocalShardClient):
+    """Replies cross the tensor wire, as over RPC."""
+
+    def sample_at(self, fractions):
+        out = torch.futures.Future()
+        out.set_result(from_wire(to_wire(self.shard.sample_at(fractions))))
+        return out
+
+
 def test_sharded_sampling_over_shared_frame_shards():
-    # Shards keep frames shared; replies cross the tensor wire as full arrays.
+    # Shards reply with frames as stored (5 per row, not 8); the sampler splits the
+    # merged batch once.
     frames = frame_stream(400)
     shards = [
         ReplayShard(PrioritizedReplayBuffer(capacity=100, seed=s, shared_frames=SharedFrames()))
@@ -220,17 +230,35 @@ def test_sharded_sampling_over_shared_frame_shards():
     ]
     shards[0].add(chunk(frames, 0, 90), None)
     shards[1].add(chunk(frames, 200, 120), None)
-
-    class Wire(LocalShardClient):
-        def sample_at(self, fractions):
-            fut = super().sample_at(fractions)
-            out = torch.futures.Future()
-            out.set_result(from_wire(to_wire(fut.wait())))
-            return out
+    reply = shards[0].sample_at(np.array([0.1, 0.5]))
+    assert reply.batch["obs"].shape == (2, STACK + 1, SIDE, SIDE) and "next_obs" not in reply.batch
+    assert reply.shared == SharedFrames()
 
     sampler = ShardedSampler(
         clients=[Wire(s, f"shard{i}") for i, s in enumerate(shards)], prioritized=True, seed=0
     )
     batch = sampler.sample(64).batch
+    assert set(batch) == {"obs", "action", "next_obs", "terminated"}
     assert_rows_match(batch, frames)
     assert set(batch["action"] // 200) == {0, 1}  # both shards answered
+
+
+def test_sharded_sampling_with_shorter_windows_and_mixed_layouts():
+    frames = frame_stream(200)
+    batch = chunk(frames, 0, 40, shift=2)
+    batch["next_obs"][::5] = np.stack([frames[t + 1 : t + 1 + STACK] for t in range(0, 40, 5)])
+    shared = ReplayShard(ReplayBuffer(capacity=50, seed=0, shared_frames=SharedFrames(shift=2)))
+    shared.add(batch, None)
+    sampler = ShardedSampler(clients=[Wire(shared, "a")], prioritized=False, seed=0)
+    got = sampler.sample(40).batch
+    for j, t in enumerate(got["action"]):
+        ahead = 1 if t % 5 == 0 else 2
+        np.testing.assert_array_equal(got["next_obs"][j], frames[t + ahead : t + ahead + STACK])
+        np.testing.assert_array_equal(got["obs"][j], frames[t : t + STACK])
+    plain = ReplayShard(ReplayBuffer(capacity=50, seed=1))
+    plain.add(batch, None)
+    mixed = ShardedSampler(
+        clients=[Wire(shared, "a"), Wire(plain, "b")], prioritized=False, seed=0
+    )
+    with pytest.raises(ValueError, match="shards store frames differently"):
+        mixed.sample(40)
