@@ -80,9 +80,15 @@ class SharedFrames:
                 out[name] = field
         return out
 
-    def prepare(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``arrays`` plus each row's step count; raises for a row that fits none."""
-        obs, nxt = arrays[self.obs], arrays[self.next_obs]
+    def prepare(
+        self, arrays: Mapping[str, np.ndarray], spec: Mapping[str, FieldSpec]
+    ) -> dict[str, np.ndarray]:
+        """``arrays`` (obs and next_obs as the column's dtype, so frames compare as
+        they will be stored) plus each row's step count; raises for a row that fits
+        no count."""
+        dtype = spec[self.obs].dtype
+        obs = arrays[self.obs].astype(dtype, copy=False)
+        nxt = arrays[self.next_obs].astype(dtype, copy=False)
         steps = np.full(len(obs), self.shift, np.uint8)
         if len(obs):
             k, s = obs.shape[1], self.shift
@@ -98,7 +104,7 @@ class SharedFrames:
                         "without shared_frames"
                     )
                 steps[r] = fits[0]
-        return {**arrays, self.steps_field: steps}
+        return {**arrays, self.obs: obs, self.next_obs: nxt, self.steps_field: steps}
 
     def write(self, dst: np.ndarray, arrays: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
         """Rows ``lo:hi`` of prepared ``arrays`` into rows ``dst`` of the stored column."""
@@ -139,6 +145,8 @@ _kernel = None
 
 
 def _rows_differ(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    if a.shape != b.shape or out.shape != a.shape[:1]:
+        raise ValueError(f"cannot compare rows of shapes {a.shape} and {b.shape} into {out.shape}")
     global _kernel
     if _kernel is None:
         from rlpar.buffers.stream_kernel import rows_differ

@@ -121,7 +121,7 @@ class RingStorage:
         else:
             arrays, n = check_batch(self.spec, batch)
         if self.shared is not None:
-            arrays = self.shared.prepare(arrays)
+            arrays = self.shared.prepare(arrays, self.spec)
         return arrays, n
 
     def write(self, arrays: Mapping[str, np.ndarray], n: int) -> tuple[int, int]:
