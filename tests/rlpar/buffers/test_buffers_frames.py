@@ -265,12 +265,12 @@ def test_sharded_sampling_with_shorter_windows_and_mixed_layouts():
 
 
 def test_frames_of_another_dtype_compare_as_stored():
-    # int64 obs and int32 next_obs into a uint8 column: both are cast before the
+    # uint32 obs and uint16 next_obs into a uint8 column: both are cast before the
     # byte comparison (comparing raw bytes of different widths would be wrong).
     frames = frame_stream(20)
     batch = chunk(frames, 0, 8)
-    batch["obs"] = batch["obs"].astype(np.int64)
-    batch["next_obs"] = batch["next_obs"].astype(np.int32)
+    batch["obs"] = batch["obs"].astype(np.uint32)
+    batch["next_obs"] = batch["next_obs"].astype(np.uint16)
     spec = {"obs": ((STACK, SIDE, SIDE), np.uint8), "next_obs": ((STACK, SIDE, SIDE), np.uint8),
             "action": ((), np.int64), "terminated": ((), np.bool_)}
     buf = ReplayBuffer(capacity=8, spec=spec, shared_frames=SharedFrames())
