@@ -216,7 +216,7 @@ class ShardedSampler:
             dst = self._pool.empty((n_rows, *cols[0].shape[1:]), cols[0].dtype)
             batch[k] = np.concatenate(cols, out=dst)
         if shared is not None:  # shards sent frames as stored; split once, merged
-            batch = shared.split(batch)
+            batch = shared.split(batch, self._pool.empty)
         indices = np.concatenate([(np.int64(i) << SHARD_SHIFT) | r.serials for i, r in parts])
         n = indices.size
         if not self.prioritized:

@@ -21,7 +21,7 @@ boundaries; this needs neither, so it holds for any insertion order and for shar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,16 +117,21 @@ class SharedFrames:
             t = int(steps[r])
             dst[r, k : k + t] = nxt[r, k - t :]
 
-    def split(self, stored: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def split(
+        self, stored: Mapping[str, np.ndarray], empty: Callable[..., np.ndarray] = np.empty
+    ) -> dict[str, np.ndarray]:
         """Gathered stored columns -> the logical batch: ``obs`` and ``next_obs`` in
-        place of the stored frames and step counts."""
+        place of the stored frames and step counts. ``empty(shape, dtype)`` makes the
+        ``next_obs`` array when some row is not a view (an ``OutputPool``'s, to
+        recycle it)."""
         frames, steps = stored[self.obs], stored[self.steps_field]
         s = self.shift
         k = frames.shape[1] - s
         nxt = frames[:, s:]
         odd = steps != s
         if odd.any():
-            nxt = nxt.copy()
+            nxt = empty(nxt.shape, nxt.dtype)
+            nxt[...] = frames[:, s:]
             for t in np.unique(steps[odd]):
                 rows = np.flatnonzero(steps == t)
                 nxt[rows] = frames[rows, t : t + k]

@@ -188,7 +188,7 @@ class RingStorage:
                 dst = self._pool.empty((n, *col.shape[1:]), col.dtype)
                 out[k] = col.take(slots, axis=0, out=dst, mode="clip")
         if split and self.shared is not None and self.columns:
-            out = self.shared.split(out)
+            out = self.shared.split(out, self._pool.empty)
             out = {k: out[k] for k in self.spec}
         return out
 
