@@ -54,8 +54,9 @@ def _rows_contiguous(arr: np.ndarray) -> bool:
 def rows_of(arr: np.ndarray) -> np.ndarray:
     """``arr`` as a 2-D uint8 array of its rows' bytes; no copy when each row is
     contiguous (the rows may be strided, as in a slice of a shared-frames column)."""
+    row = int(np.prod(arr.shape[1:], dtype=np.int64))
     if not _rows_contiguous(arr):
-        arr = np.ascontiguousarray(arr).reshape(len(arr), -1)
+        arr = np.ascontiguousarray(arr)
     view = arr.view()
-    view.shape = (arr.shape[0], -1)  # raises rather than copying
+    view.shape = (arr.shape[0], row)  # raises rather than copying
     return view.view(np.uint8)

@@ -1,7 +1,7 @@
-"""The compiled kernel behind ``stream_copy`` (imported on the first large copy).
+"""Compiled kernels behind ``stream_copy`` and frame sharing (imported on first use).
 
-Module-level, so numba caches it on disk (``tree_kernels._jit``): compiling it
-took about 0.9 s, paid by every process on its first frame-sized insert.
+Module-level, so numba caches them on disk (``tree_kernels._jit``): compiling the
+copy took about 0.9 s, paid by every process on its first frame-sized insert.
 """
 
 from __future__ import annotations
