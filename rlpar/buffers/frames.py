@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlpar.buffers.spec import FieldSpec
-from rlpar.buffers.stream_copy import rows_of, stream_copy
+from rlpar.buffers.stream_copy import rows_of, stream_copy_joined
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,7 @@ class SharedFrames:
         """Rows ``lo:hi`` of prepared ``arrays`` into rows ``dst`` of the stored column."""
         obs, nxt = arrays[self.obs][lo:hi], arrays[self.next_obs][lo:hi]
         k, s = obs.shape[1], self.shift
-        stream_copy(dst[:, :k], obs)
-        stream_copy(dst[:, k:], nxt[:, k - s :])
+        stream_copy_joined(dst, obs, nxt[:, k - s :])
         steps = arrays[self.steps_field][lo:hi]
         for r in np.flatnonzero(steps != s):
             t = int(steps[r])

@@ -23,6 +23,19 @@ STREAM_MIN_BYTES = 1 << 18
 _kernels = None
 
 
+def _loaded():
+    global _kernels
+    if _kernels is None:
+        from rlpar.buffers.stream_kernel import (
+            stream_copy_bytes,
+            stream_copy_joined_rows,
+            stream_copy_rows,
+        )
+
+        _kernels = stream_copy_bytes, stream_copy_rows, stream_copy_joined_rows
+    return _kernels
+
+
 def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src``; large same-dtype copies whose rows are contiguous bypass the
     cache (the rows of ``dst`` may be strided: a slice of a shared-frames column)."""
@@ -36,15 +49,28 @@ def stream_copy(dst: np.ndarray, src: np.ndarray) -> None:
     ):
         dst[...] = src
         return
-    global _kernels
-    if _kernels is None:
-        from rlpar.buffers.stream_kernel import stream_copy_bytes, stream_copy_rows
-
-        _kernels = stream_copy_bytes, stream_copy_rows
     if contiguous:
-        _kernels[0](dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8))
+        _loaded()[0](dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8))
     else:
-        _kernels[1](rows_of(dst), rows_of(src))
+        _loaded()[1](rows_of(dst), rows_of(src))
+
+
+def stream_copy_joined(dst: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """``dst[:, :k] = a; dst[:, k:] = b`` (``k = a.shape[1]``), row by row, so that
+    each destination row is written front to back in one pass."""
+    k = a.shape[1]
+    if (
+        dst.nbytes < STREAM_MIN_BYTES
+        or not dst.dtype == a.dtype == b.dtype
+        or dst[:, :k].shape != a.shape
+        or dst[:, k:].shape != b.shape
+        or not dst.flags.writeable
+        or not all(_rows_contiguous(x) for x in (dst, a, b))
+    ):
+        dst[:, :k] = a
+        dst[:, k:] = b
+        return
+    _loaded()[2](rows_of(dst), rows_of(a), rows_of(b))
 
 
 def _rows_contiguous(arr: np.ndarray) -> bool:

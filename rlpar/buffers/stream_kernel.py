@@ -53,7 +53,19 @@ def _copy(typingctx, dst_addr, src_addr, nbytes):
             tail,
             1,
         )
-        # Streaming stores are weakly ordered: fence before anyone reads the rows.
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _fence(typingctx):
+    """Streaming stores are weakly ordered: every kernel ends with a fence, before
+    anyone reads the rows (once per kernel: a fence per row stalls on each row's
+    stores draining)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
         builder.fence("seq_cst")
         return context.get_dummy_value()
 
@@ -64,6 +76,7 @@ def _copy(typingctx, dst_addr, src_addr, nbytes):
 def stream_copy_bytes(dst, src):
     """``dst[:] = src`` for equal-length contiguous uint8 arrays, streaming stores."""
     _copy(dst.ctypes.data, src.ctypes.data, dst.shape[0])
+    _fence()
 
 
 @_jit
@@ -72,6 +85,22 @@ def stream_copy_rows(dst, src):
     (the rows themselves may be strided), streaming stores."""
     for r in range(dst.shape[0]):
         _copy(dst[r].ctypes.data, src[r].ctypes.data, dst.shape[1])
+    _fence()
+
+
+@_jit
+def stream_copy_joined_rows(dst, a, b):
+    """``dst[r] = a[r] + b[r]`` (bytes joined) for 2-D uint8 arrays with contiguous
+    rows, streaming stores. One pass per row: writing the a-parts of all rows and
+    then the b-parts would leave each row boundary's cache line half-written twice
+    (rows need not be line-aligned), which streaming stores turn into slow
+    partial-line writes."""
+    n = a.shape[1]
+    for r in range(dst.shape[0]):
+        row = dst[r]
+        _copy(row.ctypes.data, a[r].ctypes.data, n)
+        _copy(row[n:].ctypes.data, b[r].ctypes.data, b.shape[1])
+    _fence()
 
 
 @intrinsic
