@@ -94,7 +94,8 @@ class SharedFrames:
             k, s = obs.shape[1], self.shift
             differ = np.empty(len(obs), np.bool_)
             _rows_differ(rows_of(obs[:, s:]), rows_of(nxt[:, : k - s]), differ)
-            for r in np.flatnonzero(differ):  # rare: n-step windows cut by an episode end
+            # Rare: n-step windows cut by an episode's end.
+            for r in np.flatnonzero(differ) if differ.any() else ():
                 fits = [t for t in range(s - 1, 0, -1) if np.array_equal(obs[r, t:], nxt[r, : k - t])]
                 if not fits:
                     raise ValueError(

@@ -16,6 +16,8 @@ cached on disk like the tree kernels.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 STREAM_MIN_BYTES = 1 << 18
@@ -80,7 +82,7 @@ def _rows_contiguous(arr: np.ndarray) -> bool:
 def rows_of(arr: np.ndarray) -> np.ndarray:
     """``arr`` as a 2-D uint8 array of its rows' bytes; no copy when each row is
     contiguous (the rows may be strided, as in a slice of a shared-frames column)."""
-    row = int(np.prod(arr.shape[1:], dtype=np.int64))
+    row = math.prod(arr.shape[1:])
     if not _rows_contiguous(arr):
         arr = np.ascontiguousarray(arr)
     view = arr.view()
