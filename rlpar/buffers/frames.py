@@ -12,6 +12,9 @@ windows flushed at an episode's end span fewer than ``n`` steps, and they are
 stored with their own count (a batch that contains one gets ``next_obs`` as a
 copy instead of a view). A row that continues its ``obs`` by no count from 1 to
 ``shift`` is refused with its index named, and nothing of its batch is stored.
+The check rides along the copy (each input byte is loaded once, the comparison
+XORs what the copy loads): the column has spare rows (``RingStorage._rows``), so
+an insert writes only rows of evicted items until it has seen every row.
 
 The sharing is within one transition. cpprb's ``next_of``/``stack_compress`` and
 Tianshou's ``stack_num`` share frames across consecutive transitions too (one
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlpar.buffers.spec import FieldSpec
-from rlpar.buffers.stream_copy import rows_of, stream_copy_joined
+from rlpar.buffers.stream_copy import rows_of
 
 
 @dataclass(frozen=True)
@@ -81,41 +84,48 @@ class SharedFrames:
         return out
 
     def prepare(
-        self, arrays: Mapping[str, np.ndarray], spec: Mapping[str, FieldSpec]
+        self, arrays: Mapping[str, np.ndarray], spec: Mapping[str, FieldSpec], *, check: bool
     ) -> dict[str, np.ndarray]:
-        """``arrays`` (obs and next_obs as the column's dtype, so frames compare as
-        they will be stored) plus each row's step count; raises for a row that fits
-        no count."""
+        """``arrays`` with obs and next_obs as the column's dtype (so frames compare
+        as they will be stored). ``check``: also raise now for a row that fits no step
+        count; otherwise :meth:`write` finds it, before any live row is touched."""
         dtype = spec[self.obs].dtype
         obs = arrays[self.obs].astype(dtype, copy=False)
         nxt = arrays[self.next_obs].astype(dtype, copy=False)
-        steps = np.full(len(obs), self.shift, np.uint8)
-        if len(obs):
-            k, s = obs.shape[1], self.shift
-            differ = np.empty(len(obs), np.bool_)
-            _rows_differ(rows_of(obs[:, s:]), rows_of(nxt[:, : k - s]), differ)
-            # Rare: n-step windows cut by an episode's end.
-            for r in np.flatnonzero(differ) if differ.any() else ():
-                fits = [t for t in range(s - 1, 0, -1) if np.array_equal(obs[r, t:], nxt[r, : k - t])]
-                if not fits:
-                    raise ValueError(
-                        f"row {r}: {self.next_obs} does not continue {self.obs} by 1 to {s} "
-                        f"steps ({self.next_obs}[:k-t] == {self.obs}[t:] for no t), but "
-                        "SharedFrames stores the two once; add such transitions to a buffer "
-                        "without shared_frames"
-                    )
-                steps[r] = fits[0]
-        return {**arrays, self.obs: obs, self.next_obs: nxt, self.steps_field: steps}
+        if check and len(obs):
+            k = obs.shape[1]
+            fits = np.zeros(len(obs), np.bool_)
+            for t in range(self.shift, 0, -1):
+                differ = np.empty(len(obs), np.bool_)
+                _kernels()[0](rows_of(obs[:, t:]), rows_of(nxt[:, : k - t]), differ)
+                fits |= ~differ
+            if not fits.all():
+                raise self._no_fit(int(np.flatnonzero(~fits)[0]))
+        return {**arrays, self.obs: obs, self.next_obs: nxt}
 
-    def write(self, dst: np.ndarray, arrays: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
-        """Rows ``lo:hi`` of prepared ``arrays`` into rows ``dst`` of the stored column."""
+    def write(
+        self, col: np.ndarray, first: int, arrays: Mapping[str, np.ndarray], lo: int, hi: int
+    ) -> np.ndarray:
+        """Rows ``lo:hi`` of prepared ``arrays`` into ``col`` (the stored column), row
+        ``j`` at ``(first + j) % len(col)``; returns each row's step count. Raises for
+        a row that fits no step count, with rows before it written: the caller keeps
+        ``hi - lo`` rows of ``col`` out of use (spare) so that they are dead ones."""
         obs, nxt = arrays[self.obs][lo:hi], arrays[self.next_obs][lo:hi]
-        k, s = obs.shape[1], self.shift
-        stream_copy_joined(dst, obs, nxt[:, k - s :])
-        steps = arrays[self.steps_field][lo:hi]
-        for r in np.flatnonzero(steps != s):
-            t = int(steps[r])
-            dst[r, k : k + t] = nxt[r, k - t :]
+        steps = np.empty(hi - lo, np.uint8)
+        frame_bytes = obs[:1, :1].nbytes if len(obs) else 0
+        bad = _kernels()[1](
+            rows_of(col), first, rows_of(obs), rows_of(nxt), frame_bytes, self.shift, steps
+        )
+        if bad >= 0:
+            raise self._no_fit(lo + int(bad))
+        return steps
+
+    def _no_fit(self, row: int) -> ValueError:
+        return ValueError(
+            f"row {row}: {self.next_obs} does not continue {self.obs} by 1 to {self.shift} "
+            f"steps ({self.next_obs}[:k-t] == {self.obs}[t:] for no t), but SharedFrames "
+            "stores the two once; add such transitions to a buffer without shared_frames"
+        )
 
     def split(
         self, stored: Mapping[str, np.ndarray], empty: Callable[..., np.ndarray] = np.empty
@@ -146,15 +156,13 @@ class SharedFrames:
         return out
 
 
-_kernel = None
+_loaded = None
 
 
-def _rows_differ(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    if a.shape != b.shape or out.shape != a.shape[:1]:
-        raise ValueError(f"cannot compare rows of shapes {a.shape} and {b.shape} into {out.shape}")
-    global _kernel
-    if _kernel is None:
-        from rlpar.buffers.stream_kernel import rows_differ
+def _kernels():
+    global _loaded
+    if _loaded is None:
+        from rlpar.buffers.stream_kernel import rows_differ, write_shared_frames
 
-        _kernel = rows_differ
-    _kernel(a, b, out)
+        _loaded = rows_differ, write_shared_frames
+    return _loaded

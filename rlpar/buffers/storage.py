@@ -26,6 +26,7 @@ from rlpar.buffers.stream_copy import stream_copy
 
 _POOL_MIN_BYTES = 1 << 18  # below this, a fresh np.empty is as cheap as reuse
 _POOL_PER_SHAPE = 4
+SPARE_ROWS = 256  # extra rows of a shared-frames column (see RingStorage._rows)
 
 
 class OutputPool:
@@ -102,7 +103,19 @@ class RingStorage:
         self.spec = spec
         # np.empty leaves pages untouched until written, so a large, mostly empty
         # buffer costs no resident memory.
-        self.columns = {k: np.empty((self.capacity, *f.shape), f.dtype) for k, f in stored.items()}
+        self.columns = {
+            k: np.empty((self._rows(k), *f.shape), f.dtype) for k, f in stored.items()
+        }
+
+    def _rows(self, name: str) -> int:
+        """Rows of a column: ``capacity``, and ``SPARE_ROWS`` more for shared frames,
+        where the item of serial ``x`` lives in row ``x % rows``. An add of up to
+        ``SPARE_ROWS`` items then writes only rows of items already evicted, so it
+        can check each row's frames as it copies them (one pass over the input) and
+        still leave every live row untouched when a row turns out bad."""
+        if self.shared is not None and name == self.shared.obs:
+            return self.capacity + SPARE_ROWS
+        return self.capacity
 
     def __len__(self) -> int:
         return min(self.next_serial, self.capacity)
@@ -121,7 +134,10 @@ class RingStorage:
         else:
             arrays, n = check_batch(self.spec, batch)
         if self.shared is not None:
-            arrays = self.shared.prepare(arrays, self.spec)
+            # A larger add would overwrite live rows before finding a bad one, and one
+            # beyond capacity skips rows that are never written: check those first.
+            check = n > SPARE_ROWS or n > self.capacity
+            arrays = self.shared.prepare(arrays, self.spec, check=check)
         return arrays, n
 
     def write(self, arrays: Mapping[str, np.ndarray], n: int) -> tuple[int, int]:
@@ -137,6 +153,11 @@ class RingStorage:
         m = n - skip
         start = (first + skip) % self.capacity
         end = start + m
+        if self.shared is not None:  # first: it may still refuse the batch
+            steps = np.empty(n, np.uint8)
+            frames = self.columns[self.shared.obs]
+            steps[skip:] = self.shared.write(frames, first + skip, arrays, skip, n)
+            arrays = {**arrays, self.shared.steps_field: steps}
         if end <= self.capacity:
             self._put(start, end, arrays, skip, n)
         else:
@@ -149,9 +170,7 @@ class RingStorage:
     def _put(self, start: int, end: int, arrays: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
         """Rows ``lo:hi`` of ``arrays`` into slots ``start:end``."""
         for name, col in self.columns.items():
-            if self.shared is not None and name == self.shared.obs:
-                self.shared.write(col[start:end], arrays, lo, hi)
-            else:
+            if self.shared is None or name != self.shared.obs:  # shared frames: written
                 stream_copy(col[start:end], arrays[name][lo:hi])
 
     def serials_of(self, slots: np.ndarray) -> np.ndarray:
@@ -180,13 +199,14 @@ class RingStorage:
         n = len(slots)
         out = {}
         for k, col in self.columns.items():
+            rows = slots if len(col) == self.capacity else self.serials_of(slots) % len(col)
             if col.ndim == 1:
-                out[k] = col[slots]  # numpy's fastest path for 1-D gathers
+                out[k] = col[rows]  # numpy's fastest path for 1-D gathers
             else:
                 # np.take on axis 0 copies whole rows with one memcpy each (2-D
                 # fancy indexing is ~2x slower); mode="clip" lets it write to out.
                 dst = self._pool.empty((n, *col.shape[1:]), col.dtype)
-                out[k] = col.take(slots, axis=0, out=dst, mode="clip")
+                out[k] = col.take(rows, axis=0, out=dst, mode="clip")
         if split and self.shared is not None and self.columns:
             out = self.shared.split(out, self._pool.empty)
             out = {k: out[k] for k in self.spec}
@@ -203,9 +223,16 @@ class RingStorage:
             "spec": None
             if self.spec is None
             else {k: (list(f.shape), f.dtype.str) for k, f in self.spec.items()},
-            # Only the filled prefix is saved: a fresh buffer holds garbage beyond it.
-            "columns": {k: col[:n] for k, col in self.columns.items()},
+            # Only the filled slots are saved (a fresh buffer holds garbage beyond
+            # them), in slot order (shared frames are copied out of their rows).
+            "columns": {k: col[self._slot_rows(col, n)] for k, col in self.columns.items()},
         }
+
+    def _slot_rows(self, col: np.ndarray, n: int) -> slice | np.ndarray:
+        """Rows of ``col`` holding slots ``0..n-1``."""
+        if len(col) == self.capacity:
+            return slice(0, n)
+        return self.serials_of(np.arange(n)) % len(col)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if int(state["capacity"]) != self.capacity:
@@ -222,6 +249,6 @@ class RingStorage:
         else:
             self._allocate({k: FieldSpec(tuple(s), np.dtype(d)) for k, (s, d) in spec.items()})
         n = min(int(state["next_serial"]), self.capacity)
+        self.next_serial = int(state["next_serial"])  # before _slot_rows, which reads it
         for k, col in self.columns.items():
-            col[:n] = np.asarray(state["columns"][k])
-        self.next_serial = int(state["next_serial"])
+            col[self._slot_rows(col, n)] = np.asarray(state["columns"][k])

@@ -59,6 +59,56 @@ def _copy(typingctx, dst_addr, src_addr, nbytes):
 
 
 @intrinsic
+def _copy_xor(typingctx, dst_addr, src_addr, other_addr, nbytes):
+    """``_copy(dst, src, n)`` that also returns the OR of ``src ^ other`` over the n
+    bytes (0: equal): a comparison that rides along the copy's loads."""
+    sig = types.uint64(types.uintp, types.uintp, types.uintp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst, src, other, n = args
+        i8, i64 = ir.IntType(8), ir.IntType(64)
+        i8p = i8.as_pointer()
+        vec = ir.VectorType(i64, _VECTOR // 8)
+        size_t = dst.type
+        acc8 = cgutils.alloca_once_value(builder, ir.Constant(i8, 0))
+        accv = cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * (_VECTOR // 8)))
+
+        def bytes_(offset, count):  # plain byte copy + compare (head and tail)
+            with cgutils.for_range(builder, count) as loop:
+                at = builder.add(offset, loop.index)
+                a = builder.load(builder.inttoptr(builder.add(src, at), i8p))
+                b = builder.load(builder.inttoptr(builder.add(other, at), i8p))
+                builder.store(a, builder.inttoptr(builder.add(dst, at), i8p))
+                builder.store(builder.or_(builder.load(acc8), builder.xor(a, b)), acc8)
+
+        mask = ir.Constant(size_t, _VECTOR - 1)
+        head = builder.and_(builder.sub(ir.Constant(size_t, 0), dst), mask)
+        head = builder.select(builder.icmp_unsigned("<", n, head), n, head)
+        bytes_(ir.Constant(size_t, 0), head)
+        count = builder.udiv(builder.sub(n, head), ir.Constant(size_t, _VECTOR))
+        vec_ptr = vec.as_pointer()
+        d = builder.inttoptr(builder.add(dst, head), vec_ptr)
+        s_ = builder.inttoptr(builder.add(src, head), vec_ptr)
+        o = builder.inttoptr(builder.add(other, head), vec_ptr)
+        nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        with cgutils.for_range(builder, count) as loop:
+            value = builder.load(builder.gep(s_, [loop.index]), align=1)
+            against = builder.load(builder.gep(o, [loop.index]), align=1)
+            store = builder.store(value, builder.gep(d, [loop.index]), align=_VECTOR)
+            store.set_metadata("nontemporal", nontemporal)
+            builder.store(builder.or_(builder.load(accv), builder.xor(value, against)), accv)
+        done = builder.add(head, builder.mul(count, ir.Constant(size_t, _VECTOR)))
+        bytes_(done, builder.sub(n, done))
+        v = builder.load(accv)
+        out = builder.zext(builder.load(acc8), i64)
+        for lane in range(_VECTOR // 8):
+            out = builder.or_(out, builder.extract_element(v, ir.Constant(ir.IntType(32), lane)))
+        return out
+
+    return sig, codegen
+
+
+@intrinsic
 def _fence(typingctx):
     """Streaming stores are weakly ordered: every kernel ends with a fence, before
     anyone reads the rows (once per kernel: a fence per row stalls on each row's
@@ -76,30 +126,6 @@ def _fence(typingctx):
 def stream_copy_bytes(dst, src):
     """``dst[:] = src`` for equal-length contiguous uint8 arrays, streaming stores."""
     _copy(dst.ctypes.data, src.ctypes.data, dst.shape[0])
-    _fence()
-
-
-@_jit
-def stream_copy_rows(dst, src):
-    """``dst[:] = src`` for equal-shape 2-D uint8 arrays whose rows are contiguous
-    (the rows themselves may be strided), streaming stores."""
-    for r in range(dst.shape[0]):
-        _copy(dst[r].ctypes.data, src[r].ctypes.data, dst.shape[1])
-    _fence()
-
-
-@_jit
-def stream_copy_joined_rows(dst, a, b):
-    """``dst[r] = a[r] + b[r]`` (bytes joined) for 2-D uint8 arrays with contiguous
-    rows, streaming stores. One pass per row: writing the a-parts of all rows and
-    then the b-parts would leave each row boundary's cache line half-written twice
-    (rows need not be line-aligned), which streaming stores turn into slow
-    partial-line writes."""
-    n = a.shape[1]
-    for r in range(dst.shape[0]):
-        row = dst[r]
-        _copy(row.ctypes.data, a[r].ctypes.data, n)
-        _copy(row[n:].ctypes.data, b[r].ctypes.data, b.shape[1])
     _fence()
 
 
@@ -124,3 +150,36 @@ def rows_differ(a, b, out):
     vectorize (4x slower)."""
     for r in range(a.shape[0]):
         out[r] = _memcmp(a[r].ctypes.data, b[r].ctypes.data, a.shape[1]) != 0
+
+
+@_jit
+def write_shared_frames(col, first, obs, nxt, frame_bytes, shift, steps):
+    """Row ``r`` of ``obs``/``nxt`` (2-D uint8, rows contiguous: ``k`` frames of
+    ``frame_bytes``) into row ``(first + r) % len(col)`` of ``col``: obs, then the
+    newest ``t`` frames of nxt, for the largest ``t <= shift`` with
+    ``nxt[:k-t] == obs[t:]`` (``steps[r] = t``). Returns the first row that fits no
+    ``t`` (rows before it are written) or -1. The check for ``t = shift`` rides on
+    the copy's loads (one pass over each input row); smaller ``t`` (n-step windows
+    cut by an episode's end) are tried with memcmp when it fails."""
+    rows = col.shape[0]
+    obs_bytes = obs.shape[1]
+    lead = shift * frame_bytes
+    for r in range(obs.shape[0]):
+        o = obs[r]
+        x = nxt[r]
+        dst = col[(first + r) % rows]
+        _copy(dst.ctypes.data, o.ctypes.data, lead)
+        t = shift
+        if _copy_xor(dst[lead:].ctypes.data, o[lead:].ctypes.data, x.ctypes.data, obs_bytes - lead) != 0:
+            t -= 1
+            while t > 0:
+                if _memcmp(o[t * frame_bytes :].ctypes.data, x.ctypes.data, obs_bytes - t * frame_bytes) == 0:
+                    break
+                t -= 1
+            if t == 0:
+                _fence()
+                return r
+        _copy(dst[obs_bytes:].ctypes.data, x[obs_bytes - t * frame_bytes :].ctypes.data, t * frame_bytes)
+        steps[r] = t
+    _fence()
+    return -1

@@ -4,6 +4,8 @@ without the overlap is refused and nothing is stored."""
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlpar.buffers import (
     LocalShardClient,
@@ -15,6 +17,7 @@ from rlpar.buffers import (
     SharedFrames,
 )
 from rlpar.buffers.shard import from_wire, to_wire
+from rlpar.buffers.storage import SPARE_ROWS
 
 STACK, SIDE = 4, 84  # frame-sized rows: a chunk of 64 takes the streaming-store path
 
@@ -52,7 +55,7 @@ def test_samples_return_what_was_added_across_the_wrap(shift, prioritized):
         buf.add(chunk(frames, start, min(64, 280 - start), shift))
     assert len(buf) == 100
     # Stored once: k + shift frames per slot, no next_obs column.
-    assert buf.storage.columns["obs"].shape == (100, STACK + shift, SIDE, SIDE)
+    assert buf.storage.columns["obs"].shape[1:] == (STACK + shift, SIDE, SIDE)
     assert "next_obs" not in buf.storage.columns
     sample = buf.sample(64)
     batch = sample.batch
@@ -72,23 +75,32 @@ def test_one_add_larger_than_capacity_keeps_the_newest_rows():
     assert_rows_match(got, frames)
 
 
-def test_a_row_without_the_overlap_is_refused_and_nothing_is_stored():
-    frames = frame_stream(200)
+@pytest.mark.parametrize("bad_size", [64, SPARE_ROWS + 40])
+def test_a_row_without_the_overlap_is_refused_and_nothing_is_stored(bad_size):
+    # A full ring past its wrap: a refused add leaves every stored item as it was,
+    # whether it is checked while copying (up to SPARE_ROWS rows) or before.
+    frames = frame_stream(1200)
     buf = PrioritizedReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames())
-    buf.add(chunk(frames, 0, 64))
-    before = {k: v.copy() for k, v in buf.storage.columns.items()}
-    bad = chunk(frames, 64, 64)
-    bad["next_obs"][37, 1, 5, 9] ^= 1  # one byte of a frame obs should repeat
-    with pytest.raises(ValueError, match="row 37: next_obs does not continue obs by 1 to 1 steps"):
+    for start in range(0, 250, 50):
+        buf.add(chunk(frames, start, 50))
+    before = buf.storage.gather(np.arange(100))
+    bad = chunk(frames, 250, bad_size)
+    bad["next_obs"][bad_size - 27, 1, 5, 9] ^= 1  # one byte of a frame obs should repeat
+    with pytest.raises(
+        ValueError, match=f"row {bad_size - 27}: next_obs does not continue obs by 1 to 1 steps"
+    ):
         buf.add(bad)
-    assert len(buf) == 64 and buf.storage.next_serial == 64
-    for k, v in buf.storage.columns.items():
-        np.testing.assert_array_equal(v[:64], before[k][:64])
+    assert len(buf) == 100 and buf.storage.next_serial == 250
+    after = buf.storage.gather(np.arange(100))
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])
+    assert_rows_match(after, frames)
     # A 3-step transition in a 1-step buffer: refused too.
     with pytest.raises(ValueError, match="row 0: .* by 1 to 1 steps"):
-        buf.add(chunk(frames, 64, 8, shift=3))
-    buf.add(chunk(frames, 64, 8))  # the buffer still takes good data
-    assert len(buf) == 72
+        buf.add(chunk(frames, 250, 8, shift=3))
+    buf.add(chunk(frames, 250, 8))  # the buffer still takes good data
+    assert buf.storage.next_serial == 258
+    assert_rows_match(buf.storage.gather(np.arange(100)), frames)
 
 
 def test_shorter_windows_are_stored_with_their_own_step_count():
@@ -102,6 +114,9 @@ def test_shorter_windows_are_stored_with_their_own_step_count():
     buf = ReplayBuffer(capacity=64, seed=0, shared_frames=SharedFrames(shift=3))
     buf.add(batch)
     np.testing.assert_array_equal(buf.storage.columns["obs.steps"], steps)
+    big = ReplayBuffer(capacity=600, seed=0, shared_frames=SharedFrames(shift=3))
+    big.add({k: np.concatenate([v] * 5) for k, v in batch.items()})  # checked before copying
+    np.testing.assert_array_equal(big.storage.columns["obs.steps"][:320], np.tile(steps, 5))
     mixed = buf.storage.gather(np.arange(64))
     for k in batch:
         np.testing.assert_array_equal(mixed[k], batch[k])
@@ -276,3 +291,37 @@ def test_frames_of_another_dtype_compare_as_stored():
     buf = ReplayBuffer(capacity=8, spec=spec, shared_frames=SharedFrames())
     buf.add(batch)
     assert_rows_match(buf.storage.gather(np.arange(8)), frames)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 70),  # frame bytes: head, vector body and tail of every copy
+    st.integers(2, 4),  # stack
+    st.integers(1, 3),  # shift (clipped below the stack)
+    st.integers(0, 10**6),  # where a byte is flipped, if anywhere
+    st.booleans(),
+    st.sampled_from([32, 8]),  # 32 holds the 20 rows: checked while copying; 8: before
+)
+def test_every_byte_of_the_overlap_is_checked(frame_bytes, stack, shift, where, flip, capacity):
+    shift = min(shift, stack - 1)
+    rng = np.random.default_rng(frame_bytes * 97 + stack)
+    frames = rng.integers(0, 256, (40, frame_bytes), dtype=np.uint8)
+    t = np.arange(20)
+    batch = {
+        "obs": np.stack([frames[i : i + stack] for i in t]),
+        "next_obs": np.stack([frames[i + shift : i + shift + stack] for i in t]),
+        "action": t,
+    }
+    row, byte = divmod(where % (20 * (stack - shift) * frame_bytes), (stack - shift) * frame_bytes)
+    if flip:
+        batch["next_obs"][row].reshape(-1)[byte] ^= 0x10  # inside next_obs[:k-shift]
+    buf = ReplayBuffer(capacity=capacity, shared_frames=SharedFrames(shift=shift))
+    if flip:
+        with pytest.raises(ValueError, match=f"row {row}: "):
+            buf.add(batch)
+        assert len(buf) == 0
+    else:
+        buf.add(batch)
+        got = buf.storage.gather(np.arange(min(capacity, 20)))
+        for k in batch:
+            np.testing.assert_array_equal(got[k], batch[k][got["action"]])
