@@ -120,11 +120,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                     f"priorities must be > 0 when eps is {self.eps}: an item of priority 0 "
                     "would never be sampled"
                 )
-            if n:
-                self.max_priority = max(self.max_priority, float(p.max()) + self.eps)
         else:
             leaf = self.max_priority**self.alpha
+        # The write may still refuse the batch (shared frames): change nothing before it.
         first, m = self.storage.write(arrays, n)
+        if priorities is not None and n:
+            self.max_priority = max(self.max_priority, float(p.max()) + self.eps)
         if m == 0:
             return
         if not np.isscalar(leaf):

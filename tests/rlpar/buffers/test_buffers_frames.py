@@ -89,8 +89,9 @@ def test_a_row_without_the_overlap_is_refused_and_nothing_is_stored(bad_size):
     with pytest.raises(
         ValueError, match=f"row {bad_size - 27}: next_obs does not continue obs by 1 to 1 steps"
     ):
-        buf.add(bad)
+        buf.add(bad, priorities=np.full(bad_size, 99.0))
     assert len(buf) == 100 and buf.storage.next_serial == 250
+    assert buf.max_priority == 1.0  # the refused batch's priorities left no trace
     after = buf.storage.gather(np.arange(100))
     for k in before:
         np.testing.assert_array_equal(after[k], before[k])
