@@ -30,6 +30,7 @@ from rlpar.errors import ChildDied, ChildError
 
 _POLL_S = 0.02
 _GRACE_S = 3.0
+_ECHO_GRACE_S = 5.0  # how long a PeerUnavailable waits for the failure it echoes
 
 
 def _die_with_parent() -> None:
@@ -132,30 +133,49 @@ def _read_exit(tmp: str, rank: int) -> tuple[int, float] | None:
 def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None) -> list:
     deadline = None if timeout is None else time.monotonic() + timeout
     results: dict[int, Any] = {}
-    while len(results) < nprocs:
+    # rank -> (exit time, what to raise, whether it only echoes a peer's failure)
+    failures: dict[int, tuple[float, Exception, bool]] = {}
+    echo_since: float | None = None
+    while len(results) + len(failures) < nprocs:
         zygote_done = zygote.poll() is not None
-        exits = {r: _read_exit(tmp, r) for r in range(nprocs) if r not in results}
+        exits = {r: _read_exit(tmp, r) for r in range(nprocs) if r not in results and r not in failures}
         missing = [r for r, e in exits.items() if e is None]
-        if missing and zygote_done:  # the helper itself died (killed?) and took the ranks along
+        if missing and zygote_done and not failures:  # the helper died and took the ranks along
             rank = missing[0]
             raise ChildDied(f"rank {rank} died with the launcher's helper process "
                             f"(exit code {zygote.returncode})",
                             child_name=f"rank{rank}", exitcode=zygote.returncode)
-        # The first rank to fail is the cause; later failures are usually its echo.
-        for rank in sorted((r for r in exits if exits[r] is not None), key=lambda r: exits[r][1]):
-            code = exits[rank][0]
+        for rank in (r for r in exits if exits[r] is not None):
+            code, when = exits[rank]
             outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
             if outcome is not None and outcome[0] == "error":
                 kind, text = outcome[1]
-                raise ChildError(f"rank {rank} raised {kind}", child_name=f"rank{rank}",
-                                 child_traceback=text)
-            if code != 0 or outcome is None:
+                failures[rank] = (when, ChildError(f"rank {rank} raised {kind}",
+                                                   child_name=f"rank{rank}", child_traceback=text),
+                                  kind == "PeerUnavailable")
+            elif code != 0 or outcome is None:
                 how = (f"was killed by signal {signal.Signals(-code).name}"
                        if code < 0 else f"exited with code {code} without a result")
-                raise ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}", exitcode=code)
-            results[rank] = outcome[1]
+                failures[rank] = (when, ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}",
+                                                  exitcode=code), False)
+            else:
+                results[rank] = outcome[1]
+        if failures:
+            # The first rank to fail is the cause and later failures are usually its
+            # echo, except that a rank which lost a peer (PeerUnavailable) may exit
+            # before the peer that failed first has written its traceback: give the
+            # cause a moment to show up before reporting an echo.
+            causes = {r: f for r, f in failures.items() if not f[2]}
+            if causes:
+                raise min(causes.values(), key=lambda f: f[0])[1]
+            echo_since = time.monotonic() if echo_since is None else echo_since
+            if zygote_done or time.monotonic() - echo_since > _ECHO_GRACE_S:
+                raise min(failures.values(), key=lambda f: f[0])[1]
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"launch: ranks did not finish within {timeout} s")
-        if len(results) < nprocs:
+        if len(results) + len(failures) < nprocs:
             time.sleep(_POLL_S)
+    if failures:  # every rank exited; only echoes failed
+        raise min(failures.values(), key=lambda f: f[0])[1]
     return [results[r] for r in range(nprocs)]
+

@@ -43,3 +43,15 @@ def returns_unpicklable():
 def _record_pid(pid_dir):
     with open(os.path.join(pid_dir, f"rank{os.environ['RANK']}.pid"), "w") as f:
         f.write(str(os.getpid()))
+
+
+def peer_loss_echoes_first(pid_dir, cause_after):
+    """Rank 1 fails at once because it lost its peer; rank 0, the real failure,
+    exits ``cause_after`` seconds later (a slow teardown)."""
+    from rlpar.errors import PeerUnavailable
+
+    _record_pid(pid_dir)
+    if os.environ["RANK"] == "1":
+        raise PeerUnavailable("peer 'rank0' is unavailable: eof")
+    time.sleep(cause_after)
+    raise RuntimeError("rank 0 is the cause")

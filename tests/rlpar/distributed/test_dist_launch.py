@@ -53,6 +53,28 @@ def test_a_rank_that_raises_gives_child_error_with_its_traceback_and_no_orphans(
 
 
 @pytest.mark.timeout(30)
+def test_a_lost_peer_waits_for_the_failure_it_echoes(tmp_path):
+    # Rank 1's PeerUnavailable exits first, but rank 0's error is the cause.
+    with pytest.raises(ChildError) as info:
+        launch(programs.peer_loss_echoes_first, nprocs=2, args=(str(tmp_path), 1.0),
+               timeout=25, preload=())
+    assert info.value.child_name == "rank0"
+    assert "rank 0 is the cause" in info.value.child_traceback
+    assert _gone(tmp_path)
+
+
+@pytest.mark.timeout(60)
+def test_an_echo_alone_is_reported_after_the_grace(tmp_path):
+    # No cause shows up within the grace: the echo itself is the error.
+    with pytest.raises(ChildError) as info:
+        launch(programs.peer_loss_echoes_first, nprocs=2, args=(str(tmp_path), 30.0),
+               timeout=50, preload=())
+    assert info.value.child_name == "rank1"
+    assert "PeerUnavailable" in str(info.value)
+    assert _gone(tmp_path)
+
+
+@pytest.mark.timeout(30)
 def test_a_rank_killed_by_a_signal_gives_child_died(tmp_path):
     with pytest.raises(ChildDied) as info:
         launch(programs.rank1_killed, nprocs=2, args=(str(tmp_path),), timeout=25, preload=())
