@@ -16,43 +16,71 @@ from rlpar.buffers.tree_kernels import _jit
 _VECTOR = 16  # bytes per streaming store (SSE2 width: every x86-64 has it)
 
 
+def _emit_copy(builder, dst, src, n, other=None):
+    """IR for ``dst[:n] = src[:n]`` with streaming stores; with ``other``, also the
+    OR of ``src ^ other`` over the n bytes (an i64, 0 when equal), computed on the
+    copy's own loads. Head and tail (up to the first 16-byte aligned destination
+    address, which aligned streaming stores need, and the last partial vector) are
+    plain copies."""
+    i8, i64 = ir.IntType(8), ir.IntType(64)
+    i8p = i8.as_pointer()
+    vec = ir.VectorType(i64, _VECTOR // 8)
+    size_t = dst.type
+    if other is not None:
+        acc8 = cgutils.alloca_once_value(builder, ir.Constant(i8, 0))
+        accv = cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * (_VECTOR // 8)))
+
+    def plain(offset, count):
+        if other is None:
+            cgutils.raw_memcpy(
+                builder,
+                builder.inttoptr(builder.add(dst, offset), i8p),
+                builder.inttoptr(builder.add(src, offset), i8p),
+                count,
+                1,
+            )
+            return
+        with cgutils.for_range(builder, count) as loop:
+            at = builder.add(offset, loop.index)
+            a = builder.load(builder.inttoptr(builder.add(src, at), i8p))
+            b = builder.load(builder.inttoptr(builder.add(other, at), i8p))
+            builder.store(a, builder.inttoptr(builder.add(dst, at), i8p))
+            builder.store(builder.or_(builder.load(acc8), builder.xor(a, b)), acc8)
+
+    head = builder.and_(builder.sub(ir.Constant(size_t, 0), dst), ir.Constant(size_t, _VECTOR - 1))
+    head = builder.select(builder.icmp_unsigned("<", n, head), n, head)
+    plain(ir.Constant(size_t, 0), head)
+    count = builder.udiv(builder.sub(n, head), ir.Constant(size_t, _VECTOR))
+    vec_ptr = vec.as_pointer()
+    d = builder.inttoptr(builder.add(dst, head), vec_ptr)
+    s = builder.inttoptr(builder.add(src, head), vec_ptr)
+    if other is not None:
+        o = builder.inttoptr(builder.add(other, head), vec_ptr)
+    nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+    with cgutils.for_range(builder, count) as loop:
+        value = builder.load(builder.gep(s, [loop.index]), align=1)
+        store = builder.store(value, builder.gep(d, [loop.index]), align=_VECTOR)
+        store.set_metadata("nontemporal", nontemporal)
+        if other is not None:
+            against = builder.load(builder.gep(o, [loop.index]), align=1)
+            builder.store(builder.or_(builder.load(accv), builder.xor(value, against)), accv)
+    done = builder.add(head, builder.mul(count, ir.Constant(size_t, _VECTOR)))
+    plain(done, builder.sub(n, done))
+    if other is None:
+        return None
+    v = builder.load(accv)
+    out = builder.zext(builder.load(acc8), i64)
+    for lane in range(_VECTOR // 8):
+        out = builder.or_(out, builder.extract_element(v, ir.Constant(ir.IntType(32), lane)))
+    return out
+
+
 @intrinsic
 def _copy(typingctx, dst_addr, src_addr, nbytes):
     sig = types.void(types.uintp, types.uintp, types.intp)
 
     def codegen(context, builder, signature, args):
-        dst, src, n = args
-        i8p = ir.IntType(8).as_pointer()
-        vec_ptr = ir.VectorType(ir.IntType(64), _VECTOR // 8).as_pointer()
-        size_t = dst.type
-        # Head: plain copy up to the first 16-byte aligned destination address
-        # (aligned streaming stores fault on unaligned addresses).
-        mask = ir.Constant(size_t, _VECTOR - 1)
-        head = builder.and_(builder.sub(ir.Constant(size_t, 0), dst), mask)
-        head = builder.select(builder.icmp_unsigned("<", n, head), n, head)
-        cgutils.raw_memcpy(
-            builder, builder.inttoptr(dst, i8p), builder.inttoptr(src, i8p), head, 1
-        )
-        body_dst = builder.add(dst, head)
-        body_src = builder.add(src, head)
-        rest = builder.sub(n, head)
-        count = builder.udiv(rest, ir.Constant(size_t, _VECTOR))
-        d = builder.inttoptr(body_dst, vec_ptr)
-        s = builder.inttoptr(body_src, vec_ptr)
-        nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
-        with cgutils.for_range(builder, count) as loop:
-            value = builder.load(builder.gep(s, [loop.index]), align=1)
-            store = builder.store(value, builder.gep(d, [loop.index]), align=_VECTOR)
-            store.set_metadata("nontemporal", nontemporal)
-        done = builder.mul(count, ir.Constant(size_t, _VECTOR))
-        tail = builder.sub(rest, done)
-        cgutils.raw_memcpy(
-            builder,
-            builder.inttoptr(builder.add(body_dst, done), i8p),
-            builder.inttoptr(builder.add(body_src, done), i8p),
-            tail,
-            1,
-        )
+        _emit_copy(builder, *args)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -66,44 +94,7 @@ def _copy_xor(typingctx, dst_addr, src_addr, other_addr, nbytes):
 
     def codegen(context, builder, signature, args):
         dst, src, other, n = args
-        i8, i64 = ir.IntType(8), ir.IntType(64)
-        i8p = i8.as_pointer()
-        vec = ir.VectorType(i64, _VECTOR // 8)
-        size_t = dst.type
-        acc8 = cgutils.alloca_once_value(builder, ir.Constant(i8, 0))
-        accv = cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * (_VECTOR // 8)))
-
-        def bytes_(offset, count):  # plain byte copy + compare (head and tail)
-            with cgutils.for_range(builder, count) as loop:
-                at = builder.add(offset, loop.index)
-                a = builder.load(builder.inttoptr(builder.add(src, at), i8p))
-                b = builder.load(builder.inttoptr(builder.add(other, at), i8p))
-                builder.store(a, builder.inttoptr(builder.add(dst, at), i8p))
-                builder.store(builder.or_(builder.load(acc8), builder.xor(a, b)), acc8)
-
-        mask = ir.Constant(size_t, _VECTOR - 1)
-        head = builder.and_(builder.sub(ir.Constant(size_t, 0), dst), mask)
-        head = builder.select(builder.icmp_unsigned("<", n, head), n, head)
-        bytes_(ir.Constant(size_t, 0), head)
-        count = builder.udiv(builder.sub(n, head), ir.Constant(size_t, _VECTOR))
-        vec_ptr = vec.as_pointer()
-        d = builder.inttoptr(builder.add(dst, head), vec_ptr)
-        s_ = builder.inttoptr(builder.add(src, head), vec_ptr)
-        o = builder.inttoptr(builder.add(other, head), vec_ptr)
-        nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
-        with cgutils.for_range(builder, count) as loop:
-            value = builder.load(builder.gep(s_, [loop.index]), align=1)
-            against = builder.load(builder.gep(o, [loop.index]), align=1)
-            store = builder.store(value, builder.gep(d, [loop.index]), align=_VECTOR)
-            store.set_metadata("nontemporal", nontemporal)
-            builder.store(builder.or_(builder.load(accv), builder.xor(value, against)), accv)
-        done = builder.add(head, builder.mul(count, ir.Constant(size_t, _VECTOR)))
-        bytes_(done, builder.sub(n, done))
-        v = builder.load(accv)
-        out = builder.zext(builder.load(acc8), i64)
-        for lane in range(_VECTOR // 8):
-            out = builder.or_(out, builder.extract_element(v, ir.Constant(ir.IntType(32), lane)))
-        return out
+        return _emit_copy(builder, dst, src, n, other)
 
     return sig, codegen
 
