@@ -552,41 +552,30 @@ def main(argv: list[str] | None = None) -> None:
         if case_name == "atari":
             layouts["rlpar-distributed-shared-frames"] = True
         for impl, shared in layouts.items():
-            base = {
-                "bench": "replay",
-                "impl": impl,
-                "case": case_name,
-                "shards": 2,
-                "samplers": 1,
-            }
-            if args.quick and not args.distributed:
-                print(json.dumps({**base, "skipped": "--quick (pass --distributed to run it)"}))
-                continue
-            case = dist_cases[case_name]
-            if args.quick:
-                case = Case(
-                    case.name,
-                    2048 if case_name == "cartpole" else 512,
-                    case.obs_shape,
-                    case.obs_dtype,
-                    0,
-                )
-            figures = run_distributed(case, 1.0 if args.quick else 10.0, shared)
-            for metric, value in figures.items():
-                print(
-                    json.dumps(
-                        {
-                            **base,
-                            "capacity_per_shard": case.capacity,
-                            "metric": metric,
-                            "value": round(value, 3),
-                            "ratio_vs_best_peer": None,
-                            "torch_threads": 1,
-                        }
-                    ),
-                    flush=True,
-                )
+            print_distributed(impl, dist_cases[case_name], shared=shared, quick=args.quick,
+                              run=args.distributed or not args.quick)
 
+
+def print_distributed(impl: str, case: Case, *, shared: bool, quick: bool, run: bool) -> None:
+    """The distributed figures of one layout as JSON lines (a "skipped" line if not ``run``)."""
+    base = {"bench": "replay", "impl": impl, "case": case.name, "shards": 2, "samplers": 1}
+    if not run:
+        print(json.dumps({**base, "skipped": "--quick (pass --distributed to run it)"}))
+        return
+    if quick:
+        small = 2048 if case.name == "cartpole" else 512
+        case = Case(case.name, small, case.obs_shape, case.obs_dtype, 0)
+    figures = run_distributed(case, 1.0 if quick else 10.0, shared)
+    for metric, value in figures.items():
+        line = {
+            **base,
+            "capacity_per_shard": case.capacity,
+            "metric": metric,
+            "value": round(value, 3),
+            "ratio_vs_best_peer": None,
+            "torch_threads": 1,
+        }
+        print(json.dumps(line), flush=True)
 
 if __name__ == "__main__":
     main()

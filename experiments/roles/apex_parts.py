@@ -126,15 +126,11 @@ def replay_layout(config) -> dict[str, Any]:
     that an n-step transition's obs and next_obs overlap in."""
     from rlpar.buffers import SharedFrames
 
+    if not (config.share_frames and is_atari(config.env_id)):
+        return {}  # without building an env to look at its space
     obs_space, _ = env_spaces(config.env_id)
     shape = obs_space.shape or ()
-    if (
-        config.share_frames
-        and is_atari(config.env_id)
-        and obs_space.dtype == np.uint8
-        and len(shape) == 3
-        and shape[0] > config.n_step
-    ):
+    if obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > config.n_step:
         return {"shared_frames": SharedFrames(shift=config.n_step)}
     return {}
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,15 @@ class SharedFrames:
             raise ValueError(f"SharedFrames.shift must be an int >= 1, got {self.shift!r}")
         if self.shift > 255:
             raise ValueError(f"SharedFrames.shift must be at most 255, got {self.shift}")
+
+    def to_state(self) -> list:
+        """Plain values for a state dict (``torch.load(weights_only=True)`` takes them)."""
+        return [self.obs, self.next_obs, self.shift]
+
+    @classmethod
+    def from_state(cls, state: Any) -> SharedFrames:
+        obs, next_obs, shift = state
+        return cls(str(obs), str(next_obs), int(shift))
 
     @property
     def steps_field(self) -> str:
@@ -112,7 +122,7 @@ class SharedFrames:
         ``hi - lo`` rows of ``col`` out of use (spare) so that they are dead ones."""
         obs, nxt = arrays[self.obs][lo:hi], arrays[self.next_obs][lo:hi]
         steps = np.empty(hi - lo, np.uint8)
-        frame_bytes = obs[:1, :1].nbytes if len(obs) else 0
+        frame_bytes = obs[:1, :1].nbytes
         bad = _kernels()[1](
             rows_of(col), first, rows_of(obs), rows_of(nxt), frame_bytes, self.shift, steps
         )

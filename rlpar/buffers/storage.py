@@ -2,8 +2,8 @@
 
 A batch of ``n`` rows is written with one slice copy per field (two when it
 wraps past the end), so the cost of an insert is a handful of ``memcpy`` calls
-regardless of ``n``; large ones use streaming stores (``stream_copy``). Every item has a serial number (the count of items added
-before it); ``serial % capacity`` is its slot, and it stays there until item
+regardless of ``n``; large ones use streaming stores (``stream_copy``). Every
+item has a serial number (the count of items added before it); ``serial % capacity`` is its slot, and it stays there until item
 ``serial + capacity`` overwrites it. So a serial names both the slot and the
 exact write (the per-slot version that lets priority updates for overwritten
 slots be dropped), and both directions are arithmetic on ``next_serial``: no
@@ -217,9 +217,7 @@ class RingStorage:
         return {
             "capacity": self.capacity,
             "next_serial": self.next_serial,
-            "shared_frames": None
-            if self.shared is None
-            else [self.shared.obs, self.shared.next_obs, self.shared.shift],
+            "shared_frames": None if self.shared is None else self.shared.to_state(),
             "spec": None
             if self.spec is None
             else {k: (list(f.shape), f.dtype.str) for k, f in self.spec.items()},
@@ -239,10 +237,12 @@ class RingStorage:
             raise ValueError(
                 f"state has capacity {state['capacity']}, this storage has {self.capacity}"
             )
-        shared = state.get("shared_frames")
-        mine = None if self.shared is None else [self.shared.obs, self.shared.next_obs, self.shared.shift]
-        if (None if shared is None else [shared[0], shared[1], int(shared[2])]) != mine:
-            raise ValueError(f"state was saved with shared_frames={shared}, this storage has {mine}")
+        saved = state.get("shared_frames")
+        saved = None if saved is None else SharedFrames.from_state(saved)
+        if saved != self.shared:
+            raise ValueError(
+                f"state was saved with shared_frames={saved}, this storage has {self.shared}"
+            )
         spec = state["spec"]
         if spec is None:
             self.spec, self.columns = None, {}

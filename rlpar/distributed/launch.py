@@ -167,15 +167,20 @@ def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float |
             # cause a moment to show up before reporting an echo.
             causes = {r: f for r, f in failures.items() if not f[2]}
             if causes:
-                raise min(causes.values(), key=lambda f: f[0])[1]
+                raise _earliest(causes)
             echo_since = time.monotonic() if echo_since is None else echo_since
             if zygote_done or time.monotonic() - echo_since > _ECHO_GRACE_S:
-                raise min(failures.values(), key=lambda f: f[0])[1]
+                raise _earliest(failures)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"launch: ranks did not finish within {timeout} s")
         if len(results) + len(failures) < nprocs:
             time.sleep(_POLL_S)
     if failures:  # every rank exited; only echoes failed
-        raise min(failures.values(), key=lambda f: f[0])[1]
+        raise _earliest(failures)
     return [results[r] for r in range(nprocs)]
+
+
+def _earliest(failures: dict[int, tuple[float, Exception, bool]]) -> Exception:
+    """What to raise for the failure whose rank exited first."""
+    return min(failures.values(), key=lambda f: f[0])[1]
 
