@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# atari: envs.atari and its equivalence tests against gymnasium's wrappers run in CI too.
-EXTRAS ?= dev,mpe,atari
+# atari: envs.atari and its equivalence tests against gymnasium's wrappers run in CI too;
+# minatar: the MinAtar envs and the small-image conv nets' tests on them.
+EXTRAS ?= dev,mpe,atari,minatar
 
 .PHONY: run test lint bench-deps clean
 
