@@ -5,6 +5,8 @@ step (and which reset) produced each observation. It can burn a fixed amount of 
 time per step (to model a heavy simulator), end by termination or truncation, emit
 infos, render, and fail on purpose (raise, exit, SIGKILL, segfault) for failure tests.
 ``CompositeEnv``: the same counter behind a Dict/Tuple observation space.
+``DictCountingEnv``: the counter as a Dict observation with Discrete actions (what
+DQN/A2C take once ``envs.registry.flatten_observations`` makes it a vector).
 """
 
 from __future__ import annotations
@@ -162,3 +164,17 @@ class CompositeEnv(CountingEnv):
             raise ValueError(f"CompositeEnv action must have shape (2,), got {action.shape}")
         obs, _, term, trunc, info = super().step(int(action[0] > 0))
         return obs, float(action.sum()), term, trunc, info
+
+
+class DictCountingEnv(CountingEnv):
+    """CountingEnv with a Dict observation (a Box count and a Discrete parity) and the
+    same Discrete(2) actions and rewards: the parity part alone tells the best action."""
+
+    def __init__(self, *, episode_length: int = 10, truncate: bool = False) -> None:
+        super().__init__(episode_length=episode_length, truncate=truncate)
+        self.observation_space = spaces.Dict(
+            {"count": spaces.Box(0, np.inf, shape=(1,), dtype=np.float32), "parity": spaces.Discrete(2)}
+        )
+
+    def _obs(self) -> dict[str, Any]:
+        return {"count": np.array([self.count], dtype=np.float32), "parity": self.count % 2}
