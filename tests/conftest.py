@@ -1,4 +1,5 @@
-"""Shared test fixtures: every test must leave no child process behind."""
+"""Shared test fixtures: every test must leave no child process behind; Hypothesis
+runs the same examples on every machine."""
 
 from __future__ import annotations
 
@@ -6,6 +7,42 @@ import os
 import time
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.errors import InvalidArgument
+
+# Hypothesis profiles. "ci" and "dev" draw the same examples on every machine
+# (derandomize: the seed comes from each test's name, no example database), so a
+# failure in CI repeats on a developer's box with a plain `pytest` and `make test` on a
+# fresh clone runs what CI runs. "explore" searches randomly and keeps failures in
+# .hypothesis/ for hunting new counterexamples: HYPOTHESIS_PROFILE=explore pytest ...
+# No deadline and no too_slow check: a shared 2-core box can be slow at any moment.
+_UNHURRIED = {"deadline": None, "print_blob": True, "suppress_health_check": [HealthCheck.too_slow]}
+_BASE = settings.get_profile("default")  # not whatever Hypothesis loaded on seeing CI
+settings.register_profile("ci", _BASE, derandomize=True, database=None, **_UNHURRIED)
+settings.register_profile("dev", settings.get_profile("ci"))
+settings.register_profile("explore", _BASE, derandomize=False, **_UNHURRIED)
+
+
+def hypothesis_profile(environ: dict[str, str]) -> str:
+    """HYPOTHESIS_PROFILE when set, else "ci" under CI (CI=true), else "dev"."""
+    name = environ.get("HYPOTHESIS_PROFILE", "")
+    if name:
+        return name
+    return "ci" if environ.get("CI", "").lower() not in ("", "0", "false", "no") else "dev"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Before test modules are imported: an @settings(...) decorator copies the profile
+    # loaded at that moment. Hypothesis's own --hypothesis-profile still wins (its
+    # plugin loads that profile after this hook).
+    name = hypothesis_profile(dict(os.environ))
+    try:
+        settings.load_profile(name)
+    except InvalidArgument as exc:
+        raise pytest.UsageError(
+            f"HYPOTHESIS_PROFILE={name!r} is not a registered profile (ci, dev, explore)"
+        ) from exc
 
 
 def child_pids(pid: int | None = None) -> set[int]:
