@@ -27,10 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
-from algorithms.base import as_tensor
 from algorithms.dqn import DQN
+from algorithms.pacing import Pacing
 from algorithms.rollout import evaluate as evaluate_policy
 from rlpar.protocols import Buffer, ParameterStore
 
@@ -109,6 +108,7 @@ class ApexActor:
 
         config.validate()
         self.dqn, self.env, self.buffer, self.params, self.config = dqn, env, buffer, params, config
+        dqn.tie_target()
         self.index = index
         self.dqn.epsilon = exploration_rates(index, num_actors, env.num_envs, eps=config.eps,
                                              alpha=config.eps_alpha, per_env=config.eps_per_env)
@@ -167,16 +167,10 @@ class ApexActor:
         self.buffer.add(batch, priorities)
         self.transitions_added += len(priorities)
 
-    @torch.no_grad()
     def initial_priorities(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """``|n-step return + discount * max_a Q(next_obs, a) - Q(obs, action)|`` (Ape-X sec. 3)."""
-        device = self.dqn.device
-        q = self.dqn.network(as_tensor(batch["obs"], device))
-        q_taken = q.gather(-1, as_tensor(batch["action"], device).long().view(-1, 1)).squeeze(-1)
-        next_value = self.dqn.network(as_tensor(batch["next_obs"], device)).max(dim=-1).values
-        not_done = 1.0 - as_tensor(batch["terminated"], device).float()
-        target = as_tensor(batch["reward"], device).float() + as_tensor(batch["discount"], device).float() * not_done * next_value
-        return (target - q_taken).abs().double().cpu().numpy() + self.dqn.config.priority_eps
+        """The DQN's :meth:`~algorithms.dqn.DQN.initial_priorities` hook, with this
+        actor's parameters (its target network is its online one)."""
+        return self.dqn.initial_priorities(batch)
 
     def sync(self) -> bool:
         """Load the learner's parameters if a newer version exists; True if loaded."""
@@ -241,8 +235,9 @@ class DQNApex:
             raise ValueError("DQNApex needs at least one actor")
         if updates_per_step <= 0:
             raise ValueError(f"updates_per_step must be positive, got {updates_per_step}")
-        self.actors, self.learner, self.updates_per_step = list(actors), learner, updates_per_step
-        self._update_credit = 0.0
+        self.actors, self.learner = list(actors), learner
+        self.pacing = Pacing(updates_per_step=updates_per_step,
+                             learning_starts=learner.config.learning_starts)
 
     @classmethod
     def local(
@@ -285,12 +280,11 @@ class DQNApex:
         next_check = start + check_every
         while self.env_steps - start < env_steps:
             for actor in self.actors:
-                steps = actor.step()
+                actor.step()
                 if self.learner.ready():
-                    self._update_credit += steps * self.updates_per_step
-                    while self._update_credit >= 1.0:
+                    for _ in range(self.pacing.updates_due(env_steps=self.env_steps,
+                                                           updates=self.learner.updates)):
                         self.learner.step()
-                        self._update_credit -= 1.0
             if stop is not None and self.env_steps >= next_check:
                 next_check = self.env_steps + check_every
                 if stop():

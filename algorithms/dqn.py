@@ -208,6 +208,23 @@ class DQN(Algorithm):
         if self.updates % self.config.target_update_interval == 0:
             self.update_target()
 
+    @torch.no_grad()
+    def initial_priorities(self, batch: Mapping[str, Any]) -> np.ndarray:
+        """Hook: priorities of new transitions before any update (Ape-X sec. 3: the
+        actor's ``|y - Q(obs, action)|``). It goes through ``preprocess``, ``target``
+        and ``priorities``, so a subclass that changes the target changes these too."""
+        tensors = self.preprocess(batch)
+        target = self.target(tensors)
+        q = self.network(tensors["obs"])
+        q_taken = q.gather(-1, tensors["action"].long().view(-1, 1)).squeeze(-1)
+        return self.priorities(target - q_taken)
+
+    def tie_target(self) -> None:
+        """Make this an acting copy: its target network is its online network. An
+        Ape-X actor only ever has the learner's newest online parameters, and its
+        initial priorities are computed with them; it also saves the copy's memory."""
+        self.target_network = self.network
+
     def priorities(self, td_error: torch.Tensor) -> np.ndarray:
         """Hook: new replay priorities from the TD errors (Schaul et al.: ``|delta| + eps``)."""
         # numpy for the rest: on a few hundred values one numpy call is cheaper than a torch op.

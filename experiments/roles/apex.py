@@ -1,59 +1,52 @@
 """The Ape-X roles: thin shells that own the transport and call algorithm methods.
 
 Wiring (:func:`rank_main`, read top to bottom): every rank joins the world and the
-RPC group ``apex``; rank 0 hosts the parameter server and the coordinator
-(progress reports, evaluation schedule, stop flag). The prioritized replay lives
-where ``--replay-placement`` says:
+RPC group ``apex``; rank 0 is the learner and hosts the parameter server and the
+coordinator. The prioritized replay lives where ``--replay-placement`` says
+(:func:`learner_replay` / :func:`actor_replay`):
 
-- ``learner``: one buffer in the learner process; actors send batches with
-  asynchronous RPCs (cheapest on one small machine: sampling is a local call);
-- ``actors``: one shard per actor (adds are local), the learner samples across
-  shards with one round trip per shard, prefetched;
-- ``replay-ranks``: shards on dedicated replay ranks; actors send adds there.
+- ``learner``: one buffer hosted in the learner process; actors add over RPC;
+- ``actors``: one shard per actor (adds are local); the learner samples across
+  shards, one round trip per shard, prefetched;
+- ``replay-ranks``: shards on dedicated replay ranks; actors add there.
 
-Actors get a Buffer handle and a ParameterStore accessor, so
-:class:`~algorithms.apex.ApexActor` and :class:`~algorithms.apex.ApexLearner`
-see only those protocols, exactly as in the one-process
-:class:`~algorithms.apex.DQNApex`.
-
-Pacing: on 2 cores, free-running actors would starve the learner, so both sides
-hold ``--updates-per-step`` learner updates per env step within ``AHEAD_STEPS``
-env steps: actors pause when they are further ahead of what the learner has
-consumed, and the learner waits (counted as waiting for data) when it is further
-ahead of the data.
+:class:`~algorithms.apex.ApexActor` and :class:`~algorithms.apex.ApexLearner` (or
+the user's subclasses) see only a Buffer and a ParameterStore, as in the
+one-process :func:`serial_main`. Pacing (:class:`~algorithms.pacing.Pacing`)
+holds ``--updates-per-step`` on both sides.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
-import numpy as np
-
+from algorithms.pacing import Pacing
 from experiments.roles.apex_parts import (
-    Coordinator,
-    LearnerReplay,
-    LockedBuffer,
-    ReplayAdder,
     build_dqn,
-    env_spaces,
-    learner_metrics_logger,
-    make_env_fn,
+    check,
+    describe,
+    env_fn,
+    eval_env,
+    local_replay,
     replay_layout,
-    resolve_device,
+    resolve,
+    target,
 )
+from experiments.runtime.job import Job, JobContext, StopSignals
+from experiments.runtime.lead import announce_compile, finish_lead, start_lead
+from experiments.runtime.messages import Episode, EvalResult, Report
 
-GROUP = "apex"
-AHEAD_STEPS = 1000  # env steps actors may run ahead of the learner's consumption
+GROUP, REPLAY, PARAMS = "apex", "replay", "params"
 REPORT_EVERY_S = 0.02
-REPLAY = "replay"
 
 
-def role_of(rank: int, world_size: int, config) -> tuple[str, int]:
-    """The documented role rule: rank 0 learner; ranks 1..R replay (R dedicated
-    replay ranks, only with ``--replay-placement replay-ranks``); the rest actors,
-    numbered from 0."""
-    replay = config.replay_ranks if config.replay_placement == "replay-ranks" else 0
+def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
+    """The documented role rule: rank 0 learner; ranks 1..R replay (only with
+    ``--replay-placement replay-ranks``); the rest actors, numbered from 0."""
+    replay = config.replay.extra_ranks()
     if world_size - 1 - replay < 1:
         raise ValueError(f"a world of {world_size} ranks with {replay} replay ranks has no actor")
     if rank == 0:
@@ -63,48 +56,322 @@ def role_of(rank: int, world_size: int, config) -> tuple[str, int]:
     return "actor", rank - 1 - replay
 
 
-def rank_main(config, started: float, quiet: bool = False, dqn_class=None) -> dict[str, Any]:
-    """One rank of the job: its role from its rank (:func:`role_of`). ``dqn_class``
-    (a :class:`~algorithms.dqn.DQN` subclass, importable by name) replaces DQN in
-    the learner and the actors."""
-    import os
-    import threading
+def pacing(config: Any) -> Pacing:
+    return Pacing(updates_per_step=config.learn.updates_per_step,
+                  learning_starts=config.learn.learning_starts)
 
+
+# --------------------------------------------------------------------- wiring
+
+
+def rank_main(ctx: JobContext) -> dict[str, Any]:
     import torch
 
     from rlpar.distributed import World
 
-    # No rank imports torch._dynamo: DQN's default optimizer (optim.EagerAdam) does not
-    # need it, and on a 2-core box its import is seconds of CPU taken from the others.
+    config = ctx.config
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
-    if _hosts_replay(os.environ.get("RANK"), config):
-        # Loading the replay's compiled kernels (numba) takes seconds on a small box;
-        # overlap it with the RPC rendezvous, which mostly waits on the other ranks.
-        threading.Thread(target=_warm_replay_kernels, name="warm-replay", daemon=True).start()
-    world = World.from_env(rpc_timeout=config.rpc_timeout, listen_address=config.listen_address)
+    if config.replay.replay_placement != "learner" or os.environ.get("RANK") == "0":
+        warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
+    world = World.from_env(rpc_timeout=config.run.rpc_timeout,
+                           listen_address=config.run.resolved_listen_address())
     role, index = role_of(world.rank, world.world_size, config)
     group = world.create_rpc_group(GROUP, world.names)
-    num_actors = config.actors_for(world.world_size)
     roles = [role_of(r, world.world_size, config)[0] for r in range(world.world_size)]
-    shard_role = {"actors": "actor", "replay-ranks": "replay"}.get(config.replay_placement)
+    shard_role = {"actors": "actor", "replay-ranks": "replay"}.get(config.replay.replay_placement)
     shards = [name for name, r in zip(world.names, roles) if r == shard_role]
+    num_actors = roles.count("actor")
     if role == "learner":
-        return run_learner(config, group, num_actors=num_actors, shards=shards, started=started,
-                           quiet=quiet, dqn_class=dqn_class)
-    if role == "replay":
-        run_replay(config, group, shards=shards)
-    else:
-        run_actor(config, group, index=index, num_actors=num_actors, shards=shards,
-                  dqn_class=dqn_class)
+        return run_learner(ctx, group, num_actors=num_actors, shards=shards)
+    with StopSignals(lambda reason: None):  # the learner decides when to stop
+        if role == "replay":
+            run_replay(ctx, group, shards=shards)
+        else:
+            run_actor(ctx, group, index=index, num_actors=num_actors, shards=shards)
     return {}
 
 
-def _hosts_replay(rank: str | None, config) -> bool:
-    """Whether the rank with this RANK value builds a prioritized replay (every rank
-    except plain actors of a learner-hosted replay); True when unknown."""
-    if rank is None:
+def sharded_replay(ctx: JobContext, group: Any, shards: list[str]):
+    from rlpar.buffers import DistributedPrioritizedReplayBuffer
+
+    config = ctx.config
+    return DistributedPrioritizedReplayBuffer(
+        group=group, name=REPLAY, capacity=max(1, config.replay.replay_capacity // len(shards)),
+        alpha=config.replay.priority_alpha, beta=config.replay.priority_beta, shard_members=shards,
+        timeout=config.run.rpc_timeout, seed=config.run.seed, **replay_layout(ctx))
+
+
+def learner_replay(ctx: JobContext, group: Any, shards: list[str]):
+    """The learner's Buffer: sharded (remote shards) or hosted here for the actors."""
+    from rlpar.buffers import HostedBuffer, PrefetchingBuffer
+
+    buffer = sharded_replay(ctx, group, shards) if shards else HostedBuffer.host(group, REPLAY,
+                                                                                 local_replay(ctx))
+    return PrefetchingBuffer(buffer, batch_size=ctx.config.learn.batch_size,
+                             depth=ctx.config.replay.prefetch_depth(), timeout=ctx.config.run.rpc_timeout)
+
+
+def actor_replay(ctx: JobContext, group: Any, shards: list[str]):
+    from rlpar.buffers import HostedBuffer
+
+    return sharded_replay(ctx, group, shards) if shards else HostedBuffer.connect(group, REPLAY)
+
+
+# -------------------------------------------------------------------- learner
+
+
+class LearnerLoop:
+    """The learner's paced update loop and its bookkeeping (serial and distributed)."""
+
+    def __init__(self, learner: Any, coordinator: Any, pacing: Pacing, *, min_size: int) -> None:
+        self.learner, self.coordinator, self.pacing, self.min_size = learner, coordinator, pacing, min_size
+        self.started = self.cpu_started = 0.0
+        self.waited = 0.0
+        self._window: dict[str, float] = {}
+        self._n = 0
+
+    def ready(self) -> bool:
+        # Reported transitions, not len(replay): a sharded replay's size is only
+        # refreshed by sampling.
+        return self.coordinator.transitions >= self.min_size
+
+    def update(self) -> None:
+        if not self.started:
+            self.started, self.cpu_started = time.perf_counter(), time.thread_time()
+        for key, value in self.learner.step().items():
+            self._window[key] = self._window.get(key, 0.0) + value
+        self._n += 1
+
+    def step(self) -> bool:
+        """One update if pacing and data allow; False when it had to wait."""
+        env_steps, updates = self.coordinator.env_steps, self.learner.updates
+        if not self.ready() or not self.pacing.learner_may_update(env_steps=env_steps, updates=updates):
+            t0 = time.perf_counter()
+            time.sleep(0.0005)
+            if self.started:
+                self.waited += time.perf_counter() - t0
+            return False
+        self.update()
         return True
-    return config.replay_placement != "learner" or rank == "0"
+
+    def wait_fraction(self) -> float:
+        busy = time.perf_counter() - self.started if self.started else 0.0
+        return (self.waited + self.learner.sample_seconds) / busy if busy > 0 else 0.0
+
+    def tick(self, replay_size: int, *, force: bool = False) -> None:
+        means = {k: v / self._n for k, v in self._window.items()} if self._n else {}
+        if self.coordinator.tick(updates=self.learner.updates, learner_metrics=means, force=force,
+                                 scalars={"replay/size": replay_size,
+                                          "charts/learner_wait_fraction": self.wait_fraction()},
+                                 status={"wait%": round(100 * self.wait_fraction(), 1)}):
+            self._window, self._n = {}, 0
+
+    def summary(self, ctx: JobContext, *, algorithm: type, replay_size: int, interrupted: bool) -> dict:
+        learner, updates = self.learner, max(self.learner.updates, 1)
+        busy = time.perf_counter() - self.started if self.started else 0.0
+        cpu = time.thread_time() - self.cpu_started if self.started else 0.0
+        config = ctx.config
+        return self.coordinator.summary(
+            algorithm=algorithm, updates=learner.updates, run_dir=ctx.run_dir, interrupted=interrupted,
+            num_actors=self.coordinator.num_sources, batch_size=config.learn.batch_size,
+            replay_size=replay_size, wait_fraction=self.wait_fraction(),
+            # CPU time of the learner loop's own thread: unlike updates/s, it does not
+            # depend on how much of a core other processes left it (load-robust).
+            learner_cpu_ms_per_update=1e3 * cpu / updates,
+            learner_cpu_share=cpu / busy if busy > 0 else 0.0,
+            sample_ms_per_update=1e3 * learner.sample_seconds / updates,
+            update_ms_per_update=1e3 * learner.update_seconds / updates)
+
+
+def make_learner(ctx: JobContext, buffer: Any, params: Any):
+    from algorithms.apex import ApexLearner
+    from experiments.runtime.config import resolve_device
+
+    config = ctx.config
+    dqn = build_dqn(ctx, device=resolve_device(config.run.device), seed=config.run.seed)
+    return ctx.parts.learner_or(ApexLearner)(dqn=dqn, buffer=buffer, params=params,
+                                             config=config.learn.apex_config())
+
+
+def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[str]) -> dict[str, Any]:
+    import torch
+
+    from rlpar.servers import PushPullModelServer
+
+    config = ctx.config
+    torch.set_num_threads(config.run.torch_threads)
+    announce_compile(ctx)
+    replay = learner_replay(ctx, group, shards)
+    params = PushPullModelServer.host(group, PARAMS)
+    coordinator = start_lead(ctx, num_sources=num_actors, target=target(ctx), evaluator=num_actors - 1)
+    group.register("coord/report", coordinator.report)
+    group.register("coord/eval", coordinator.eval_result)
+    group.register("coord/stopped", coordinator.should_stop)
+    learner = make_learner(ctx, replay, params)
+    loop = LearnerLoop(learner, coordinator, pacing(config),
+                       min_size=max(config.learn.learning_starts, config.learn.batch_size))
+    group.barrier()
+    with StopSignals(coordinator.stop) as signals:
+        try:
+            while not coordinator.should_stop():
+                loop.step()
+                loop.tick(coordinator.transitions)
+        finally:
+            coordinator.stop("finished")
+            replay.close()
+            coordinator.wait_for_sources(timeout=30.0)
+            loop.tick(coordinator.transitions, force=True)
+            summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=coordinator.transitions,
+                                   interrupted=signals.received is not None)
+    return finish_lead(ctx, coordinator, summary)
+
+
+def run_replay(ctx: JobContext, group: Any, *, shards: list[str]) -> None:
+    """A dedicated replay rank: hosts one shard (served on RPC threads) until the
+    learner stops."""
+    sharded_replay(ctx, group, shards)
+    group.barrier()
+    while not group.call("coord/stopped"):
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------- actor
+
+
+class ActorShell:
+    """One actor's env, ApexActor and the report it owes the coordinator."""
+
+    def __init__(self, ctx: JobContext, *, index: int, num_actors: int, buffer: Any, params: Any) -> None:
+        from gymnasium.vector import AutoresetMode
+
+        from algorithms.apex import ApexActor
+        from envs import make_vector_env
+
+        config = ctx.config
+        self.seed = config.run.seed + 10_000 * (index + 1)
+        self.index = index
+        self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
+                                   num_workers=config.env.env_workers,
+                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed)
+        dqn = build_dqn(ctx, device="cpu", seed=self.seed)
+        self.actor = ctx.parts.actor_or(ApexActor)(
+            dqn=dqn, env=self.env, buffer=buffer, params=params, index=index, num_actors=num_actors,
+            config=config.learn.apex_config(), seed=self.seed)
+        self.actor.sync()
+        self._steps = self._transitions = 0
+
+    def report(self, *, final: bool = False) -> Report:
+        actor = self.actor
+        episodes = [Episode(ret=r, length=n) for r, n in actor.finished_episodes]
+        actor.finished_episodes = []
+        report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
+                        transitions=actor.transitions_added - self._transitions, episodes=episodes,
+                        version=actor.version, final=final)
+        self._steps, self._transitions = actor.env_steps, actor.transitions_added
+        return report
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shards: list[str]) -> None:
+    from algorithms.apex import evaluate
+    from rlpar.servers import PushPullModelServer
+
+    config = ctx.config
+    replay = actor_replay(ctx, group, shards)
+    group.barrier()
+    shell = ActorShell(ctx, index=index, num_actors=num_actors, buffer=replay,
+                       params=PushPullModelServer.connect(group, PARAMS))
+    evaluator = eval_env(ctx, seed=shell.seed + 1) if index == num_actors - 1 else None
+    paced, directive = pacing(config), group.call("coord/report", shell.report())
+    last_report = time.monotonic()
+    try:
+        while not directive.stop:
+            if time.monotonic() - last_report >= REPORT_EVERY_S:
+                directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
+                if directive.evaluate and evaluator is not None:
+                    shell.actor.sync()
+                    returns = evaluate(shell.actor.dqn, evaluator, episodes=config.run.eval_episodes,
+                                       seed=config.run.seed + 7 + directive.env_steps)
+                    group.call("coord/eval", EvalResult(env_steps=directive.env_steps,
+                                                        version=shell.actor.version,
+                                                        returns=[float(r) for r in returns]))
+            elif paced.actor_may_step(env_steps=directive.env_steps + shell.actor.env_steps - shell._steps,
+                                      updates=directive.updates):
+                shell.actor.step()
+            else:
+                # Sleep until the next report instead of asking again at once: each
+                # report is an RPC whose handler takes the learner's GIL, so a
+                # throttled actor that polls slows the very learner it waits for.
+                time.sleep(max(0.0, last_report + REPORT_EVERY_S - time.monotonic()))
+    finally:
+        shell.actor.flush()
+        if hasattr(replay, "wait"):
+            replay.wait()
+        try:
+            group.call("coord/report", shell.report(final=True))
+        finally:
+            shell.close()
+            if evaluator is not None:
+                evaluator.close()
+
+
+# --------------------------------------------------------------------- serial
+
+
+def serial_main(ctx: JobContext) -> dict[str, Any]:
+    """Every role in this process, deterministic for a seed: actors step in turn, the
+    learner runs the updates pacing owes after each, the lead evaluates on schedule."""
+    import torch
+
+    from algorithms.apex import evaluate
+    from rlpar.servers.model import ModelStore
+
+    config = ctx.config
+    torch.set_num_threads(config.run.torch_threads)
+    num_actors = ctx.nprocs - 1
+    announce_compile(ctx)
+    replay, params = local_replay(ctx), ModelStore()
+    coordinator = start_lead(ctx, num_sources=num_actors, target=target(ctx), evaluator=None)
+    learner = make_learner(ctx, replay, params)
+    shells = [ActorShell(ctx, index=i, num_actors=num_actors, buffer=replay, params=params)
+              for i in range(num_actors)]
+    loop, paced = LearnerLoop(learner, coordinator, pacing(config), min_size=0), pacing(config)
+    evaluator = eval_env(ctx, seed=config.run.seed + 1)
+    min_size = max(config.learn.learning_starts, config.learn.batch_size)
+    with StopSignals(coordinator.stop) as signals:
+        try:
+            while not coordinator.should_stop():
+                for shell in shells:
+                    shell.actor.step()
+                    coordinator.report(shell.report())
+                    if len(replay) >= min_size:
+                        for _ in range(paced.updates_due(env_steps=coordinator.env_steps,
+                                                         updates=learner.updates)):
+                            loop.update()
+                if coordinator.eval_due():
+                    returns = evaluate(learner.dqn, evaluator, episodes=config.run.eval_episodes,
+                                       seed=config.run.seed + 7 + coordinator.env_steps)
+                    coordinator.eval_result(EvalResult(env_steps=coordinator.env_steps,
+                                                       version=learner.updates,
+                                                       returns=[float(r) for r in returns]))
+                loop.tick(len(replay))
+        finally:
+            coordinator.stop("finished")
+            for shell in shells:
+                shell.actor.flush()
+                coordinator.report(shell.report(final=True))
+                shell.close()
+            evaluator.close()
+            loop.tick(len(replay), force=True)
+            summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=len(replay),
+                                   interrupted=signals.received is not None)
+    return finish_lead(ctx, coordinator, summary)
+
+
+JOB = Job(name="apex", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
+          describe=describe)
 
 
 def _warm_replay_kernels() -> None:
@@ -113,189 +380,9 @@ def _warm_replay_kernels() -> None:
     trees.kernels()
 
 
-def distributed_replay(config, group, shards: list[str]):
-    from rlpar.buffers import DistributedPrioritizedReplayBuffer
+def warm_in_background() -> threading.Thread:
+    """Load the replay's compiled kernels while the RPC rendezvous waits on peers."""
+    thread = threading.Thread(target=_warm_replay_kernels, name="warm-replay", daemon=True)
+    thread.start()
+    return thread
 
-    return DistributedPrioritizedReplayBuffer(
-        group=group, name=REPLAY, capacity=max(1, config.replay_capacity // len(shards)),
-        alpha=config.priority_alpha, beta=config.priority_beta, shard_members=shards,
-        timeout=config.rpc_timeout, seed=config.seed, **replay_layout(config))
-
-
-# ---------------------------------------------------------------------- learner
-
-
-def run_learner(config, group, *, num_actors: int, shards: list[str], started: float,
-                quiet: bool, dqn_class=None) -> dict[str, Any]:
-    import torch
-
-    from algorithms.apex import ApexLearner
-    from rlpar.buffers import PrioritizedReplayBuffer
-    from rlpar.servers import PushPullModelServer
-
-    torch.set_num_threads(config.learner_threads)
-    device = resolve_device(config.device)
-    obs_space, num_act = env_spaces(config.env_id)
-    dqn = build_dqn(config, obs_space, num_act, device=device, seed=config.seed,
-                    dqn_class=dqn_class)
-    if shards:
-        buffer: Any = distributed_replay(config, group, shards)
-    else:
-        buffer = LockedBuffer(PrioritizedReplayBuffer(
-            capacity=config.replay_capacity, alpha=config.priority_alpha,
-            beta=config.priority_beta, seed=config.seed, **replay_layout(config)))
-        group.register("replay/add", buffer.add)
-        group.register("replay/size", buffer.__len__)
-    replay = LearnerReplay(buffer, batch_size=config.batch_size, depth=config.prefetch_depth())
-    params = PushPullModelServer.host(group, "params")
-    coordinator = Coordinator(config, num_actors=num_actors, started=started)
-    group.register("coord/report", coordinator.report)
-    group.register("coord/eval", coordinator.eval_result)
-    group.register("coord/stopped", coordinator.should_stop)
-    learner = ApexLearner(dqn=dqn, buffer=replay, params=params, config=config.apex_config())
-    group.barrier()
-
-    logger, status = learner_metrics_logger(config, quiet=quiet)
-    # The learner may run as far ahead of the data as actors may run ahead of it: in
-    # steady state neither side waits; only a starved learner does.
-    ratio, slack = config.updates_per_step, AHEAD_STEPS * config.updates_per_step
-    min_size = max(config.learning_starts, config.batch_size)
-    loop_start = wait = cpu_start = 0.0
-    window: dict[str, float] = {}
-    last_metrics: dict[str, float] = {}
-    last_log = time.monotonic()
-    try:
-        while not coordinator.should_stop():
-            if not loop_start:
-                # Reported transitions, not len(replay): a sharded replay's size is
-                # only refreshed by sampling.
-                if coordinator.transitions < min_size:
-                    time.sleep(0.002)
-                    continue
-                loop_start, cpu_start = time.perf_counter(), time.thread_time()
-            consumed = config.learning_starts + learner.updates / ratio
-            if coordinator.env_steps + slack / ratio < consumed:
-                t0 = time.perf_counter()
-                time.sleep(0.0005)
-                wait += time.perf_counter() - t0
-                continue
-            metrics = learner.step()
-            coordinator.updates = learner.updates
-            for key, value in metrics.items():
-                window[key] = window.get(key, 0.0) + value
-            window["n"] = window.get("n", 0.0) + 1
-            now = time.monotonic()
-            if now - last_log >= 1.0:
-                busy = time.perf_counter() - loop_start
-                waiting = wait + learner.sample_seconds
-                last_metrics = dict(window)
-                coordinator.log_learner(logger, status, window, learner, replay,
-                                        wait_fraction=waiting / busy if busy > 0 else 0.0)
-                window, last_log = {}, now
-    finally:
-        coordinator.stop("finished")
-        busy = time.perf_counter() - loop_start if loop_start else 0.0
-        waiting = wait + learner.sample_seconds
-        summary = coordinator.summary(learner, algorithm=type(dqn), metrics=last_metrics or window,
-                                      wait_fraction=waiting / busy if busy > 0 else 0.0,
-                                      busy_seconds=busy, log_dir=config.log_dir,
-                                      replay_size=coordinator.transitions)
-        # CPU time of the learner loop's own thread: unlike updates/s, it does not
-        # depend on how much of a core other processes left us (load-robust).
-        cpu = time.thread_time() - cpu_start if loop_start else 0.0
-        summary["learner_cpu_ms_per_update"] = 1e3 * cpu / max(learner.updates, 1)
-        summary["learner_cpu_share"] = cpu / busy if busy > 0 else 0.0
-        summary["sample_ms_per_update"] = 1e3 * learner.sample_seconds / max(learner.updates, 1)
-        summary["update_ms_per_update"] = 1e3 * learner.update_seconds / max(learner.updates, 1)
-        replay.close()
-        coordinator.wait_for_actors(timeout=30.0)
-        logger.close()
-    return summary
-
-
-# ------------------------------------------------------------------- replay rank
-
-
-def run_replay(config, group, *, shards: list[str]) -> None:
-    """A dedicated replay rank: hosts one shard (served on RPC threads) until the
-    learner stops."""
-    distributed_replay(config, group, shards)
-    group.barrier()
-    while not group.call("coord/stopped"):
-        time.sleep(0.1)
-
-
-# ------------------------------------------------------------------------ actor
-
-
-def run_actor(config, group, *, index: int, num_actors: int, shards: list[str],
-              dqn_class=None) -> None:
-    from gymnasium.vector import AutoresetMode
-
-    from algorithms.apex import ApexActor, evaluate
-    from envs import make_vector_env
-    from rlpar.servers import PushPullModelServer
-
-    seed = config.seed + 10_000 * (index + 1)
-    env = make_vector_env(make_env_fn(config.env_id), num_envs=config.envs_per_actor,
-                          num_workers=config.env_workers, autoreset_mode=AutoresetMode.SAME_STEP,
-                          seed=seed)
-    obs_space, num_act = env_spaces(config.env_id)
-    dqn = build_dqn(config, obs_space, num_act, device="cpu", seed=seed, dqn_class=dqn_class)
-    replay = distributed_replay(config, group, shards) if shards else ReplayAdder(group)
-    group.barrier()
-    params = PushPullModelServer.connect(group, "params")
-    actor = ApexActor(dqn=dqn, env=env, buffer=replay, params=params, index=index,
-                      num_actors=num_actors, config=config.apex_config(), seed=seed)
-    actor.sync()
-    eval_env = None
-    if index == num_actors - 1:  # the least exploring actor also evaluates
-        eval_env = make_vector_env(make_env_fn(config.env_id), num_envs=config.eval_episodes,
-                                   num_workers=0, seed=seed + 1)
-    ratio = config.updates_per_step
-    reported = reported_transitions = 0
-    reply = {"stop": False, "updates": 0, "env_steps": 0, "eval": False}
-    last_report = 0.0
-
-    def report(final: bool = False) -> dict[str, Any]:
-        nonlocal reported, reported_transitions, last_report
-        episodes, actor.finished_episodes = actor.finished_episodes, []
-        out = group.call("coord/report", index, actor.env_steps - reported,
-                         actor.transitions_added - reported_transitions, episodes,
-                         actor.version, final)
-        reported, reported_transitions = actor.env_steps, actor.transitions_added
-        last_report = time.monotonic()
-        return out
-
-    try:
-        while True:
-            allowed = config.learning_starts + reply["updates"] / ratio + AHEAD_STEPS
-            ahead = reply["env_steps"] + (actor.env_steps - reported) >= allowed
-            if time.monotonic() - last_report >= REPORT_EVERY_S:
-                reply = report()
-                if reply["stop"]:
-                    break
-                if reply["eval"] and eval_env is not None:
-                    actor.sync()
-                    returns = evaluate(dqn, eval_env, episodes=config.eval_episodes,
-                                       seed=config.seed + 7 + reply["env_steps"])
-                    group.call("coord/eval", float(np.mean(returns)), reply["env_steps"],
-                               actor.version)
-                continue
-            if ahead:
-                # Sleep until the next report instead of asking again at once: each
-                # report is an RPC whose handler takes the learner's GIL, so a
-                # throttled actor that polls slows the very learner it waits for.
-                time.sleep(max(0.0, last_report + REPORT_EVERY_S - time.monotonic()))
-                continue
-            actor.step()
-    finally:
-        actor.flush()
-        if isinstance(replay, ReplayAdder):
-            replay.wait()
-        try:
-            report(final=True)
-        finally:
-            env.close()
-            if eval_env is not None:
-                eval_env.close()

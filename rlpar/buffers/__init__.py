@@ -5,7 +5,8 @@ Local: :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` (Schaul et al.
 :class:`NStepAssembler` builds n-step transitions; :class:`SharedFrames`
 stores stacked ``obs``/``next_obs`` once. Distributed (Ape-X):
 :class:`DistributedReplayBuffer`, :class:`DistributedPrioritizedReplayBuffer`
-shard over an RpcGroup; :class:`PrefetchingSampler` keeps batches in flight.
+shard over an RpcGroup; :class:`HostedBuffer` serves one buffer to other
+processes; :class:`PrefetchingSampler` / :class:`PrefetchingBuffer` keep batches in flight.
 """
 
 from rlpar.buffers.distributed import (
@@ -15,7 +16,8 @@ from rlpar.buffers.distributed import (
 )
 from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.nstep import NStepAssembler
-from rlpar.buffers.prefetch import PrefetchingSampler
+from rlpar.buffers.hosted import HostedBuffer, RemoteAdder
+from rlpar.buffers.prefetch import PrefetchingBuffer, PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
 from rlpar.buffers.replay import ReplayBuffer
 from rlpar.buffers.shard import LocalShardClient, ReplayShard, RpcShardClient
@@ -27,12 +29,15 @@ __all__ = [
     "DistributedPrioritizedReplayBuffer",
     "DistributedReplayBuffer",
     "FieldSpec",
+    "HostedBuffer",
     "LocalShardClient",
     "MinTree",
     "NStepAssembler",
+    "PrefetchingBuffer",
     "PrefetchingSampler",
     "PrioritizedReplayBuffer",
     "ReplayBuffer",
+    "RemoteAdder",
     "ReplayShard",
     "RingStorage",
     "RpcShardClient",

@@ -131,3 +131,38 @@ class PrefetchingSampler:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class PrefetchingBuffer:
+    """A :class:`~rlpar.protocols.Buffer` whose ``sample`` comes from a
+    :class:`PrefetchingSampler` (``depth`` batches in flight; 0: sample directly).
+    The sampler starts on the first ``sample``: sampling an empty buffer is an error."""
+
+    def __init__(self, buffer: Any, *, batch_size: int, depth: int, timeout: float = 60.0) -> None:
+        if depth < 0:
+            raise ValueError(f"depth must be >= 0, got {depth}")
+        self.buffer, self.batch_size, self.depth, self.timeout = buffer, batch_size, depth, timeout
+        self.sampler: PrefetchingSampler | None = None
+
+    def sample(self, batch_size: int) -> Sample:
+        if self.depth == 0:
+            return self.buffer.sample(batch_size)
+        if batch_size != self.batch_size:
+            raise ValueError(f"this prefetching buffer draws batches of {self.batch_size}, asked {batch_size}")
+        if self.sampler is None:
+            self.sampler = PrefetchingSampler(buffer=self.buffer, batch_size=batch_size, depth=self.depth,
+                                              timeout=self.timeout)
+        return self.sampler.sample()
+
+    def add(self, batch: Any, priorities: Any | None = None) -> None:
+        self.buffer.add(batch, priorities)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        self.buffer.update_priorities(indices, priorities)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()

@@ -56,13 +56,27 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
                 pass
         os._exit(1)
 
+    def forward_stop(signum, frame):
+        # The launcher asks the ranks to stop cleanly (it got Ctrl-C or SIGTERM).
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
     signal.signal(signal.SIGTERM, stop)
+    # A terminal's Ctrl-C reaches the whole process group: the ranks decide what it
+    # means; this process only keeps reaping them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, forward_stop)
     for rank in range(nprocs):
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 _die_with_parent()
                 if os.getppid() != me:  # the zygote died before prctl took effect
                     os._exit(1)
@@ -74,7 +88,10 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
                 os._exit(code)
         children[pid] = rank
     while children:
-        pid, status = os.waitpid(-1, 0)
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:  # a forwarded stop interrupted the wait
+            continue
         rank = children.pop(pid, None)
         if rank is not None:
             _write_exit(tmp, rank, os.waitstatus_to_exitcode(status))

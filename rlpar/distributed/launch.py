@@ -61,6 +61,7 @@ def launch(
     master_port: int | None = None,
     env: dict[str, str] | None = None,
     preload: Sequence[str] = ("torch",),
+    stop_grace: float = 0.0,
 ) -> list:
     """Run ``entry(*args)`` in ``nprocs`` local ranks and return their results by rank.
 
@@ -69,6 +70,12 @@ def launch(
     every case all ranks are gone when this returns or raises. ``env`` adds variables
     to the children's environment; ``preload`` names the modules imported once before
     the ranks are forked (an entry that needs no torch can pass ``()``).
+
+    Ctrl-C or SIGTERM in this process: with ``stop_grace > 0`` every rank gets a
+    SIGINT (a rank that handles it can finish cleanly) and the ranks have
+    ``stop_grace`` more seconds to exit before they are killed; a second signal, or
+    ``stop_grace == 0``, kills them at once and raises KeyboardInterrupt. Either
+    way the temporary files are removed.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -78,6 +85,8 @@ def launch(
         raise TypeError(f"args must be a tuple, got {type(args).__name__}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+    if not stop_grace >= 0:
+        raise ValueError(f"stop_grace must be >= 0 seconds, got {stop_grace!r}")
     if isinstance(preload, str):
         raise TypeError(f"preload must be a sequence of module names, got the string {preload!r}")
     preload = [str(m) for m in preload]
@@ -105,9 +114,32 @@ def launch(
             env=child_env, preexec_fn=_die_with_parent,
         )
         try:
-            return _supervise(zygote, nprocs, tmp, timeout)
+            with _TermAsInterrupt():
+                return _supervise(zygote, nprocs, tmp, timeout, stop_grace)
         finally:
             _stop(zygote)
+
+
+class _TermAsInterrupt:
+    """SIGTERM raises KeyboardInterrupt in the main thread while supervising, so the
+    ranks are stopped and the temporary directory is removed (the default action
+    would end this process with both left behind)."""
+
+    def __enter__(self):
+        import threading
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
 
 
 def _stop(zygote: subprocess.Popen) -> None:
@@ -130,12 +162,38 @@ def _read_exit(tmp: str, rank: int) -> tuple[int, float] | None:
         return None
 
 
-def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None) -> list:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    results: dict[int, Any] = {}
-    # rank -> (exit time, what to raise, whether it only echoes a peer's failure)
-    failures: dict[int, tuple[float, Exception, bool]] = {}
-    echo_since: float | None = None
+def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None,
+               stop_grace: float = 0.0) -> list:
+    state = _Watch(deadline=None if timeout is None else time.monotonic() + timeout)
+    while True:
+        try:
+            return _watch(zygote, nprocs, tmp, timeout, state)
+        except KeyboardInterrupt:
+            if stop_grace <= 0 or state.interrupted:
+                raise
+            # First Ctrl-C/SIGTERM: ask every rank to stop (the zygote forwards a
+            # SIGINT to each) and keep collecting their results for a while.
+            state.interrupted = True
+            try:
+                zygote.send_signal(signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+            grace_end = time.monotonic() + stop_grace
+            state.deadline = grace_end if state.deadline is None else min(state.deadline, grace_end)
+
+
+class _Watch:
+    def __init__(self, *, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.interrupted = False
+        self.results: dict[int, Any] = {}
+        # rank -> (exit time, what to raise, whether it only echoes a peer's failure)
+        self.failures: dict[int, tuple[float, Exception, bool]] = {}
+        self.echo_since: float | None = None
+
+
+def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None, state: _Watch) -> list:
+    results, failures = state.results, state.failures
     while len(results) + len(failures) < nprocs:
         zygote_done = zygote.poll() is not None
         exits = {r: _read_exit(tmp, r) for r in range(nprocs) if r not in results and r not in failures}
@@ -168,10 +226,12 @@ def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float |
             causes = {r: f for r, f in failures.items() if not f[2]}
             if causes:
                 raise _earliest(causes)
-            echo_since = time.monotonic() if echo_since is None else echo_since
-            if zygote_done or time.monotonic() - echo_since > _ECHO_GRACE_S:
+            state.echo_since = time.monotonic() if state.echo_since is None else state.echo_since
+            if zygote_done or time.monotonic() - state.echo_since > _ECHO_GRACE_S:
                 raise _earliest(failures)
-        if deadline is not None and time.monotonic() > deadline:
+        if state.deadline is not None and time.monotonic() > state.deadline:
+            if state.interrupted:
+                raise KeyboardInterrupt("ranks did not stop within the grace period")
             raise TimeoutError(f"launch: ranks did not finish within {timeout} s")
         if len(results) + len(failures) < nprocs:
             time.sleep(_POLL_S)

@@ -1,0 +1,44 @@
+"""The replay ratio, held in one object by every role that needs it.
+
+Ape-X's actors and learner run at their own speeds; on a small machine free-running
+actors would starve the learner of CPU (and a free-running learner would overfit a
+small replay). ``Pacing`` holds ``updates_per_step`` learner updates per env step
+after ``learning_starts`` env steps, with ``slack_steps`` of play either way:
+
+- the learner may update while it is behind the env steps' due updates (plus slack);
+- an actor may step while it is not more than ``slack_steps`` ahead of what the
+  learner has consumed;
+- in one process (serial), ``updates_due`` is the exact number of updates owed, so
+  a run is deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Pacing:
+    updates_per_step: float
+    learning_starts: int = 0
+    slack_steps: int = 1000
+
+    def __post_init__(self) -> None:
+        if not self.updates_per_step > 0:
+            raise ValueError(f"updates_per_step must be > 0, got {self.updates_per_step}")
+        if self.learning_starts < 0 or self.slack_steps < 0:
+            raise ValueError("learning_starts and slack_steps must be >= 0")
+
+    def due(self, env_steps: int) -> float:
+        """Updates owed after ``env_steps`` env steps."""
+        return max(0, env_steps - self.learning_starts) * self.updates_per_step
+
+    def updates_due(self, *, env_steps: int, updates: int) -> int:
+        """Whole updates owed now (serial runs)."""
+        return max(0, int(self.due(env_steps)) - updates)
+
+    def learner_may_update(self, *, env_steps: int, updates: int) -> bool:
+        return updates < self.due(env_steps + self.slack_steps)
+
+    def actor_may_step(self, *, env_steps: int, updates: int) -> bool:
+        return env_steps < self.learning_starts + updates / self.updates_per_step + self.slack_steps

@@ -1,0 +1,225 @@
+"""Typed configs on the command line: a (nested) dataclass becomes flat flags.
+
+A job's config is a dataclass whose fields are sections (``run``, ``env``,
+``replay``, ``algo`` ...), themselves dataclasses of plain fields. Every plain field
+becomes one flag named after it (``replay.capacity`` -> ``--replay-capacity`` is
+spelled by the field's own name, ``replay_capacity``): flag names are unique across
+sections, which keeps one flag name per concept in every job. Each field's help is
+its ``metadata["help"]``; ``Literal`` choices are listed; booleans get
+``--x/--no-x``.
+
+``--config FILE`` starts from a saved ``config.json`` (a run directory's) and the
+flags given on the command line override it. After parsing, every section's
+``validate()`` runs, so a bad value is reported with its flag's name, exit 2,
+before any process starts. NaN is refused in every float flag, and so is an
+infinity unless the field's metadata says ``allow_inf``.
+
+Why not tyro: it is what CleanRL uses, but importing it costs more than this
+whole module (measured in the runtime issue's note), it spells nested fields
+``--section.field`` where we want one flat name per concept, and the errors we
+need (naming the flag, NaN, cross-field checks) are ours to write either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import types
+import typing
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+CONFIG_FLAG = "--config"
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of a config field."""
+    return "--" + name.replace("_", "-")
+
+
+def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
+          allow_inf: bool = False) -> Any:
+    """A config field with its help text (every flag has help)."""
+    metadata = {"help": help, "allow_inf": allow_inf}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def section(factory: Any) -> Any:
+    """A nested config section (a dataclass instance with job-specific defaults)."""
+    return dataclasses.field(default_factory=factory)
+
+
+def leaves(config: Any) -> Iterator[tuple[Any, dataclasses.Field, Any]]:
+    """``(owner, field, type)`` for every plain field of a possibly nested config."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from leaves(value)
+        else:
+            yield config, f, hints[f.name]
+
+
+def parse_config(config_cls: type[T], argv: Sequence[str] | None = None, *, description: str = "") -> T:
+    """Parse ``argv`` into ``config_cls``; exits with status 2 and a message naming
+    the flag on bad input."""
+    parser = build_parser(config_cls, description=description)
+    namespace = vars(parser.parse_args(argv))
+    path = namespace.pop("config", None)
+    try:
+        config = load_config(config_cls, path) if path else config_cls()
+        apply_overrides(config, namespace)
+        validate(config)
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    return config
+
+
+def build_parser(config_cls: type, *, description: str = "") -> argparse.ArgumentParser:
+    if not dataclasses.is_dataclass(config_cls):
+        raise TypeError(f"{config_cls!r} is not a dataclass")
+    parser = argparse.ArgumentParser(
+        description=description or (config_cls.__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser.add_argument(CONFIG_FLAG, metavar="FILE", default=None, help=(
+        "start from a saved config.json (e.g. runs/<run>/config.json); flags given here override it"))
+    seen: dict[str, str] = {}
+    for owner, f, hint in leaves(config_cls()):
+        if f.name in seen:
+            raise TypeError(f"config field {f.name!r} appears in two sections "
+                            f"({seen[f.name]} and {type(owner).__name__}); flag names must be unique")
+        seen[f.name] = type(owner).__name__
+        default = getattr(owner, f.name)
+        help_text = f.metadata.get("help")
+        if not help_text:
+            raise TypeError(f"config field {type(owner).__name__}.{f.name} has no help text")
+        help_text = f"{help_text} (default: {_show(default)})"
+        kind, optional = _unwrap_optional(hint)
+        # SUPPRESS: only flags given on the command line reach the namespace, so they
+        # override a --config file field by field.
+        common = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
+        if kind is bool:
+            parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **common)
+            continue
+        choices = None
+        if typing.get_origin(kind) is typing.Literal:
+            choices = list(typing.get_args(kind))
+            kind = type(choices[0])
+        if kind not in (int, float, str):
+            raise TypeError(f"config field {f.name!r} has unsupported type {hint!r}")
+        metavar = "{" + ",".join(map(str, choices)) + "}" if choices else kind.__name__.upper()
+        parser.add_argument(flag(f.name), type=_parser_for(kind, optional), choices=choices,
+                            metavar=metavar, **common)
+    return parser
+
+
+def apply_overrides(config: Any, values: dict[str, Any]) -> None:
+    """Set plain fields by name wherever they live in the nested config."""
+    owners = {f.name: owner for owner, f, _ in leaves(config)}
+    for name, value in values.items():
+        if name not in owners:
+            raise ValueError(f"unknown config field {name!r}")
+        setattr(owners[name], name, value)
+
+
+def validate(config: Any) -> None:
+    """Type and finiteness checks on every field, then each section's ``validate()``."""
+    for owner, f, hint in leaves(config):
+        value = getattr(owner, f.name)
+        kind, optional = _unwrap_optional(hint)
+        if value is None:
+            if not optional:
+                raise ValueError(f"{flag(f.name)} may not be none")
+            continue
+        if typing.get_origin(kind) is typing.Literal:
+            if value not in typing.get_args(kind):
+                raise ValueError(f"{flag(f.name)} must be one of {list(typing.get_args(kind))}, got {value!r}")
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+            setattr(owner, f.name, value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"{flag(f.name)} must be {kind.__name__}, got {value!r}")
+        if kind is float and (math.isnan(value) or (math.isinf(value) and not f.metadata.get("allow_inf"))):
+            raise ValueError(f"{flag(f.name)} must be a finite number, got {value}")
+    for sub in _sections(config):
+        check = getattr(sub, "validate", None)
+        if check is not None:
+            check()
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: Any, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(config_to_dict(config), f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def load_config(config_cls: type[T], path: str) -> T:
+    """A config from a saved ``config.json``; unknown or missing keys are errors."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"{CONFIG_FLAG}: cannot read {path!r} ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{CONFIG_FLAG}: {path!r} is not JSON ({exc})") from None
+    return from_dict(config_cls, data, where=path)
+
+
+def from_dict(config_cls: type[T], data: Any, *, where: str) -> T:
+    if not isinstance(data, dict):
+        raise ValueError(f"{CONFIG_FLAG}: {where}: expected an object for {config_cls.__name__}")
+    config = config_cls()
+    known = {f.name: f for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{CONFIG_FLAG}: {where}: unknown field(s) {unknown} for {config_cls.__name__}")
+    for name, value in data.items():
+        current = getattr(config, name)
+        if dataclasses.is_dataclass(current):
+            value = from_dict(type(current), value, where=f"{where}:{name}")
+        setattr(config, name, value)
+    return config
+
+
+def _sections(config: Any) -> Iterator[Any]:
+    """Sections before the config that holds them: a job's cross-section checks
+    run on sections already known to be valid."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from _sections(value)
+    yield config
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+def _unwrap_optional(kind: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return kind, False
+
+
+def _parser_for(kind: type, optional: bool):
+    def parse(text: str) -> Any:
+        if optional and text.lower() == "none":
+            return None
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse

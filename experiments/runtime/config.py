@@ -1,0 +1,117 @@
+"""The config sections every job shares: the run (budgets, evaluation, output,
+transport) and the env. Each job's config holds these plus its own sections, with
+job-specific defaults (``section(lambda: RunConfig(eval_every=...))``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+from experiments.runtime.cli import field, flag
+
+LISTEN_ENV = "RLPAR_LISTEN_ADDRESS"
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Budgets, evaluation, output and transport of one run."""
+
+    seed: int = field(0, help="random seed (every rank derives its own from it)")
+    max_seconds: float = field(600.0, allow_inf=True, help="wall-clock budget in seconds")
+    max_env_steps: int = field(1_000_000, help="env step budget (all actors together)")
+    eval_every: int = field(5000, help="env steps between greedy evaluations")
+    eval_episodes: int = field(20, help="episodes per evaluation")
+    target_return: float | None = field(None, help=(
+        "stop when the evaluation mean reaches this (none: the env's reward threshold)"))
+    log_dir: str = field("runs", help=(
+        "where run directories are created (runs/<job>-<date>-<time>-<id>/); 'none': write nothing"))
+    status_every: float = field(5.0, help="seconds between console status lines (0: none)")
+    device: str = field("auto", help="learning device: auto (cuda when available), cpu, cuda, cuda:N")
+    serial: bool = field(False, help=(
+        "run every role in this one process (deterministic for a seed with a step budget)"))
+    torch_threads: int = field(1, help="torch intra-op threads of the learning process")
+    rpc_timeout: float = field(60.0, help="timeout of every RPC in seconds")
+    listen_address: str = field("", help=(
+        f"address RPC and the store listen on (empty: ${LISTEN_ENV}, else 127.0.0.1); "
+        "anything but loopback only on a trusted network"))
+
+    def validate(self) -> None:
+        _at_least(self, "max_env_steps", 1)
+        _at_least(self, "eval_every", 1)
+        _at_least(self, "eval_episodes", 1)
+        _at_least(self, "torch_threads", 1)
+        for name in ("max_seconds", "rpc_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
+        if self.status_every < 0:
+            raise ValueError(f"{flag('status_every')} must be >= 0, got {self.status_every}")
+        check_device(self.device)
+        check_listen_address(self.resolved_listen_address())
+
+    def resolved_listen_address(self) -> str:
+        return self.listen_address or os.environ.get(LISTEN_ENV, "") or "127.0.0.1"
+
+    def files(self) -> bool:
+        return self.log_dir.lower() != "none"
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    """The env each actor (worker) steps, as a vector of copies."""
+
+    env_id: str = field("CartPole-v1", help=(
+        "gymnasium id, 'module:EnvId' (the module is imported in every rank first), "
+        "ALE/<Game>-v5 or MinAtar/<Game>-v0"))
+    num_envs: int = field(8, help="env copies stepped by each actor (worker)")
+    env_workers: int = field(0, help="subprocesses stepping an actor's envs (0: in the actor's process)")
+
+    def validate(self) -> None:
+        _at_least(self, "num_envs", 1)
+        _at_least(self, "env_workers", 0)
+        if not self.env_id.strip():
+            raise ValueError(f"{flag('env_id')} may not be empty")
+
+
+def _at_least(config, name: str, low: int) -> None:
+    if getattr(config, name) < low:
+        raise ValueError(f"{flag(name)} must be >= {low}, got {getattr(config, name)}")
+
+
+def check_device(device: str) -> None:
+    """ValueError naming --device unless it exists on this machine."""
+    if device in ("auto", "cpu"):
+        return
+    if not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"{flag('device')} must be auto, cpu, cuda or cuda:N, got {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"{flag('device')} {device}: this machine has no CUDA device "
+                         "(use --device cpu or auto)")
+    index = int(device[5:]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"{flag('device')} {device}: only {torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_listen_address(address: str) -> None:
+    """ValueError naming --listen-address unless it is an IP address of this machine
+    (one a socket can bind to)."""
+    try:
+        socket.inet_aton(address)
+    except OSError:
+        raise ValueError(f"{flag('listen_address')} {address!r} is not an IPv4 address") from None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError:
+            raise ValueError(f"{flag('listen_address')} {address!r} is not an address of this "
+                             "machine") from None
+
+
+def resolve_device(device: str):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)

@@ -1,0 +1,250 @@
+"""The coordinator every job uses: progress, budgets, evaluation schedule, stop,
+TensorBoard, status line and summary.
+
+It lives in the lead process (Ape-X learner, A3C gradient-server rank, MADDPG's
+one process). Actors (workers) send it :class:`~experiments.runtime.messages.Report`
+over RPC (or a local call in serial mode) and get a
+:class:`~experiments.runtime.messages.Directive` back: stop, the learner's progress
+for pacing, and whether to evaluate now. Its RPC entry points run on RPC threads,
+so all state is guarded by one lock.
+
+TensorBoard tags, the same for every job (CleanRL's scheme):
+``charts/episodic_return``, ``charts/episodic_length``, ``charts/SPS`` (env steps
+per second), ``charts/updates_per_s``, ``losses/<metric>``, ``eval/return``,
+``eval/return_std``; per-actor figures aggregated as ``actors/sps_min``,
+``actors/sps_max``, ``actors/version_lag_max``; multi-agent jobs add
+``agents/<agent>/episodic_return`` and ``teams/<team>/episodic_return``.
+An evaluation is written (and flushed) when it arrives, so the one that decides a
+stop is on the curve before the job ends.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from experiments.runtime.messages import Directive, EvalResult, Report
+from rlpar.logging import MetricLogger, Progress, RateMeter
+
+
+class Coordinator:
+    """See the module docstring. ``evaluator``: the source index that evaluates when
+    due (it is told so in its directive), or None when the lead evaluates itself
+    (:meth:`eval_due`)."""
+
+    def __init__(self, *, job: str, run: Any, env_id: str, num_sources: int, target: float,
+                 started: float, logger: MetricLogger, evaluator: int | None = None,
+                 quiet: bool = False, agent_names: Sequence[str] = (),
+                 teams: Mapping[str, Sequence[int]] | None = None) -> None:
+        self.job, self.run, self.env_id = job, run, env_id
+        self.num_sources, self.target, self.started = num_sources, target, started
+        self.logger, self.evaluator = logger, evaluator
+        self.agent_names, self.teams = list(agent_names), dict(teams or {})
+        self.env_steps = 0  # read without the lock by pacing loops (an int)
+        self.updates = 0  # set by the learner
+        self.transitions = 0
+        self.episodes = 0
+        self.reports = 0
+        self._lock = threading.Lock()
+        self._stop_reason: str | None = None
+        self._first_step: float | None = None
+        self._versions = [-1] * num_sources
+        self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
+        self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
+        self._window: list[Any] = []  # episodes since the last tick
+        self._recent: deque[float] = deque(maxlen=100)
+        self._metric_sums: dict[str, float] = {}
+        self._metric_count = 0
+        self._finished: set[int] = set()
+        self._next_eval = run.eval_every
+        self._eval_pending = False
+        self.evals: list[tuple[float, int, float, float]] = []  # (seconds, env steps, mean, std)
+        self.solved: tuple[float, int, float] | None = None  # (seconds, env steps, mean)
+        every = run.status_every if run.status_every > 0 and not quiet else math.inf
+        self._progress = Progress(every=every, prefix=f"[{job}] ")
+        self._status: dict[str, Any] = {}
+        self._last_tick = time.monotonic()
+
+    # ------------------------------------------------------------ from sources
+
+    def report(self, report: Report) -> Directive:
+        with self._lock:
+            self.reports += 1
+            if self._first_step is None and report.env_steps:
+                self._first_step = time.time()
+            self.env_steps += report.env_steps
+            self.transitions += report.transitions
+            self.episodes += len(report.episodes)
+            self._steps_rate.add(report.env_steps)
+            if 0 <= report.source < self.num_sources:
+                self._meters[report.source].add(report.env_steps)
+                self._versions[report.source] = report.version
+            self._window.extend(report.episodes)
+            self._recent.extend(e.ret for e in report.episodes)
+            for key, value in report.metric_sums.items():
+                self._metric_sums[key] = self._metric_sums.get(key, 0.0) + value
+            self._metric_count += report.metric_count
+            if report.final:
+                self._finished.add(report.source)
+            self._check_budgets()
+            evaluate = (report.source == self.evaluator and self._claim_eval())
+            return Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
+                             updates=self.updates, evaluate=evaluate)
+
+    def eval_result(self, result: EvalResult) -> None:
+        mean = float(np.mean(result.returns))
+        std = float(np.std(result.returns))
+        with self._lock:
+            elapsed = time.time() - self.started
+            self._eval_pending = False
+            self.evals.append((elapsed, result.env_steps, mean, std))
+            if mean >= self.target and self.solved is None:
+                self.solved = (elapsed, result.env_steps, mean)
+                self._stop_reason = self._stop_reason or "solved"
+            self.logger.scalar("eval/return", mean, result.env_steps)
+            self.logger.scalar("eval/return_std", std, result.env_steps)
+            self.logger.flush()
+        self._status["eval"] = round(mean, 1)
+
+    # --------------------------------------------------------------- the lead
+
+    def _claim_eval(self) -> bool:
+        if self._eval_pending or self._stop_reason is not None or self.env_steps < self._next_eval:
+            return False
+        self._eval_pending = True
+        while self._next_eval <= self.env_steps:
+            self._next_eval += self.run.eval_every
+        return True
+
+    def eval_due(self) -> bool:
+        """For a lead that evaluates itself: True once per ``eval_every`` env steps."""
+        with self._lock:
+            return self._claim_eval()
+
+    def _check_budgets(self) -> None:
+        if self._stop_reason is not None:
+            return
+        if self.env_steps >= self.run.max_env_steps:
+            self._stop_reason = "env step budget"
+        elif time.time() - self.started >= self.run.max_seconds:
+            self._stop_reason = "time budget"
+
+    def should_stop(self) -> bool:
+        if self._stop_reason is None:
+            with self._lock:
+                self._check_budgets()
+        return self._stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            self._stop_reason = self._stop_reason or reason
+
+    def wait_for_sources(self, *, timeout: float, expected: int | None = None) -> bool:
+        """Wait until every source sent its final report (or ``timeout`` passed)."""
+        want = self.num_sources if expected is None else expected
+        deadline = time.monotonic() + timeout
+        while len(self._finished) < want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(self._finished) >= want
+
+    def tick(self, *, updates: int, learner_metrics: Mapping[str, float] | None = None,
+             scalars: Mapping[str, float] | None = None, status: Mapping[str, Any] | None = None,
+             force: bool = False) -> bool:
+        """At most once a second (or when ``force``): write the window's curves and
+        the status line. ``learner_metrics`` are window means written as
+        ``losses/<key>``; ``scalars`` are written under their own tags."""
+        now = time.monotonic()
+        if not force and now - self._last_tick < 1.0:
+            return False
+        self._last_tick = now
+        self._updates_rate.add(max(0, updates - self.updates))
+        self.updates = updates
+        with self._lock:
+            step = self.env_steps
+            window, self._window = self._window, []
+            sums, count = self._metric_sums, self._metric_count
+            self._metric_sums, self._metric_count = {}, 0
+            rates = [m.rate() for m in self._meters]
+            versions = list(self._versions)
+            sps = self._steps_rate.rate()
+            recent = float(np.mean(self._recent)) if self._recent else float("nan")
+        log = self.logger
+        if window:
+            log.scalar("charts/episodic_return", float(np.mean([e.ret for e in window])), step)
+            log.scalar("charts/episodic_length", float(np.mean([e.length for e in window])), step)
+            self._log_agents(window, step)
+        log.scalar("charts/SPS", sps, step)
+        log.scalar("charts/updates_per_s", self._updates_rate.rate(), step)
+        log.scalar("charts/updates", updates, step)
+        metrics = dict(learner_metrics or {})
+        if count:
+            metrics.update({k: v / count for k, v in sums.items()})
+        log.scalars(metrics, step, prefix="losses/")
+        log.scalars(dict(scalars or {}), step)
+        if self.num_sources > 1:
+            log.scalar("actors/sps_min", min(rates), step)
+            log.scalar("actors/sps_max", max(rates), step)
+        live = [v for v in versions if v >= 0]
+        lag = updates - min(live) if live else 0
+        if live:
+            log.scalar("actors/version_lag_max", lag, step)
+        self._status.update({"t": round(time.time() - self.started, 1), "env_steps": step,
+                             "sps": round(sps), "updates": updates,
+                             "ups": round(self._updates_rate.rate()), "return100": recent})
+        self._status.update(status or {})
+        self._progress.update(self._status, force=force and math.isfinite(self._progress.every))
+        return True
+
+    def _log_agents(self, window: list[Any], step: int) -> None:
+        per_agent = [e.agent_returns for e in window if e.agent_returns]
+        if not per_agent:
+            return
+        mean = np.mean(np.asarray(per_agent, dtype=np.float64), axis=0)
+        for name, value in zip(self.agent_names, mean):
+            self.logger.scalar(f"agents/{name}/episodic_return", float(value), step)
+        for team, members in self.teams.items():
+            self.logger.scalar(f"teams/{team}/episodic_return", float(mean[list(members)].sum()), step)
+
+    # ---------------------------------------------------------------- the end
+
+    def summary(self, *, algorithm: type, updates: int, run_dir: str | None,
+                interrupted: bool = False, **extra: Any) -> dict[str, Any]:
+        """The job's final summary (every job the same keys, plus ``extra``)."""
+        with self._lock:
+            now = time.time()
+            active = now - (self._first_step or now)
+            solved = self.solved
+            best = max((e[2] for e in self.evals), default=float("nan"))
+            return {
+                "job": self.job, "env_id": self.env_id,
+                "algorithm": f"{algorithm.__module__}.{algorithm.__qualname__}",
+                "solved": solved is not None, "stop_reason": self._stop_reason,
+                "interrupted": interrupted, "target_return": self.target,
+                "eval_return": solved[2] if solved else float("nan"),
+                "time_to_solve_s": solved[0] if solved else float("nan"),
+                "env_steps_at_solve": solved[1] if solved else None,
+                "best_eval_return": best,
+                "last_eval_return": self.evals[-1][2] if self.evals else float("nan"),
+                "evaluations": len(self.evals),
+                "evals": [list(e) for e in self.evals],
+                "wall_s": now - self.started,
+                "startup_s": (self._first_step or now) - self.started,
+                "env_steps": self.env_steps,
+                "env_steps_per_s": self.env_steps / active if active > 0 else 0.0,
+                "updates": updates,
+                "updates_per_s": updates / active if active > 0 else 0.0,
+                "episodes": self.episodes,
+                "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
+                "num_sources": self.num_sources, "actor_reports": self.reports,
+                "run_dir": run_dir, **extra,
+            }

@@ -1,0 +1,131 @@
+"""The env of a job, the same in every rank: by registered id, ``module:EnvId``
+(the module imported first, in every rank), ALE and MinAtar ids, or the user's
+factory. Dict and Tuple observations are flattened for the default networks."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from experiments.runtime.cli import flag
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
+def _make_atari(env_id: str):
+    import gymnasium as gym
+
+    from envs.registry import ensure_registered
+
+    ensure_registered(env_id)
+    if env_id.startswith("ALE/"):
+        from envs.atari import make_atari
+
+        # The same observations, rewards and flags as gymnasium's wrapper chain (tested
+        # in tests/envs/test_atari.py) at ~170 us less CPU per env step.
+        return make_atari(env_id)
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    env = gym.make(env_id, frameskip=1)
+    env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+    return FrameStackObservation(env, 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flattened:
+    """A factory whose Dict/Tuple observations come out flat (picklable)."""
+
+    factory: Callable[[], Any]
+
+    def __call__(self):
+        from gymnasium import spaces
+        from gymnasium.wrappers import FlattenObservation
+
+        env = self.factory()
+        if isinstance(env.observation_space, spaces.Dict | spaces.Tuple):
+            env = FlattenObservation(env)
+        return env
+
+
+def env_factory(env_id: str, user_env: Callable[[], Any] | None = None) -> Callable[[], Any]:
+    """A picklable zero-argument factory of the job's env. For a registered id, the
+    spec is captured here, so an env registered only in the launching process (a
+    user's script) is rebuilt in every rank."""
+    if user_env is not None:
+        return Flattened(user_env)
+    if is_atari(env_id):
+        return functools.partial(_make_atari, env_id)
+    from envs.registry import EnvFactory
+
+    return Flattened(EnvFactory.from_id(env_id))
+
+
+_SPACES: dict[Any, tuple[Any, Any, float | None]] = {}
+
+
+def _spaces(factory: Callable[[], Any]) -> tuple[Any, Any, float | None]:
+    # Building an env can cost (ALE: ~0.1 s); one process asks several times.
+    try:
+        return _SPACES[factory]
+    except (KeyError, TypeError):  # TypeError: an unhashable user factory
+        pass
+    out = _build_spaces(factory)
+    try:
+        _SPACES[factory] = out
+    except TypeError:
+        pass
+    return out
+
+
+def _build_spaces(factory: Callable[[], Any]) -> tuple[Any, Any, float | None]:
+    env = factory()
+    try:
+        spec = getattr(env, "spec", None)
+        threshold = getattr(spec, "reward_threshold", None)
+        return env.observation_space, env.action_space, threshold
+    finally:
+        env.close()
+
+
+def env_spaces(factory: Callable[[], Any]) -> tuple[Any, Any]:
+    """``(observation_space, action_space)`` of one env built by ``factory``."""
+    obs, act, _ = _spaces(factory)
+    return obs, act
+
+
+def check_env(factory_of: Callable[[], Callable[[], Any]], *, env_id: str, actions: tuple[type, ...],
+              job: str) -> None:
+    """ValueError naming ``--env-id`` when the env cannot be built or its spaces do
+    not suit the job."""
+    from gymnasium import spaces
+
+    try:
+        factory = factory_of()
+        obs, act = env_spaces(factory)
+    except ValueError as exc:
+        raise ValueError(f"{flag('env_id')} {env_id!r}: {exc}") from None
+    except Exception as exc:
+        import gymnasium as gym
+
+        if isinstance(exc, gym.error.Error | ImportError | ModuleNotFoundError):
+            raise ValueError(f"{flag('env_id')} {env_id!r}: {exc}") from None
+        raise
+    if not isinstance(act, actions):
+        names = " or ".join(a.__name__ for a in actions)
+        raise ValueError(f"{flag('env_id')} {env_id!r} has action space {act}; {job} needs {names}")
+    if not isinstance(obs, spaces.Box):
+        raise ValueError(f"{flag('env_id')} {env_id!r} has observation space {obs}; {job} needs a Box "
+                         "(or a Dict/Tuple, flattened)")
+
+
+def target_return(given: float | None, factory: Callable[[], Any]) -> float:
+    """``--target-return``, else the env's reward threshold, else never."""
+    if given is not None:
+        return float(given)
+    threshold = _spaces(factory)[2]
+    return math.inf if threshold is None else float(threshold)

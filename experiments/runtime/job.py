@@ -1,0 +1,165 @@
+"""Running a job: the same path for every job and every mode.
+
+``run_job`` validates the config, resolves what was left to "auto", checks the
+user's parts and the env before any process starts, creates the run directory
+(``config.json`` first), then runs the job's roles in one of three modes:
+
+- ``serial`` (``--serial``): every role in this process, deterministic for a seed;
+- local: the job's world spawned on this machine by ``rlpar.distributed.launch``
+  (loopback, a free port from the OS); its ranks are watched and the first
+  failure ends the job with that rank's traceback;
+- under ``torchrun`` (RANK and WORLD_SIZE set): this process is one rank.
+
+Ctrl-C or SIGTERM stops a run cleanly in every mode: the lead (rank 0) is told
+to stop, finishes like a budget stop (final curves, summary) and the other ranks
+follow its stop directive; a second Ctrl-C aborts.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from experiments.runtime.cli import validate
+from experiments.runtime.parts import Parts
+from experiments.runtime.rundir import RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What makes a job: its name and roles. ``rank_main(ctx)`` runs one rank of a
+    distributed run and returns the summary on rank 0 (``{}`` elsewhere);
+    ``serial_main(ctx)`` runs all roles in one process. ``resolve(config,
+    world_size)`` fills "auto" values (``world_size`` None: a local world we spawn)
+    and returns the number of ranks; ``check(config, parts)`` raises ValueError
+    naming a flag for what cannot run. ``describe(summary)`` gives the job's own
+    summary lines."""
+
+    name: str
+    rank_main: Callable[[Any], dict[str, Any]]
+    serial_main: Callable[[Any], dict[str, Any]]
+    resolve: Callable[[Any, int | None], int]
+    check: Callable[[Any, Parts], None]
+    describe: Callable[[dict[str, Any]], list[str]]
+
+
+@dataclasses.dataclass
+class JobContext:
+    """Everything a rank needs, shipped to every rank."""
+
+    job: str
+    config: Any
+    parts: Parts
+    run_dir: str | None
+    started: float
+    quiet: bool = False
+    nprocs: int = 1
+
+
+def under_launcher() -> bool:
+    """True when a launcher (torchrun) has set this process's rank and world size."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def run_job(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = False,
+            started: float | None = None) -> dict[str, Any]:
+    """Run ``job`` with ``config``; returns the lead's summary (``{}`` on other ranks
+    under torchrun). Times count from ``started`` (``time.time()``; default now).
+    ValueError (naming a flag) or TypeError (naming a part) before anything starts."""
+    started = time.time() if started is None else float(started)
+    return execute(job, prepare(job, config, parts=parts, quiet=quiet, started=started))
+
+
+def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = False,
+            started: float | None = None) -> JobContext:
+    """Everything that can fail on bad input, before any process starts; then the
+    run directory with its ``config.json`` (the resolved config)."""
+    parts = parts or Parts()
+    config = copy.deepcopy(config)
+    validate(config)
+    launched = under_launcher()
+    nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
+    job.check(config, parts)
+    lead = not launched or os.environ.get("RANK") == "0"
+    run_dir = RunDir.create(config.run.log_dir, job.name) if lead and config.run.files() else RunDir(None)
+    run_dir.write_config(config)
+    return JobContext(job=job.name, config=config, parts=parts, run_dir=run_dir.path,
+                      started=time.time() if started is None else float(started), quiet=quiet,
+                      nprocs=nprocs)
+
+
+def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
+    if ctx.config.run.serial:
+        return _serial(job, ctx)
+    if under_launcher():
+        return job.rank_main(ctx)
+    from rlpar.distributed import launch
+
+    results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
+                     timeout=ctx.config.run.max_seconds + 120.0, stop_grace=60.0)
+    return next((r for r in results if r), {})
+
+
+def _rank(rank_main: Callable[[JobContext], dict], ctx: JobContext) -> dict[str, Any]:
+    return rank_main(ctx)
+
+
+def _serial(job: Job, ctx: JobContext) -> dict[str, Any]:
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return job.serial_main(ctx)
+    finally:
+        torch.set_num_threads(threads)
+
+
+class StopSignals:
+    """While active, Ctrl-C and SIGTERM call ``on_stop`` instead of raising; a second
+    signal raises KeyboardInterrupt (abort). Only in the main thread."""
+
+    def __init__(self, on_stop: Callable[[str], None]) -> None:
+        self.on_stop = on_stop
+        self.received: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+        self.on_stop("interrupted" if signum == signal.SIGINT else "terminated")
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def main_for(job: Job, config_cls: type, format_summary: Callable[[dict], str],
+             argv: list[str] | None = None, *, parts: Parts | None = None) -> int:
+    """``python -m experiments.<job>``: parse flags, run, print the summary."""
+    from experiments.runtime.cli import parse_config
+
+    config = parse_config(config_cls, argv)
+    try:
+        ctx = prepare(job, config, parts=parts)
+    except ValueError as exc:  # a check that needed the env: same form as a flag error
+        print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
+        return 2
+    summary = execute(job, ctx)
+    if summary:
+        print(format_summary(summary), flush=True)
+    return 0

@@ -1,0 +1,52 @@
+"""The typed messages between a job's roles and its coordinator.
+
+Every RPC between roles carries one of these dataclasses, never positional
+arguments or loose dicts, so both ends name the same fields and a missing or
+misspelled one fails where it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class Episode:
+    """A finished episode: its return (per agent for multi-agent jobs) and length."""
+
+    ret: float
+    length: int
+    agent_returns: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass
+class Report:
+    """An actor's (worker's) progress since its previous report."""
+
+    source: int  # actor or worker index
+    env_steps: int  # new env steps
+    transitions: int = 0  # new transitions added to replay
+    episodes: list[Episode] = dataclasses.field(default_factory=list)
+    version: int = -1  # parameter version the source acts with
+    metric_sums: dict[str, float] = dataclasses.field(default_factory=dict)
+    metric_count: int = 0
+    final: bool = False
+
+
+@dataclasses.dataclass
+class Directive:
+    """The coordinator's answer to a report."""
+
+    stop: bool
+    env_steps: int  # all sources together
+    updates: int  # learner updates so far (pacing)
+    evaluate: bool = False  # this source should evaluate now
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Returns of one greedy evaluation, made at ``env_steps`` with parameters ``version``."""
+
+    env_steps: int
+    version: int
+    returns: list[float]
