@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from algorithms.nets import mlp
+from algorithms.nets import MINATAR_FEATURES, is_small_image, minatar_conv, mlp
 
 if TYPE_CHECKING:
     from algorithms.a2c import A2CConfig
@@ -67,32 +67,53 @@ class ActorCritic(nn.Module):
         return _flat_value(self.critic(obs), obs) if self.shared is None else self.forward(obs)[1]
 
 
-class SharedMLP(nn.Module):
-    """One MLP body with a policy layer and a value layer on top."""
+class SharedBody(nn.Module):
+    """One body (obs -> ``features`` units) with a policy layer and a value layer on top."""
 
-    def __init__(self, *, in_dim: int, policy_dim: int, hidden: tuple[int, ...],
-                 activation: type[nn.Module]) -> None:
+    def __init__(self, *, body: nn.Module, features: int, policy_dim: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(mlp(in_dim, hidden[-1], hidden=hidden[:-1], activation=activation),
-                                  activation())
-        self.policy_layer = nn.Linear(hidden[-1], policy_dim)
-        self.value_layer = nn.Linear(hidden[-1], 1)
+        self.body = body
+        self.policy_layer = nn.Linear(features, policy_dim)
+        self.value_layer = nn.Linear(features, 1)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.body(obs)
         return self.policy_layer(features), self.value_layer(features)
 
 
+class SharedMLP(SharedBody):
+    """One MLP body with a policy layer and a value layer on top."""
+
+    def __init__(self, *, in_dim: int, policy_dim: int, hidden: tuple[int, ...],
+                 activation: type[nn.Module]) -> None:
+        body = nn.Sequential(mlp(in_dim, hidden[-1], hidden=hidden[:-1], activation=activation),
+                             activation())
+        super().__init__(body=body, features=hidden[-1], policy_dim=policy_dim)
+
+
 def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, config: A2CConfig,
                          log_std: nn.Parameter | None) -> ActorCritic:
-    """MLPs from ``config`` with orthogonal initialisation: hidden layers with gain
+    """The default networks, with orthogonal initialisation: hidden layers with gain
     sqrt(2), the policy layer with 0.01 (a near-uniform initial policy), the value
-    layer with 1, as in the A2C baselines."""
+    layer with 1, as in the A2C baselines.
+
+    Small channels-last images (:func:`algorithms.nets.is_small_image`, e.g. MinAtar's
+    10x10xC booleans) get the MinAtar conv torso (Young & Tian 2019) shared by the
+    policy and value layers, as the paper's actor-critic and the A3C paper's Atari
+    nets share theirs; ``hidden``, ``activation`` and ``shared_network`` apply to the
+    MLPs built for every other Box.
+    """
     if not isinstance(observation_space, gym.spaces.Box):
         raise TypeError(
             f"the default networks need a Box observation space, got {observation_space}; "
             "pass model= or actor=/critic= for other spaces"
         )
+    if is_small_image(observation_space.shape):
+        height, width, channels = observation_space.shape
+        net = SharedBody(body=minatar_conv(channels, height=height, width=width), features=MINATAR_FEATURES,
+                         policy_dim=policy_dim)
+        _orthogonal(net.body), _orthogonal(net.policy_layer, 0.01), _orthogonal(net.value_layer, 1.0)
+        return ActorCritic(shared=net, log_std=log_std)
     in_dim = int(np.prod(observation_space.shape))
     activation = nn.Tanh if config.activation == "tanh" else nn.ReLU
     hidden = tuple(config.hidden)
@@ -224,7 +245,7 @@ def _flat_value(value: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
 
 def _orthogonal(module: nn.Module, gain: float = math.sqrt(2)) -> None:
     for layer in module.modules():
-        if isinstance(layer, nn.Linear):
+        if isinstance(layer, nn.Linear | nn.Conv2d):
             nn.init.orthogonal_(layer.weight, gain=gain)
             nn.init.zeros_(layer.bias)
 

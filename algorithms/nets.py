@@ -3,6 +3,9 @@
 - :func:`mlp` for vector observations,
 - :func:`nature_cnn` the convolutional torso of Mnih et al. 2015 ("Human-level
   control through deep reinforcement learning", Nature 518) for stacked frames,
+- :func:`minatar_conv` the torso of Young & Tian 2019 ("MinAtar: An Atari-Inspired
+  Testbed for Thorough and Reproducible Reinforcement Learning Experiments", arXiv
+  1903.03176) for small channels-last images such as MinAtar's 10x10xC booleans,
 - :class:`DuelingHead` the value/advantage head of Wang et al. 2016 ("Dueling
   network architectures for deep reinforcement learning", ICML),
 - :func:`q_network` which picks a torso by observation shape and adds a head.
@@ -59,6 +62,72 @@ def nature_cnn(in_channels: int = 4, *, out_features: int = 512) -> nn.Sequentia
     )
 
 
+class ChannelsLast(nn.Module):
+    """``(B, H, W, C)`` observations of any dtype -> ``(B, C, H, W)`` float32.
+
+    One strided view and one cast kernel on the whole batch: bool and uint8 masks
+    reach the convolution without a copy in between. Values are used as they are (no
+    /255): observations this small are masks or small integer codes, not pixels.
+    """
+
+    def __init__(self, height: int, width: int, channels: int) -> None:
+        super().__init__()
+        self.shape = (int(height), int(width), int(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or tuple(x.shape[1:]) != self.shape:
+            raise ValueError(f"expected a batch of (H, W, C) = {self.shape} observations, "
+                             f"got shape {tuple(x.shape)}")
+        return x.permute(0, 3, 1, 2).float()
+
+
+MINATAR_FEATURES = 128  # the dense layer of the MinAtar torso
+
+
+def minatar_conv(
+    in_channels: int, *, height: int = 10, width: int = 10, filters: int = 16,
+    out_features: int = MINATAR_FEATURES,
+) -> nn.Sequential:
+    """The MinAtar torso (Young & Tian 2019, section 4): one convolution of ``filters``
+    3x3 kernels with stride 1 and no padding, then a dense layer of ``out_features``
+    units, both with ReLU.
+
+    Takes channels-last ``(batch, height, width, in_channels)`` input, bool, uint8 or
+    float, as MinAtar's envs emit it; the permute and the cast happen inside.
+    """
+    if min(in_channels, filters, out_features) <= 0 or min(height, width) < 3:
+        raise ValueError(f"minatar_conv needs positive sizes and a 3x3 or larger image, got "
+                         f"height={height} width={width} in_channels={in_channels} "
+                         f"filters={filters} out_features={out_features}")
+    return nn.Sequential(
+        ChannelsLast(height, width, in_channels),
+        nn.Conv2d(in_channels, filters, kernel_size=3, stride=1), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(filters * (height - 2) * (width - 2), out_features), nn.ReLU(),
+    )
+
+
+SMALL_IMAGE_MAX_SIDE = 32
+SMALL_IMAGE_MAX_CHANNELS = 16
+
+
+def is_small_image(obs_shape: Sequence[int]) -> bool:
+    """Whether ``obs_shape`` is read as a small channels-last image ``(H, W, C)``: three
+    dimensions with ``3 <= H, W <= 32`` and ``1 <= C <= min(16, H, W)``.
+
+    The layout is decided by the shape alone (the dtype, bool, uint8 or float, only
+    changes the cast): MinAtar's ``(10, 10, 4..10)`` qualifies, Atari's channels-first
+    ``(4, 84, 84)`` does not, and neither does a channels-first ``(C, H, W)`` with more
+    rows or columns than channels, e.g. ``(4, 10, 10)`` (C > H), which would otherwise
+    be convolved along the wrong axes.
+    """
+    if len(obs_shape) != 3:
+        return False
+    height, width, channels = (int(d) for d in obs_shape)
+    return (3 <= height <= SMALL_IMAGE_MAX_SIDE and 3 <= width <= SMALL_IMAGE_MAX_SIDE
+            and 1 <= channels <= min(SMALL_IMAGE_MAX_CHANNELS, height, width))
+
+
 class DuelingHead(nn.Module):
     """``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')`` (Wang et al. 2016, eq. 9).
 
@@ -92,18 +161,33 @@ def q_network(
     hidden: Sequence[int] = (64, 64),
     dueling: bool = True,
 ) -> nn.Sequential:
-    """A Q network for ``obs_shape``: the Nature CNN for ``(C, H, W)`` frames, an MLP
-    for flat vectors; a dueling head or a plain linear head on top."""
+    """A Q network for ``obs_shape`` with a dueling head or a plain linear head on top of
+    a torso picked by shape:
+
+    * ``(C, 84, 84)`` stacked frames (channels first, as the Atari paths make them):
+      the Nature CNN (512 features);
+    * a small channels-last image ``(H, W, C)`` by :func:`is_small_image` (MinAtar's
+      ``10x10xC`` booleans): the MinAtar conv torso (128 features);
+    * ``(D,)`` vectors: an MLP of ``hidden`` units.
+
+    ``hidden`` applies to the MLP only; the conv torsos have their papers' sizes.
+    """
     obs_shape = tuple(int(d) for d in obs_shape)
-    if len(obs_shape) == 3:
+    if len(obs_shape) == 3 and obs_shape[1:] == (84, 84):
         torso: nn.Module = nature_cnn(obs_shape[0])
         features = 512
+    elif is_small_image(obs_shape):
+        height, width, channels = obs_shape
+        torso = minatar_conv(channels, height=height, width=width)
+        features = MINATAR_FEATURES
     elif len(obs_shape) == 1:
         if not hidden:
             raise ValueError("q_network needs at least one hidden layer for vector observations")
         torso = nn.Sequential(nn.Flatten(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1]), nn.ReLU())
         features = hidden[-1]
     else:
-        raise ValueError(f"q_network supports (C, H, W) or (D,) observations, got shape {obs_shape}")
+        raise ValueError(f"q_network supports (C, 84, 84) frames, small (H, W, C) images "
+                         f"(see is_small_image) and (D,) vectors, got shape {obs_shape}; "
+                         "pass a network of your own for other observations")
     head = DuelingHead(features, num_actions) if dueling else nn.Linear(features, num_actions)
     return nn.Sequential(torso, head)
