@@ -42,18 +42,17 @@ TARGET = 475.0
 
 def run_rlpar(seed: int, *, launched: float, budget: float, eval_every: int, episodes: int,
               flags: str = "") -> dict[str, Any]:
-    import dataclasses
     import shlex
 
-    from experiments.a3c import A3CRunConfig, run
-    from experiments.cli import parse_config
+    from experiments.a3c import A3CJobConfig, run
+    from experiments.runtime.cli import apply_overrides, parse_config
 
-    config = dataclasses.replace(
-        parse_config(A3CRunConfig, shlex.split(flags)), seed=seed, max_seconds=budget,
-        eval_every=eval_every, eval_episodes=episodes, target_return=TARGET, log_dir=None)
+    config = parse_config(A3CJobConfig, shlex.split(flags))
     import_s = time.time() - launched
     # The job's clock starts at launch; its time budget too (minus what imports took).
-    config = dataclasses.replace(config, max_seconds=max(1.0, budget - import_s))
+    apply_overrides(config, {"seed": seed, "max_seconds": max(1.0, budget - import_s),
+                             "eval_every": eval_every, "eval_episodes": episodes,
+                             "target_return": TARGET, "log_dir": "none", "status_every": 0.0})
     summary = run(config, quiet=True, started=launched)
     solved = bool(summary["solved"])
     wall = summary["wall_s"]
@@ -66,7 +65,7 @@ def run_rlpar(seed: int, *, launched: float, budget: float, eval_every: int, epi
         "updates": summary["updates"],
         "updates_per_s": summary["updates"] / (wall - import_s) if wall > import_s else 0.0,
         "env_steps_per_s": round(summary["env_steps"] / (wall - import_s)) if wall > import_s else 0,
-        "workers": summary["num_workers"],
+        "workers": summary["num_sources"],
         "mean_staleness": summary["mean_staleness"],
     }
 

@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(i.startswith("ours") for i in impls) and args.ours_flags:
         import shlex
 
-        from experiments.apex import ApexRunConfig
-        from experiments.cli import parse_config
+        from experiments.apex import ApexJobConfig
+        from experiments.runtime.cli import parse_config
 
-        parse_config(ApexRunConfig, shlex.split(args.ours_flags))  # bad flags: exit 2 now
+        parse_config(ApexJobConfig, shlex.split(args.ours_flags))  # bad flags: exit 2 now
     runnable = []
     for impl in impls:
         module = PEER_MODULES.get(impl)
@@ -165,19 +165,25 @@ def greedy_eval(predict, episodes: int, seed: int) -> float:
     return float(returns.mean())
 
 
-def worker_ours(args) -> dict[str, Any]:
-    import dataclasses
+def ours_config(args, *, serial: bool):
+    """Ours' config: ``--ours-flags`` with the bench's budget and evaluation."""
     import shlex
 
-    from experiments.apex import ApexRunConfig, run
-    from experiments.cli import parse_config
+    from experiments.apex import ApexJobConfig
+    from experiments.runtime.cli import apply_overrides, parse_config
 
-    config = parse_config(ApexRunConfig, shlex.split(args.ours_flags))
-    config = dataclasses.replace(config, seed=args.seed, eval_every=args.eval_every,
-                                 eval_episodes=args.eval_episodes, target_return=TARGET,
-                                 max_seconds=args.max_seconds, max_env_steps=args.max_env_steps,
-                                 log_dir="none", status_every=0)
-    s = run(config, quiet=True, started=args.started)
+    config = parse_config(ApexJobConfig, shlex.split(args.ours_flags))
+    apply_overrides(config, {"seed": args.seed, "eval_every": args.eval_every,
+                             "eval_episodes": args.eval_episodes, "target_return": TARGET,
+                             "max_seconds": args.max_seconds, "max_env_steps": args.max_env_steps,
+                             "log_dir": "none", "status_every": 0.0, "serial": serial})
+    return config
+
+
+def worker_ours(args) -> dict[str, Any]:
+    from experiments.apex import run
+
+    s = run(ours_config(args, serial=False), quiet=True, started=args.started)
     return {"solved": s["solved"],
             "wall_s": round(s["time_to_solve_s"] if s["solved"] else s["wall_s"], 2),
             "env_steps": s["env_steps_at_solve"] if s["solved"] else s["env_steps"],
@@ -186,59 +192,17 @@ def worker_ours(args) -> dict[str, Any]:
 
 
 def worker_ours_1proc(args) -> dict[str, Any]:
-    """Ours' algorithm and config in one process (:class:`~algorithms.apex.DQNApex`
-    with local parts, deterministic given the seed): env steps to solve without the
-    timing noise of a shared machine; how the defaults were chosen."""
-    import dataclasses
-    import shlex
+    """Ours' algorithm and config in one process (``--serial``: deterministic given
+    the seed): env steps to solve without the timing noise of a shared machine; how
+    the defaults were chosen."""
+    from experiments.apex import run
 
-    import numpy as np
-    import torch
-    from gymnasium.vector import AutoresetMode
-
-    from algorithms.apex import DQNApex, evaluate
-    from envs import make_vector_env
-    from experiments.apex import ApexRunConfig
-    from experiments.cli import parse_config
-    from experiments.roles.apex_parts import build_dqn, env_spaces, make_env_fn
-
-    torch.set_num_threads(1)
-    cfg = dataclasses.replace(parse_config(ApexRunConfig, shlex.split(args.ours_flags)),
-                              seed=args.seed)
-    seed = args.seed
-    obs_space, num_actions = env_spaces(cfg.env_id)
-    built = [0]
-
-    def make_dqn():
-        built[0] += 1
-        return build_dqn(cfg, obs_space, num_actions, device="cpu", seed=seed * 100 + built[0])
-
-    def make_env(i: int):
-        return make_vector_env(make_env_fn(cfg.env_id), num_envs=cfg.envs_per_actor, num_workers=0,
-                               autoreset_mode=AutoresetMode.SAME_STEP, seed=seed * 100 + i)
-
-    apex = DQNApex.local(make_dqn=make_dqn, make_env=make_env, num_actors=cfg.num_actors or 2,
-                         config=cfg.apex_config(), capacity=cfg.replay_capacity,
-                         alpha=cfg.priority_alpha, beta=cfg.priority_beta,
-                         updates_per_step=cfg.updates_per_step, seed=seed)
-    eval_env = make_vector_env(make_env_fn(cfg.env_id), num_envs=args.eval_episodes, num_workers=0,
-                               seed=seed + 1)
-    evals: list[float] = []
-    solved = False
-    while apex.env_steps < args.max_env_steps and time.time() - args.started < args.max_seconds:
-        apex.run(env_steps=args.eval_every - apex.env_steps % args.eval_every)
-        evaluator = apex.actors[-1]  # the least exploring actor, with the newest parameters
-        evaluator.sync()
-        evals.append(float(np.mean(evaluate(evaluator.dqn, eval_env, episodes=args.eval_episodes,
-                                            seed=seed + 7 + apex.env_steps))))
-        if evals[-1] >= TARGET:
-            solved = True
-            break
-    eval_env.close()
-    return {"solved": solved, "wall_s": round(time.time() - args.started, 2),
-            "env_steps": apex.env_steps, "updates": apex.learner.updates,
-            "updates_per_s": None, "wait_fraction": None,
-            "best_eval": max(evals) if evals else None, "evals": [round(e) for e in evals]}
+    s = run(ours_config(args, serial=True), quiet=True, started=args.started)
+    return {"solved": s["solved"],
+            "wall_s": round(s["time_to_solve_s"] if s["solved"] else s["wall_s"], 2),
+            "env_steps": s["env_steps_at_solve"] if s["solved"] else s["env_steps"],
+            "updates": s["updates"], "updates_per_s": None, "wait_fraction": None,
+            "best_eval": s["best_eval_return"], "evals": [round(e[2]) for e in s["evals"]]}
 
 
 def worker_sb3(args) -> dict[str, Any]:

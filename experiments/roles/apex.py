@@ -30,6 +30,7 @@ from experiments.roles.apex_parts import (
     describe,
     env_fn,
     eval_env,
+    job_env_fn,
     local_replay,
     replay_layout,
     resolve,
@@ -371,7 +372,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 
 JOB = Job(name="apex", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
-          describe=describe)
+          describe=describe, env_fn=job_env_fn)
 
 
 def _warm_replay_kernels() -> None:

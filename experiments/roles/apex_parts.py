@@ -12,8 +12,13 @@ from experiments.runtime.cli import flag
 from experiments.runtime.envs import check_env, env_factory, env_spaces, is_atari, target_return
 
 
+def job_env_fn(config: Any, parts: Any):
+    """The runtime's ``Job.env_fn``: made in the launching process, shipped to every rank."""
+    return env_factory(config.env.env_id, parts.env)
+
+
 def env_fn(ctx: Any):
-    return env_factory(ctx.config.env.env_id, ctx.parts.env)
+    return ctx.env_fn if ctx.env_fn is not None else job_env_fn(ctx.config, ctx.parts)
 
 
 def eval_env(ctx: Any, *, seed: int):
@@ -98,7 +103,7 @@ def check(config: Any, parts: Any) -> None:
     from algorithms.dqn import DQN
 
     parts.check(algorithm=DQN, actor=ApexActor, learner=ApexLearner)
-    check_env(lambda: env_factory(config.env.env_id, parts.env), env_id=config.env.env_id,
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id,
               actions=(spaces.Discrete,), job="DQN")
     if config.run.serial and config.replay.replay_placement != "learner":
         raise ValueError(f"{flag('serial')} needs --replay-placement learner")

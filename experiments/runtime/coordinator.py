@@ -69,6 +69,7 @@ class Coordinator:
         every = run.status_every if run.status_every > 0 and not quiet else math.inf
         self._progress = Progress(every=every, prefix=f"[{job}] ")
         self._status: dict[str, Any] = {}
+        self._last_eval: float = float("nan")
         self._last_tick = time.monotonic()
 
     # ------------------------------------------------------------ from sources
@@ -110,7 +111,7 @@ class Coordinator:
             self.logger.scalar("eval/return", mean, result.env_steps)
             self.logger.scalar("eval/return_std", std, result.env_steps)
             self.logger.flush()
-        self._status["eval"] = round(mean, 1)
+        self._last_eval = round(mean, 1)
 
     # --------------------------------------------------------------- the lead
 
@@ -202,6 +203,7 @@ class Coordinator:
                              "sps": round(sps), "updates": updates,
                              "ups": round(self._updates_rate.rate()), "return100": recent})
         self._status.update(status or {})
+        self._status["eval"] = self._last_eval
         self._progress.update(self._status, force=force and math.isfinite(self._progress.every))
         return True
 

@@ -47,6 +47,9 @@ class Job:
     resolve: Callable[[Any, int | None], int]
     check: Callable[[Any, Parts], None]
     describe: Callable[[dict[str, Any]], list[str]]
+    # ``env_fn(config, parts)``: the env factory, made once in the launching process
+    # (so an env registered only there is rebuilt in every rank) and shipped to all.
+    env_fn: Callable[[Any, Parts], Callable[[], Any]] | None = None
 
 
 @dataclasses.dataclass
@@ -60,6 +63,7 @@ class JobContext:
     started: float
     quiet: bool = False
     nprocs: int = 1
+    env_fn: Callable[[], Any] | None = None
 
 
 def under_launcher() -> bool:
@@ -86,12 +90,13 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     launched = under_launcher()
     nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
     job.check(config, parts)
+    env_fn = job.env_fn(config, parts) if job.env_fn is not None else None
     lead = not launched or os.environ.get("RANK") == "0"
     run_dir = RunDir.create(config.run.log_dir, job.name) if lead and config.run.files() else RunDir(None)
     run_dir.write_config(config)
     return JobContext(job=job.name, config=config, parts=parts, run_dir=run_dir.path,
                       started=time.time() if started is None else float(started), quiet=quiet,
-                      nprocs=nprocs)
+                      nprocs=nprocs, env_fn=env_fn)
 
 
 def execute(job: Job, ctx: JobContext) -> dict[str, Any]:

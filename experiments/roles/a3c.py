@@ -1,0 +1,225 @@
+"""The A3C roles: thin shells that own the transport and call algorithm methods.
+
+Wiring (:func:`rank_main`, top to bottom): every rank joins the world and the RPC
+group ``a3c``. Rank 0 (the lead) hosts the gradient server (``PushPullGradServer``
+named ``grads``, owning the optimizer) and the coordinator, evaluates on schedule,
+and is worker 0 unless ``--no-server-acts``. Each worker holds an accessor of the
+server, which is a :class:`~rlpar.protocols.GradientSink`, so
+:class:`~algorithms.a3c.A3C` is the same object it is with a local ``GradServer``
+in :func:`serial_main`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import time
+from typing import Any
+
+from experiments.roles.a3c_parts import (
+    build_agent,
+    check,
+    describe,
+    env_fn,
+    job_env_fn,
+    resolve,
+    target,
+)
+from experiments.runtime.config import resolve_device
+from experiments.runtime.job import Job, JobContext, StopSignals
+from experiments.runtime.lead import finish_lead, start_lead
+from experiments.runtime.messages import Episode, EvalResult, Report
+
+GROUP, SERVER = "a3c", "grads"
+
+
+def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
+    """The documented role rule: rank 0 is the server (and worker 0 when
+    ``server_acts``); every other rank is a worker, numbered after it."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside a world of {world_size}")
+    if rank == 0:
+        return ("server+worker", 0) if config.server_acts else ("server", -1)
+    return "worker", rank if config.server_acts else rank - 1
+
+
+def rank_main(ctx: JobContext) -> dict[str, Any]:
+    import torch
+
+    from rlpar.distributed import World
+    from rlpar.servers import PushPullGradServer
+
+    config = ctx.config
+    torch.set_num_threads(1)  # tiny networks: more threads only add contention
+    world = World.from_env(rpc_timeout=config.run.rpc_timeout,
+                           listen_address=config.run.resolved_listen_address())
+    role, index = role_of(world.rank, world.world_size, config)
+    group = world.create_rpc_group(GROUP, world.names)
+    if role.startswith("server"):
+        lead = Lead(ctx, num_workers=config.num_workers)
+        grads = PushPullGradServer.host(group, SERVER, **lead.server_args())
+        group.register("coord/report", lead.coordinator.report)
+        group.barrier()
+        return lead.run(grads, shells=[WorkerShell(ctx, grads, index=0)] if role == "server+worker" else [])
+    group.barrier()
+    sink = PushPullGradServer.connect(group, SERVER, timeout=config.run.rpc_timeout)
+    with StopSignals(lambda reason: None):  # the lead decides when to stop
+        run_worker(ctx, group, WorkerShell(ctx, sink, index=index))
+    return {}
+
+
+class WorkerShell:
+    """One worker's env, A3C object and the report it owes; ``step`` is one rollout."""
+
+    def __init__(self, ctx: JobContext, sink: Any, *, index: int) -> None:
+        import torch
+        from gymnasium.vector import AutoresetMode
+
+        from algorithms.a3c import A3C
+        from algorithms.rollout import RolloutCollector
+        from envs import make_vector_env
+
+        config = ctx.config
+        seed = config.run.seed + 1000 * (index + 1)
+        torch.manual_seed(seed)
+        self.index = index
+        self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
+                                   num_workers=config.env.env_workers,
+                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=seed)
+        self.worker = A3C(agent=build_agent(ctx, device=resolve_device(config.run.device)), sink=sink)
+        self.worker.sync()
+        self.collector = RolloutCollector(env=self.env, sample_actions=self.worker.sample_actions,
+                                          n_steps=config.learn.n_steps, seed=seed)
+        self._sums: dict[str, float] = {}
+        self._count = self._reported = 0
+
+    def step(self) -> None:
+        for key, value in self.worker.update(self.collector.collect()).items():
+            self._sums[key] = self._sums.get(key, 0.0) + value
+        self._count += 1
+
+    def report(self, *, final: bool = False) -> Report:
+        returns, lengths = self.collector.drain_episodes()
+        report = Report(source=self.index, env_steps=self.collector.env_steps - self._reported,
+                        episodes=[Episode(ret=float(r), length=int(n)) for r, n in zip(returns, lengths)],
+                        version=self.worker.version, metric_sums=self._sums, metric_count=self._count,
+                        final=final)
+        self._reported, self._sums, self._count = self.collector.env_steps, {}, 0
+        return report
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def run_worker(ctx: JobContext, group: Any, shell: WorkerShell) -> None:
+    try:
+        last = time.monotonic()
+        while True:
+            shell.step()
+            if time.monotonic() - last >= ctx.config.server.report_every:
+                last = time.monotonic()
+                if group.call("coord/report", shell.report()).stop:
+                    break
+        group.call("coord/report", shell.report(final=True))
+    finally:
+        shell.close()
+
+
+class Lead:
+    """Rank 0 (or the serial process): the server's model and optimizer, the
+    coordinator, and the evaluation loop."""
+
+    def __init__(self, ctx: JobContext, *, num_workers: int) -> None:
+        import torch
+
+        from algorithms.a2c import make_optimizer
+
+        self.ctx, config = ctx, ctx.config
+        torch.manual_seed(config.run.seed)
+        self.eval_agent = build_agent(ctx, device=resolve_device(config.run.device))
+        self.model = copy.deepcopy(self.eval_agent.model)
+        self.initial = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.optimizer_factory = functools.partial(make_optimizer, config=config.learn.a2c_config())
+        self.coordinator = start_lead(ctx, num_sources=num_workers, target=target(ctx), evaluator=None)
+
+    def server_args(self) -> dict[str, Any]:
+        server = self.ctx.config.server
+        return {"model": self.model, "optimizer_factory": self.optimizer_factory, "mode": "async",
+                "max_staleness": server.max_staleness, "staleness_policy": server.staleness_policy}
+
+    def run(self, grads: Any, *, shells: list[WorkerShell]) -> dict[str, Any]:
+        from envs import make_vector_env
+
+        config, coordinator = self.ctx.config, self.coordinator
+        evaluator = make_vector_env(env_fn(self.ctx), num_envs=config.run.eval_episodes, num_workers=0,
+                                    seed=config.run.seed + 7)
+        with StopSignals(coordinator.stop) as signals:
+            try:
+                while not coordinator.should_stop():
+                    for shell in shells:  # local workers report every rollout: evaluations fall on time
+                        shell.step()
+                        coordinator.report(shell.report())
+                    if not shells:
+                        time.sleep(0.01)
+                    self.tick(grads)
+                    if coordinator.eval_due():
+                        self.evaluate(grads, evaluator)
+            finally:
+                coordinator.stop("finished")
+                for shell in shells:
+                    coordinator.report(shell.report(final=True))
+                    shell.close()
+                evaluator.close()
+                coordinator.wait_for_sources(timeout=config.run.rpc_timeout)
+                self.tick(grads, force=True)
+                summary = self.summary(grads, interrupted=signals.received is not None)
+        return finish_lead(self.ctx, coordinator, summary)
+
+    def evaluate(self, grads: Any, evaluator: Any) -> None:
+        from algorithms.rollout import evaluate
+
+        state, version = grads.pull()
+        self.eval_agent.load_parameters(state)
+        steps = self.coordinator.env_steps
+        returns = evaluate(functools.partial(self.eval_agent.act, explore=False), evaluator,
+                           episodes=self.ctx.config.run.eval_episodes, seed=self.ctx.config.run.seed + 7 + steps)
+        self.coordinator.eval_result(EvalResult(env_steps=steps, version=version,
+                                                returns=[float(r) for r in returns]))
+
+    def tick(self, grads: Any, *, force: bool = False) -> None:
+        server = grads.metrics()
+        self.coordinator.tick(updates=int(server["steps"]), force=force, scalars={
+            "server/staleness_mean": server["mean_staleness"], "server/applied": server["applied"],
+            "server/dropped": server["dropped"]}, status={"staleness": round(server["mean_staleness"], 2)})
+
+    def summary(self, grads: Any, *, interrupted: bool) -> dict[str, Any]:
+        server = grads.metrics()
+        final, _ = grads.pull()
+        change = math.sqrt(sum(float((final[k].cpu() - v.cpu()).float().pow(2).sum())
+                               for k, v in self.initial.items()))
+        return self.coordinator.summary(
+            algorithm=type(self.eval_agent), updates=int(server["steps"]), run_dir=self.ctx.run_dir,
+            interrupted=interrupted, num_envs=self.ctx.config.env.num_envs,
+            applied=int(server["applied"]), dropped=int(server["dropped"]),
+            received=int(server["received"]), version=int(server["version"]),
+            mean_staleness=float(server["mean_staleness"]), param_change=change)
+
+
+def serial_main(ctx: JobContext) -> dict[str, Any]:
+    """Every worker in this process, in turn, against a local GradServer (no world,
+    no RPC, no spawned process)."""
+    import torch
+
+    from rlpar.servers import GradServer
+
+    torch.set_num_threads(1)
+    lead = Lead(ctx, num_workers=ctx.config.num_workers)
+    grads = GradServer(**lead.server_args())
+    return lead.run(grads, shells=[WorkerShell(ctx, grads, index=i) for i in range(ctx.config.num_workers)])
+
+
+JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
+          describe=describe, env_fn=job_env_fn)
+
+

@@ -1,0 +1,70 @@
+"""What the A3C roles build, the same in every rank and in serial mode: the env
+and the A2C agent (the user's network and subclass); and the job's
+resolve/check/describe hooks for the runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.runtime.cli import flag
+from experiments.runtime.envs import check_env, env_factory, env_spaces, target_return
+
+
+def job_env_fn(config: Any, parts: Any):
+    """The runtime's ``Job.env_fn``: made in the launching process, shipped to every rank."""
+    return env_factory(config.env.env_id, parts.env)
+
+
+def env_fn(ctx: Any):
+    return ctx.env_fn if ctx.env_fn is not None else job_env_fn(ctx.config, ctx.parts)
+
+
+def target(ctx: Any) -> float:
+    return target_return(ctx.config.run.target_return, env_fn(ctx))
+
+
+def build_agent(ctx: Any, *, device: Any):
+    """The A2C (or the user's subclass) on the user's network, else the default one."""
+    from algorithms.a2c import A2C
+
+    obs_space, act_space = env_spaces(env_fn(ctx))
+    model = None if ctx.parts.network is None else ctx.parts.network(obs_space, act_space)
+    return ctx.parts.algorithm_or(A2C)(observation_space=obs_space, action_space=act_space,
+                                       config=ctx.config.learn.a2c_config(), model=model, device=device)
+
+
+def resolve(config: Any, world_size: int | None) -> int:
+    """Fill ``--num-workers 0``; the number of ranks. One local worker that rank 0
+    runs anyway needs no world: it runs serially, in this process."""
+    from experiments.a3c import default_workers
+
+    if world_size is not None:
+        workers = world_size if config.server_acts else world_size - 1
+        if workers < 1:
+            raise ValueError("a world of 1 rank with --no-server-acts has no worker")
+        config.num_workers = workers
+        return world_size
+    config.num_workers = config.num_workers or default_workers()
+    if config.num_workers == 1 and config.server_acts:
+        config.run.serial = True
+    return config.num_workers + (0 if config.server_acts else 1)
+
+
+def check(config: Any, parts: Any) -> None:
+    from gymnasium import spaces
+
+    from algorithms.a2c import A2C
+
+    parts.check(algorithm=A2C)
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id,
+              actions=(spaces.Discrete, spaces.Box), job="A3C")
+    if config.run.serial and not config.server_acts:
+        raise ValueError(f"{flag('serial')} runs the workers in rank 0: drop --no-server-acts")
+
+
+def describe(summary: dict[str, Any]) -> list[str]:
+    return [
+        f"workers            {summary['num_sources']} x {summary['num_envs']} envs",
+        f"server             {summary['applied']:,} gradients applied, {summary['dropped']:,} dropped, "
+        f"mean staleness {summary['mean_staleness']:.2f}",
+    ]
