@@ -1,113 +1,129 @@
-"""experiments.apex: config validation, role rule, and a 3-process local run."""
+"""experiments.apex on the job runtime: roles, serial mode, local worlds, run directory."""
 
-import dataclasses
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+from jobs import apex_config, scalars
 
 from algorithms.dqn import DQN
-from experiments.apex import ApexRunConfig, format_summary, run
-from experiments.cli import parse_config
+from experiments.apex import ApexJobConfig, format_summary, main, run
 from experiments.roles.apex import role_of
-
-
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--num-actors", "1"], "--num-actors"),
-        (["--batch-size", "0"], "--batch-size must be >= 1"),
-        (["--lr", "-1"], "--lr must be > 0"),
-        (["--gamma", "1.5"], "--gamma must be in [0, 1]"),
-        (["--hidden", "64,x"], "--hidden"),
-        (["--env-id", "NoSuchEnv-v0"], "--env-id 'NoSuchEnv-v0' is not a registered"),
-        (["--env-id", "Pendulum-v1"], "Discrete"),
-        (["--replay-placement", "moon"], "invalid choice"),
-        (["--device", "tpu"], "--device"),
-        (["--batch-size", "512", "--replay-capacity", "100"], "exceeds --replay-capacity"),
-        (["--prefetch", "-2"], "--prefetch must be >= -1"),
-    ],
-)
-def test_invalid_values_exit_2_naming_the_flag(argv, message, capsys):
-    with pytest.raises(SystemExit) as exc:
-        parse_config(ApexRunConfig, argv)
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-def test_cli_rejects_before_any_process_starts():
-    out = subprocess.run([sys.executable, "-m", "experiments.apex", "--n-step", "0"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "--n-step must be >= 1" in out.stderr
-
-
-def test_help_lists_the_flags():
-    out = subprocess.run([sys.executable, "-m", "experiments.apex", "--help"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0
-    for flag in ("--env-id", "--num-actors", "--envs-per-actor", "--device", "--replay-capacity",
-                 "--replay-placement", "--batch-size", "--lr", "--n-step", "--target-update",
-                 "--seed", "--log-dir", "--max-seconds", "--max-env-steps"):
-        assert flag in out.stdout
-
-
-def test_prefetch_auto_depends_on_replay_placement():
-    assert ApexRunConfig().prefetch_depth() == 0  # replay in the learner: local sampling
-    assert ApexRunConfig(replay_placement="actors").prefetch_depth() == 2
-    assert ApexRunConfig(replay_placement="actors", prefetch=0).prefetch_depth() == 0
+from experiments.runtime import Parts
 
 
 def test_role_rule():
-    cfg = ApexRunConfig()
+    cfg = ApexJobConfig()
     assert [role_of(r, 4, cfg) for r in range(4)] == [
         ("learner", 0), ("actor", 0), ("actor", 1), ("actor", 2)]
-    cfg = ApexRunConfig(replay_placement="replay-ranks", replay_ranks=2)
+    cfg.replay.replay_placement, cfg.replay.replay_ranks = "replay-ranks", 2
     assert [role_of(r, 5, cfg) for r in range(5)] == [
         ("learner", 0), ("replay", 0), ("replay", 1), ("actor", 0), ("actor", 1)]
-    assert cfg.actors_for(5) == 2
+    with pytest.raises(ValueError, match="no actor"):
+        role_of(0, 3, cfg)
+
+
+def test_prefetch_auto_depends_on_replay_placement():
+    cfg = ApexJobConfig()
+    assert cfg.replay.prefetch_depth() == 0  # replay in the learner: local sampling
+    cfg.replay.replay_placement = "actors"
+    assert cfg.replay.prefetch_depth() == 2
+    cfg.replay.prefetch = 0
+    assert cfg.replay.prefetch_depth() == 0
+
+
+def test_help_lists_the_shared_flags():
+    out = subprocess.run([sys.executable, "-m", "experiments.apex", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for flag in ("--env-id", "--num-actors", "--num-envs", "--device", "--replay-capacity",
+                 "--replay-placement", "{learner,actors,replay-ranks}", "--batch-size", "--lr",
+                 "--n-step", "--seed", "--log-dir", "--max-seconds", "--max-env-steps", "--serial",
+                 "--config FILE"):
+        assert flag in out.stdout
+
+
+def test_serial_run_is_deterministic_for_a_seed():
+    summaries = [run(apex_config(serial=True, max_env_steps=2400, eval_every=800), quiet=True)
+                 for _ in range(2)]
+    keys = ("env_steps", "updates", "episodes", "train_return", "evals_returns", "replay_size")
+    for s in summaries:
+        s["evals_returns"] = [e[2] for e in s["evals"]]
+    assert [summaries[0][k] for k in keys] == [summaries[1][k] for k in keys]
+    assert summaries[0]["updates"] == (2400 - 200) // 4  # 0.25 updates per env step after learning starts
+    other = run(apex_config(serial=True, max_env_steps=2400, eval_every=800, seed=1), quiet=True)
+    assert other["train_return"] != summaries[0]["train_return"]
+
+
+def test_the_solving_evaluation_is_on_the_curve_and_the_run_directory_is_complete(tmp_path):
+    summary = run(apex_config(str(tmp_path), serial=True, target_return=30.0, max_env_steps=60_000,
+                              eval_every=1000, eval_episodes=5, learning_starts=500, batch_size=64,
+                              hidden="64"), quiet=True)
+    assert summary["solved"], summary
+    run_dir = summary["run_dir"]
+    assert os.path.basename(run_dir).startswith("apex-") and os.path.dirname(run_dir) == str(tmp_path)
+    assert sorted(f for f in os.listdir(run_dir) if not f.startswith("events")) == [
+        "config.json", "summary.json"]
+    saved = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert saved["solved"] and saved["env_steps_at_solve"] == summary["env_steps_at_solve"]
+    tags = scalars(run_dir)
+    evals = tags["eval/return"]
+    assert (summary["env_steps_at_solve"], pytest.approx(summary["eval_return"])) in [
+        (s, pytest.approx(v)) for s, v in evals]
+    for tag in ("charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/loss"):
+        assert tag in tags, sorted(tags)
+    assert not any(t.startswith("actors/env_steps_per_s/") for t in tags)  # aggregated, not per actor
+    assert "SOLVED" in format_summary(summary)
+
+
+def test_a_saved_config_reruns_with_overrides(tmp_path, capsys):
+    assert main(["--serial", "--max-env-steps", "600", "--num-envs", "3", "--log-dir", str(tmp_path),
+                 "--status-every", "0", "--eval-every", "100000"]) == 0
+    (first,) = os.listdir(tmp_path)
+    config_path = tmp_path / first / "config.json"
+    saved = json.load(open(config_path))
+    assert saved["num_actors"] >= 2  # resolved, not 0
+    assert main(["--config", str(config_path), "--max-env-steps", "300"]) == 0
+    second = [d for d in os.listdir(tmp_path) if d != first]
+    assert len(second) == 1  # its own directory
+    again = json.load(open(tmp_path / second[0] / "config.json"))
+    assert again["env"]["num_envs"] == 3 and again["run"]["max_env_steps"] == 300
+    assert "Ape-X DQN on CartPole-v1" in capsys.readouterr().out
+
+
+def test_two_runs_in_the_same_second_get_their_own_directories(tmp_path):
+    from experiments.runtime.rundir import RunDir
+
+    paths = {RunDir.create(str(tmp_path), "apex").path for _ in range(5)}
+    assert len(paths) == 5
 
 
 class SquaredLossDQN(DQN):
     """A user's idea, by overriding one hook: squared TD error instead of Huber.
-    It leaves a mark so the test can tell the learner process ran it."""
+    It leaves a mark per process so the test can tell which ranks ran it."""
 
     def compute_loss(self, batch, target):
         q = self.network(batch["obs"]).gather(-1, batch["action"].long().view(-1, 1)).squeeze(-1)
         td = target - q
         marker = os.environ.get("APEX_TEST_MARKER")
-        if marker and not os.path.exists(marker):
-            open(marker, "w").close()
+        if marker:
+            open(f"{marker}.{os.environ.get('RANK', 'serial')}", "w").close()
         return (batch["weights"] * td.pow(2)).mean(), td.detach(), q
 
 
-def small_config(tmp_path, **over):
-    fields = dict(
-        num_actors=2, envs_per_actor=2, learning_starts=200, batch_size=32, hidden="32",
-        eval_every=1500, eval_episodes=4, target_return=1e9, max_env_steps=3000,
-        max_seconds=90, log_dir=str(tmp_path / "tb"), status_every=0, updates_per_step=0.25,
-    )
-    fields.update(over)
-    return ApexRunConfig(**fields)
-
-
-# TensorPipe (torch 2.13) aborted a rank once in ~10 full-suite runs with std::bad_alloc
-# under heavy load; rerun once on that native abort only, never on a failed assertion.
-@pytest.mark.flaky(reruns=1, only_rerun=["killed by signal SIGABRT"])
 @pytest.mark.timeout(120)
 def test_three_process_run_with_a_user_subclass_flows_and_exits_cleanly(tmp_path, monkeypatch):
-    marker = tmp_path / "compute_loss_ran"
-    monkeypatch.setenv("APEX_TEST_MARKER", str(marker))
-    summary = run(small_config(tmp_path), quiet=True, dqn_class=SquaredLossDQN)
-    assert summary["algorithm"].endswith("SquaredLossDQN") and marker.exists()
+    monkeypatch.setenv("APEX_TEST_MARKER", str(tmp_path / "loss"))
+    summary = run(apex_config(str(tmp_path / "runs")), quiet=True, parts=Parts(algorithm=SquaredLossDQN))
+    assert summary["algorithm"].endswith("SquaredLossDQN") and (tmp_path / "loss.0").exists()
     assert summary["stop_reason"] == "env step budget"
     assert summary["env_steps"] >= 3000
     assert summary["updates"] >= 100  # ~0.25 updates per step after learning starts
     assert summary["evaluations"] >= 1
     assert summary["replay_size"] >= 2500  # transitions flowed from both actors
-    assert all(v >= 8 for v in summary["actor_versions"])  # both pulled newer parameters
     assert not summary["solved"]
-    assert (tmp_path / "tb").exists() and any((tmp_path / "tb").iterdir())
     assert "not solved" in format_summary(summary)
 
 
@@ -119,39 +135,29 @@ class BrokenActorDQN(DQN):
 
 
 @pytest.mark.timeout(120)
-def test_a_failing_actor_stops_the_job_with_its_traceback(tmp_path):
+def test_a_failing_actor_stops_the_job_with_its_traceback():
     from rlpar.errors import ChildError
 
     with pytest.raises(ChildError) as exc:
-        run(small_config(tmp_path, log_dir="none", max_seconds=60), quiet=True,
-            dqn_class=BrokenActorDQN)
+        run(apex_config(max_seconds=60.0), quiet=True, parts=Parts(algorithm=BrokenActorDQN))
     assert "actor failed on purpose" in str(exc.value)
 
 
-# TensorPipe (torch 2.13) aborted a rank once in ~10 full-suite runs with std::bad_alloc
-# under heavy load; rerun once on that native abort only, never on a failed assertion.
-@pytest.mark.flaky(reruns=1, only_rerun=["killed by signal SIGABRT"])
 @pytest.mark.timeout(120)
-def test_shards_on_actors(tmp_path):
-    summary = run(small_config(tmp_path, replay_placement="actors", max_env_steps=2000,
-                               eval_every=100_000, log_dir="none"), quiet=True)
+def test_shards_on_actors():
+    summary = run(apex_config(replay_placement="actors", max_env_steps=2000, eval_every=100_000),
+                  quiet=True)
     assert summary["stop_reason"] == "env step budget"
     assert summary["updates"] >= 50 and summary["replay_size"] >= 1500
-    assert all(v >= 8 for v in summary["actor_versions"])
-
-
-def test_config_round_trips_through_dataclass_replace():
-    cfg = dataclasses.replace(ApexRunConfig(), num_actors=3)
-    assert cfg.world_size() == 4
 
 
 def test_ale_ids_get_the_lean_atari_env_with_standard_preprocessing():
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     from envs.atari import AtariEnv
-    from experiments.roles.apex_parts import make_env_fn
+    from experiments.runtime.envs import env_factory
 
-    env = make_env_fn("ALE/Pong-v5")()
+    env = env_factory("ALE/Pong-v5")()
     try:
         assert isinstance(env, AtariEnv)
         assert env.observation_space.shape == (4, 84, 84)
@@ -162,20 +168,24 @@ def test_ale_ids_get_the_lean_atari_env_with_standard_preprocessing():
         env.close()
 
 
+def _layout(env_id, **over):
+    from experiments.roles.apex_parts import replay_layout
+    from experiments.runtime.job import JobContext
+
+    return replay_layout(JobContext(job="apex", config=apex_config(env_id=env_id, **over), parts=Parts(),
+                                    run_dir=None, started=0.0))
+
+
 def test_atari_replay_shares_frames_over_the_n_step_window():
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    from experiments.roles.apex_parts import replay_layout
     from rlpar.buffers import SharedFrames
 
-    pong = ApexRunConfig(env_id="ALE/Pong-v5")
-    assert replay_layout(pong) == {"shared_frames": SharedFrames(shift=3)}
-    assert replay_layout(dataclasses.replace(pong, n_step=1)) == {
-        "shared_frames": SharedFrames(shift=1)
-    }
-    assert replay_layout(dataclasses.replace(pong, n_step=4)) == {}  # no frame in common
-    assert replay_layout(dataclasses.replace(pong, share_frames=False)) == {}
-    assert replay_layout(ApexRunConfig(env_id="CartPole-v1")) == {}
+    assert _layout("ALE/Pong-v5") == {"shared_frames": SharedFrames(shift=3)}
+    assert _layout("ALE/Pong-v5", n_step=1) == {"shared_frames": SharedFrames(shift=1)}
+    assert _layout("ALE/Pong-v5", n_step=4) == {}  # no frame in common
+    assert _layout("ALE/Pong-v5", share_frames=False) == {}
+    assert _layout("CartPole-v1") == {}
 
 
 def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
@@ -191,13 +201,16 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
 
     from algorithms.apex import ApexActor, ApexConfig, ApexLearner
     from envs.atari import make_atari
-    from experiments.roles.apex_parts import _register_ale, build_dqn, replay_layout
+    from envs.registry import ensure_registered
+    from experiments.roles.apex_parts import build_dqn
+    from experiments.runtime.job import JobContext
     from rlpar.buffers import PrioritizedReplayBuffer
     from rlpar.servers import ModelStore
 
-    _register_ale()
-    config = ApexRunConfig(env_id="ALE/Pong-v5", n_step=3)
-    shared = PrioritizedReplayBuffer(capacity=400, seed=0, **replay_layout(config))
+    ensure_registered("ALE/Pong-v5")
+    ctx = JobContext(job="apex", config=apex_config(env_id="ALE/Pong-v5", n_step=3), parts=Parts(),
+                     run_dir=None, started=0.0)
+    shared = PrioritizedReplayBuffer(capacity=400, seed=0, **_layout("ALE/Pong-v5"))
     plain = PrioritizedReplayBuffer(capacity=400, seed=0)
 
     class Both:
@@ -210,11 +223,10 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
     try:
-        obs_space = env.single_observation_space
         store = ModelStore()
-        ApexLearner(dqn=build_dqn(config, obs_space, 6, device="cpu", seed=0), buffer=plain,
+        ApexLearner(dqn=build_dqn(ctx, device="cpu", seed=0), buffer=plain,
                     params=store, config=ApexConfig(batch_size=4, learning_starts=10_000))
-        actor = ApexActor(dqn=build_dqn(config, obs_space, 6, device="cpu", seed=1), env=env,
+        actor = ApexActor(dqn=build_dqn(ctx, device="cpu", seed=1), env=env,
                           buffer=Both(), params=store, index=0, num_actors=1,
                           config=ApexConfig(n_step=3, add_every=4, pull_every=1000), seed=0)
         actor.sync()

@@ -1,0 +1,106 @@
+"""experiments.runtime.cli: nested configs as flat flags, --config files, errors."""
+
+import dataclasses
+import json
+from typing import Literal
+
+import pytest
+
+from experiments.runtime.cli import (
+    build_parser,
+    field,
+    load_config,
+    parse_config,
+    save_config,
+    section,
+)
+
+
+@dataclasses.dataclass
+class Inner:
+    lr: float = field(1e-3, help="learning rate")
+    device: Literal["cpu", "cuda"] = field("cpu", help="device")
+    budget: float | None = field(None, help="budget", )
+    horizon: float = field(float("inf"), allow_inf=True, help="may be infinite")
+
+    def validate(self):
+        if not self.lr > 0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")
+
+
+@dataclasses.dataclass
+class Outer:
+    inner: Inner = section(lambda: Inner(lr=0.5))
+    num_actors: int = field(2, help="actors")
+    double_q: bool = field(True, help="double Q")
+
+
+def test_defaults_come_from_the_sections_factories_and_flags_override_them():
+    assert parse_config(Outer, []) == Outer()
+    assert parse_config(Outer, []).inner.lr == 0.5
+    cfg = parse_config(Outer, ["--num-actors", "3", "--lr", "0.25", "--no-double-q", "--budget", "none"])
+    assert (cfg.num_actors, cfg.inner.lr, cfg.double_q, cfg.inner.budget) == (3, 0.25, False, None)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-actors", "two"], "invalid int value"),
+    (["--device", "tpu"], "invalid choice"),
+    (["--lr", "nan"], "--lr must be a finite number"),
+    (["--lr", "inf"], "--lr must be a finite number"),
+    (["--lr", "-1"], "--lr must be > 0"),
+    (["--num-actor", "2"], "unrecognized arguments"),
+    (["--config", "/no/such/config.json"], "cannot read"),
+])
+def test_bad_values_exit_2_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(Outer, argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_infinity_where_the_field_allows_it():
+    assert parse_config(Outer, ["--horizon", "inf"]).inner.horizon == float("inf")
+
+
+def test_help_lists_every_flag_with_its_choices_and_default():
+    text = build_parser(Outer).format_help()
+    assert "--lr" in text and "learning rate (default: 0.5)" in text
+    assert "{cpu,cuda}" in text and "--no-double-q" in text and "--config FILE" in text
+
+
+def test_a_saved_config_reruns_and_flags_override_it(tmp_path):
+    path = tmp_path / "config.json"
+    save_config(parse_config(Outer, ["--num-actors", "7", "--lr", "0.125"]), str(path))
+    assert load_config(Outer, str(path)).num_actors == 7
+    cfg = parse_config(Outer, ["--config", str(path), "--num-actors", "4"])
+    assert (cfg.num_actors, cfg.inner.lr) == (4, 0.125)
+
+
+def test_a_config_file_with_an_unknown_field_is_refused(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"inner": {"lr": 1.0, "lrr": 2.0}}))
+    with pytest.raises(SystemExit):
+        parse_config(Outer, ["--config", str(path)])
+    assert "unknown field(s) ['lrr']" in capsys.readouterr().err
+
+
+def test_a_field_without_help_or_a_flag_in_two_sections_is_a_programming_error():
+    @dataclasses.dataclass
+    class NoHelp:
+        x: int = 1
+
+    with pytest.raises(TypeError, match="no help text"):
+        build_parser(NoHelp)
+
+    @dataclasses.dataclass
+    class Twice:
+        a: Inner = section(Inner)
+        b: Inner = section(Inner)
+
+    with pytest.raises(TypeError, match="appears in two sections"):
+        build_parser(Twice)
+
+
+def test_rejects_non_dataclass():
+    with pytest.raises(TypeError, match="not a dataclass"):
+        build_parser(int)
