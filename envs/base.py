@@ -105,6 +105,7 @@ class BatchVectorEnv(VectorEnv):
         self._reward = views["reward"]
         self._terminated = views["terminated"]
         self._truncated = views["truncated"]
+        self._progress = views["progress"]
 
     # -- argument checks -------------------------------------------------------------------
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:

@@ -15,15 +15,21 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from envs.base import BatchVectorEnv
+from envs.errors import EnvError
 from envs.runner import EnvFailure, EnvRunner, local_block
-from rlpar.errors import ChildError
 
 
 class InProcessVectorEnv(BatchVectorEnv):
     """Vector env over ``env_fns`` stepped sequentially in this process.
 
-    Errors raised by an env are re-raised as :class:`rlpar.errors.ChildError` naming the
-    env index (same as the subprocess version), chained to the original exception.
+    Errors raised by an env are re-raised as :class:`envs.errors.EnvError` (a
+    :class:`rlpar.errors.ChildError`) naming the env index (same as the subprocess
+    version), chained to the original exception; bad observations and rewards raise
+    :class:`envs.errors.EnvValueError` (``check_values`` as in SubprocVectorEnv).
+
+    There is no step timeout: a hung env here hangs the caller, and nothing short of
+    a signal could interrupt it (code stuck in C never returns to the interpreter).
+    Use a SubprocVectorEnv with ``step_timeout`` where envs may hang.
     """
 
     def __init__(
@@ -32,6 +38,7 @@ class InProcessVectorEnv(BatchVectorEnv):
         *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         copy: bool = True,
+        check_values: bool = True,
     ) -> None:
         fns = list(env_fns)
         envs = [fn() for fn in fns]
@@ -66,16 +73,14 @@ class InProcessVectorEnv(BatchVectorEnv):
             obs_space=self.single_observation_space,
             act_space=self.single_action_space,
             autoreset_mode=self.autoreset_mode,
+            check_values=check_values,
         )
+        self.check_values = bool(check_values)
         self._all = slice(0, self.num_envs)
         self._pending = False
 
-    def _failed(self, failure: EnvFailure, what: str) -> ChildError:
-        return ChildError(
-            f"env {failure.local_index} raised in {what}",
-            child_name=f"env {failure.local_index}",
-            child_traceback=failure.tb,
-        )
+    def _failed(self, failure: EnvFailure, what: str) -> EnvError:
+        return failure.to_error(lo=0, call=what, where="in-process", worker=None)
 
     def reset(
         self,

@@ -110,7 +110,8 @@ class BlockSpec:
 def vector_block(
     obs_space: spaces.Space, act_space: spaces.Space, num_envs: int
 ) -> tuple[BlockSpec, int, int]:
-    """Block holding a whole vector env's batch: obs leaves, reward, flags, action leaves."""
+    """Block holding a whole vector env's batch: obs leaves, reward, flags, action leaves,
+    and the per-group progress slots."""
     obs_leaves = leaves_of(obs_space, "observation space")
     act_leaves = leaves_of(act_space, "action space")
     arrays: list[tuple[str, tuple[int, ...], Any]] = []
@@ -124,5 +125,7 @@ def vector_block(
         ("reward", (num_envs,), np.float64),
         ("terminated", (num_envs,), np.bool_),
         ("truncated", (num_envs,), np.bool_),
+        # Which env a group is inside (envs.runner.EnvRunner): slot ``lo`` of each group.
+        ("progress", (num_envs,), np.int64),
     ]
     return BlockSpec(arrays), len(obs_leaves), len(act_leaves)

@@ -27,7 +27,9 @@ def make_vector_env(
     seed: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     restart_on_crash: bool = False,
-    step_in_parent: bool = True,
+    step_timeout: float | None = None,
+    step_in_parent: bool | None = None,
+    check_values: bool = True,
 ) -> BatchVectorEnv:
     """Build ``num_envs`` copies of an env.
 
@@ -36,6 +38,12 @@ def make_vector_env(
     :class:`InProcessVectorEnv`; otherwise a :class:`SubprocVectorEnv` with that many groups
     (None: one per CPU). ``seed`` seeds the action spaces (``seed + i``); the caller still
     seeds episodes with ``reset(seed=...)``.
+
+    ``step_timeout`` (seconds; None: no limit) turns a hung env into
+    :class:`envs.errors.EnvTimeout`; it needs worker processes (an env stepped in this
+    process cannot be interrupted), so it is refused with ``num_workers=0``.
+    ``check_values`` turns NaN/inf observations and rewards into
+    :class:`envs.errors.EnvValueError`. See :class:`SubprocVectorEnv` for both.
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -48,14 +56,23 @@ def make_vector_env(
     else:
         raise TypeError(f"env_id_or_fn must be an env id or a factory, got {env_id_or_fn!r}")
     if num_workers == 0:
-        venv: BatchVectorEnv = InProcessVectorEnv([fn] * num_envs, autoreset_mode=autoreset_mode)
+        if step_timeout is not None:
+            raise ValueError(
+                f"step_timeout={step_timeout!r} needs env worker processes: an env stepped "
+                "in this process (num_workers=0) cannot be interrupted; use num_workers >= 1"
+            )
+        venv: BatchVectorEnv = InProcessVectorEnv(
+            [fn] * num_envs, autoreset_mode=autoreset_mode, check_values=check_values
+        )
     else:
         venv = SubprocVectorEnv(
             [fn] * num_envs,
             num_workers=num_workers,
             autoreset_mode=autoreset_mode,
             restart_on_crash=restart_on_crash,
+            step_timeout=step_timeout,
             step_in_parent=step_in_parent,
+            check_values=check_values,
         )
     if seed is not None:
         venv.action_space.seed(seed)

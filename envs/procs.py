@@ -2,7 +2,9 @@
 
 Every wait polls the workers' pipes together with their process sentinels, so a
 worker that dies (os._exit, SIGKILL, segfault) is reported at once instead of
-leaving the parent blocked on a pipe that will never answer.
+leaving the parent blocked on a pipe that will never answer. A worker that is alive
+but stuck (an env hanging in step) is only noticed by a deadline (``step_timeout``);
+``stop_hung`` then collects its threads' stacks and kills it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from envs import worker as W
+from envs.runner import EnvFailure
 from envs.spin import Spinner
 from envs.wire import Channel, Fd, new_eventfd
 from rlpar.errors import ChildDied, ChildError
 
 START_TIMEOUT = 120.0  # building envs (e.g. loading Atari ROMs) in a fresh process
+DUMP_WAIT = 1.0  # how long a hung worker gets to write its stacks before it is killed
 
 
 def default_num_workers() -> int:
@@ -72,6 +76,23 @@ def _main_module_hidden() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
+def _read_dump(fd: int, sentinel: int) -> str:
+    """What a worker wrote to its dump memfd, once it stopped growing (faulthandler writes
+    in many small pieces), waiting at most DUMP_WAIT; stops early if the worker dies."""
+    deadline = time.monotonic() + DUMP_WAIT
+    size = -1
+    while time.monotonic() < deadline:
+        now = os.fstat(fd).st_size
+        if now and now == size:
+            break
+        size = now
+        if _readable(sentinel):  # died (e.g. the signal arrived before the handler)
+            break
+        time.sleep(0.02)
+    data = os.pread(fd, os.fstat(fd).st_size, 0)
+    return data.decode(errors="replace")
+
+
 def _readable(fd: int) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
@@ -100,6 +121,7 @@ class WorkerProcs:
         self.conns: list[Any] = [None] * len(groups)
         self.chans: list[Channel] = [None] * len(groups)  # type: ignore[list-item]
         self.efds: list[tuple[int, int] | None] = [None] * len(groups)
+        self.dumps: list[int | None] = [None] * len(groups)  # memfds for stack dumps
         self._pollers: dict[frozenset[int], select.poll] = {}
         self._fd_owner: dict[int, int] = {}
 
@@ -107,9 +129,18 @@ class WorkerProcs:
         parent_end, child_end = self.ctx.Pipe(duplex=True)
         # Wake-ups travel on eventfds, not on the socket: see envs.wire for why.
         to_worker, to_parent = new_eventfd(), new_eventfd()
+        # An anonymous in-memory file: nothing on disk to clean up if either side dies.
+        dump = os.memfd_create(f"rlpar-env-worker-{w}-stacks", os.MFD_CLOEXEC)
         proc = self.ctx.Process(
             target=W.worker_main,
-            args=(self.payload_for(w), self.buffer, child_end, Fd(to_worker), Fd(to_parent)),
+            args=(
+                self.payload_for(w),
+                self.buffer,
+                child_end,
+                Fd(to_worker),
+                Fd(to_parent),
+                Fd(dump),
+            ),
             name=f"rlpar-env-worker-{w}",
             daemon=True,
         )
@@ -117,12 +148,13 @@ class WorkerProcs:
             with _main_module_hidden():
                 proc.start()
         except BaseException:
-            os.close(to_worker)
-            os.close(to_parent)
+            for fd in (to_worker, to_parent, dump):
+                os.close(fd)
             raise
         child_end.close()  # so the parent sees EOF when the worker dies
         self.procs[w], self.conns[w] = proc, parent_end
         self.efds[w] = (to_worker, to_parent)
+        self.dumps[w] = dump
         self.chans[w] = Channel(parent_end.fileno(), send_efd=to_worker, recv_efd=to_parent)
         self._fd_owner[to_parent] = w
         self._fd_owner[proc.sentinel] = w
@@ -137,6 +169,9 @@ class WorkerProcs:
             for fd in self.efds[w]:
                 os.close(fd)
             self.efds[w] = None
+        if self.dumps[w] is not None:
+            os.close(self.dumps[w])
+            self.dumps[w] = None
 
     def replace(self, w: int) -> float:
         """Start a fresh worker ``w`` in place of a dead one; returns its start deadline."""
@@ -165,18 +200,30 @@ class WorkerProcs:
         if op == W.PAYLOAD:
             return pickle.loads(msg[1:])
         if op == W.ENV_ERROR:
-            j, tb = pickle.loads(msg[1:])
-            index = self.groups[w][0] + j
-            raise ChildError(
-                f"env {index} raised in {what} ({self.name(w)})",
-                child_name=f"env {index}",
-                child_traceback=tb,
-            )
+            failure = EnvFailure.from_fields(pickle.loads(msg[1:]))
+            raise failure.to_error(lo=self.groups[w][0], call=what, where=self.name(w), worker=w)
         raise ChildError(
             f"{self.name(w)} failed in {what}",
             child_name=self.name(w),
             child_traceback=pickle.loads(msg[1:]),
         )
+
+    def stop_hung(self, w: int) -> tuple[int | None, str]:
+        """Kill worker ``w``, which stopped answering; returns its pid and the stacks of its
+        threads at that moment (empty if it wrote none within DUMP_WAIT)."""
+        proc, dump = self.procs[w], self.dumps[w]
+        pid = proc.pid
+        stacks = ""
+        if proc.is_alive() and dump is not None:
+            try:
+                os.kill(pid, W.DUMP_SIGNAL)
+            except ProcessLookupError:
+                pass
+            else:
+                stacks = _read_dump(dump, proc.sentinel)
+        proc.kill()
+        proc.join(timeout=5.0)
+        return pid, stacks
 
     def send(self, w: int, data: bytes) -> None:
         try:

@@ -13,7 +13,10 @@ process's wake-up costs more than stepping a few CartPoles.
 Failure handling: every wait watches the workers' process sentinels, so a worker
 killed by a signal or ``os._exit`` is noticed at once (never a hang) and becomes
 :class:`rlpar.errors.ChildDied`, or, with ``restart_on_crash=True``, a restarted worker
-whose envs were reset and are flagged in ``infos['env_restarted']``.
+whose envs were reset and are flagged in ``infos['env_restarted']``. A worker that
+hangs is noticed after ``step_timeout`` and becomes :class:`envs.errors.EnvTimeout`
+(or a restart); an env that raises or returns a bad value becomes
+:class:`envs.errors.EnvError` / :class:`envs.errors.EnvValueError`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from gymnasium.vector import AutoresetMode
 
 from envs import worker as W
 from envs.base import BatchVectorEnv
+from envs.errors import EnvTimeout
 from envs.procs import START_TIMEOUT, WorkerProcs, default_num_workers, split_envs
 from envs.runner import EnvFailure, EnvRunner
 from envs.spin import auto_spin_us
@@ -38,11 +42,12 @@ from rlpar.errors import ChildError
 
 
 class _Pending:
-    """One outstanding step_async call."""
+    """One outstanding step_async call; ``deadline``: when its workers count as hung."""
 
-    def __init__(self, workers: list[int], rows: list[slice]) -> None:
+    def __init__(self, workers: list[int], rows: list[slice], deadline: float | None) -> None:
         self.workers = workers
         self.rows = rows
+        self.deadline = deadline
         self.waiting = set(workers)
         self.records: dict[int, list] = {}
         self.error: ChildError | None = None
@@ -64,13 +69,25 @@ class SubprocVectorEnv(BatchVectorEnv):
             and the worker's share changed nothing beyond noise.
         autoreset_mode: NEXT_STEP (default) or SAME_STEP, as in gymnasium 1.x.
         restart_on_crash: restart a dead worker (its envs reset, entries flagged in
-            ``infos['env_restarted']`` and reported as truncated) instead of raising.
+            ``infos['env_restarted']`` and reported as truncated) instead of raising;
+            a worker killed for overrunning ``step_timeout`` is restarted the same way.
+            An env that raises or returns a bad value still raises (its code is at
+            fault, not its process; a restart would hide the bug).
+        step_timeout: seconds a worker may take for one ``step`` (counted from
+            ``step_async``) or ``reset`` of its envs before it counts as hung: it is
+            killed (after its threads' stacks are collected) and the call raises
+            :class:`envs.errors.EnvTimeout` naming the env it was inside, the worker, its
+            pid and the call; the vector env is then unusable (close it) unless
+            ``restart_on_crash``. None (default): wait forever. Applies to worker
+            processes only, so it implies ``step_in_parent=False``: an env stepped in
+            this process cannot be interrupted. ``call``/``get_attr``/``set_attr``
+            are not timed (a user method may legitimately take long).
         step_in_parent: let this process step group 0 during ``step_wait`` (fastest
             for synchronous use; set False to keep every env out of the parent, e.g.
             for crash isolation or to overlap inference with stepping). Envs stepped by
             the parent raise errors like the others but cannot be restarted after a
-            hard crash (it would take the parent down). Ignored when there is only
-            one group.
+            hard crash (it would take the parent down) nor timed out. None (default):
+            True unless ``step_timeout`` is set. Ignored when there is only one group.
         copy: return copies of the observations (False: views valid until next step).
         context: multiprocessing start method ("forkserver" by default: fast starts
             without inheriting the parent's threads or its imported torch).
@@ -79,6 +96,10 @@ class SubprocVectorEnv(BatchVectorEnv):
             None (default): ``envs.spin.DEFAULT_SPIN_US`` when every stepping process
             has a core of its own, else 0. See ``envs.spin`` for why spinning is what
             makes cheap envs (CartPole) faster than stepping them in one process.
+        check_values: raise :class:`envs.errors.EnvValueError` when an env returns a
+            NaN or infinite float observation or reward (one reduction per array and
+            step; see ``envs.runner.EnvRunner``). Observation shapes and dtypes are
+            checked either way.
     """
 
     def __init__(
@@ -88,10 +109,12 @@ class SubprocVectorEnv(BatchVectorEnv):
         num_workers: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         restart_on_crash: bool = False,
-        step_in_parent: bool = True,
+        step_timeout: float | None = None,
+        step_in_parent: bool | None = None,
         copy: bool = True,
         context: str = "forkserver",
         spin_us: float | None = None,
+        check_values: bool = True,
     ) -> None:
         self.closed = True  # until fully built, close()/__del__ have nothing to do
         fns = list(env_fns)
@@ -102,6 +125,21 @@ class SubprocVectorEnv(BatchVectorEnv):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
         num_groups = min(num_workers, len(fns))
+        if step_timeout is not None:
+            if not isinstance(step_timeout, (int, float)) or not 0 < step_timeout < float("inf"):
+                raise ValueError(
+                    f"step_timeout must be a positive number of seconds or None, "
+                    f"got {step_timeout!r}"
+                )
+            if step_in_parent:
+                raise ValueError(
+                    "step_timeout cannot apply to envs stepped in this process: use "
+                    "step_in_parent=False (the default when step_timeout is set)"
+                )
+        if step_in_parent is None:
+            step_in_parent = step_timeout is None
+        self.step_timeout = None if step_timeout is None else float(step_timeout)
+        self.check_values = bool(check_values)
         self.restart_on_crash = restart_on_crash
         self.crash_count = 0
         self.last_crash: str | None = None
@@ -178,6 +216,7 @@ class SubprocVectorEnv(BatchVectorEnv):
             obs_space=self.single_observation_space,
             act_space=self.single_action_space,
             autoreset_mode=self.autoreset_mode,
+            check_values=self.check_values,
         )
 
     def _remote_workers(self) -> list[int]:
@@ -196,14 +235,17 @@ class SubprocVectorEnv(BatchVectorEnv):
                 self.single_action_space,
                 self.autoreset_mode,
                 self.spin_us,
+                self.check_values,
             )
         )
 
-    def _restart(self, w: int, *, reset: bool = True) -> None:
-        """Replace dead worker ``w``; with ``reset``, reset its envs (flagged as truncated)."""
+    def _restart(self, w: int, *, reset: bool = True, cause: str | None = None) -> None:
+        """Replace dead worker ``w`` (``cause``: why it was killed, if it was); with
+        ``reset``, reset its envs (flagged as truncated)."""
         self.crash_count += 1
         self.worker_crashes[w] += 1
-        self.last_crash = str(self._workers.died(w))  # also reaps the dead process
+        # died() also reaps the dead process.
+        self.last_crash = cause if cause is not None else str(self._workers.died(w))
         try:
             deadline = self._workers.replace(w)
             if reset:
@@ -214,6 +256,37 @@ class SubprocVectorEnv(BatchVectorEnv):
         except BaseException as exc:
             self._broken = f"restarting {self._workers.name(w)} failed: {exc}"
             raise
+
+    def _timed_out(self, w: int, call: str) -> EnvTimeout:
+        """Kill hung worker ``w`` and describe it: the env it was inside (its group's
+        progress slot, see EnvRunner), the worker, its pid, and where its threads were."""
+        lo, hi = self.groups[w]
+        inside = int(self._progress[lo])  # read before the kill: the worker owns the slot
+        pid, stacks = self._workers.stop_hung(w)
+        if inside:
+            index = lo + abs(inside) - 1
+            what = f"env {index} did not return from {'step' if inside > 0 else 'reset'}"
+            if inside < 0 and call == "step":
+                what += " (its autoreset)"
+            indices: tuple[int, ...] = (index,)
+        else:
+            index = None
+            what = f"envs {lo}..{hi - 1} did not finish {call} (outside any env call)"
+            indices = tuple(range(lo, hi))
+        return EnvTimeout(
+            f"{what} within step_timeout={self.step_timeout:g} s "
+            f"({self._workers.name(w)}, pid {pid}); the worker was killed",
+            env_index=index,
+            env_indices=indices,
+            worker=w,
+            pid=pid,
+            call=call,
+            timeout=self.step_timeout,
+            child_traceback=stacks,
+        )
+
+    def _deadline(self) -> float | None:
+        return None if self.step_timeout is None else time.monotonic() + self.step_timeout
 
     # -- checks --------------------------------------------------------------------------
     def _check_usable(self) -> None:
@@ -254,7 +327,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         for w in ws:
             if w != self._local:
                 self._workers.send(w, W.STEP)
-        pending = _Pending(ws, rows)
+        pending = _Pending(ws, rows, self._deadline())
         self._pending.append(pending)
         self._busy.update(ws)
 
@@ -272,14 +345,29 @@ class SubprocVectorEnv(BatchVectorEnv):
             try:
                 p.records[self._local] = self._runner.step()
             except EnvFailure as failure:
-                index = self.groups[self._local][0] + failure.local_index
-                p.error = ChildError(
-                    f"env {index} raised in step (parent's share)",
-                    child_name=f"env {index}",
-                    child_traceback=failure.tb,
-                )
+                p.error = self._local_error(failure, "step")
+        hung = p.deadline
+        until = hung if deadline is None else (deadline if hung is None else min(deadline, hung))
         while p.waiting:
-            for w, msg in self._workers.recv_any(p.waiting, deadline):
+            try:
+                replies = self._workers.recv_any(p.waiting, until)
+            except TimeoutError:
+                now = time.monotonic()
+                if hung is not None and now >= hung:
+                    for w in sorted(p.waiting):
+                        error = self._timed_out(w, "step")
+                        if self.restart_on_crash:
+                            self._restart(w, cause=str(error))
+                            p.restarted.append(w)
+                        else:
+                            p.error = p.error or error
+                            self._broken = error.args[0]
+                    p.waiting.clear()
+                    break
+                if deadline is not None and now >= deadline:
+                    raise  # the caller's own timeout: the step stays pending
+                continue
+            for w, msg in replies:
                 p.waiting.discard(w)
                 if msg is None:
                     if not self.restart_on_crash:
@@ -322,6 +410,11 @@ class SubprocVectorEnv(BatchVectorEnv):
         self.step_async(actions)
         return self.step_wait()
 
+    def _local_error(self, failure: EnvFailure, call: str) -> ChildError:
+        return failure.to_error(
+            lo=self.groups[self._local][0], call=call, where="parent's share", worker=None
+        )
+
     # -- commands to every group -----------------------------------------------------------
     def _broadcast(
         self, what: str, op: bytes, per_worker: Callable[[int], Any], local: Callable[[int], Any]
@@ -337,16 +430,28 @@ class SubprocVectorEnv(BatchVectorEnv):
             try:
                 results[self._local] = local(self._local)
             except EnvFailure as failure:
-                index = self.groups[self._local][0] + failure.local_index
-                error = ChildError(
-                    f"env {index} raised in {what} (parent's share)",
-                    child_name=f"env {index}",
-                    child_traceback=failure.tb,
-                )
+                error = self._local_error(failure, what)
         waiting = set(remote)
         retried: set[int] = set()
+        timed = op == W.RESET
+        deadline = self._deadline() if timed else None
         while waiting:
-            for w, msg in self._workers.recv_any(waiting, None):
+            try:
+                replies = self._workers.recv_any(waiting, deadline)
+            except TimeoutError:
+                for w in sorted(waiting):
+                    hung = self._timed_out(w, what)
+                    if self.restart_on_crash and w not in retried:
+                        self._restart(w, reset=False, cause=str(hung))
+                        retried.add(w)
+                        self._workers.send(w, op + pickle.dumps(per_worker(w), protocol=5))
+                        continue
+                    waiting.discard(w)
+                    self._broken = hung.args[0]
+                    error = error or hung
+                deadline = self._deadline()
+                continue
+            for w, msg in replies:
                 waiting.discard(w)
                 if msg is None:
                     died = self._workers.died(w)

@@ -178,3 +178,84 @@ class DictCountingEnv(CountingEnv):
 
     def _obs(self) -> dict[str, Any]:
         return {"count": np.array([self.count], dtype=np.float32), "parity": self.count % 2}
+
+
+FAULTS = (
+    "hang",
+    "nan_reward",
+    "inf_reward",
+    "nan_obs",
+    "inf_obs",
+    "short_obs",  # shape (1,) for the (4,) space
+    "scalar_obs",  # a Python float for the (4,) space
+    "int_obs_as_float",  # only with int_obs=True: float values for an int64 space
+)
+
+
+class FaultyEnv(gym.Env):
+    """Observation = the step count since reset, four times (Box(4,), float32; int64 with
+    ``int_obs``); reward 1.0. From step ``fault_at`` of an episode on (``fault_in="step"``)
+    or on reset number ``fault_at`` (``fault_in="reset"``, counting from 1) it shows
+    ``fault``: hangs ``hang_s`` seconds, or returns the named bad value."""
+
+    def __init__(
+        self,
+        *,
+        fault: str | None = None,
+        fault_at: int = 1,
+        fault_in: str = "step",
+        hang_s: float = 3600.0,
+        int_obs: bool = False,
+        episode_length: int = 100,
+    ) -> None:
+        if fault is not None and fault not in FAULTS:
+            raise ValueError(f"fault must be None or one of {FAULTS}, got {fault!r}")
+        if fault_in not in ("step", "reset"):
+            raise ValueError(f"fault_in must be 'step' or 'reset', got {fault_in!r}")
+        if fault in ("nan_reward", "inf_reward") and fault_in == "reset":
+            raise ValueError("a reset returns no reward: use fault_in='step'")
+        self.fault = fault
+        self.fault_at = fault_at
+        self.fault_in = fault_in
+        self.hang_s = hang_s
+        self.episode_length = episode_length
+        self.dtype = np.int64 if int_obs else np.float32
+        high = 2**62 if int_obs else np.inf
+        self.observation_space = spaces.Box(-high, high, shape=(4,), dtype=self.dtype)
+        self.action_space = spaces.Discrete(2)
+        self.count = 0
+        self.resets = 0
+
+    def _obs(self, faulty: bool) -> Any:
+        fault = self.fault if faulty else None
+        if fault == "hang":
+            time.sleep(self.hang_s)
+        if fault == "short_obs":
+            return np.array([self.count], dtype=self.dtype)
+        if fault == "scalar_obs":
+            return float(self.count)
+        if fault == "int_obs_as_float":
+            return np.full(4, self.count + 0.5)
+        obs = np.full(4, self.count, dtype=self.dtype)
+        if fault in ("nan_obs", "inf_obs"):
+            obs[2] = np.nan if fault == "nan_obs" else np.inf
+        return obs
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.resets += 1
+        self.count = 0
+        return self._obs(self.fault_in == "reset" and self.resets >= self.fault_at), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.count += 1
+        faulty = self.fault_in == "step" and self.count >= self.fault_at
+        obs = self._obs(faulty)
+        reward = 1.0
+        if faulty and self.fault == "nan_reward":
+            reward = float("nan")
+        elif faulty and self.fault == "inf_reward":
+            reward = float("-inf")
+        return obs, reward, self.count >= self.episode_length, False, {}

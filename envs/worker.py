@@ -9,12 +9,13 @@ parent -> worker  b"s" step | b"r"+pickle(seeds, options, mask, restarted) reset
                   b"c"+pickle(name, args, kwargs) call | b"g"+pickle(name) get_attr
                   b"a"+pickle(name, values) set_attr | b"x" close
 worker -> parent  b"k" done, nothing to report | b"o"+pickle(payload) done with payload
-                  b"e"+pickle(local_index, traceback) an env raised
+                  b"e"+pickle(EnvFailure.fields()) an env raised or returned a bad value
                   b"E"+pickle(traceback) the worker itself failed (e.g. building envs)
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import select
@@ -36,6 +37,7 @@ CALL = b"c"
 GET = b"g"
 SET = b"a"
 CLOSE = b"x"
+DUMP_SIGNAL = signal.SIGUSR1
 
 
 def _limit_threads() -> None:
@@ -47,21 +49,28 @@ def _limit_threads() -> None:
         torch.set_num_threads(1)
 
 
-def worker_main(payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent: Fd) -> None:
+def worker_main(
+    payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent: Fd, dump: Fd
+) -> None:
     """Entry point of one worker process. ``payload`` is the cloudpickled
     (env_fns, lo, block_spec, num_obs, num_act, obs_space, act_space, autoreset_mode,
-    spin_us); ``conn`` carries the messages, the eventfds their wake-ups (envs.wire)."""
+    spin_us, check_values); ``conn`` carries the messages, the eventfds their wake-ups
+    (envs.wire); on DUMP_SIGNAL the worker writes its threads' stacks to ``dump``."""
     channel = Channel(conn.fileno(), send_efd=to_parent.fd, recv_efd=to_worker.fd)
     # The parent owns shutdown; a Ctrl-C in the terminal must not kill workers mid-step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Before the parent kills a worker that overran step_timeout it asks for the stacks:
+    # faulthandler writes them from its C signal handler, so even an env stuck in C code
+    # (no Python bytecode running, GIL held or not) says where it is.
+    faulthandler.register(DUMP_SIGNAL, file=dump.fd, all_threads=True)
     _limit_threads()
     try:
         import cloudpickle
 
         from envs.runner import EnvFailure, EnvRunner
 
-        fns, lo, spec, num_obs, num_act, obs_space, act_space, mode, spin_us = cloudpickle.loads(
-            payload
+        (fns, lo, spec, num_obs, num_act, obs_space, act_space, mode, spin_us, check_values) = (
+            cloudpickle.loads(payload)
         )
         envs = [fn() for fn in fns]
         _limit_threads()  # an env factory may have imported torch
@@ -75,6 +84,7 @@ def worker_main(payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent
             obs_space=obs_space,
             act_space=act_space,
             autoreset_mode=mode,
+            check_values=check_values,
         )
     except BaseException:
         channel.send(WORKER_ERROR + pickle.dumps(traceback.format_exc()))
@@ -120,7 +130,7 @@ def worker_main(payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent
         except (BrokenPipeError, ConnectionResetError):
             break  # the parent is gone mid-command: nobody to report to
         except EnvFailure as failure:
-            if not _try_send(send, ENV_ERROR + pickle.dumps((failure.local_index, failure.tb))):
+            if not _try_send(send, ENV_ERROR + pickle.dumps(failure.fields())):
                 break
         except Exception:
             if not _try_send(send, WORKER_ERROR + pickle.dumps(traceback.format_exc())):
