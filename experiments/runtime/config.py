@@ -47,7 +47,12 @@ class RunConfig:
         if self.status_every < 0:
             raise ValueError(f"{flag('status_every')} must be >= 0, got {self.status_every}")
         check_device(self.device)
-        check_listen_address(self.resolved_listen_address())
+        try:
+            check_listen_address(self.resolved_listen_address())
+        except ValueError as exc:
+            if self.listen_address or not os.environ.get(LISTEN_ENV):
+                raise
+            raise ValueError(f"{exc} (taken from ${LISTEN_ENV})") from None
 
     def resolved_listen_address(self) -> str:
         return self.listen_address or os.environ.get(LISTEN_ENV, "") or "127.0.0.1"

@@ -204,7 +204,8 @@ class Coordinator:
                              "ups": round(self._updates_rate.rate()), "return100": recent})
         self._status.update(status or {})
         self._status["eval"] = self._last_eval
-        self._progress.update(self._status, force=force and math.isfinite(self._progress.every))
+        if math.isfinite(self._progress.every):  # --status-every 0 (or quiet): no line at all
+            self._progress.update(self._status, force=force)
         return True
 
     def _log_agents(self, window: list[Any], step: int) -> None:

@@ -2,8 +2,9 @@
 
 import gymnasium as gym
 import pytest
+from jobs import a3c_config
 
-from experiments.a3c import A3CRunConfig, run
+from experiments.a3c import run
 from rlpar.errors import ChildError
 
 ENV_ID = "A3CCrashingCartPole-v0"
@@ -29,9 +30,8 @@ if ENV_ID not in gym.registry:
 
 @pytest.mark.timeout(150)
 def test_a_crashing_worker_env_fails_the_run_with_its_traceback():
-    # "module:id" makes each rank import this module, which registers the env there too.
-    config = A3CRunConfig(env_id=f"{__name__}:{ENV_ID}", num_workers=2, envs_per_worker=2,
-                          n_steps=4, log_dir=None, max_seconds=60.0, rpc_timeout=20.0)
+    config = a3c_config(env_id=ENV_ID, num_workers=2, max_seconds=60.0, rpc_timeout=20.0,
+                        max_env_steps=100_000)
     with pytest.raises(ChildError) as exc:
         run(config, quiet=True)
     assert "CrashingCartPole fails on purpose" in str(exc.value)

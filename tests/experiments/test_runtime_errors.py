@@ -1,0 +1,76 @@
+"""Bad input to any job is a one-line error naming the flag, exit 2, before any
+process starts."""
+
+import pytest
+
+from experiments import a3c, apex
+
+
+@pytest.mark.parametrize("main", [apex.main, a3c.main], ids=["apex", "a3c"])
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "cuda"], "--device cuda: this machine has no CUDA device"),
+    (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
+    (["--env-id", "NoSuchEnv-v0"], "--env-id 'NoSuchEnv-v0'"),
+    (["--env-id", "no_such_module_xyz:Foo-v0"], "no_such_module_xyz"),
+    (["--target-return", "nan"], "--target-return must be a finite number"),
+    (["--max-seconds", "nan"], "--max-seconds must be a finite number"),
+    (["--listen-address", "10.254.253.252"], "--listen-address '10.254.253.252' is not an address of this machine"),
+    (["--listen-address", "not-an-address"], "--listen-address 'not-an-address' is not an IPv4 address"),
+    (["--num-envs", "0"], "--num-envs must be >= 1"),
+    (["--eval-episodes", "0"], "--eval-episodes must be >= 1"),
+])
+def test_bad_input_exits_2_naming_the_flag(main, argv, message, capsys, monkeypatch):
+    monkeypatch.setattr("experiments.runtime.rundir.RunDir.create", _no_run_dir)
+    if "--device" in argv:
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _exit_code(main, argv) == 2
+    err = capsys.readouterr().err
+    assert message in err.strip().splitlines()[-1], err  # the error is one line
+
+
+def _no_run_dir(*args, **kwargs):
+    raise AssertionError("a run directory was created for a bad config")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--priority-alpha", "nan"], "--priority-alpha must be a finite number"),
+    (["--env-id", "Pendulum-v1"], "DQN needs Discrete"),
+    (["--batch-size", "512", "--replay-capacity", "100"], "exceeds --replay-capacity"),
+    (["--serial", "--replay-placement", "actors"], "--serial"),
+])
+def test_apex_specific_errors(argv, message, capsys):
+    code = _exit_code(apex.main, argv)
+    assert code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env-id", "CarRacing-v3"], "--env-id 'CarRacing-v3'"),  # needs box2d: not installed
+    (["--optimizer", "sgd"], "invalid choice"),
+    (["--max-staleness", "-1"], "--max-staleness must be >= 0"),
+])
+def test_a3c_specific_errors(argv, message, capsys):
+    code = _exit_code(a3c.main, argv)
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def _exit_code(main, argv):
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_the_listen_address_comes_from_the_environment(monkeypatch, capsys):
+    from experiments.apex import ApexJobConfig
+
+    monkeypatch.setenv("RLPAR_LISTEN_ADDRESS", "127.0.0.1")
+    assert ApexJobConfig().run.resolved_listen_address() == "127.0.0.1"
+    monkeypatch.setenv("RLPAR_LISTEN_ADDRESS", "10.254.253.252")
+    assert _exit_code(apex.main, ["--max-env-steps", "10"]) == 2
+    assert "taken from $RLPAR_LISTEN_ADDRESS" in capsys.readouterr().err
+    # The flag wins over the environment.
+    config = ApexJobConfig()
+    config.run.listen_address = "127.0.0.1"
+    assert config.run.resolved_listen_address() == "127.0.0.1"

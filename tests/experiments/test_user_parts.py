@@ -1,0 +1,142 @@
+"""The user's own parts in every job and every rank: env by ``module:EnvId`` or
+registered in this process, Dict observations, a network factory, algorithm
+subclasses (their code provably ran in each rank), a ``target`` override that
+reaches the actors' initial priorities."""
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from jobs import a3c_config, apex_config
+from torch import nn
+
+from algorithms.a2c import A2C
+from algorithms.dqn import DQN
+from envs.testing import CountingEnv, DictCountingEnv
+from experiments import a3c, apex
+from experiments.runtime import Parts
+
+IN_TEST_ID = "RlparInTestCounting-v0"  # registered only in this (the launching) process
+if IN_TEST_ID not in gym.registry:
+    gym.register(IN_TEST_ID, entry_point=CountingEnv, kwargs={"episode_length": 15})
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id", ["user_envs:UserCountingEnv-v0", IN_TEST_ID])
+def test_user_envs_reach_every_apex_rank(env_id):
+    summary = run_apex(env_id)
+    assert summary["env_id"] == env_id and summary["env_steps"] >= 2000 and summary["episodes"] > 50
+
+
+def run_apex(env_id):
+    return apex.run(apex_config(env_id=env_id, max_env_steps=2000, eval_every=1000), quiet=True)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id", ["user_envs:UserCountingEnv-v0", IN_TEST_ID])
+def test_user_envs_reach_every_a3c_rank(env_id):
+    summary = a3c.run(a3c_config(env_id=env_id, num_workers=2, max_env_steps=1200), quiet=True)
+    assert summary["env_steps"] >= 1200 and summary["num_sources"] == 2 and summary["episodes"] > 20
+
+
+def test_dict_observations_are_flattened_for_apex():
+    summary = apex.run(apex_config(serial=True, max_env_steps=1200, eval_every=600),
+                       parts=Parts(env=lambda: DictCountingEnv(episode_length=10)), quiet=True)
+    assert summary["updates"] > 0 and summary["evaluations"] >= 1
+
+
+class TinyQ(nn.Module):
+    built = 0
+
+    def __init__(self, obs_dim, n_actions):
+        super().__init__()
+        TinyQ.built += 1
+        self.layer = nn.Linear(obs_dim, n_actions)
+
+    def forward(self, obs):
+        return self.layer(obs.float())
+
+
+class TinyActorCritic(nn.Module):
+    def __init__(self, obs_dim, n_actions):
+        super().__init__()
+        self.policy, self.value = nn.Linear(obs_dim, n_actions), nn.Linear(obs_dim, 1)
+
+    def forward(self, obs):
+        obs = obs.float()
+        return self.policy(obs), self.value(obs).squeeze(-1)
+
+
+def test_a_network_factory_is_used_by_apex_and_a3c():
+    TinyQ.built = 0
+    summary = apex.run(apex_config(serial=True, max_env_steps=800, eval_every=10_000),
+                       parts=Parts(network=lambda o, a: TinyQ(o.shape[0], a.n)), quiet=True)
+    assert TinyQ.built == 3 and summary["updates"] > 0  # the learner's and two actors' networks
+    summary = a3c.run(a3c_config(max_env_steps=400),
+                      parts=Parts(network=lambda o, a: TinyActorCritic(o.shape[0], a.n)), quiet=True)
+    assert summary["updates"] > 0 and summary["param_change"] > 0
+
+
+class MarkedA2C(A2C):
+    """Leaves one file per rank that computed a gradient with it."""
+
+    def compute_loss(self, data):
+        marker = os.environ["A2C_TEST_MARKER"]
+        open(f"{marker}.{os.environ.get('RANK', 'serial')}", "w").close()
+        return super().compute_loss(data)
+
+
+@pytest.mark.timeout(120)
+def test_an_a2c_subclass_runs_in_every_a3c_rank(tmp_path, monkeypatch):
+    monkeypatch.setenv("A2C_TEST_MARKER", str(tmp_path / "ran"))
+    summary = a3c.run(a3c_config(num_workers=2, max_env_steps=1200), parts=Parts(algorithm=MarkedA2C),
+                      quiet=True)
+    assert summary["algorithm"].endswith("MarkedA2C")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ran.0", "ran.1"]
+
+
+class ShiftedTargetDQN(DQN):
+    """A user's target: the usual one plus 100 (so its TD errors are ~100)."""
+
+    def target(self, batch):
+        return super().target(batch) + 100.0
+
+
+def test_a_target_override_drives_the_actors_initial_priorities():
+    from algorithms.apex import ApexActor, ApexConfig
+    from envs import make_vector_env
+    from rlpar.servers import ModelStore
+
+    class Recorder:
+        def __init__(self):
+            self.priorities = []
+
+        def add(self, batch, priorities=None):
+            self.priorities.append(np.asarray(priorities))
+
+    def actor(cls, recorder):
+        torch.manual_seed(0)
+        dqn = cls(network=TinyQ(1, 2), num_actions=2)
+        env = make_vector_env(lambda: CountingEnv(episode_length=5), num_envs=2, num_workers=0,
+                              autoreset_mode="SameStep")
+        return ApexActor(dqn=dqn, env=env, buffer=recorder, params=ModelStore(), index=0, num_actors=1,
+                         config=ApexConfig(n_step=2, add_every=2), seed=0)
+
+    plain, shifted = Recorder(), Recorder()
+    for cls, recorder in ((DQN, plain), (ShiftedTargetDQN, shifted)):
+        a = actor(cls, recorder)
+        for _ in range(6):
+            a.step()
+        a.flush()
+        a.env.close()
+    assert plain.priorities and shifted.priorities
+    assert max(p.max() for p in plain.priorities) < 10 < min(p.min() for p in shifted.priorities)
+
+
+def test_parts_that_do_not_fit_the_job_are_refused():
+    with pytest.raises(TypeError, match="algorithm must be a subclass of algorithms.dqn.DQN"):
+        apex.run(apex_config(serial=True), parts=Parts(algorithm=A2C))
+    with pytest.raises(TypeError, match="this job has no actor class"):
+        a3c.run(a3c_config(), parts=Parts(actor=DQN))
