@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from envs import worker as W
+from envs.errors import EnvTimeout
 from envs.runner import EnvFailure
 from envs.spin import Spinner
 from envs.wire import Channel, Fd, new_eventfd
@@ -208,9 +209,10 @@ class WorkerProcs:
             child_traceback=pickle.loads(msg[1:]),
         )
 
-    def stop_hung(self, w: int) -> tuple[int | None, str]:
-        """Kill worker ``w``, which stopped answering; returns its pid and the stacks of its
-        threads at that moment (empty if it wrote none within DUMP_WAIT)."""
+    def stop_hung(self, w: int, *, call: str, timeout: float, inside: int) -> EnvTimeout:
+        """Kill worker ``w``, which did not finish ``call`` within ``timeout`` seconds, and
+        describe it: the env it was inside (``inside``: its group's progress slot, see
+        envs.runner.EnvRunner), its pid, and the stacks of its threads at that moment."""
         proc, dump = self.procs[w], self.dumps[w]
         pid = proc.pid
         stacks = ""
@@ -223,7 +225,28 @@ class WorkerProcs:
                 stacks = _read_dump(dump, proc.sentinel)
         proc.kill()
         proc.join(timeout=5.0)
-        return pid, stacks
+        lo, hi = self.groups[w]
+        if inside:
+            index: int | None = lo + abs(inside) - 1
+            what = f"env {index} did not return from {'step' if inside > 0 else 'reset'}"
+            if inside < 0 and call == "step":
+                what += " (its autoreset)"
+            indices: tuple[int, ...] = (index,)
+        else:
+            index = None
+            what = f"envs {lo}..{hi - 1} did not finish {call} (outside any env call)"
+            indices = tuple(range(lo, hi))
+        return EnvTimeout(
+            f"{what} within step_timeout={timeout:g} s ({self.name(w)}, pid {pid}); "
+            "the worker was killed",
+            env_index=index,
+            env_indices=indices,
+            worker=w,
+            pid=pid,
+            call=call,
+            timeout=timeout,
+            child_traceback=stacks,
+        )
 
     def send(self, w: int, data: bytes) -> None:
         try:

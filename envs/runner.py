@@ -7,8 +7,8 @@ what makes trajectories identical between them for the same seeds.
 
 from __future__ import annotations
 
-import math
 import traceback
+from math import isfinite
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from envs.layout import BlockSpec, assemble, flattener, leaves_of
 
 # Per-env info records travel as (local_index, info, reset_info_or_None).
 InfoRecord = tuple[int, dict[str, Any], "dict[str, Any] | None"]
+add_reduce = np.add.reduce
 NONFINITE = "a non-finite"  # how a failed finite check starts its problem text
 
 
@@ -156,6 +157,7 @@ class EnvRunner:
         self._float_obs = [
             i for i, leaf in enumerate(self._obs_leaves) if leaf.dtype.kind == "f"
         ]
+        self._float_arrays = [self.obs[i] for i in self._float_obs]
         self._flatten_obs = flattener(obs_space)
         self._single_obs = len(self.obs) == 1 and not isinstance(
             obs_space, (spaces.Dict, spaces.Tuple)
@@ -242,12 +244,8 @@ class EnvRunner:
         for j, obs in enumerate(observations):
             self._write_obs(j, obs)
 
-    def _write_rewards(self, rewards: list[Any]) -> None:
-        try:
-            self.reward[:] = rewards
-            return
-        except (ValueError, TypeError, OverflowError):
-            pass
+    def _write_each_reward(self, rewards: list[Any]) -> None:
+        """Write rewards one by one after the batched write failed, naming the bad one."""
         for j, r in enumerate(rewards):
             v = np.asarray(r) if not isinstance(r, (float, int)) else None
             if v is not None and (v.shape != () or v.dtype.kind not in "biuf"):
@@ -264,10 +262,21 @@ class EnvRunner:
             except (ValueError, TypeError, OverflowError) as exc:
                 raise self._bad(j, f"a reward {r!r} ({exc})", "reward", final=True) from None
 
-    def _check_finite(self, rows: list[int] | None, rewards: list[Any] | None) -> None:
+    def _finite(self, rewards: list[Any] | None) -> bool:
+        """Whether the float observations and ``rewards`` are all finite, or may be (one
+        reduction per array: any NaN/inf makes its sum NaN/inf; a sum that overflows is
+        a false alarm that ``_raise_non_finite`` clears)."""
+        if rewards is not None and not isfinite(sum(rewards)):
+            return False
+        for arr in self._float_arrays:
+            if not isfinite(add_reduce(arr, None)):
+                return False
+        return True
+
+    def _raise_non_finite(self, rows: list[int] | None, rewards: bool) -> None:
         """Raise for the first env (of ``rows``; None: all) with a NaN/inf float observation
-        or (``rewards`` given) reward."""
-        if rewards is not None and not math.isfinite(sum(rewards)):
+        or (with ``rewards``) reward; return if there is none after all."""
+        if rewards:
             bad = np.flatnonzero(~np.isfinite(self.reward))
             if bad.size:
                 j = int(bad[0])
@@ -276,8 +285,6 @@ class EnvRunner:
                 )
         for i in self._float_obs:
             arr = self.obs[i]
-            if math.isfinite(np.add.reduce(arr, axis=None)):
-                continue
             finite = np.isfinite(arr.reshape(len(self.envs), -1)).all(axis=1)
             for j in np.flatnonzero(~finite).tolist():
                 if rows is None or j in rows:
@@ -325,13 +332,16 @@ class EnvRunner:
             progress[0] = 0
         self._write_all_obs(observations)
         # Batched writes: one numpy assignment per array instead of one per env.
-        self._write_rewards(rewards)
+        try:
+            self.reward[:] = rewards
+        except (ValueError, TypeError, OverflowError):
+            self._write_each_reward(rewards)
         self.terminated[:] = terms
         self.truncated[:] = truncs
         if self.next_step:
             self.autoreset = [te or tr for te, tr in zip(terms, truncs)]
-        if self.check_values:
-            self._check_finite(None, rewards)
+        if self.check_values and not self._finite(rewards):
+            self._raise_non_finite(None, rewards=True)
         return infos
 
     def reset(
@@ -364,8 +374,8 @@ class EnvRunner:
             raise EnvFailure(j, traceback.format_exc()) from exc
         finally:
             self.progress[0] = 0
-        if self.check_values:
-            self._check_finite(rows, None)
+        if self.check_values and not self._finite(None):
+            self._raise_non_finite(rows, rewards=False)
         return infos
 
     def mark_restarted(self) -> None:

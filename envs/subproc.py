@@ -258,32 +258,9 @@ class SubprocVectorEnv(BatchVectorEnv):
             raise
 
     def _timed_out(self, w: int, call: str) -> EnvTimeout:
-        """Kill hung worker ``w`` and describe it: the env it was inside (its group's
-        progress slot, see EnvRunner), the worker, its pid, and where its threads were."""
-        lo, hi = self.groups[w]
-        inside = int(self._progress[lo])  # read before the kill: the worker owns the slot
-        pid, stacks = self._workers.stop_hung(w)
-        if inside:
-            index = lo + abs(inside) - 1
-            what = f"env {index} did not return from {'step' if inside > 0 else 'reset'}"
-            if inside < 0 and call == "step":
-                what += " (its autoreset)"
-            indices: tuple[int, ...] = (index,)
-        else:
-            index = None
-            what = f"envs {lo}..{hi - 1} did not finish {call} (outside any env call)"
-            indices = tuple(range(lo, hi))
-        return EnvTimeout(
-            f"{what} within step_timeout={self.step_timeout:g} s "
-            f"({self._workers.name(w)}, pid {pid}); the worker was killed",
-            env_index=index,
-            env_indices=indices,
-            worker=w,
-            pid=pid,
-            call=call,
-            timeout=self.step_timeout,
-            child_traceback=stacks,
-        )
+        # The progress slot is read before the kill: until then the worker owns it.
+        inside = int(self._progress[self.groups[w][0]])
+        return self._workers.stop_hung(w, call=call, timeout=self.step_timeout, inside=inside)
 
     def _deadline(self) -> float | None:
         return None if self.step_timeout is None else time.monotonic() + self.step_timeout

@@ -21,6 +21,7 @@ from envs import (
     SubprocVectorEnv,
     make_vector_env,
 )
+from envs.runner import converts
 from envs.testing import CompositeEnv, FaultyEnv
 from rlpar.errors import ChildError
 
@@ -131,6 +132,37 @@ def test_float_observation_for_an_integer_space_is_refused(kind):
         assert obs.dtype == np.int64 and obs[:, 0].tolist() == [1] * 4
         with pytest.raises(EnvValueError, match=f"env {bad} returned an observation of dtype float64"):
             venv.step(ACT)
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "ok"),
+    [
+        ("float64", "float32", True),
+        ("int64", "float32", True),
+        ("int64", "uint8", True),  # int pixels for a uint8 space: worked before, still does
+        ("bool", "int8", True),
+        ("float32", "int64", False),  # 0.5 would become 0
+        ("float64", "uint8", False),
+        ("complex128", "float64", False),
+        ("object", "float32", False),
+    ],
+)
+def test_which_observation_dtypes_convert(src, dst, ok):
+    assert converts(np.dtype(src), np.dtype(dst)) is ok
+
+
+def test_same_step_autoreset_names_the_final_step_of_the_episode():
+    bad = partial(FaultyEnv, fault="nan_reward", fault_at=3, episode_length=3)
+    venv = InProcessVectorEnv([partial(FaultyEnv, episode_length=3), bad], autoreset_mode="SameStep")
+    try:
+        venv.reset(seed=0)
+        venv.step(ACT[:2])
+        venv.step(ACT[:2])
+        with pytest.raises(EnvValueError, match="at step 3 of its episode") as err:
+            venv.step(ACT[:2])  # the step that ends the episode; the obs is the reset's
+        assert err.value.episode_step == 3
     finally:
         venv.close()
 
