@@ -48,3 +48,37 @@ class PeerUnavailable(RlparError):
 
 class ServiceNotFound(RlparError, LookupError):
     """No member of the group hosts the requested service key."""
+
+
+class CheckpointError(RlparError):
+    """A checkpoint file cannot be used: corrupt, truncated, or not an rlpar checkpoint."""
+
+
+class CheckpointMismatch(CheckpointError, ValueError):
+    """A checkpoint belongs to another job or layout: header ``field`` holds ``found``
+    where the loader expected ``expected``."""
+
+    def __init__(self, path: str, field: str, expected: object, found: object) -> None:
+        super().__init__(
+            f"checkpoint {path} does not match: {field} is {found!r}, expected {expected!r}"
+        )
+        self.path, self.field, self.expected, self.found = path, field, expected, found
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.field, self.expected, self.found))
+
+
+class NonFiniteGradients(RlparError, FloatingPointError):
+    """A gradient server rejected ``count`` pushes in a row for NaN or inf values
+    (its bound is ``limit``): training has diverged."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(
+            f"{count} gradient pushes in a row held NaN or inf values (max_non_finite={limit}); "
+            "none was applied, but training has diverged: lower the learning rate, clip "
+            "gradients or check the loss"
+        )
+        self.count, self.limit = count, limit
+
+    def __reduce__(self):
+        return (type(self), (self.count, self.limit))

@@ -57,6 +57,8 @@ def to_tensors(state: Any) -> Any:
         return torch.from_numpy(np.ascontiguousarray(state))
     if isinstance(state, dict):
         return {k: to_tensors(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [to_tensors(v) for v in state]
     return state
 
 

@@ -213,6 +213,9 @@ class RingStorage:
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        """Capacity, layout and the stored rows. Each column's rows are saved in serial
+        order (oldest first) as one or two slices of the column itself (two when they
+        wrap), never gathered into a copy: a 100k-slot Atari frame column is 5 GB."""
         n = len(self)
         return {
             "capacity": self.capacity,
@@ -221,16 +224,21 @@ class RingStorage:
             "spec": None
             if self.spec is None
             else {k: (list(f.shape), f.dtype.str) for k, f in self.spec.items()},
-            # Only the filled slots are saved (a fresh buffer holds garbage beyond
-            # them), in slot order (shared frames are copied out of their rows).
-            "columns": {k: col[self._slot_rows(col, n)] for k, col in self.columns.items()},
+            "columns": {
+                k: [col[rows] for rows in self._serial_rows(col, n)]
+                for k, col in self.columns.items()
+            },
         }
 
-    def _slot_rows(self, col: np.ndarray, n: int) -> slice | np.ndarray:
-        """Rows of ``col`` holding slots ``0..n-1``."""
-        if len(col) == self.capacity:
-            return slice(0, n)
-        return self.serials_of(np.arange(n)) % len(col)
+    def _serial_rows(self, col: np.ndarray, n: int) -> list[slice]:
+        """Slices of ``col`` holding the newest ``n`` items, oldest first (the item of
+        serial ``x`` lives in row ``x % len(col)``)."""
+        if n == 0:
+            return []
+        start = (self.next_serial - n) % len(col)
+        if start + n <= len(col):
+            return [slice(start, start + n)]
+        return [slice(start, len(col)), slice(0, start + n - len(col))]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if int(state["capacity"]) != self.capacity:
@@ -249,6 +257,27 @@ class RingStorage:
         else:
             self._allocate({k: FieldSpec(tuple(s), np.dtype(d)) for k, (s, d) in spec.items()})
         n = min(int(state["next_serial"]), self.capacity)
-        self.next_serial = int(state["next_serial"])  # before _slot_rows, which reads it
+        parts = {k: [np.asarray(p) for p in state["columns"][k]] for k in self.columns}
         for k, col in self.columns.items():
-            col[self._slot_rows(col, n)] = np.asarray(state["columns"][k])
+            rows = sum(len(p) for p in parts[k])
+            if rows != n or any(p.shape[1:] != col.shape[1:] for p in parts[k]):
+                raise ValueError(
+                    f"state column {k!r} holds {rows} rows of shapes "
+                    f"{sorted({p.shape[1:] for p in parts[k]})}; expected {n} of {col.shape[1:]}"
+                )
+        self.next_serial = int(state["next_serial"])  # before _serial_rows, which reads it
+        for k, col in self.columns.items():
+            _copy_rows([col[rows] for rows in self._serial_rows(col, n)], parts[k])
+
+
+def _copy_rows(dst: list[np.ndarray], src: list[np.ndarray]) -> None:
+    """Copy the rows of ``src`` (arrays in order) into those of ``dst`` (same total)."""
+    i = j = at_dst = at_src = 0
+    while i < len(dst) and j < len(src):
+        k = min(len(dst[i]) - at_dst, len(src[j]) - at_src)
+        dst[i][at_dst : at_dst + k] = src[j][at_src : at_src + k]
+        at_dst, at_src = at_dst + k, at_src + k
+        if at_dst == len(dst[i]):
+            i, at_dst = i + 1, 0
+        if at_src == len(src[j]):
+            j, at_src = j + 1, 0

@@ -326,3 +326,27 @@ def test_every_byte_of_the_overlap_is_checked(frame_bytes, stack, shift, where, 
         got = buf.storage.gather(np.arange(min(capacity, 20)))
         for k in batch:
             np.testing.assert_array_equal(got[k], batch[k][got["action"]])
+
+
+def test_state_dict_saves_rows_in_serial_order_without_copying_the_frames():
+    frames = frame_stream(400)
+    buf = ReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames(shift=3))
+    for start in range(0, 370, 37):  # the frame column (100 + SPARE_ROWS rows) wraps
+        buf.add(chunk(frames, start, 37, shift=3))
+    state = buf.state_dict()
+    column = buf.storage.columns["obs"]
+    parts = state["storage"]["columns"]["obs"]
+    assert len(parts) == 2  # the live rows wrap past the column's end
+    assert all(np.shares_memory(p.numpy(), column) for p in parts)  # views, not copies
+    first = np.concatenate([p.numpy() for p in parts])[:, :STACK]
+    np.testing.assert_array_equal(first[0], frames[270:274])  # oldest live item first
+    steps = np.concatenate([p.numpy() for p in state["storage"]["columns"]["obs.steps"]])
+    assert steps.tolist() == [3] * 100
+    back = ReplayBuffer(capacity=100, seed=1, shared_frames=SharedFrames(shift=3))
+    back.load_state_dict(state)
+    got = back.storage.gather(np.arange(100))
+    assert sorted(got["action"]) == list(range(270, 370))
+    assert_rows_match(got, frames, shift=3)
+    bad = {**state["storage"], "columns": {**state["storage"]["columns"], "obs": parts[:1]}}
+    with pytest.raises(ValueError, match="state column 'obs' holds"):
+        back.storage.load_state_dict(bad)
