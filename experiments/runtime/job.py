@@ -127,26 +127,39 @@ def _serial(job: Job, ctx: JobContext) -> dict[str, Any]:
 
 class StopSignals:
     """While active, Ctrl-C and SIGTERM call ``on_stop`` instead of raising; a second
-    signal raises KeyboardInterrupt (abort). Only in the main thread."""
+    one raises KeyboardInterrupt (abort). SIGUSR1/SIGUSR2 are the local launcher's
+    forwarded Ctrl-C/SIGTERM (``rlpar.distributed.launch``): they stop, never abort,
+    since a terminal's Ctrl-C reaches a rank both directly and forwarded. Only in
+    the main thread."""
+
+    REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
+               signal.SIGUSR1: "interrupted", signal.SIGUSR2: "terminated"}
 
     def __init__(self, on_stop: Callable[[str], None]) -> None:
         self.on_stop = on_stop
         self.received: str | None = None
+        self._forwarded_first, self._at = False, 0.0
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in self.REASONS:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        forwarded = signum in (signal.SIGUSR1, signal.SIGUSR2)
         if self.received is not None:
+            # A forwarded request, or the terminal's own Ctrl-C landing just after
+            # the forwarded one, is the same stop; only a later signal aborts.
+            if forwarded or (self._forwarded_first and time.monotonic() - self._at < 1.0):
+                return
             raise KeyboardInterrupt
         self.received = signal.Signals(signum).name
-        self.on_stop("interrupted" if signum == signal.SIGINT else "terminated")
+        self._forwarded_first, self._at = forwarded, time.monotonic()
+        self.on_stop(self.REASONS[signum])
 
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self._old.items():

@@ -57,10 +57,12 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
         os._exit(1)
 
     def forward_stop(signum, frame):
-        # The launcher asks the ranks to stop cleanly (it got Ctrl-C or SIGTERM).
+        # The launcher asks the ranks to stop cleanly: SIGUSR1 for its Ctrl-C,
+        # SIGUSR2 for its SIGTERM. Not SIGINT: after a terminal's Ctrl-C the ranks
+        # already got one, and a second SIGINT means "abort now".
         for pid in list(children):
             try:
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, signum)
             except ProcessLookupError:
                 pass
 
@@ -69,6 +71,7 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
     # means; this process only keeps reaping them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, forward_stop)
+    signal.signal(signal.SIGUSR2, forward_stop)
     for rank in range(nprocs):
         pid = os.fork()
         if pid == 0:
@@ -76,7 +79,10 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+                # A rank that never asks for stop requests ignores them (a job's
+                # ranks install a handler; see experiments.runtime.job.StopSignals).
+                signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+                signal.signal(signal.SIGUSR2, signal.SIG_IGN)
                 _die_with_parent()
                 if os.getppid() != me:  # the zygote died before prctl took effect
                     os._exit(1)

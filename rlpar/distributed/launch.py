@@ -75,7 +75,9 @@ def launch(
     SIGINT (a rank that handles it can finish cleanly) and the ranks have
     ``stop_grace`` more seconds to exit before they are killed; a second signal, or
     ``stop_grace == 0``, kills them at once and raises KeyboardInterrupt. Either
-    way the temporary files are removed.
+    way the temporary files are removed. The ranks are asked with SIGUSR1 (this
+    process got Ctrl-C) or SIGUSR2 (it got SIGTERM), which they ignore unless they
+    install a handler for them.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -168,14 +170,15 @@ def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float |
     while True:
         try:
             return _watch(zygote, nprocs, tmp, timeout, state)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if stop_grace <= 0 or state.interrupted:
                 raise
-            # First Ctrl-C/SIGTERM: ask every rank to stop (the zygote forwards a
-            # SIGINT to each) and keep collecting their results for a while.
+            # First Ctrl-C/SIGTERM: ask every rank to stop (the zygote forwards the
+            # request to each) and keep collecting their results for a while.
             state.interrupted = True
+            terminated = exc.args == ("SIGTERM",)
             try:
-                zygote.send_signal(signal.SIGUSR1)
+                zygote.send_signal(signal.SIGUSR2 if terminated else signal.SIGUSR1)
             except ProcessLookupError:
                 pass
             grace_end = time.monotonic() + stop_grace

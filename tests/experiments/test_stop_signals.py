@@ -1,0 +1,60 @@
+"""Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM to the
+launching process stops a job cleanly: the summary is printed and saved, no
+traceback, no temporary files, no process left."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def _start(tmp_path, *argv):
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    os.makedirs(env["TMPDIR"])
+    return subprocess.Popen(
+        [sys.executable, "-m", "experiments.apex", "--max-seconds", "120", "--status-every", "0.5",
+         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def _wait_for_status(proc):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("[apex] ") and "env_steps=" in line:
+            return
+    raise AssertionError("no status line within 60 s")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("mode", ["local", "serial"])
+def test_a_stopped_job_prints_and_saves_its_summary(tmp_path, how, mode):
+    proc = _start(tmp_path, *(["--serial"] if mode == "serial" else []))
+    try:
+        _wait_for_status(proc)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal does
+        else:
+            proc.send_signal(signal.SIGTERM)  # a scheduler stopping the launcher only
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert "stopped early" in out and "Traceback" not in err, (out, err)
+    (run_dir,) = os.listdir(tmp_path / "runs")
+    summary = json.load(open(tmp_path / "runs" / run_dir / "summary.json"))
+    assert summary["interrupted"] and summary["stop_reason"] == (
+        "interrupted" if how == "ctrl-c" else "terminated")
+    assert os.listdir(tmp_path / "tmp") == []  # launch's directory removed
+    try:
+        os.killpg(proc.pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, "a process of the job outlived it"
