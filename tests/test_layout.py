@@ -28,3 +28,74 @@ def test_top_level_packages_import():
     import experiments  # noqa: F401
     import rlpar  # noqa: F401
     from rlpar.protocols import Buffer, ParameterStore, Sample  # noqa: F401
+
+
+JOBS = ("apex", "a3c", "maddpg")
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_every_job_is_a_config_a_run_and_roles_on_the_shared_runtime(job):
+    """One pattern: ``experiments/<job>.py`` holds the typed config, ``run`` and
+    ``main``; ``experiments/roles/<job>.py`` defines the runtime ``Job``."""
+    import dataclasses
+    import importlib
+
+    from experiments.runtime.job import Job
+
+    entry = importlib.import_module(f"experiments.{job}")
+    roles = importlib.import_module(f"experiments.roles.{job}")
+    assert isinstance(roles.JOB, Job) and roles.JOB.name == job
+    configs = [v for v in vars(entry).values() if isinstance(v, type) and dataclasses.is_dataclass(v)
+               and v.__module__ == entry.__name__ and "run" in {f.name for f in dataclasses.fields(v)}]
+    assert len(configs) == 1, f"experiments/{job}.py should define one job config with a run section"
+    for name in ("run", "main", "format_summary"):
+        assert callable(getattr(entry, name, None)), f"experiments.{job}.{name}"
+    source = (ROOT / "experiments" / f"{job}.py").read_text()
+    assert "rlpar.distributed" not in source  # transport lives in the roles and the runtime
+
+
+def test_experiments_hold_only_job_entry_points():
+    allowed = {"__init__.py", "apex.py", "a3c.py", "maddpg.py", "evaluate.py"}
+    modules = {p.name for p in (ROOT / "experiments").glob("*.py")}
+    assert modules <= allowed, f"shared job machinery belongs in experiments/runtime: {modules - allowed}"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_no_import_cycles_between_modules_of_the_packages():
+    modules = {}
+    for package in ("algorithms", "envs", "rlpar", "experiments"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel = path.relative_to(ROOT).with_suffix("")
+            name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+            modules[name] = path
+    graph = {name: {i for i in _imports(path) if i in modules and i != name}
+             for name, path in modules.items() if not name.endswith("__init__")}
+    # Package __init__ re-exports are not cycles of their own; ignore edges into packages.
+    packages = {n for n, p in modules.items() if p.name == "__init__.py"}
+    graph = {n: {i for i in deps if i not in packages} for n, deps in graph.items() if n not in packages}
+    seen, stack, cycles = set(), [], []
+
+    def visit(node):
+        if node in stack:
+            cycles.append(stack[stack.index(node):] + [node])
+            return
+        if node in seen:
+            return
+        seen.add(node)
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            visit(dep)
+        stack.pop()
+
+    for node in sorted(graph):
+        visit(node)
+    assert not cycles, f"import cycles: {cycles}"

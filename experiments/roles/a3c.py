@@ -86,7 +86,8 @@ class WorkerShell:
         self.index = index
         self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
                                    num_workers=config.env.env_workers,
-                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=seed)
+                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=seed,
+                                   step_timeout=config.env.env_step_timeout)
         self.worker = A3C(agent=build_agent(ctx, device=resolve_device(config.run.device)), sink=sink)
         self.worker.sync()
         self.collector = RolloutCollector(env=self.env, sample_actions=self.worker.sample_actions,

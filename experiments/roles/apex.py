@@ -253,7 +253,8 @@ class ActorShell:
         self.index = index
         self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
                                    num_workers=config.env.env_workers,
-                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed)
+                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
+                                   step_timeout=config.env.env_step_timeout)
         dqn = build_dqn(ctx, device="cpu", seed=self.seed)
         self.actor = ctx.parts.actor_or(ApexActor)(
             dqn=dqn, env=self.env, buffer=buffer, params=params, index=index, num_actors=num_actors,

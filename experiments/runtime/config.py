@@ -70,10 +70,20 @@ class EnvConfig:
         "ALE/<Game>-v5 or MinAtar/<Game>-v0"))
     num_envs: int = field(8, help="env copies stepped by each actor (worker)")
     env_workers: int = field(0, help="subprocesses stepping an actor's envs (0: in the actor's process)")
+    env_step_timeout: float | None = field(None, help=(
+        "seconds an env step or reset may take before the job stops with an error naming the env "
+        "and its worker (needs --env-workers >= 1: an env in the actor's own process cannot be "
+        "interrupted; none: no limit)"))
 
     def validate(self) -> None:
         _at_least(self, "num_envs", 1)
         _at_least(self, "env_workers", 0)
+        if self.env_step_timeout is not None:
+            if not self.env_step_timeout > 0:
+                raise ValueError(f"{flag('env_step_timeout')} must be > 0, got {self.env_step_timeout}")
+            if self.env_workers < 1:
+                raise ValueError(f"{flag('env_step_timeout')} needs {flag('env_workers')} >= 1 "
+                                 "(an env stepped in the actor's own process cannot be interrupted)")
         if not self.env_id.strip():
             raise ValueError(f"{flag('env_id')} may not be empty")
 
