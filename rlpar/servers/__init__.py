@@ -26,11 +26,14 @@ API::
         .stats() -> {pulls, transfers, bytes_out, version}; .version (property)
     GradServer(*, model, optimizer_factory, mode="async"|"reduce",
                reduce_batch_size=1, max_staleness=None,
-               staleness_policy="drop"|"downweight", lr_scheduler_factory=None)
-        .push_gradients(grads, version) -> bool            # False: dropped (stale)
+               staleness_policy="drop"|"downweight", max_non_finite=100,
+               lr_scheduler_factory=None)
+        .push_gradients(grads, version) -> bool            # False: dropped (stale) or
+            # rejected (NaN/inf); the max_non_finite-th rejection in a row raises
+            # NonFiniteGradients (None: never)
         .push(state, version=None) / .pull(newer_than=-1)  # GradientSink
-        .metrics() -> {received, applied, dropped, downweighted, steps, pending,
-                       mean_staleness, version, lr}; .version (property)
+        .metrics() -> {received, applied, dropped, downweighted, rejected_non_finite,
+                       steps, pending, mean_staleness, version, lr}; .version (property)
         # staleness = server version - gradient's version; above max_staleness a
         # gradient is dropped or scaled by 1 / (1 + staleness - max_staleness)
 

@@ -14,10 +14,17 @@ A gradient computed on version ``v`` arriving when the server is at version
 above N is dropped (``staleness_policy="drop"``) or scaled by
 ``1 / (1 + staleness - N)`` (``"downweight"``, in the spirit of staleness-aware
 async SGD, Zhang et al. 2016).
+
+A gradient holding NaN or inf is never applied (one fused max-abs reduction over
+all tensors decides it): it is counted as ``rejected_non_finite``, and after
+``max_non_finite`` such pushes in a row the push raises
+:class:`~rlpar.errors.NonFiniteGradients`, so a diverged job stops with a clear
+message instead of spinning on garbage.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlpar.errors import NonFiniteGradients
 from rlpar.servers.model import check_newer_than, check_push_version
 from rlpar.servers.tensors import snapshot
 
@@ -42,6 +50,7 @@ class GradServerConfig:
     reduce_batch_size: int = 1
     max_staleness: int | None = None
     staleness_policy: str = "drop"
+    max_non_finite: int | None = 100  # NaN/inf pushes in a row before raising; None: never
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -63,6 +72,26 @@ class GradServerConfig:
             raise ValueError(
                 f"staleness_policy must be one of {POLICIES}, got {self.staleness_policy!r}"
             )
+        limit = self.max_non_finite
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
+            raise ValueError(f"max_non_finite must be None or an int >= 1, got {limit!r}")
+
+
+def all_finite(tensors: Iterable[Any]) -> bool:
+    """Whether no floating tensor in ``tensors`` holds NaN or inf (None entries skipped).
+
+    One fused max-abs norm per device and dtype, and one host sync: the max-abs norm
+    is NaN or inf exactly when an element is (a 2-norm would overflow to inf on
+    large finite values)."""
+    values = [t for t in tensors if t is not None and (t.is_floating_point() or t.is_complex())]
+    if not values:
+        return True
+    norms = torch._foreach_norm(values, math.inf)
+    if len({n.device for n in norms}) > 1:
+        norms = [n.cpu() for n in norms]
+    return bool(torch.stack(norms).isfinite().all())
 
 
 class GradServer:
@@ -80,6 +109,7 @@ class GradServer:
         reduce_batch_size: int = 1,
         max_staleness: int | None = None,
         staleness_policy: str = "drop",
+        max_non_finite: int | None = 100,
         lr_scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None = None,
         pull_device: torch.device | str | None = None,
         shard_keys: Collection[str] | None = None,
@@ -91,6 +121,7 @@ class GradServer:
             reduce_batch_size=reduce_batch_size,
             max_staleness=max_staleness,
             staleness_policy=staleness_policy,
+            max_non_finite=max_non_finite,
         )
         self.model = model
         # A shard owns some state-dict keys: it optimizes and serves only those.
@@ -130,13 +161,16 @@ class GradServer:
         self._cache: tuple[int, dict[str, Any]] | None = None
         self._received = self._applied = self._dropped = self._downweighted = self._steps = 0
         self._staleness_sum = 0
+        self._rejected = self._non_finite_run = 0
 
     def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
         """Apply (or accumulate) ``grads`` computed on parameters of ``version``.
-        Returns False when the gradient was dropped for staleness."""
+        Returns False when the gradient was dropped for staleness or rejected for
+        NaN/inf; raises NonFiniteGradients on the ``max_non_finite``-th rejection in a row."""
         self._check_grads(grads)
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise ValueError(f"version must be an int >= 0, got {version!r}")
+        finite = all_finite(grads.values())
         cfg = self.config
         with self._lock:
             if version > self._version:
@@ -145,6 +179,10 @@ class GradServer:
                     f"version {self._version}"
                 )
             self._received += 1
+            if not finite:
+                self._count_non_finite()
+                return False
+            self._non_finite_run = 0
             staleness = self._version - version
             weight = 1.0
             if cfg.max_staleness is not None and staleness > cfg.max_staleness:
@@ -170,6 +208,20 @@ class GradServer:
                 self._pending, self._pending_count = {}, 0
                 self._step(mean)
             return True
+
+    def reject_non_finite(self) -> None:
+        """Count a push found to hold NaN/inf before it got here (a sharded server's
+        accessor checks the whole gradient once, so that every shard rejects it)."""
+        with self._lock:
+            self._received += 1
+            self._count_non_finite()
+
+    def _count_non_finite(self) -> None:
+        self._rejected += 1
+        self._non_finite_run += 1
+        limit = self.config.max_non_finite
+        if limit is not None and self._non_finite_run >= limit:
+            raise NonFiniteGradients(self._non_finite_run, limit)
 
     def push_gradients_and_pull(
         self, grads: Mapping[str, Any], version: int, newer_than: int = -1
@@ -245,14 +297,16 @@ class GradServer:
 
     def metrics(self) -> dict[str, float]:
         """``received``, ``applied`` (accepted, incl. down-weighted), ``dropped``,
-        ``downweighted``, ``steps`` (optimizer steps), ``pending`` (waiting to be
-        averaged), ``mean_staleness`` of applied gradients, ``version`` and ``lr``."""
+        ``downweighted``, ``rejected_non_finite`` (held NaN/inf), ``steps`` (optimizer
+        steps), ``pending`` (waiting to be averaged), ``mean_staleness`` of applied
+        gradients, ``version`` and ``lr``."""
         with self._lock:
             return {
                 "received": self._received,
                 "applied": self._applied,
                 "dropped": self._dropped,
                 "downweighted": self._downweighted,
+                "rejected_non_finite": self._rejected,
                 "steps": self._steps,
                 "pending": self._pending_count,
                 "mean_staleness": self._staleness_sum / self._applied if self._applied else 0.0,

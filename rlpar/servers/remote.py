@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.distributed import DistError
 
-from rlpar.errors import PeerUnavailable
+from rlpar.errors import NonFiniteGradients, PeerUnavailable
 from rlpar.servers.grad import GradServer
 from rlpar.servers.kv import KeyValueStore, VersionConflict, check_version_args
 from rlpar.servers.model import ModelStore, check_newer_than
@@ -30,7 +30,7 @@ from rlpar.servers.tensors import for_transfer
 # (group name, server name) -> (world, services) for the servers this process hosts.
 _hosted: dict[tuple[str, str], tuple[Any, Mapping[str, Callable]]] = {}
 _hosted_lock = threading.Lock()
-_PASS_THROUGH = (ValueError, TypeError, KeyError, VersionConflict)
+_PASS_THROUGH = (ValueError, TypeError, KeyError, VersionConflict, NonFiniteGradients)
 
 
 class _Raised:
@@ -234,6 +234,7 @@ def grad_services(server: GradServer) -> dict[str, Callable]:
         "pull": server.pull,
         "push_gradients": server.push_gradients,
         "push_gradients_and_pull": server.push_gradients_and_pull,
+        "reject_non_finite": server.reject_non_finite,
         "metrics": server.metrics,
         "version": lambda: server.version,
     }
@@ -314,6 +315,7 @@ class PushPullGradServer:
         reduce_batch_size: int = 1,
         max_staleness: int | None = None,
         staleness_policy: str = "drop",
+        max_non_finite: int | None = 100,
         lr_scheduler_factory: Callable | None = None,
         timeout: float | None = None,
         keep_device: bool = False,
@@ -325,6 +327,7 @@ class PushPullGradServer:
             reduce_batch_size=reduce_batch_size,
             max_staleness=max_staleness,
             staleness_policy=staleness_policy,
+            max_non_finite=max_non_finite,
             lr_scheduler_factory=lr_scheduler_factory,
             pull_device=None if keep_device else "cpu",
         )

@@ -12,7 +12,8 @@ newest part. Because shards may be a step apart while pushes are in flight, the
 accessor remembers which shard versions each pulled version stood for and tags a
 gradient computed on it with those, shard by shard. Staleness bounds are not
 supported here: shards deciding independently could drop different gradients and
-drift apart.
+drift apart. For the same reason the accessor checks a whole gradient for NaN/inf
+once and, if it finds any, has every shard count the rejection (none applies its part).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from rlpar.servers.grad import GradServer
+from rlpar.servers.grad import GradServer, all_finite
 from rlpar.servers.model import check_newer_than
 from rlpar.servers.remote import (
     RemoteGradServer,
@@ -114,6 +115,9 @@ class RemoteShardedGradServer:
 
     def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
         parts = self._split(grads, "grads")
+        if not all_finite(grads.values()):
+            self._all("reject_non_finite", [()] * len(self.shards))
+            return False
         tags = self._seen.get(version)
         if tags is None:
             # Not pulled through this accessor: the shards were in lockstep then.
@@ -162,7 +166,8 @@ class RemoteShardedGradServer:
         shards = self._all("metrics", [()] * len(self.shards))
         out: dict[str, Any] = {
             k: min(m[k] for m in shards)
-            for k in ("received", "applied", "dropped", "downweighted", "steps", "pending")
+            for k in ("received", "applied", "dropped", "downweighted", "rejected_non_finite",
+                      "steps", "pending")
         }
         out["mean_staleness"] = sum(m["mean_staleness"] for m in shards) / len(shards)
         out["version"] = max(m["version"] for m in shards)
@@ -188,6 +193,7 @@ class ShardedGradServer:
         optimizer_factory: Callable,
         mode: str = "async",
         reduce_batch_size: int = 1,
+        max_non_finite: int | None = 100,
         lr_scheduler_factory: Callable | None = None,
         timeout: float | None = None,
         keep_device: bool = False,
@@ -201,6 +207,7 @@ class ShardedGradServer:
             optimizer_factory=optimizer_factory,
             mode=mode,
             reduce_batch_size=reduce_batch_size,
+            max_non_finite=max_non_finite,
             lr_scheduler_factory=lr_scheduler_factory,
             pull_device=None if keep_device else "cpu",
             shard_keys=keys[shard],

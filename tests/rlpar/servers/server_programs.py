@@ -81,9 +81,14 @@ def servers_everywhere(cas_rounds: int, pushes: int):
                 max_staleness=0,
                 staleness_policy="drop",
             )
+            PushPullGradServer.host(g, "nan", model=Vec(), optimizer_factory=sgd, max_non_finite=2)
         if rank in (0, 1):
             ShardedGradServer.host(
                 g, "big", shard=rank, num_shards=2, model=Parts(), optimizer_factory=sgd
+            )
+            ShardedGradServer.host(
+                g, "bignan", shard=rank, num_shards=2, model=Parts(), optimizer_factory=sgd,
+                max_non_finite=2,
             )
         if rank == 1:
             g.register("pull_version", pull_version)
@@ -149,6 +154,23 @@ def servers_everywhere(cas_rounds: int, pushes: int):
             out["stale"] = [stale.push_gradients({"w": torch.ones(3)}, 0) for _ in range(3)]
             out["stale_metrics"] = stale.metrics()
             out["bad_grad"] = _caught(stale.push_gradients, {"nope": torch.ones(3)}, 0)
+        if rank == 2:
+            # NaN/inf never reach the parameters; the second in a row raises here.
+            nan = {"w": torch.tensor([0.0, float("nan"), 1.0])}
+            grads = PushPullGradServer.connect(g, "nan", timeout=TIMEOUT)
+            out["nan_push"] = grads.push_gradients(nan, 0)
+            out["nan_raised"] = _caught(grads.push_gradients, nan, 0)
+            out["nan_then_good"] = grads.push_gradients({"w": torch.ones(3)}, 0)
+            out["nan_metrics"] = grads.metrics()
+            out["nan_state"] = grads.pull()[0]["w"].tolist()
+            big = ShardedGradServer.connect(g, "bignan", num_shards=2, timeout=TIMEOUT)
+            bad = {**SHARD_GRADS, "c": torch.tensor([1.0, float("inf")])}  # only shard 1's part
+            out["bignan_push"] = big.push_gradients(bad, 0)
+            out["bignan_raised"] = _caught(big.push_gradients, bad, 0)
+            out["bignan_then_good"] = big.push_gradients(SHARD_GRADS, 0)
+            metrics = big.metrics()
+            out["bignan_metrics"] = (metrics["rejected_non_finite"],
+                                     [m["version"] for m in metrics["shards"]])
         g.barrier(timeout=TIMEOUT)
         if rank == 0:
             params = PushPullModelServer.connect(g, "params")

@@ -130,3 +130,16 @@ def test_sharded_gradient_server_splits_and_merges_exactly(results):
     assert metrics["applied"] == n
     assert results[0]["big_empty"] is None
     assert results[2]["big_bad_key"][0] == "ValueError"
+
+
+def test_non_finite_gradients_are_refused_by_remote_and_sharded_servers(results):
+    r = results[2]
+    assert r["nan_push"] is False
+    assert r["nan_raised"][0] == "NonFiniteGradients" and "2 gradient pushes" in r["nan_raised"][1]
+    assert r["nan_then_good"] is True and r["nan_state"] == [-1.0, -1.0, -1.0]
+    m = r["nan_metrics"]
+    assert (m["received"], m["applied"], m["rejected_non_finite"], m["version"]) == (3, 1, 2, 1)
+    # Every shard rejects together (only shard 1's part held the inf): still in lockstep.
+    assert r["bignan_push"] is False and r["bignan_raised"][0] == "NonFiniteGradients"
+    assert r["bignan_then_good"] is True
+    assert r["bignan_metrics"] == (2, [1, 1])

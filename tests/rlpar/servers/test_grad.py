@@ -166,3 +166,69 @@ def test_push_gradients_and_pull_is_one_call():
     with pytest.raises(ValueError, match="unknown"):
         srv.push_gradients_and_pull({"nope": torch.ones(3)}, 1, newer_than=1)
     assert srv.version == 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_gradients_are_rejected_and_counted(bad):
+    srv = server()
+    assert srv.push_gradients(g(1, 1, 1), version=0)
+    assert not srv.push_gradients({"w": torch.tensor([0.0, bad, 0.0]), "b": torch.ones(1)}, 1)
+    state, version = srv.pull()
+    assert version == 1 and torch.equal(state["w"], -torch.ones(3))  # nothing applied
+    assert torch.equal(state["b"], torch.zeros(1))  # not even the finite tensor
+    m = srv.metrics()
+    assert (m["received"], m["applied"], m["rejected_non_finite"], m["steps"]) == (2, 1, 1, 1)
+
+
+def test_reduce_mode_keeps_non_finite_gradients_out_of_the_average():
+    srv = server(mode="reduce", reduce_batch_size=2)
+    assert srv.push_gradients(g(2, 0, 0), version=0)
+    assert not srv.push_gradients(g(float("nan"), 0, 0), version=0)
+    assert srv.metrics()["pending"] == 1
+    assert srv.push_gradients(g(0, 4, 0), version=0)
+    assert torch.equal(srv.pull()[0]["w"], torch.tensor([-1.0, -2.0, 0.0]))
+
+
+def test_too_many_non_finite_pushes_in_a_row_raise():
+    from rlpar.errors import NonFiniteGradients
+
+    srv = server(max_non_finite=3)
+    nan = g(float("nan"), 0, 0)
+    assert not srv.push_gradients(nan, 0) and not srv.push_gradients(nan, 0)
+    assert srv.push_gradients(g(1, 1, 1), 0)  # a good one resets the run
+    assert not srv.push_gradients(nan, 1) and not srv.push_gradients(nan, 1)
+    with pytest.raises(NonFiniteGradients, match="3 gradient pushes in a row held NaN or inf") as exc:
+        srv.push_gradients(nan, 1)
+    assert (exc.value.count, exc.value.limit) == (3, 3)
+    with pytest.raises(NonFiniteGradients, match="4 gradient pushes"):
+        srv.push_gradients(nan, 1)  # still diverged
+    assert srv.version == 1 and srv.metrics()["rejected_non_finite"] == 6
+    with pytest.raises(NonFiniteGradients):  # the sharded accessor's path counts the same
+        srv.reject_non_finite()
+    never = server(max_non_finite=None)
+    for _ in range(150):
+        assert not never.push_gradients(nan, 0)
+    with pytest.raises(ValueError, match="max_non_finite"):
+        server(max_non_finite=0)
+    with pytest.raises(ValueError, match="max_non_finite"):
+        GradServerConfig(max_non_finite=True)
+
+
+def test_non_finite_error_survives_pickling():
+    import pickle
+
+    from rlpar.errors import NonFiniteGradients
+
+    back = pickle.loads(pickle.dumps(NonFiniteGradients(7, 5)))
+    assert (back.count, back.limit) == (7, 5) and "7 gradient pushes" in str(back)
+
+
+def test_all_finite_looks_at_every_floating_tensor_once():
+    from rlpar.servers.grad import all_finite
+
+    assert all_finite([]) and all_finite([None])
+    # Large but finite values: a 2-norm would overflow float32 here, max-abs does not.
+    assert all_finite([torch.full((10,), 3e38), torch.full((3,), 65504.0, dtype=torch.float16)])
+    assert all_finite([torch.arange(3), None, torch.ones(2, dtype=torch.bfloat16)])
+    assert not all_finite([torch.ones(3), torch.tensor([[1.0], [float("nan")]])])
+    assert not all_finite([torch.tensor([complex(0, float("inf"))])])
