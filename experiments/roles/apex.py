@@ -103,13 +103,15 @@ def sharded_replay(ctx: JobContext, group: Any, shards: list[str]):
 
 
 def learner_replay(ctx: JobContext, group: Any, shards: list[str]):
-    """The learner's Buffer: sharded (remote shards) or hosted here for the actors."""
+    """The learner's Buffer (sharded over remote shards, or hosted here for the
+    actors) and the part of it this process checkpoints (None for remote shards)."""
     from rlpar.buffers import HostedBuffer, PrefetchingBuffer
 
-    buffer = sharded_replay(ctx, group, shards) if shards else HostedBuffer.host(group, REPLAY,
-                                                                                 local_replay(ctx))
+    hosted = None if shards else HostedBuffer.host(group, REPLAY, local_replay(ctx))
+    buffer = sharded_replay(ctx, group, shards) if shards else hosted
     return PrefetchingBuffer(buffer, batch_size=ctx.config.learn.batch_size,
-                             depth=ctx.config.replay.prefetch_depth(), timeout=ctx.config.run.rpc_timeout)
+                             depth=ctx.config.replay.prefetch_depth(),
+                             timeout=ctx.config.run.rpc_timeout), hosted
 
 
 def actor_replay(ctx: JobContext, group: Any, shards: list[str]):
@@ -202,13 +204,14 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
     config = ctx.config
     torch.set_num_threads(config.run.torch_threads)
     announce_compile(ctx)
-    replay = learner_replay(ctx, group, shards)
+    replay, hosted = learner_replay(ctx, group, shards)
     params = PushPullModelServer.host(group, PARAMS)
     coordinator = start_lead(ctx, num_sources=num_actors, target=target(ctx), evaluator=num_actors - 1)
+    learner = make_learner(ctx, replay, params)
+    keeper = run_keeper(ctx, coordinator, learner, hosted)
     group.register("coord/report", coordinator.report)
     group.register("coord/eval", coordinator.eval_result)
     group.register("coord/stopped", coordinator.should_stop)
-    learner = make_learner(ctx, replay, params)
     loop = LearnerLoop(learner, coordinator, pacing(config),
                        min_size=max(config.learn.learning_starts, config.learn.batch_size))
     group.barrier()
@@ -217,14 +220,38 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
             while not coordinator.should_stop():
                 loop.step()
                 loop.tick(coordinator.transitions)
+                keeper.poll(version=learner.updates)
         finally:
             coordinator.stop("finished")
             replay.close()
             coordinator.wait_for_sources(timeout=30.0)
             loop.tick(coordinator.transitions, force=True)
+            kept = keeper.finish(version=learner.updates)
             summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=coordinator.transitions,
-                                   interrupted=signals.received is not None)
+                                   interrupted=signals.received is not None) | kept
     return finish_lead(ctx, coordinator, summary)
+
+
+def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | None):
+    """Checkpoints hold the learner's DQN (networks, optimizer, update count), the
+    replay held in this process with its priorities, and the coordinator's progress;
+    a resumed run loads them and publishes the restored parameters to the actors."""
+    from experiments.runtime.checkpoints import RunKeeper
+
+    def snapshot() -> dict[str, Any]:
+        return {"dqn": learner.dqn.state_dict(), **({"replay": replay.state_dict()} if replay else {})}
+
+    def restore(state: dict[str, Any]) -> None:
+        learner.dqn.load_state_dict(state["dqn"])
+        if replay is not None and "replay" in state:
+            replay.load_state_dict(state["replay"])
+        learner.publish()
+
+    keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=learner.dqn.policy_state,
+                       meta={"replay_placement": ctx.config.replay.replay_placement,
+                             "replay_layout": sorted(replay_layout(ctx))})
+    keeper.restore(restore)
+    return keeper
 
 
 def run_replay(ctx: JobContext, group: Any, *, shards: list[str]) -> None:
@@ -340,6 +367,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
     shells = [ActorShell(ctx, index=i, num_actors=num_actors, buffer=replay, params=params)
               for i in range(num_actors)]
     loop, paced = LearnerLoop(learner, coordinator, pacing(config), min_size=0), pacing(config)
+    keeper = run_keeper(ctx, coordinator, learner, replay)
     evaluator = eval_env(ctx, seed=config.run.seed + 1)
     min_size = max(config.learn.learning_starts, config.learn.batch_size)
     with StopSignals(coordinator.stop) as signals:
@@ -359,6 +387,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                                                        version=learner.updates,
                                                        returns=[float(r) for r in returns]))
                 loop.tick(len(replay))
+                keeper.poll(version=learner.updates)
         finally:
             coordinator.stop("finished")
             for shell in shells:
@@ -367,8 +396,9 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                 shell.close()
             evaluator.close()
             loop.tick(len(replay), force=True)
+            kept = keeper.finish(version=learner.updates)
             summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=len(replay),
-                                   interrupted=signals.received is not None)
+                                   interrupted=signals.received is not None) | kept
     return finish_lead(ctx, coordinator, summary)
 
 

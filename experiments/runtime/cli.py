@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Iterator, Sequence
@@ -72,6 +73,8 @@ def parse_config(config_cls: type[T], argv: Sequence[str] | None = None, *, desc
     parser = build_parser(config_cls, description=description)
     namespace = vars(parser.parse_args(argv))
     path = namespace.pop("config", None)
+    if not path and namespace.get("resume"):  # a resumed run starts from its own config
+        path = os.path.join(namespace["resume"], "config.json")
     try:
         config = load_config(config_cls, path) if path else config_cls()
         apply_overrides(config, namespace)

@@ -32,6 +32,15 @@ class RunConfig:
         "run every role in this one process (deterministic for a seed with a step budget)"))
     torch_threads: int = field(1, help="torch intra-op threads of the learning process")
     rpc_timeout: float = field(60.0, help="timeout of every RPC in seconds")
+    checkpoint_every: float = field(300.0, help=(
+        "seconds between checkpoints of the run (0: only at the end and on Ctrl-C/SIGTERM)"))
+    keep_checkpoints: int = field(3, help="checkpoints kept in <run>/checkpoints (the newest)")
+    max_restarts: int = field(3, help=(
+        "times a local run is restarted from its newest checkpoint after a rank dies (killed, "
+        "aborted); an exception in a rank is a bug that would repeat and ends the run at once"))
+    resume: str = field("", help=(
+        "continue the run in this run directory from its newest checkpoint (its config.json is the "
+        "starting point; flags given here override it)"))
     listen_address: str = field("", help=(
         f"address RPC and the store listen on (empty: ${LISTEN_ENV}, else 127.0.0.1); "
         "anything but loopback only on a trusted network"))
@@ -41,6 +50,18 @@ class RunConfig:
         _at_least(self, "eval_every", 1)
         _at_least(self, "eval_episodes", 1)
         _at_least(self, "torch_threads", 1)
+        _at_least(self, "keep_checkpoints", 1)
+        _at_least(self, "max_restarts", 0)
+        if self.checkpoint_every < 0:
+            raise ValueError(f"{flag('checkpoint_every')} must be >= 0, got {self.checkpoint_every}")
+        if self.resume:
+            checkpoints = os.path.join(self.resume, "checkpoints")
+            if not os.path.isdir(checkpoints) or not any(
+                    f.startswith("ckpt-") for f in os.listdir(checkpoints)):
+                raise ValueError(f"{flag('resume')} {self.resume!r} holds no checkpoint "
+                                 f"(expected {checkpoints}/ckpt-*.pt)")
+            if not self.files():
+                raise ValueError(f"{flag('resume')} needs a run directory: drop --log-dir none")
         for name in ("max_seconds", "rpc_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")

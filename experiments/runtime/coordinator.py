@@ -218,6 +218,29 @@ class Coordinator:
         for team, members in self.teams.items():
             self.logger.scalar(f"teams/{team}/episodic_return", float(mean[list(members)].sum()), step)
 
+    # ------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Progress to resume from: counters, evaluations, schedule, elapsed time."""
+        with self._lock:
+            return {"env_steps": self.env_steps, "transitions": self.transitions,
+                    "episodes": self.episodes, "updates": self.updates,
+                    "recent": list(self._recent), "evals": [list(e) for e in self.evals],
+                    "next_eval": self._next_eval,
+                    "solved": list(self.solved) if self.solved else [],
+                    "elapsed_s": time.time() - self.started}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint: the time budget counts the earlier run's time."""
+        with self._lock:
+            self.env_steps, self.transitions = int(state["env_steps"]), int(state["transitions"])
+            self.episodes, self.updates = int(state["episodes"]), int(state["updates"])
+            self._recent.extend(float(r) for r in state["recent"])
+            self.evals = [tuple(e) for e in state["evals"]]
+            self._next_eval = int(state["next_eval"])
+            self.solved = tuple(state["solved"]) if state["solved"] else None
+            self.started = time.time() - float(state["elapsed_s"])
+
     # ---------------------------------------------------------------- the end
 
     def summary(self, *, algorithm: type, updates: int, run_dir: str | None,

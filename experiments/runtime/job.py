@@ -92,7 +92,12 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     job.check(config, parts)
     env_fn = job.env_fn(config, parts) if job.env_fn is not None else None
     lead = not launched or os.environ.get("RANK") == "0"
-    run_dir = RunDir.create(config.run.log_dir, job.name) if lead and config.run.files() else RunDir(None)
+    if config.run.resume:  # the same directory: curves, checkpoints and summary go on there
+        run_dir = RunDir(config.run.resume if lead else None)
+    elif lead and config.run.files():
+        run_dir = RunDir.create(config.run.log_dir, job.name)
+    else:
+        run_dir = RunDir(None)
     run_dir.write_config(config)
     return JobContext(job=job.name, config=config, parts=parts, run_dir=run_dir.path,
                       started=time.time() if started is None else float(started), quiet=quiet,
@@ -105,10 +110,38 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
     if under_launcher():
         return job.rank_main(ctx)
     from rlpar.distributed import launch
+    from rlpar.errors import ChildDied
 
-    results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
-                     timeout=ctx.config.run.max_seconds + 120.0, stop_grace=60.0)
-    return next((r for r in results if r), {})
+    restarts, budget = 0, ctx.config.run.max_restarts
+    while True:
+        try:
+            results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
+                             timeout=ctx.config.run.max_seconds + 120.0, stop_grace=60.0)
+            break
+        except ChildDied as exc:  # killed or aborted, not a bug in the code: go on
+            if restarts >= budget or ctx.run_dir is None:
+                raise
+            restarts += 1
+            ctx = _restarted(ctx)
+            print(f"[{job.name}] {exc}; restart {restarts} of {budget} from "
+                  f"{'the newest checkpoint' if ctx.config.run.resume else 'the start'}",
+                  file=sys.stderr, flush=True)
+    summary = next((r for r in results if r), {})
+    if summary:
+        summary["restarts"] = restarts
+        RunDir(ctx.run_dir).write_summary(summary)
+    return summary
+
+
+def _restarted(ctx: JobContext) -> JobContext:
+    """The context of a restarted local world: resumed from the run's newest
+    checkpoint when it has one, else started again (same run directory)."""
+    checkpoints = os.path.join(ctx.run_dir, "checkpoints")
+    if not (os.path.isdir(checkpoints) and any(f.startswith("ckpt-") for f in os.listdir(checkpoints))):
+        return ctx
+    config = copy.deepcopy(ctx.config)
+    config.run.resume = ctx.run_dir
+    return dataclasses.replace(ctx, config=config)
 
 
 def _rank(rank_main: Callable[[JobContext], dict], ctx: JobContext) -> dict[str, Any]:

@@ -1,0 +1,137 @@
+"""Checkpoints, resume and the trained policy of a run, the same for every job.
+
+The lead saves ``<run>/checkpoints/ckpt-<env steps>.pt`` (atomic, the newest
+``--keep-checkpoints``) every ``--checkpoint-every`` seconds, at the end and on
+Ctrl-C/SIGTERM: what the job puts in (networks, optimizers, counters, replay with
+priorities) plus the coordinator's progress and the lead's RNG states.
+``--resume RUN_DIR`` continues such a run in the same directory: counters and
+curves go on from the checkpoint. ``policy.pt`` (final) and ``policy-best.pt``
+(best evaluation) hold what ``python -m experiments.evaluate RUN_DIR`` needs to
+play the policy. Every file loads with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rlpar.checkpoint import load_checkpoint, rng_state, save_checkpoint
+
+POLICY, BEST_POLICY = "policy.pt", "policy-best.pt"
+
+
+class Checkpointer:
+    """The lead's checkpoints: ``due()`` on schedule, ``save(state, step)``, and the
+    state to resume from (``resumed``: None for a fresh run)."""
+
+    def __init__(self, ctx: Any, *, meta: Mapping[str, Any] | None = None) -> None:
+        run = ctx.config.run
+        self.directory = None if ctx.run_dir is None else os.path.join(ctx.run_dir, "checkpoints")
+        self.every, self.keep, self.kind = run.checkpoint_every, run.keep_checkpoints, ctx.job
+        self.meta = dict(meta or {})
+        self.saves = 0
+        self.pause_s = 0.0  # the last save's pause of the lead
+        self.bytes = 0
+        self._last = time.monotonic()
+        self.resumed: dict[str, Any] | None = None
+        if run.resume:
+            self.resumed, header = load_checkpoint(os.path.join(run.resume, "checkpoints"), kind=self.kind,
+                                                   expect_meta=self.meta)
+            self.resumed_step = header["step"]
+
+    def due(self) -> bool:
+        return (self.directory is not None and self.every > 0
+                and time.monotonic() - self._last >= self.every)
+
+    def save(self, state: Mapping[str, Any], *, step: int) -> None:
+        if self.directory is None:
+            return
+        t0 = time.perf_counter()
+        path = save_checkpoint(self.directory, {**state, "rng": rng_state()}, kind=self.kind, step=step,
+                               keep=self.keep, meta=self.meta)
+        self.pause_s = time.perf_counter() - t0
+        self.bytes = path.stat().st_size
+        self.saves += 1
+        self._last = time.monotonic()
+
+    def stats(self) -> dict[str, Any]:
+        return {"checkpoints": self.saves, "checkpoint_pause_s": self.pause_s,
+                "checkpoint_bytes": self.bytes}
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    from rlpar.checkpoint import restore_rng_state
+
+    if "rng" in state:
+        restore_rng_state(state["rng"])
+
+
+def save_policy(ctx: Any, state: Mapping[str, Any], *, best: bool = False, **info: Any) -> None:
+    """``policy.pt`` / ``policy-best.pt``: the acting network's parameters and what
+    the evaluator needs besides the run's config.json (``info``: version, eval return)."""
+    if ctx.run_dir is None:
+        return
+    import torch
+
+    path = os.path.join(ctx.run_dir, BEST_POLICY if best else POLICY)
+    payload = {"job": ctx.job, "state": {k: v.detach().cpu() for k, v in state.items()}, **info}
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+class RunKeeper:
+    """What the lead keeps of a run, polled from its loop: checkpoints on schedule,
+    ``policy-best.pt`` when an evaluation beats the best so far, and at the end the
+    last checkpoint and ``policy.pt``. ``snapshot()`` returns the job's state (the
+    coordinator's is added here); ``policy()`` the acting network's parameters."""
+
+    def __init__(self, ctx: Any, coordinator: Any, *, snapshot: Any, policy: Any,
+                 meta: Mapping[str, Any] | None = None) -> None:
+        self.ctx, self.coordinator = ctx, coordinator
+        self.snapshot, self.policy = snapshot, policy
+        self.checkpointer = Checkpointer(ctx, meta=meta)
+        self._evals_seen = 0
+        self._best = float("-inf")
+
+    @property
+    def resumed(self) -> dict[str, Any] | None:
+        return self.checkpointer.resumed
+
+    def restore(self, restore_job: Any) -> bool:
+        """Load the resumed checkpoint into the coordinator and (``restore_job(state)``)
+        the job's parts; False for a fresh run."""
+        state = self.checkpointer.resumed
+        if state is None:
+            return False
+        self.coordinator.load_state_dict(state["coordinator"])
+        restore_job(state)
+        restore_rng(state)
+        self._evals_seen = len(self.coordinator.evals)
+        self._best = max((e[2] for e in self.coordinator.evals), default=float("-inf"))
+        return True
+
+    def poll(self, *, version: int) -> None:
+        evals = self.coordinator.evals
+        if len(evals) > self._evals_seen:
+            newest = max(e[2] for e in evals[self._evals_seen:])
+            self._evals_seen = len(evals)
+            if newest > self._best:
+                self._best = newest
+                save_policy(self.ctx, self.policy(), best=True, version=version, eval_return=newest)
+        if self.checkpointer.due():
+            self.save()
+
+    def save(self) -> None:
+        self.checkpointer.save({**self.snapshot(), "coordinator": self.coordinator.state_dict()},
+                               step=self.coordinator.env_steps)
+
+    def finish(self, *, version: int) -> dict[str, Any]:
+        """The last checkpoint and ``policy.pt``; returns the summary's checkpoint fields."""
+        self.poll(version=version)
+        self.save()
+        save_policy(self.ctx, self.policy(), version=version,
+                    eval_return=self.coordinator.evals[-1][2] if self.coordinator.evals else None)
+        return {**self.checkpointer.stats(), "resumed_from_step": getattr(self.checkpointer, "resumed_step", None)}
