@@ -61,7 +61,8 @@ def rank_main(ctx: JobContext) -> dict[str, Any]:
         grads = PushPullGradServer.host(group, SERVER, **lead.server_args())
         group.register("coord/report", lead.coordinator.report)
         group.barrier()
-        return lead.run(grads, shells=[WorkerShell(ctx, grads, index=0)] if role == "server+worker" else [])
+        return lead.run(grads, server=grads.server,
+                        shells=[WorkerShell(ctx, grads, index=0)] if role == "server+worker" else [])
     group.barrier()
     sink = PushPullGradServer.connect(group, SERVER, timeout=config.run.rpc_timeout)
     with StopSignals(lambda reason: None):  # the lead decides when to stop
@@ -149,10 +150,23 @@ class Lead:
         return {"model": self.model, "optimizer_factory": self.optimizer_factory, "mode": "async",
                 "max_staleness": server.max_staleness, "staleness_policy": server.staleness_policy}
 
-    def run(self, grads: Any, *, shells: list[WorkerShell]) -> dict[str, Any]:
+    def keeper(self, server: Any):
+        """Checkpoints hold the gradient server (model, shared optimizer statistics,
+        version, counters) and the coordinator's progress."""
+        from experiments.runtime.checkpoints import RunKeeper
+
+        keeper = RunKeeper(self.ctx, self.coordinator, snapshot=lambda: {"server": server.state_dict()},
+                           policy=self.model.state_dict)
+        keeper.restore(lambda state: server.load_state_dict(state["server"]))
+        return keeper
+
+    def run(self, grads: Any, *, server: Any, shells: list[WorkerShell]) -> dict[str, Any]:
         from envs import make_vector_env
 
         config, coordinator = self.ctx.config, self.coordinator
+        keeper = self.keeper(server)
+        for shell in shells:
+            shell.worker.sync()  # a resumed server has newer parameters
         evaluator = make_vector_env(env_fn(self.ctx), num_envs=config.run.eval_episodes, num_workers=0,
                                     seed=config.run.seed + 7)
         with StopSignals(coordinator.stop) as signals:
@@ -166,6 +180,7 @@ class Lead:
                     self.tick(grads)
                     if coordinator.eval_due():
                         self.evaluate(grads, evaluator)
+                    keeper.poll(version=int(server.metrics()["version"]))
             finally:
                 coordinator.stop("finished")
                 for shell in shells:
@@ -174,7 +189,8 @@ class Lead:
                 evaluator.close()
                 coordinator.wait_for_sources(timeout=config.run.rpc_timeout)
                 self.tick(grads, force=True)
-                summary = self.summary(grads, interrupted=signals.received is not None)
+                kept = keeper.finish(version=int(server.metrics()["version"]))
+                summary = self.summary(grads, interrupted=signals.received is not None) | kept
         return finish_lead(self.ctx, coordinator, summary)
 
     def evaluate(self, grads: Any, evaluator: Any) -> None:
@@ -217,7 +233,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
     torch.set_num_threads(1)
     lead = Lead(ctx, num_workers=ctx.config.num_workers)
     grads = GradServer(**lead.server_args())
-    return lead.run(grads, shells=[WorkerShell(ctx, grads, index=i) for i in range(ctx.config.num_workers)])
+    return lead.run(grads, server=grads, shells=[WorkerShell(ctx, grads, index=i) for i in range(ctx.config.num_workers)])
 
 
 JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,

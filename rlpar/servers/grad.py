@@ -295,6 +295,30 @@ class GradServer:
         with self._lock:
             return self._version
 
+    _COUNTERS = ("_version", "_received", "_applied", "_dropped", "_downweighted", "_steps",
+                 "_staleness_sum", "_rejected")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer (its statistics are the workers' shared ones), learning-rate
+        schedule, version and counters: what a restarted server continues from."""
+        with self._lock:
+            state = {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                     "optimizer": self.optimizer.state_dict(),
+                     "counters": {name.lstrip("_"): getattr(self, name) for name in self._COUNTERS}}
+            if self.scheduler is not None and hasattr(self.scheduler, "state_dict"):
+                state["lr_scheduler"] = self.scheduler.state_dict()
+            return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if "lr_scheduler" in state and self.scheduler is not None:
+                self.scheduler.load_state_dict(state["lr_scheduler"])
+            for name in self._COUNTERS:
+                setattr(self, name, int(state["counters"][name.lstrip("_")]))
+            self._pending, self._pending_count, self._cache = {}, 0, None
+
     def metrics(self) -> dict[str, float]:
         """``received``, ``applied`` (accepted, incl. down-weighted), ``dropped``,
         ``downweighted``, ``rejected_non_finite`` (held NaN/inf), ``steps`` (optimizer

@@ -332,7 +332,9 @@ class PushPullGradServer:
             pull_device=None if keep_device else "cpu",
         )
         _host(group, name, grad_services(server))
-        return RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)
+        accessor = RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)
+        accessor.server = server  # the host's own object (checkpoints)
+        return accessor
 
     @staticmethod
     def connect(
