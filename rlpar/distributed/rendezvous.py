@@ -7,6 +7,18 @@ already hosts the store and every rank is a client, as torch.distributed does it
 ``torch.distributed.rpc.init_rpc`` builds its store from a URL; a registered
 rendezvous scheme lets it reuse ours, so RPC, our service names and the process group
 all live in one store.
+
+torchrun's agent keeps its store across ``--max-restarts`` restarts, so the keys of a
+failed attempt (peers' old addresses: RPC's and gloo's, our names) are still there
+when the restarted workers rendezvous, and they would connect to dead ports. Every key
+of an attempt therefore lives under ``restart<TORCHELASTIC_RESTART_COUNT>/``
+(:func:`attempt_store`). That count is kept by each node's agent, and torch's agent
+does not count a restart it makes for a membership change: in a multi-node job, a
+node whose workers were still healthy when another node's failed restarts with an
+older count than that node, and from then on their attempts do not meet. Multi-node jobs with
+``--max-restarts`` should therefore run torchrun with
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: every attempt then gets a fresh store
+(hosted by rank 0 of the workers, on a new port), which no stale key can reach.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from urllib.parse import urlparse
 import torch.distributed as dist
 
 SCHEME = "rlpar-store"
+RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
 _pending: dict[str, tuple] = {}
 _lock = threading.Lock()
 _registered = False
@@ -46,6 +59,29 @@ def connect_store(*, rank: int, world_size: int, master_addr: str, master_port: 
     # detach: the TCPStore server now owns the descriptor.
     return dist.TCPStore(master_addr, master_port, world_size, True, wait,
                          wait_for_workers=False, master_listen_fd=sock.detach())
+
+
+def restart_count() -> int:
+    """How many times torchrun's elastic agent restarted this worker group (its
+    TORCHELASTIC_RESTART_COUNT); 0 when not run by an agent."""
+    raw = os.environ.get(RESTART_ENV, "")
+    if raw == "":
+        return 0
+    try:
+        count = int(raw)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"{RESTART_ENV} must be an int >= 0, got {raw!r}")
+    return count
+
+
+def attempt_store(store: dist.Store) -> dist.Store:
+    """``store`` as this attempt sees it: under an elastic agent, keys are prefixed by
+    the restart count, so a restarted world never reads the keys of a failed one."""
+    if os.environ.get(RESTART_ENV, "") == "":
+        return store
+    return dist.PrefixStore(f"restart{restart_count()}", store)  # PrefixStore adds the "/"
 
 
 def _handler(url: str, **kwargs):

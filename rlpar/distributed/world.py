@@ -26,7 +26,12 @@ import torch.distributed.rpc as rpc
 
 from rlpar.distributed.netif import interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
-from rlpar.distributed.rendezvous import connect_store, rpc_init_method
+from rlpar.distributed.rendezvous import (
+    attempt_store,
+    connect_store,
+    restart_count,
+    rpc_init_method,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,10 @@ class World:
     Threads: the World does not change torch's intra-op thread count; roles should
     (``torch.set_num_threads(1)`` for actors), and :func:`launch` sets
     OMP_NUM_THREADS=1 in its ranks as torchrun does.
+
+    ``restart_count`` is torchrun's count of worker-group restarts (0 outside an
+    elastic agent); every store key of the World, RPC's and the process group's
+    included, is scoped by it, so a restarted world does not meet the failed one's keys.
     """
 
     def __init__(
@@ -125,6 +134,7 @@ class World:
         self.master_addr = master_addr
         self.master_port = master_port
         self.listen_address = listen_address
+        self.restart_count = restart_count()
         self._process_group_backend = process_group_backend
         self._rpc_groups: dict = {}
         self._groups_lock = threading.Lock()
@@ -190,9 +200,9 @@ class World:
 
     def _start(self, num_worker_threads: int) -> None:
         self._pin_interfaces()
-        raw = connect_store(rank=self.rank, world_size=self.world_size,
-                            master_addr=self.master_addr, master_port=self.master_port,
-                            timeout=self.rpc_timeout)
+        raw = attempt_store(connect_store(
+            rank=self.rank, world_size=self.world_size, master_addr=self.master_addr,
+            master_port=self.master_port, timeout=self.rpc_timeout))
         options = rpc.TensorPipeRpcBackendOptions(
             init_method=rpc_init_method(raw, self.rank, self.world_size),
             rpc_timeout=self.rpc_timeout,

@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 PROGRAM = Path(__file__).with_name("dist_torchrun_program.py")
+RESTART_PROGRAM = Path(__file__).with_name("dist_torchrun_restart_program.py")
 
 
-@pytest.mark.timeout(120)
-def test_program_runs_unchanged_under_torchrun_standalone():
+def torchrun(program: Path, *options: str) -> str:
+    """Output of ``torchrun --standalone --nproc-per-node 2 [options] program``, which
+    must succeed."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(PROGRAM)]
+           *options, str(program)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
     # Own session, so a timeout can take torchrun and its workers down together.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -29,9 +31,26 @@ def test_program_runs_unchanged_under_torchrun_standalone():
         output, _ = proc.communicate()
         pytest.fail(f"torchrun did not finish:\n{output[-3000:]}")
     assert proc.returncode == 0, output[-3000:]
+    return output
+
+
+@pytest.mark.timeout(120)
+def test_program_runs_unchanged_under_torchrun_standalone():
+    output = torchrun(PROGRAM)
     results = sorted(parse_results(output), key=lambda r: r["name"])
     assert [r["name"] for r in results] == ["rank0", "rank1"], output[-3000:]
     assert all(r["names"] == ["rank0", "rank1"] for r in results)
+    assert [r["doubled"] for r in results] == [40, 42]
+    assert {r["total"] for r in results} == {3.0}
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_world_does_not_meet_the_failed_attempts_keys():
+    # Rank 1 is killed once the first world is up; the agent restarts both ranks,
+    # whose store still holds the first attempt's addresses.
+    output = torchrun(RESTART_PROGRAM, "--max-restarts", "1")
+    results = sorted(parse_results(output), key=lambda r: r["name"])
+    assert [(r["name"], r["restart"]) for r in results] == [("rank0", 1), ("rank1", 1)], output[-3000:]
     assert [r["doubled"] for r in results] == [40, 42]
     assert {r["total"] for r in results} == {3.0}
 
