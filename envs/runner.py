@@ -164,6 +164,7 @@ class EnvRunner:
         )
         self._batch_shape = (len(envs), *self._obs_leaves[0].shape)
         self._converts: dict[tuple[np.dtype, np.dtype], bool] = {}
+        self._last_dtype: np.dtype | None = None
         self._act_space = act_space
         self._act_composite = isinstance(act_space, (spaces.Dict, spaces.Tuple))
 
@@ -234,13 +235,12 @@ class EnvRunner:
                 batch = np.asarray(observations)
             except (ValueError, TypeError):
                 batch = None  # ragged or malformed: find the env below and name it
-            if (
-                batch is not None
-                and batch.shape == self._batch_shape
-                and self._dtype_ok(batch.dtype, self.obs[0].dtype)
-            ):
-                self.obs[0][:] = batch
-                return
+            if batch is not None and batch.shape == self._batch_shape:
+                dtype = batch.dtype
+                if dtype is self._last_dtype or self._dtype_ok(dtype, self.obs[0].dtype):
+                    self._last_dtype = dtype  # an env's dtype rarely changes: skip the lookup
+                    self.obs[0][:] = batch
+                    return
         for j, obs in enumerate(observations):
             self._write_obs(j, obs)
 

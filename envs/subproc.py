@@ -126,7 +126,11 @@ class SubprocVectorEnv(BatchVectorEnv):
             raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
         num_groups = min(num_workers, len(fns))
         if step_timeout is not None:
-            if not isinstance(step_timeout, (int, float)) or not 0 < step_timeout < float("inf"):
+            if (
+                isinstance(step_timeout, bool)
+                or not isinstance(step_timeout, (int, float))
+                or not 0 < step_timeout < float("inf")
+            ):
                 raise ValueError(
                     f"step_timeout must be a positive number of seconds or None, "
                     f"got {step_timeout!r}"

@@ -327,8 +327,9 @@ def test_user_step_wait_timeout_still_leaves_the_step_pending():
 def test_step_timeout_arguments_are_checked():
     with pytest.raises(ValueError, match="step_in_parent=False"):
         SubprocVectorEnv(fns(0), num_workers=2, step_timeout=1.0, step_in_parent=True)
-    with pytest.raises(ValueError, match="positive number"):
-        SubprocVectorEnv(fns(0), num_workers=2, step_timeout=0)
+    for bad in (0, -1.0, float("inf"), True, "5"):
+        with pytest.raises(ValueError, match="positive number"):
+            SubprocVectorEnv(fns(0), num_workers=2, step_timeout=bad)
     with pytest.raises(ValueError, match="num_workers >= 1"):
         make_vector_env(FaultyEnv, num_envs=2, num_workers=0, step_timeout=1.0)
     venv = make_vector_env(FaultyEnv, num_envs=2, num_workers=2, step_timeout=5.0)
