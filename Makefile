@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # atari: envs.atari and its equivalence tests against gymnasium's wrappers run in CI too;
 # minatar: the MinAtar envs and the small-image conv nets' tests on them.
-EXTRAS ?= dev,mpe,atari,minatar
+EXTRAS ?= dev,mpe,atari,minatar,video
 
 .PHONY: run test lint bench-deps clean
 

@@ -23,6 +23,7 @@ from experiments.roles.a3c_parts import (
     describe,
     env_fn,
     job_env_fn,
+    load_policy,
     resolve,
     target,
 )
@@ -237,6 +238,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 
 JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
-          describe=describe, env_fn=job_env_fn)
+          describe=describe, env_fn=job_env_fn,
+          load_policy=load_policy)
 
 

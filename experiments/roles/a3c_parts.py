@@ -68,3 +68,12 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"server             {summary['applied']:,} gradients applied, {summary['dropped']:,} dropped, "
         f"mean staleness {summary['mean_staleness']:.2f}",
     ]
+
+
+def load_policy(ctx: Any, state: dict[str, Any]):
+    """A saved ``policy.pt`` as a greedy policy (``experiments.evaluate``)."""
+    import functools
+
+    agent = build_agent(ctx, device="cpu")
+    agent.load_parameters(state)
+    return functools.partial(agent.act, explore=False)

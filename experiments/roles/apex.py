@@ -31,6 +31,7 @@ from experiments.roles.apex_parts import (
     env_fn,
     eval_env,
     job_env_fn,
+    load_policy,
     local_replay,
     replay_layout,
     resolve,
@@ -403,7 +404,8 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 
 JOB = Job(name="apex", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
-          describe=describe, env_fn=job_env_fn)
+          describe=describe, env_fn=job_env_fn,
+          load_policy=load_policy)
 
 
 def _warm_replay_kernels() -> None:

@@ -117,3 +117,12 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
         f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
     ]
+
+
+def load_policy(ctx: Any, state: dict[str, Any]):
+    """A saved ``policy.pt`` as a greedy policy (``experiments.evaluate``)."""
+    import functools
+
+    dqn = build_dqn(ctx, device="cpu", seed=0)
+    dqn.load_policy_state(state)
+    return functools.partial(dqn.act, explore=False)

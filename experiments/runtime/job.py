@@ -50,6 +50,9 @@ class Job:
     # ``env_fn(config, parts)``: the env factory, made once in the launching process
     # (so an env registered only there is rebuilt in every rank) and shipped to all.
     env_fn: Callable[[Any, Parts], Callable[[], Any]] | None = None
+    # ``load_policy(ctx, state) -> act(obs batch) -> actions``: a saved policy.pt
+    # (``state``) as a greedy policy (``python -m experiments.evaluate``).
+    load_policy: Callable[[Any, dict[str, Any]], Callable[[Any], Any]] | None = None
 
 
 @dataclasses.dataclass

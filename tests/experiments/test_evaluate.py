@@ -1,0 +1,68 @@
+"""experiments.evaluate plays any job's saved policy from its run directory."""
+
+import json
+import os
+
+import pytest
+from jobs import a3c_config, apex_config
+from torch import nn
+
+from experiments import a3c, apex
+from experiments.evaluate import evaluate_run, main
+from experiments.runtime import Parts
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    return {
+        "apex": apex.run(apex_config(str(root), serial=True, max_env_steps=1500, eval_every=700),
+                         quiet=True)["run_dir"],
+        "a3c": a3c.run(a3c_config(str(root)), quiet=True)["run_dir"],
+    }
+
+
+@pytest.mark.parametrize("job", ["apex", "a3c"])
+def test_a_runs_policy_is_played_greedily(runs, job, capsys):
+    run_dir = runs[job]
+    assert os.path.isfile(os.path.join(run_dir, "policy.pt"))
+    result = evaluate_run(run_dir, episodes=4)
+    assert result["job"] == job and result["episodes"] == 4
+    assert 1 <= result["min_return"] <= result["mean_return"] <= result["max_return"] <= 500
+    assert main([run_dir, "--episodes", "3", "--policy", "best"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(line)["policy"] == "best"
+
+
+def test_the_same_seed_gives_the_same_returns(runs):
+    assert evaluate_run(runs["apex"], episodes=3, seed=5) == evaluate_run(runs["apex"], episodes=3, seed=5)
+
+
+def test_video_records_mp4_files(runs, tmp_path):
+    pytest.importorskip("moviepy")
+    result = evaluate_run(runs["a3c"], episodes=2, video=str(tmp_path / "video"), video_episodes=2)
+    assert len(result["videos"]) == 2 and all(os.path.getsize(v) > 0 for v in result["videos"])
+
+
+def test_a_directory_without_a_policy_is_an_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path)])
+    assert exc.value.code == 2 and "has no policy.pt" in capsys.readouterr().err
+
+
+class Linear(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.layer = nn.Linear(n_in, n_out)
+
+    def forward(self, obs):
+        return self.layer(obs.float())
+
+
+def test_a_run_with_a_network_factory_is_evaluated_through_the_python_api(tmp_path):
+    parts = Parts(network=lambda o, a: Linear(o.shape[0], a.n))
+    run_dir = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=800, eval_every=10_000),
+                       parts=parts, quiet=True)["run_dir"]
+    with pytest.raises(ValueError, match="network factory"):
+        evaluate_run(run_dir, episodes=2)
+    assert evaluate_run(run_dir, episodes=2, parts=parts)["episodes"] == 2
