@@ -95,8 +95,13 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     job.check(config, parts)
     env_fn = job.env_fn(config, parts) if job.env_fn is not None else None
     lead = not launched or os.environ.get("RANK") == "0"
+    elastic_id = os.environ.get("TORCHELASTIC_RUN_ID") if launched else None
     if config.run.resume:  # the same directory: curves, checkpoints and summary go on there
         run_dir = RunDir(config.run.resume if lead else None)
+    elif lead and config.run.files() and elastic_id:
+        run_dir = RunDir.for_elastic(config.run.log_dir, job.name, elastic_id)
+        if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and run_dir.has_checkpoint():
+            config.run.resume = run_dir.path  # torchrun restarted the world: go on from there
     elif lead and config.run.files():
         run_dir = RunDir.create(config.run.log_dir, job.name)
     else:
@@ -139,8 +144,7 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
 def _restarted(ctx: JobContext) -> JobContext:
     """The context of a restarted local world: resumed from the run's newest
     checkpoint when it has one, else started again (same run directory)."""
-    checkpoints = os.path.join(ctx.run_dir, "checkpoints")
-    if not (os.path.isdir(checkpoints) and any(f.startswith("ckpt-") for f in os.listdir(checkpoints))):
+    if not RunDir(ctx.run_dir).has_checkpoint():
         return ctx
     config = copy.deepcopy(ctx.config)
     config.run.resume = ctx.run_dir

@@ -37,6 +37,31 @@ class RunDir:
             return cls(path)
         raise RuntimeError(f"could not create a fresh run directory under {root!r}")
 
+    @classmethod
+    def for_elastic(cls, root: str, job: str, run_id: str) -> RunDir:
+        """Under ``torchrun --max-restarts N`` every restart of the world runs this
+        again: the first attempt creates the directory and notes it under the
+        launcher's run id, restarts find it there and go on in it."""
+        os.makedirs(root, exist_ok=True)
+        note = os.path.join(root, f".torchrun-{job}-{run_id}")
+        try:
+            with open(note) as f:
+                path = f.read().strip()
+            if os.path.isdir(path):
+                return cls(path)
+        except OSError:
+            pass
+        run_dir = cls.create(root, job)
+        with open(note + ".tmp", "w") as f:
+            f.write(run_dir.path)
+        os.replace(note + ".tmp", note)
+        return run_dir
+
+    def has_checkpoint(self) -> bool:
+        directory = self.checkpoints
+        return bool(directory and os.path.isdir(directory)
+                    and any(f.startswith("ckpt-") for f in os.listdir(directory)))
+
     @property
     def tensorboard(self) -> str | None:
         return self.path

@@ -10,3 +10,31 @@ ENV_ID = "UserCountingEnv-v0"
 if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=CountingEnv, kwargs={"episode_length": 20},
                  reward_threshold=1e9)
+
+KILL_ONCE_ID = "KillOnceCounting-v0"
+
+
+class KillOnceEnv(CountingEnv):
+    """CountingEnv that SIGKILLs its own process (``kill -9``) at its $KILL_AFTER-th
+    step, in the rank whose RANK is $KILL_RANK, once per $KILL_MARKER file."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps = 0
+
+    def step(self, action):
+        import os
+        import signal
+
+        self.steps += 1
+        marker = os.environ.get("KILL_MARKER", "")
+        if (marker and os.environ.get("RANK") == os.environ.get("KILL_RANK")
+                and self.steps >= int(os.environ.get("KILL_AFTER", "1")) and not os.path.exists(marker)):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+if KILL_ONCE_ID not in gym.registry:
+    gym.register(KILL_ONCE_ID, entry_point=KillOnceEnv, kwargs={"episode_length": 20},
+                 reward_threshold=1e9)

@@ -1,0 +1,49 @@
+"""The jobs under torchrun: the same module joins the launcher's world; with
+--max-restarts a killed rank's world restarts and resumes from the newest
+checkpoint in the same run directory."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlpar.distributed.ports import free_port
+
+HERE = os.path.dirname(__file__)
+
+
+def _torchrun(tmp_path, module, nproc, *args, env=None, max_restarts=0, timeout=200):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+           "--max-restarts", str(max_restarts), "-m", module, *args]
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.getcwd()]), **(env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.mark.timeout(240)
+def test_apex_resumes_after_torchrun_restarts_a_world_whose_actor_was_killed(tmp_path):
+    runs = tmp_path / "runs"
+    out = _torchrun(
+        tmp_path, "experiments.apex", 3, "--env-id", "user_envs:KillOnceCounting-v0", "--num-envs", "2",
+        "--learning-starts", "200", "--batch-size", "32", "--hidden", "32", "--max-env-steps", "5000",
+        "--eval-every", "100000", "--checkpoint-every", "0.5", "--log-dir", str(runs), "--status-every", "0",
+        max_restarts=1,
+        env={"KILL_MARKER": str(tmp_path / "killed"), "KILL_RANK": "1", "KILL_AFTER": "800"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "killed").exists()
+    (run_dir,) = [d for d in os.listdir(runs) if not d.startswith(".")]
+    summary = json.load(open(runs / run_dir / "summary.json"))
+    assert summary["env_steps"] >= 5000 and summary["stop_reason"] == "env step budget"
+    assert summary["resumed_from_step"] and summary["resumed_from_step"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_a3c_under_torchrun_is_one_world_of_workers(tmp_path):
+    out = _torchrun(tmp_path, "experiments.a3c", 2, "--num-envs", "2", "--n-steps", "4", "--max-env-steps",
+                    "800", "--eval-every", "100000", "--log-dir", str(tmp_path / "runs"),
+                    "--status-every", "0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("A3C on CartPole-v1") == 1  # one summary: rank 0's
+    assert "2 x 2 envs" in out.stdout
