@@ -13,6 +13,7 @@ from jobs import a3c_config, apex_config
 from torch import nn
 
 from algorithms.a2c import A2C
+from algorithms.apex import ApexActor
 from algorithms.dqn import DQN
 from envs.testing import CountingEnv, DictCountingEnv
 from experiments import a3c, apex
@@ -140,3 +141,31 @@ def test_parts_that_do_not_fit_the_job_are_refused():
         apex.run(apex_config(serial=True), parts=Parts(algorithm=A2C))
     with pytest.raises(TypeError, match="this job has no actor class"):
         a3c.run(a3c_config(), parts=Parts(actor=DQN))
+
+
+class BoltzmannDQN(DQN):
+    """The README's new distributed variant: actors explore with a softmax over Q at
+    their eps_i as temperature."""
+
+    def act(self, obs, *, explore=True):
+        if not explore:
+            return super().act(obs, explore=False)
+        q = self.q_values(obs)
+        temperature = torch.as_tensor(np.maximum(self.epsilon, 1e-3), dtype=q.dtype).reshape(-1, 1)
+        marker = os.environ.get("BOLTZMANN_MARKER")
+        if marker:
+            open(f"{marker}.{os.environ.get('RANK', 'serial')}", "w").close()
+        return torch.distributions.Categorical(logits=q / temperature).sample().numpy()
+
+
+class BoltzmannActor(ApexActor):
+    pass
+
+
+@pytest.mark.timeout(120)
+def test_a_new_distributed_variant_reuses_the_roles_by_passing_its_classes(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOLTZMANN_MARKER", str(tmp_path / "acted"))
+    summary = apex.run(apex_config(max_env_steps=2000, eval_every=1000),
+                       parts=Parts(algorithm=BoltzmannDQN, actor=BoltzmannActor), quiet=True)
+    assert summary["env_steps"] >= 2000 and summary["evaluations"] >= 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["acted.1", "acted.2"]  # both actor ranks
