@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
+import math
 import shlex
 import statistics
 import time
@@ -54,8 +54,11 @@ from typing import Any
 
 import torch
 
-from experiments.cli import parse_config
-from experiments.maddpg import RunConfig, evaluate, resolve_env, train
+from algorithms.maddpg import MADDPG
+from experiments.maddpg import MADDPGJobConfig, MultiAgentEnvConfig, run
+from experiments.roles.maddpg_parts import env_factory, evaluate
+from experiments.runtime import Parts, RunConfig
+from experiments.runtime.cli import leaves, parse_config
 
 # Default budget: 3 seeds x 2 implementations in about 20 minutes on a 2-core box.
 STEPS = 30_000
@@ -64,34 +67,64 @@ PEER_UPDATE_EVERY = 8  # TorchRL: one per collected batch of 8 frames
 # Extra experiments.maddpg flags for rlpar by default (the module docstring has the
 # 3-seed comparison that chose them).
 RLPAR_FLAGS = "--actor-objective team --grad-clip-scope role"
-# Fields the bench sets itself; --ours-flags may not touch them.
-_BENCH_FIELDS = ("env", "n_agents", "episode_steps", "continuous", "num_envs", "num_workers", "total_steps",
-                 "batch_size", "buffer_size", "learning_starts", "train_every", "seed", "status_every",
-                 "device", "max_seconds", "log_dir")
+# Sections the bench sets itself (all of run and env) and its own learning fields;
+# --ours-flags may not touch them.
+_BENCH_SECTIONS = ("run", "env")
+_BENCH_FIELDS = ("batch_size", "replay_capacity", "learning_starts", "updates_per_step")
 
 
-def ours_config(flags: str) -> RunConfig:
-    """``experiments.maddpg`` flags -> RunConfig; exits 2 on a bad flag, raises on a bench-owned one."""
-    argv = shlex.split(flags)
-    config = parse_config(RunConfig, argv)
-    owned = [f for f in _BENCH_FIELDS if getattr(config, f) != getattr(RunConfig(), f)]
+def _bench_owned(config: MADDPGJobConfig) -> list[str]:
+    """The bench-owned fields ``config`` sets to other than their defaults."""
+    default = MADDPGJobConfig()
+    given = {f.name: getattr(owner, f.name) for owner, f, _ in leaves(config)}
+    owned = [f.name for owner, f, _ in leaves(default)
+             if f.name in _BENCH_FIELDS or owner is default.run or owner is default.env]
+    base = {f.name: getattr(owner, f.name) for owner, f, _ in leaves(default)}
+    return [name for name in owned if given[name] != base[name]]
+
+
+def ours_config(flags: str) -> MADDPGJobConfig:
+    """``experiments.maddpg`` flags -> its config; exits 2 on a bad flag, raises on a bench-owned one."""
+    config = parse_config(MADDPGJobConfig, shlex.split(flags))
+    owned = _bench_owned(config)
     if owned:
         raise ValueError(f"--ours-flags may not set {owned}: the bench sets them for both learners")
     return config
 
 
+def spread_env(*, continuous: bool) -> MultiAgentEnvConfig:
+    """The bench's env: MPE simple_spread, 3 agents, 25-step episodes."""
+    return MultiAgentEnvConfig(env_id="simple_spread", n_agents=3, episode_steps=25, continuous=continuous)
+
+
+class _Kept(MADDPG):
+    """MADDPG that keeps its newest instance: the job runs in this process, and the
+    bench evaluates what it trained with the same code as the peer's policy."""
+
+    newest: MADDPG | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _Kept.newest = self
+
+
 def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
               batch_size: int, eval_episodes: int, update_every: int, ours_flags: str = "") -> dict[str, Any]:
-    config = dataclasses.replace(
-        ours_config(ours_flags), env="simple_spread", n_agents=3, episode_steps=25, continuous=continuous,
-        num_envs=num_envs, num_workers=1, total_steps=steps, batch_size=batch_size,
-        buffer_size=max(steps, batch_size), learning_starts=learning_starts,
-        train_every=update_every, seed=seed, status_every=1e9, device="cpu")
+    config = ours_config(ours_flags)
+    config.env = dataclasses.replace(spread_env(continuous=continuous), num_envs=num_envs, env_workers=1)
+    # No evaluation inside the run (eval_every = the budget: the stop comes first);
+    # the bench evaluates the final policy below.
+    config.run = RunConfig(seed=seed, max_env_steps=steps, max_seconds=math.inf, eval_every=steps,
+                           status_every=0.0, device="cpu", log_dir="none", torch_threads=1)
+    config.replay.replay_capacity = max(steps, batch_size)
+    config.learn.batch_size, config.learn.learning_starts = batch_size, learning_starts
+    config.learn.updates_per_step = 1.0 / update_every
     start = time.perf_counter()
-    summary = train(config, stream=io.StringIO())
+    summary = run(config, parts=Parts(algorithm=_Kept), quiet=True)
     wall = time.perf_counter() - start
-    algo = summary.pop("algo")
-    result = evaluate(algo, resolve_env(config)[1], episodes=eval_episodes)
+    algo, _Kept.newest = _Kept.newest, None
+    result = evaluate(algo, env_factory(config.env), episodes=eval_episodes)
+    result.pop("returns")
     return result | {"train_wall_s": round(wall, 1), "updates": summary["updates"], "mode": summary["mode"]}
 
 
@@ -108,9 +141,10 @@ def update_period(update_every: int, num_envs: int) -> int:
 
 def run_random(*, seed: int, eval_episodes: int) -> dict[str, Any]:
     """The uniform-random joint policy on the same evaluation episodes (the floor)."""
-    config = RunConfig(env="simple_spread", n_agents=3, episode_steps=25, continuous=True, seed=seed)
-    return evaluate(_NoPolicy(3), resolve_env(config)[1], episodes=eval_episodes, random_policy=True) | {
-        "train_wall_s": 0.0, "updates": 0, "mode": "random"}
+    result = evaluate(_NoPolicy(3), env_factory(spread_env(continuous=True)), episodes=eval_episodes,
+                      random_policy=True)
+    result.pop("returns")
+    return result | {"train_wall_s": 0.0, "updates": 0, "mode": "random"}
 
 
 class _NoPolicy:

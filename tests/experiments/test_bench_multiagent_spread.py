@@ -47,10 +47,14 @@ def test_ours_flags_parse_and_may_not_set_bench_fields():
     from experiments.bench.maddpg_spread import ours_config
 
     assert ours_config("--critic-lr 3e-3 --tau 0.02").algo_config().critic_lr == 3e-3
-    with pytest.raises(ValueError, match="train_every"):
-        ours_config("--train-every 4")
+    for flags, field in (("--updates-per-step 0.5", "updates_per_step"), ("--env-id cooperative", "env_id"),
+                         ("--max-env-steps 10", "max_env_steps"), ("--replay-capacity 2048", "replay_capacity")):
+        with pytest.raises(ValueError, match=field):
+            ours_config(flags)
     with pytest.raises(SystemExit):
         ours_config("--no-such-flag 1")
+    with pytest.raises(SystemExit):  # the old flag name is gone
+        ours_config("--train-every 4")
 
 
 def test_default_ours_flags_build_the_team_objective():

@@ -1,0 +1,255 @@
+"""The MADDPG job's one process, read top to bottom (:func:`serial_main`).
+
+The env copies step in ``--env-workers`` subprocesses (``MultiAgentVectorEnv``);
+this process acts for all of them at once, stores the live rows' transitions in
+the replay (:class:`Replay`), runs the updates :class:`~algorithms.pacing.Pacing`
+owes after each vector step, and reports every step's progress and finished
+episodes (team return, per-agent returns) to the shared
+:class:`~experiments.runtime.coordinator.Coordinator`, which keeps the budgets,
+the evaluation schedule, TensorBoard (per agent and per team too) and the status
+line. A greedy evaluation (:func:`~experiments.roles.maddpg_parts.evaluate`) runs
+every ``--eval-every`` env steps. Ctrl-C ends the run like a budget, with the
+summary.
+
+MADDPG is one process, so a launcher's world must have one rank
+(:func:`~experiments.roles.maddpg_parts.resolve` refuses more) and
+:func:`rank_main` is the serial path.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from algorithms.pacing import Pacing
+from experiments.roles.maddpg_parts import (
+    build_maddpg,
+    check,
+    describe,
+    env_factory,
+    evaluate,
+    resolve,
+    target,
+    teams_of,
+)
+from experiments.runtime.job import Job, JobContext, StopSignals
+from experiments.runtime.lead import finish_lead, start_lead
+from experiments.runtime.messages import Episode, EvalResult, Report
+
+
+def _rows(value: Any, rows: np.ndarray) -> Any:
+    return [v[rows] for v in value] if isinstance(value, list | tuple) else value[rows]
+
+
+def transitions(obs: Any, actions: Any, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray,
+                rows: np.ndarray, policy: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Replay rows: stacked fields for homogeneous agents, ``<field>_<i>`` otherwise
+    (the batch layouts of ``algorithms.maddpg_spec``)."""
+    batch: dict[str, np.ndarray] = {}
+    for name, value in (("obs", obs), ("action", actions), ("next_obs", next_obs)):
+        value = _rows(value, rows)
+        if isinstance(value, list):
+            batch |= {f"{name}_{i}": np.asarray(v) for i, v in enumerate(value)}
+        else:
+            batch[name] = np.asarray(value)
+    batch["reward"] = rewards[rows].astype(np.float32)
+    batch["terminated"] = terminated[rows].astype(np.float32)
+    if policy is not None:
+        batch["policy_index"] = policy[rows]
+    return batch
+
+
+class Replay:
+    """One shared buffer, or one per (agent, sub-policy) for separate ensemble buffers."""
+
+    def __init__(self, *, capacity: int, n_agents: int, ensemble_size: int, separate: bool, seed: int) -> None:
+        from rlpar.buffers import ReplayBuffer
+
+        self.separate = separate and ensemble_size > 1
+        self.k = ensemble_size
+        count = n_agents * ensemble_size if self.separate else 1
+        self.buffers = [ReplayBuffer(capacity=capacity, seed=seed + j) for j in range(count)]
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.buffers)
+
+    def add(self, batch: dict[str, np.ndarray]) -> None:
+        if not self.separate:
+            self.buffers[0].add(batch)
+            return
+        policy = batch["policy_index"]
+        for i in range(policy.shape[1]):
+            for k in range(self.k):
+                rows = np.flatnonzero(policy[:, i] == k)
+                if rows.size:
+                    self.buffers[i * self.k + k].add({key: v[rows] for key, v in batch.items()})
+
+    def ready(self, batch_size: int, sub_policy: int) -> bool:
+        if not self.separate:
+            return len(self.buffers[0]) >= batch_size
+        return all(len(b) >= batch_size for b in self.buffers[sub_policy::self.k])
+
+    def update(self, algo: Any, batch_size: int) -> dict[str, float]:
+        if not self.separate:
+            return algo.update(self.buffers[0].sample(batch_size).batch)
+        k = algo.updates % self.k
+        batches = [b.sample(batch_size).batch for b in self.buffers[k::self.k]]
+        return algo.update(batches, sub_policies=[k] * algo.n_agents)
+
+
+class Trainer:
+    """The acting/learning loop and its bookkeeping: episodes in flight, the last
+    100 episodes' per-agent returns, the window of update metrics."""
+
+    def __init__(self, ctx: JobContext, *, venv: Any, algo: Any, coordinator: Any, env_fn: Any) -> None:
+        config = ctx.config
+        self.ctx, self.venv, self.algo, self.coordinator, self.env_fn = ctx, venv, algo, coordinator, env_fn
+        self.batch_size = config.learn.batch_size
+        self.replay = Replay(capacity=config.replay.replay_capacity, n_agents=algo.n_agents,
+                             ensemble_size=config.learn.ensemble_size,
+                             separate=config.replay.ensemble_buffers == "separate", seed=config.run.seed)
+        # Learning cannot start before a batch is stored: counting owed updates from
+        # there avoids a burst of them at the first full batch.
+        self.pacing = Pacing(updates_per_step=config.learn.updates_per_step,
+                             learning_starts=max(config.learn.learning_starts, self.batch_size))
+        self.teams = teams_of(venv.agents)
+        e, n = venv.num_envs, algo.n_agents
+        self.obs, _ = venv.reset(seed=config.run.seed)
+        self.skip = np.zeros(e, dtype=bool)  # NEXT_STEP autoreset: a row's first step after done is a reset
+        self.ep_return, self.ep_length = np.zeros((e, n)), np.zeros(e, dtype=np.int64)
+        self.recent: deque[np.ndarray] = deque(maxlen=100)
+        self.last_eval: dict[str, Any] = {}
+        self._sums: dict[str, float] = {}
+        self._n = 0
+
+    def step(self) -> None:
+        """One vector step of every env copy, its report, and the updates it makes due."""
+        algo, venv = self.algo, self.venv
+        actions = algo.act(self.obs)
+        policy = None if algo.active_policies is None else algo.active_policies.copy()
+        next_obs, rewards, term, trunc, _ = venv.step(actions)
+        live = np.flatnonzero(~self.skip)
+        if live.size:
+            self.replay.add(transitions(self.obs, actions, rewards, next_obs, term, live, policy))
+        self.ep_return[live] += rewards[live]
+        self.ep_length[live] += 1
+        done = (term | trunc).all(axis=1) & ~self.skip
+        episodes = []
+        for row in np.flatnonzero(done):
+            returns = self.ep_return[row].copy()
+            self.recent.append(returns)
+            episodes.append(Episode(ret=float(returns.sum()), length=int(self.ep_length[row]),
+                                    agent_returns=tuple(float(r) for r in returns)))
+        self.ep_return[done], self.ep_length[done] = 0.0, 0
+        if done.any():
+            algo.new_episodes(done)
+        self.skip, self.obs = done, next_obs
+        self.coordinator.report(Report(source=0, env_steps=int(live.size), transitions=int(live.size),
+                                       episodes=episodes, version=algo.updates))
+        self.learn()
+
+    def learn(self) -> None:
+        algo = self.algo
+        for _ in range(self.pacing.updates_due(env_steps=self.coordinator.env_steps, updates=algo.updates)):
+            if not self.replay.ready(self.batch_size, algo.updates % algo.ensemble_size):
+                break
+            for key, value in self.replay.update(algo, self.batch_size).items():
+                if "/" not in key:  # per-agent losses stay out of the curves
+                    self._sums[key] = self._sums.get(key, 0.0) + value
+            self._n += 1
+
+    def evaluate(self) -> None:
+        config = self.ctx.config
+        # The same episodes every time (fixed seeds), so the curve compares policies.
+        result = evaluate(self.algo, self.env_fn, episodes=config.run.eval_episodes,
+                          seed=config.run.seed + 10_000)
+        self.last_eval = result
+        steps = self.coordinator.env_steps
+        self.coordinator.eval_result(EvalResult(env_steps=steps, version=self.algo.updates,
+                                                returns=result["returns"]))
+        for key in ("landmark_distance", "collisions_per_episode"):
+            if np.isfinite(result[key]):
+                self.coordinator.logger.scalar(f"eval/{key}", result[key], steps)
+
+    def team_returns(self) -> dict[str, float]:
+        """Mean team return (sum over its members) over the last 100 episodes."""
+        if not self.recent:
+            return {team: float("nan") for team in self.teams}
+        recent = np.asarray(self.recent)
+        return {team: float(recent[:, members].sum(axis=1).mean()) for team, members in self.teams.items()}
+
+    def tick(self, *, force: bool = False) -> None:
+        means = {k: v / self._n for k, v in self._sums.items()} if self._n else {}
+        status = {f"{team}100": round(v, 2) for team, v in self.team_returns().items()} \
+            if len(self.teams) > 1 else {}
+        if self.coordinator.tick(updates=self.algo.updates, learner_metrics=means, force=force,
+                                 scalars={"replay/size": len(self.replay)}, status=status):
+            self._sums, self._n = {}, 0
+
+    def summary(self, *, interrupted: bool) -> dict[str, Any]:
+        algo, agents = self.algo, list(self.venv.agents)
+        recent = np.asarray(self.recent) if self.recent else None
+        return self.coordinator.summary(
+            algorithm=type(algo), updates=algo.updates, run_dir=self.ctx.run_dir, interrupted=interrupted,
+            agents=agents, teams={team: [agents[i] for i in m] for team, m in self.teams.items()},
+            team_return_last100=self.team_returns(),
+            agent_return_last100=recent.mean(axis=0).round(3).tolist() if recent is not None else None,
+            critic_observes=self.ctx.config.learn.critic_observes,
+            critic_inputs=[algo.critic_input_dim(i) for i in range(algo.n_agents)],
+            mode=algo.mode, batch_size=self.batch_size, replay_size=len(self.replay),
+            landmark_distance=self.last_eval.get("landmark_distance", float("nan")),
+            collisions_per_episode=self.last_eval.get("collisions_per_episode", float("nan")))
+
+
+# --------------------------------------------------------------------- wiring
+
+
+def serial_main(ctx: JobContext) -> dict[str, Any]:
+    import torch
+
+    from envs.multiagent import MultiAgentVectorEnv
+    from experiments.runtime.config import resolve_device
+
+    config = ctx.config
+    torch.set_num_threads(config.run.torch_threads)
+    env_fn = env_factory(config.env, ctx.parts.env)
+    venv = MultiAgentVectorEnv([env_fn] * config.env.num_envs, num_workers=config.env.env_workers)
+    algo = coordinator = None
+    try:
+        algo = build_maddpg(ctx, agents=venv.agents, obs_spaces=venv.agent_observation_spaces,
+                            act_spaces=venv.agent_action_spaces, device=resolve_device(config.run.device))
+        coordinator = start_lead(ctx, num_sources=1, target=target(config), evaluator=None,
+                                 agent_names=venv.agents, teams=teams_of(venv.agents))
+        trainer = Trainer(ctx, venv=venv, algo=algo, coordinator=coordinator, env_fn=env_fn)
+        with StopSignals(coordinator.stop) as signals:
+            try:
+                while not coordinator.should_stop():
+                    trainer.step()
+                    if coordinator.eval_due():
+                        trainer.evaluate()
+                    trainer.tick()
+            finally:
+                coordinator.stop("finished")
+                coordinator.report(Report(source=0, env_steps=0, version=algo.updates, final=True))
+                trainer.tick(force=True)
+                summary = trainer.summary(interrupted=signals.received is not None)
+        return finish_lead(ctx, coordinator, summary)
+    except BaseException:
+        if coordinator is not None:
+            coordinator.logger.close()
+        raise
+    finally:
+        venv.close()
+        if algo is not None:
+            algo.close()
+
+
+def rank_main(ctx: JobContext) -> dict[str, Any]:
+    """Under a launcher (a one-rank world, see ``resolve``): the same one process."""
+    return serial_main(ctx)
+
+
+JOB = Job(name="maddpg", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
+          describe=describe)

@@ -1,0 +1,248 @@
+"""What the MADDPG job builds: the env by ``--env-id`` (or the user's factory) with
+the env flags it takes, the agents' teams, the MADDPG (the user's subclass and
+actor networks), the greedy evaluation; and the job's resolve/check/describe hooks
+for the runtime."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from experiments.runtime.cli import flag
+
+# Env flag -> the keyword names an env factory may take it by, in order of preference.
+ENV_KWARGS = {
+    "n_agents": ("N", "n_agents"),
+    "episode_steps": ("max_cycles", "max_steps"),
+    "continuous": ("continuous_actions", "continuous"),
+}
+
+
+# ------------------------------------------------------------------------ env
+
+
+def env_factory(env: Any, user_env: Callable[[], Any] | None = None):
+    """A picklable zero-argument factory of the job's ParallelEnv: ``env`` is the
+    config's env section. The env flags that are set go to the factory under the
+    keyword it takes; ValueError naming the flag when it takes none of them (or
+    naming ``--env-id`` for an id that cannot be resolved)."""
+    from envs.multiagent.registry import EnvEntry, ParallelEnvFactory, keyword_params, lookup
+
+    if user_env is not None:
+        entry, source = EnvEntry(user_env, keyword_params(user_env)), "Parts(env=...)"
+    else:
+        try:
+            entry = lookup(env.env_id)
+        except ValueError as exc:
+            raise ValueError(f"{flag('env_id')}: {exc}") from None
+        source = f"{flag('env_id')} {env.env_id!r}"
+    kwargs = []
+    for name, keywords in ENV_KWARGS.items():
+        value = getattr(env, name)
+        if value is None:
+            continue
+        taken = [k for k in keywords if entry.params is not None and k in entry.params]
+        if not taken:
+            takes = "only **kwargs" if entry.params is None else ", ".join(sorted(entry.params)) or "nothing"
+            raise ValueError(f"{flag(name)}: the env of {source} takes none of {', '.join(keywords)} "
+                             f"(its keywords: {takes}); leave {flag(name)} unset")
+        kwargs.append((taken[0], value))
+    return ParallelEnvFactory(entry.factory, tuple(kwargs), source=source)
+
+
+def team_of(agent: str) -> str:
+    """An agent's team: its name up to the last ``_<digits>`` (``adversary_0`` ->
+    ``adversary``), else the whole name."""
+    match = re.fullmatch(r"(.+)_\d+", agent)
+    return match.group(1) if match else agent
+
+
+def teams_of(agents: Sequence[str]) -> dict[str, list[int]]:
+    """Team -> member indices, teams in order of their first agent."""
+    teams: dict[str, list[int]] = {}
+    for i, agent in enumerate(agents):
+        teams.setdefault(team_of(agent), []).append(i)
+    return teams
+
+
+def critic_sees(agents: Sequence[str], observes: str) -> list[tuple[int, ...]] | None:
+    """Each critic's agents for ``--critic-observes`` (None: all, the algorithm's default)."""
+    if observes == "all":
+        return None
+    teams = teams_of(agents)
+    return [tuple(teams[team_of(agent)]) for agent in agents]
+
+
+def agent_specs(agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Sequence[Any]) -> list:
+    from algorithms.maddpg_spec import AgentSpec
+
+    return [AgentSpec.from_spaces(o, a, name=name) for name, o, a in zip(agents, obs_spaces, act_spaces)]
+
+
+# ------------------------------------------------------------------ algorithm
+
+
+def build_maddpg(ctx: Any, *, agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Sequence[Any],
+                 device: Any):
+    """The MADDPG (or the user's subclass) for these agents; the user's ``network``
+    builds each agent's actors (one per sub-policy)."""
+    import torch
+
+    from algorithms.maddpg import MADDPG
+
+    config = ctx.config
+    actors = None
+    if ctx.parts.network is not None:
+        torch.manual_seed(config.run.seed)
+        actors = [ctx.parts.network(o, a) for o, a in zip(obs_spaces, act_spaces)
+                  for _ in range(config.learn.ensemble_size)]
+    cls = ctx.parts.algorithm_or(MADDPG)
+    return cls(agents=agent_specs(agents, obs_spaces, act_spaces), config=config.algo_config(),
+               critic_sees=critic_sees(agents, config.learn.critic_observes), actors=actors, device=device)
+
+
+# ----------------------------------------------------------------- evaluation
+
+
+def _positions(env: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """Agent and landmark positions (and agent radii, for collisions) of one env:
+    MPE's world, the built-in env's arrays, else None."""
+    world = getattr(getattr(env, "unwrapped", env), "world", None)
+    if world is not None:  # MPE
+        agents = np.array([a.state.p_pos for a in world.agents])
+        landmarks = np.array([lm.state.p_pos for lm in world.landmarks]).reshape(-1, agents.shape[-1])
+        return agents, landmarks, np.array([a.size for a in world.agents])
+    if hasattr(env, "pos") and hasattr(env, "landmarks"):
+        return np.asarray(env.pos), np.asarray(env.landmarks), None
+    return None
+
+
+def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: int = 10_000,
+             explore: bool = False, random_policy: bool = False) -> dict[str, Any]:
+    """Run ``episodes`` whole episodes side by side. Returns ``returns`` (each
+    episode's team return: the sum over agents), their mean ``team_return``, the
+    mean per-step sum over landmarks of the distance to the closest agent
+    (``landmark_distance``) and colliding agent pairs per episode
+    (``collisions_per_episode``; both NaN where the env has no positions or
+    radii). ``random_policy`` samples uniform actions instead (the baseline).
+    Training's ensemble draws are left as they were."""
+    from envs.multiagent import ParallelEnvAdapter
+
+    envs = [ParallelEnvAdapter(env_fn()) for _ in range(episodes)]
+    saved = getattr(algo, "active_policies", None)
+    if saved is not None:
+        algo.active_policies = None  # drawn afresh for the evaluation's rows
+    try:
+        obs = [env.reset(seed=seed + j)[0] for j, env in enumerate(envs)]
+        for j, env in enumerate(envs):
+            env.action_space.seed(seed + j)
+        team = np.zeros(episodes)
+        dist, collisions, steps, measured, sized = 0.0, 0.0, 0, True, True
+        alive = np.ones(episodes, dtype=bool)
+        while alive.any():
+            stacked = envs[0].stacked
+            joint = np.stack(obs) if stacked else [np.stack([o[i] for o in obs]) for i in range(algo.n_agents)]
+            actions = None if random_policy else algo.act(joint, explore=explore)
+            for j, env in enumerate(envs):
+                if not alive[j]:
+                    continue
+                if random_policy:
+                    act = env.action_space.sample()
+                else:
+                    act = actions[j] if stacked else [a[j] for a in actions]
+                obs[j], rew, term, trunc, _ = env.step(act)
+                team[j] += rew.sum()
+                steps += 1
+                positions = _positions(env.env)
+                measured = measured and positions is not None and len(positions[1]) > 0
+                sized = sized and positions is not None and positions[2] is not None
+                if measured:
+                    agents, landmarks, _ = positions
+                    dist += np.linalg.norm(landmarks[:, None] - agents[None], axis=-1).min(axis=1).sum()
+                if sized:
+                    agents, _, radii = positions
+                    gap = np.linalg.norm(agents[:, None] - agents[None], axis=-1)
+                    collisions += np.triu(gap < radii[:, None] + radii[None], 1).sum()
+                alive[j] = not (term | trunc).all()
+    finally:
+        for env in envs:
+            env.close()
+        if saved is not None:
+            algo.active_policies = saved
+    return {"returns": [float(r) for r in team], "team_return": float(team.mean()),
+            "landmark_distance": dist / max(steps, 1) if measured else float("nan"),
+            "collisions_per_episode": collisions / episodes if sized else float("nan")}
+
+
+# --------------------------------------------------------------- runtime hooks
+
+
+def resolve(config: Any, world_size: int | None) -> int:
+    """MADDPG is one process: it runs serially here, and a launcher's world of more
+    than one rank is refused (never N duplicate jobs)."""
+    if world_size is not None and world_size > 1:
+        raise ValueError(f"MADDPG runs in one process; use torchrun --nproc-per-node 1 or no launcher "
+                         f"(this world has WORLD_SIZE={world_size})")
+    config.run.serial = True  # the env copies step in --env-workers subprocesses
+    return 1
+
+
+def check(config: Any, parts: Any) -> None:
+    """The user's parts fit, the env id resolves, the env flags reach it, and the
+    env it builds is a ParallelEnv whose agents MADDPG can drive."""
+    from algorithms.maddpg import MADDPG
+    from envs.multiagent import ParallelEnvAdapter
+    from envs.multiagent.registry import NotParallelEnv
+
+    parts.check(algorithm=MADDPG)
+    if parts.actor is not None or parts.learner is not None:
+        raise TypeError("MADDPG has no actor or learner role class to replace: subclass the algorithm "
+                        "(Parts(algorithm=...)) instead")
+    factory = env_factory(config.env, parts.env)
+    try:
+        env = factory()
+    except NotParallelEnv as exc:  # the message names where the env came from
+        if parts.env is not None:
+            raise
+        raise ValueError(str(exc)) from None
+    except TypeError as exc:  # e.g. a module:factory that needs arguments
+        if parts.env is not None:
+            raise
+        raise ValueError(f"{flag('env_id')} {config.env.env_id!r}: calling its factory failed: {exc}") from None
+    try:
+        adapter = ParallelEnvAdapter(env)
+        agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
+    except (TypeError, ValueError) as exc:
+        where = "Parts(env=...)" if parts.env is not None else f"{flag('env_id')} {config.env.env_id!r}"
+        raise ValueError(f"{where}: {exc}") from None
+    finally:
+        env.close()
+
+
+def target(config: Any) -> float:
+    """``--target-return``, else never (PettingZoo envs carry no reward threshold)."""
+    given = config.run.target_return
+    return math.inf if given is None else float(given)
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def describe(summary: dict[str, Any]) -> list[str]:
+    teams = summary["teams"]
+    lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
+             f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
+    for team, members in teams.items():
+        value = summary["team_return_last100"].get(team)
+        lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
+    if math.isfinite(summary["landmark_distance"]) or math.isfinite(summary["collisions_per_episode"]):
+        lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
+                     f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
+    lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
+                 f"replay {summary['replay_size']:,} transitions)")
+    return lines
