@@ -18,6 +18,7 @@ MADDPG is one process, so a launcher's world must have one rank
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
@@ -123,6 +124,7 @@ class Trainer:
         self.last_eval: dict[str, Any] = {}
         self._sums: dict[str, float] = {}
         self._n = 0
+        self._next_tick = time.monotonic() + 1.0
 
     def step(self) -> None:
         """One vector step of every env copy, its report, and the updates it makes due."""
@@ -181,6 +183,10 @@ class Trainer:
         return {team: float(recent[:, members].sum(axis=1).mean()) for team, members in self.teams.items()}
 
     def tick(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_tick:  # the coordinator ticks at most once a second
+            return
+        self._next_tick = now + 1.0
         means = {k: v / self._n for k, v in self._sums.items()} if self._n else {}
         status = {f"{team}100": round(v, 2) for team, v in self.team_returns().items()} \
             if len(self.teams) > 1 else {}

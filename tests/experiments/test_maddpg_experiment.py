@@ -304,3 +304,13 @@ def test_ctrl_c_ends_with_the_summary(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "maddpg-*"))
     with open(os.path.join(run_dir, "summary.json")) as f:
         assert json.load(f)["interrupted"] is True
+
+
+def test_a_seed_gives_the_same_run():
+    """One process, synchronous env steps: the same seed repeats the run exactly."""
+    first, second = (run(small_config(steps=300, continuous=False), quiet=True) for _ in range(2))
+    assert first["updates"] > 0 and first["evaluations"] == 1
+    for key in ("updates", "episodes", "train_return", "agent_return_last100"):
+        assert first[key] == second[key], key
+    # evals: (seconds, env steps, mean, std); only the wall-clock may differ
+    assert [e[1:] for e in first["evals"]] == [e[1:] for e in second["evals"]]
