@@ -53,3 +53,18 @@ def as_tensor(value: Any, device: torch.device) -> torch.Tensor:
     if tensor.dtype == torch.float64:
         tensor = tensor.float()
     return tensor.to(device, non_blocking=True)
+
+
+class no_grad_for:
+    """Temporarily stop gradients into ``params`` (e.g. critics during an actor loss)."""
+
+    def __init__(self, param_groups: Any) -> None:
+        self.params = [p for ps in param_groups for p in ps]
+
+    def __enter__(self) -> None:
+        for p in self.params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.params:
+            p.requires_grad_(True)

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from algorithms.agent_parallel import ParallelModules
-from algorithms.base import Algorithm, as_tensor
+from algorithms.base import Algorithm, as_tensor, no_grad_for
 from algorithms.gumbel import gumbel_softmax
 from algorithms.maddpg_spec import FIELDS, AgentSpec, MADDPGConfig, check_critic_sees, split_agents
 from algorithms.maddpg_stacked import can_stack, is_stacked_batch, stacked_act, stacked_update
@@ -147,7 +147,7 @@ class MADDPG(Algorithm):
         self.updates = 0
         # Fixed-op-count path for homogeneous agents (see maddpg_stacked); set False
         # to force the per-agent path.
-        self.use_stacked_path = can_stack(self)
+        self.use_stacked_path = can_stack(self, MADDPG)
 
     @property
     def critic_trainables(self) -> list[list[torch.Tensor]]:
@@ -371,7 +371,7 @@ class MADDPG(Algorithm):
                 if slot in chosen:
                     actions[i] = self.to_action(i, raws[slot], sample=True)
                 inputs.append(self.critic_input(i, datas[i]["obs"], actions))
-            with _no_grad_for(self.critic_trainables):
+            with no_grad_for(self.critic_trainables):
                 q = self.critic_eval(inputs)
             for slot in chosen:
                 i = slot // k
@@ -395,7 +395,7 @@ class MADDPG(Algorithm):
             inputs = self.critic_inputs(datas[0]["obs"], actions_per[0])
         else:
             inputs = [self.critic_input(i, d["obs"], actions_per[i]) for i, d in enumerate(datas)]
-        with _no_grad_for(self.critic_trainables):
+        with no_grad_for(self.critic_trainables):
             q = self.critic_eval(inputs)
         own_raws = [raws_per[0 if shared else i][i] for i in range(n)]
         return torch.stack([-q[i].mean() + self.config.actor_reg * own_raws[i].pow(2).mean() for i in range(n)])
@@ -475,21 +475,6 @@ def _adam(params: list[torch.Tensor], *, lr: float) -> torch.optim.Optimizer:
     (``algorithms.optim.EagerAdam``, as DQN and A2C use): a batch-1 update at 3
     agents, hidden 64 took 3.6-3.7 ms against 3.9-4.3 ms with ``torch.optim.Adam``."""
     return EagerAdam(params, lr=lr)
-
-
-class _no_grad_for:
-    """Temporarily stop gradients into ``params`` (critics during the actor loss)."""
-
-    def __init__(self, param_groups: Sequence[Sequence[torch.Tensor]]) -> None:
-        self.params = [p for ps in param_groups for p in ps]
-
-    def __enter__(self) -> None:
-        for p in self.params:
-            p.requires_grad_(False)
-
-    def __exit__(self, *exc: object) -> None:
-        for p in self.params:
-            p.requires_grad_(True)
 
 
 @torch.no_grad()

@@ -19,30 +19,31 @@ subclass that replaces a hook always gets the per-agent path it can see.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from algorithms.base import as_tensor
+from algorithms.base import as_tensor, no_grad_for
 from algorithms.gumbel import gumbel_softmax, sample_gumbel
 
-if TYPE_CHECKING:
-    from algorithms.maddpg import MADDPG
+# ``algo`` below is an algorithms.maddpg.MADDPG; not imported, since it imports this
+# module (annotations stay strings under ``from __future__ import annotations``).
+MADDPG = Any
 
 _HOOKS = ("preprocess", "target_actions", "critic_target", "critic_loss", "actor_loss", "to_action",
           "critic_input", "critic_inputs")
 
 
-def can_stack(algo: MADDPG) -> bool:
-    """Whether the stacked path computes exactly what the per-agent hooks would."""
-    from algorithms.maddpg import MADDPG
-
+def can_stack(algo: MADDPG, base: type) -> bool:
+    """Whether the stacked path computes exactly what the per-agent hooks would:
+    ``algo``'s class (a subclass of ``base``, the MADDPG class whose hooks this path
+    reimplements) overrides none of them."""
     full = tuple(range(algo.n_agents))
     return (algo.homogeneous and algo.ensemble_size == 1
             and all(seen == full for seen in algo.critic_sees)
-            and all(getattr(type(algo), hook) is getattr(MADDPG, hook) for hook in _HOOKS))
+            and all(getattr(type(algo), hook) is getattr(base, hook) for hook in _HOOKS))
 
 
 def is_stacked_batch(batch: Any, n_agents: int) -> bool:
@@ -83,8 +84,6 @@ def _to_action(algo: MADDPG, raw: torch.Tensor) -> torch.Tensor:
 
 def stacked_update(algo: MADDPG, batch: Mapping[str, Any]) -> dict[str, float]:
     """One MADDPG step for all agents with a fixed number of tensor ops."""
-    from algorithms.maddpg import _no_grad_for
-
     d = _tensors(algo, batch)
     b = d["obs"].shape[0]
     obs_flat = d["obs"].reshape(b, -1)
@@ -101,7 +100,7 @@ def stacked_update(algo: MADDPG, batch: Mapping[str, Any]) -> dict[str, float]:
 
     raw = algo.actor_eval.call_stacked(d["obs"].transpose(0, 1))  # (n, B, A)
     mine = _to_action(algo, raw)  # (n, B, A): critic i sees agent i's action replaced by mu_i(o_i)
-    with _no_grad_for(algo.critic_trainables):
+    with no_grad_for(algo.critic_trainables):
         if algo.config.actor_objective == "team":  # every critic sees every current action
             x_now = torch.cat([obs_flat, mine.transpose(0, 1).reshape(b, -1)], -1)
             q_actor = algo.critic_eval.call_shared(x_now).squeeze(-1)

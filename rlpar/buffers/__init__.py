@@ -15,8 +15,8 @@ from rlpar.buffers.distributed import (
     ShardedSampler,
 )
 from rlpar.buffers.frames import SharedFrames
-from rlpar.buffers.nstep import NStepAssembler
 from rlpar.buffers.hosted import HostedBuffer, RemoteAdder
+from rlpar.buffers.nstep import NStepAssembler
 from rlpar.buffers.prefetch import PrefetchingBuffer, PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
 from rlpar.buffers.replay import ReplayBuffer

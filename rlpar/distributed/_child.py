@@ -42,9 +42,9 @@ def main(payload: str, result: str) -> int:
 
 def _leave_world(*, graceful: bool) -> None:
     # An entry that did not shut its World down still leaves cleanly.
-    world = sys.modules.get("rlpar.distributed.world")  # never imported: nothing to leave
-    if world is not None and world._current is not None:
-        world._current.shutdown(graceful=graceful)
+    current = sys.modules.get("rlpar.distributed.current")  # never imported: nothing to leave
+    if current is not None and current.get() is not None:
+        current.get().shutdown(graceful=graceful)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def forget_world(world) -> None:
 
 
 def _rebuild(name: str, members: list[str]) -> RpcGroup:
-    from rlpar.distributed.world import current_world
+    from rlpar.distributed.current import current_world
 
     return current_world().create_rpc_group(name, members)
 
@@ -119,10 +119,11 @@ def _transport_error(exc: BaseException, host: str, what: str) -> BaseException:
                            child_name=host, child_traceback=text)
     if "timeout" not in text:
         # A broken connection, not a slow peer: shutdown will not wait for it.
-        from rlpar.distributed.world import _current
+        from rlpar.distributed import current
 
-        if _current is not None:
-            _current.unreachable.add(host)
+        world = current.get()
+        if world is not None:
+            world.unreachable.add(host)
     return PeerUnavailable(f"{what}: peer {host!r} is unavailable or did not answer in time: {text}")
 
 

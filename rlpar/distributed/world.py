@@ -24,6 +24,7 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from rlpar.distributed import current
 from rlpar.distributed.netif import interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
 from rlpar.distributed.rendezvous import (
@@ -35,16 +36,9 @@ from rlpar.distributed.rendezvous import (
 
 log = logging.getLogger(__name__)
 
-_current: World | None = None
-_current_lock = threading.Lock()
-
-
 def current_world() -> World:
     """The World this process has joined; raises RuntimeError if there is none."""
-    world = _current
-    if world is None:
-        raise RuntimeError("no rlpar World in this process: create World(...) or World.from_env()")
-    return world
+    return current.current_world()
 
 
 def _is_loopback(address: str) -> bool:
@@ -143,18 +137,11 @@ class World:
         # would only wait for them until its timeout.
         self.unreachable: set[str] = set()
 
-        global _current
-        with _current_lock:
-            if _current is not None:
-                raise RuntimeError(
-                    f"this process already joined a World as {_current.name!r}; shut it down first"
-                )
-            _current = self
+        current.join(self)
         try:
             self._start(num_worker_threads)
         except BaseException:
-            with _current_lock:
-                _current = None
+            current.leave(self)
             raise
 
     @classmethod
@@ -320,7 +307,6 @@ class World:
         (e.g. a group barrier): a rank that leaves early stops serving its services.
         On a timeout or a dead peer it falls back to a local shutdown, never hangs.
         Also runs at interpreter exit if the program did not call it."""
-        global _current
         if not self._alive:
             return
         self._alive = False
@@ -346,9 +332,7 @@ class World:
             from rlpar.distributed.rpc_group import forget_world
 
             forget_world(self)
-            with _current_lock:
-                if _current is self:
-                    _current = None
+            current.leave(self)
             atexit.unregister(self._shutdown_at_exit)
 
     def _shutdown_at_exit(self) -> None:
