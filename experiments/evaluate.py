@@ -53,7 +53,8 @@ def job_of(run_dir: str) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def load_run_policy(run_dir: str, *, which: str = "final", parts: Parts | None = None):
-    """``(act, env_fn, job name)``: the greedy policy of a run and its env factory."""
+    """``(policy, ctx, job)``: the run's greedy policy (``act(obs batch)`` for
+    gymnasium envs, the job's own object for others), its job context and job."""
     import torch
 
     from experiments.runtime.job import JobContext
@@ -75,7 +76,7 @@ def load_run_policy(run_dir: str, *, which: str = "final", parts: Parts | None =
         raise ValueError(f"{run_dir}: the saved policy does not fit the job's default network "
                          f"({str(exc).splitlines()[0]}); a run trained with a network factory is "
                          "evaluated with evaluate_run(run_dir, parts=Parts(network=...))") from None
-    return act, ctx.env_fn, job.name
+    return act, ctx, job
 
 
 def evaluate_run(run_dir: str, *, episodes: int = 10, which: str = "final", seed: int = 0,
@@ -84,17 +85,22 @@ def evaluate_run(run_dir: str, *, episodes: int = 10, which: str = "final", seed
     from algorithms.rollout import evaluate
     from envs import make_vector_env
 
-    act, env_fn, job = load_run_policy(run_dir, which=which, parts=parts)
-    env = make_vector_env(env_fn, num_envs=episodes, num_workers=0, seed=seed)
-    try:
-        returns = evaluate(act, env, episodes=episodes, seed=seed)
-    finally:
-        env.close()
-    result = {"run_dir": run_dir, "job": job, "policy": which, "episodes": episodes,
+    act, ctx, job = load_run_policy(run_dir, which=which, parts=parts)
+    if job.play is not None:
+        if video:
+            raise ValueError(f"--video: not available for {job.name} runs")
+        returns = np.asarray(job.play(ctx, act, episodes=episodes, seed=seed))
+    else:
+        env = make_vector_env(ctx.env_fn, num_envs=episodes, num_workers=0, seed=seed)
+        try:
+            returns = evaluate(act, env, episodes=episodes, seed=seed)
+        finally:
+            env.close()
+    result = {"run_dir": run_dir, "job": job.name, "policy": which, "episodes": episodes,
               "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
               "min_return": float(np.min(returns)), "max_return": float(np.max(returns))}
     if video:
-        result["videos"] = record_video(act, env_fn, video, episodes=video_episodes, seed=seed)
+        result["videos"] = record_video(act, ctx.env_fn, video, episodes=video_episodes, seed=seed)
     return result
 
 

@@ -229,6 +229,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
         coordinator = start_lead(ctx, num_sources=1, target=target(config), evaluator=None,
                                  agent_names=venv.agents, teams=teams_of(venv.agents))
         trainer = Trainer(ctx, venv=venv, algo=algo, coordinator=coordinator, env_fn=env_fn)
+        keeper = run_keeper(ctx, coordinator, trainer)
         with StopSignals(coordinator.stop) as signals:
             try:
                 while not coordinator.should_stop():
@@ -236,11 +237,13 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                     if coordinator.eval_due():
                         trainer.evaluate()
                     trainer.tick()
+                    keeper.poll(version=algo.updates)
             finally:
                 coordinator.stop("finished")
                 coordinator.report(Report(source=0, env_steps=0, version=algo.updates, final=True))
                 trainer.tick(force=True)
-                summary = trainer.summary(interrupted=signals.received is not None)
+                kept = keeper.finish(version=algo.updates)
+                summary = trainer.summary(interrupted=signals.received is not None) | kept
         return finish_lead(ctx, coordinator, summary)
     except BaseException:
         if coordinator is not None:
@@ -252,10 +255,63 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
             algo.close()
 
 
+def run_keeper(ctx: JobContext, coordinator: Any, trainer: Trainer):
+    """Checkpoints hold every network and optimizer of the MADDPG, the replay and the
+    coordinator's progress; ``policy.pt`` holds the actors."""
+    from experiments.runtime.checkpoints import RunKeeper
+
+    algo, buffers = trainer.algo, trainer.replay.buffers
+
+    def snapshot() -> dict[str, Any]:
+        return {"maddpg": algo.state_dict(), "replay": [b.state_dict() for b in buffers]}
+
+    def restore(state: dict[str, Any]) -> None:
+        algo.load_state_dict(state["maddpg"])
+        for buffer, saved in zip(buffers, state["replay"], strict=True):
+            buffer.load_state_dict(saved)
+
+    keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=lambda: actors_state(algo),
+                       meta={"agents": list(trainer.venv.agents), "buffers": len(buffers)})
+    keeper.restore(restore)
+    return keeper
+
+
+def actors_state(algo: Any) -> dict[str, Any]:
+    """The acting networks as one flat dict of tensors (``actor<i>.<param>``)."""
+    return {f"actor{i}.{k}": v for i, actor in enumerate(algo.actors) for k, v in actor.state_dict().items()}
+
+
+def load_policy(ctx: JobContext, state: dict[str, Any]):
+    """A saved ``policy.pt`` as a MADDPG whose actors act (``experiments.evaluate``)."""
+    from experiments.roles.maddpg_parts import env_factory
+
+    env = env_factory(ctx.config.env, ctx.parts.env)()
+    try:
+        agents = list(env.possible_agents)
+        obs_spaces = [env.observation_space(a) for a in agents]
+        act_spaces = [env.action_space(a) for a in agents]
+    finally:
+        env.close()
+    algo = build_maddpg(ctx, agents=agents, obs_spaces=obs_spaces, act_spaces=act_spaces, device="cpu")
+    for i, actor in enumerate(algo.actors):
+        prefix = f"actor{i}."
+        actor.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+    algo.refresh()
+    return algo
+
+
+def play(ctx: JobContext, policy: Any, *, episodes: int, seed: int) -> list[float]:
+    """Team returns of ``episodes`` greedy episodes (``experiments.evaluate``)."""
+    from experiments.roles.maddpg_parts import env_factory, evaluate
+
+    return [float(r) for r in evaluate(policy, env_factory(ctx.config.env, ctx.parts.env),
+                                       episodes=episodes, seed=seed)["returns"]]
+
+
 def rank_main(ctx: JobContext) -> dict[str, Any]:
     """Under a launcher (a one-rank world, see ``resolve``): the same one process."""
     return serial_main(ctx)
 
 
 JOB = Job(name="maddpg", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
-          describe=describe)
+          describe=describe, load_policy=load_policy, play=play)

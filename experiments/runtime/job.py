@@ -52,7 +52,10 @@ class Job:
     env_fn: Callable[[Any, Parts], Callable[[], Any]] | None = None
     # ``load_policy(ctx, state) -> act(obs batch) -> actions``: a saved policy.pt
     # (``state``) as a greedy policy (``python -m experiments.evaluate``).
-    load_policy: Callable[[Any, dict[str, Any]], Callable[[Any], Any]] | None = None
+    load_policy: Callable[[Any, dict[str, Any]], Any] | None = None
+    # ``play(ctx, policy, episodes=, seed=) -> returns``: episodes of a loaded policy,
+    # for jobs whose env is not a gymnasium vector env (MADDPG); else the runtime's.
+    play: Callable[..., list[float]] | None = None
 
 
 @dataclasses.dataclass

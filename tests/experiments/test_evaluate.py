@@ -7,9 +7,15 @@ import pytest
 from jobs import a3c_config, apex_config
 from torch import nn
 
-from experiments import a3c, apex
+from experiments import a3c, apex, maddpg
 from experiments.evaluate import evaluate_run, main
 from experiments.runtime import Parts
+
+
+def _maddpg_run(argv):
+    from experiments.runtime.cli import parse_config
+
+    return maddpg.run(parse_config(maddpg.MADDPGJobConfig, argv), quiet=True)["run_dir"]
 
 
 @pytest.fixture(scope="module")
@@ -19,16 +25,22 @@ def runs(tmp_path_factory):
         "apex": apex.run(apex_config(str(root), serial=True, max_env_steps=1500, eval_every=700),
                          quiet=True)["run_dir"],
         "a3c": a3c.run(a3c_config(str(root)), quiet=True)["run_dir"],
+        "maddpg": _maddpg_run(["--env-id", "cooperative", "--max-env-steps", "600", "--num-envs", "2",
+                                   "--env-workers", "0", "--learning-starts", "100", "--batch-size", "32",
+                                   "--eval-every", "300", "--eval-episodes", "2", "--status-every", "0",
+                                   "--log-dir", str(root)]),
     }
 
 
-@pytest.mark.parametrize("job", ["apex", "a3c"])
+@pytest.mark.parametrize("job", ["apex", "a3c", "maddpg"])
 def test_a_runs_policy_is_played_greedily(runs, job, capsys):
     run_dir = runs[job]
     assert os.path.isfile(os.path.join(run_dir, "policy.pt"))
     result = evaluate_run(run_dir, episodes=4)
     assert result["job"] == job and result["episodes"] == 4
-    assert 1 <= result["min_return"] <= result["mean_return"] <= result["max_return"] <= 500
+    assert result["min_return"] <= result["mean_return"] <= result["max_return"]
+    if job != "maddpg":  # CartPole
+        assert 1 <= result["min_return"] and result["max_return"] <= 500
     assert main([run_dir, "--episodes", "3", "--policy", "best"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(line)["policy"] == "best"
