@@ -246,7 +246,8 @@ def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | No
         learner.dqn.load_state_dict(state["dqn"])
         if replay is not None and "replay" in state:
             replay.load_state_dict(state["replay"])
-        learner.publish()
+        if learner.updates > 0:  # version 0 (the initial weights) is already published
+            learner.publish()
 
     keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=learner.dqn.policy_state,
                        meta={"replay_placement": ctx.config.replay.replay_placement,
