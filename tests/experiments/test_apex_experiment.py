@@ -65,7 +65,9 @@ def test_the_solving_evaluation_is_on_the_curve_and_the_run_directory_is_complet
     run_dir = summary["run_dir"]
     assert os.path.basename(run_dir).startswith("apex-") and os.path.dirname(run_dir) == str(tmp_path)
     assert sorted(f for f in os.listdir(run_dir) if not f.startswith("events")) == [
-        "config.json", "summary.json"]
+        "checkpoints", "config.json", "policy-best.pt", "policy.pt", "summary.json"]
+    assert os.listdir(os.path.join(run_dir, "checkpoints")) == [
+        f"ckpt-{summary['env_steps']:012d}.pt"]
     saved = json.load(open(os.path.join(run_dir, "summary.json")))
     assert saved["solved"] and saved["env_steps_at_solve"] == summary["env_steps_at_solve"]
     tags = scalars(run_dir)
