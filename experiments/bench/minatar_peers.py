@@ -22,7 +22,8 @@ conv net (Young & Tian 2019: 16 3x3 filters, stride 1, then 128 units; our
 
 Each trainer stops at the wall-clock budget (counted from its process's launch) or
 the env-step cap, writes snapshots every ``eval_every`` env steps and a final one,
-and returns the run's figures.
+and returns the run's figures; ``updates`` is SB3's own count (DQN: gradient steps;
+A2C: one per rollout; PPO: epochs, each of 4 minibatches here).
 """
 
 from __future__ import annotations
