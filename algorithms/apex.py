@@ -238,6 +238,7 @@ class DQNApex:
         self.actors, self.learner = list(actors), learner
         self.pacing = Pacing(updates_per_step=updates_per_step,
                              learning_starts=learner.config.learning_starts)
+        self._learning_since: float | None = None  # env steps when the learner could first sample
 
     @classmethod
     def local(
@@ -281,9 +282,11 @@ class DQNApex:
         while self.env_steps - start < env_steps:
             for actor in self.actors:
                 actor.step()
-                if self.learner.ready():
-                    for _ in range(self.pacing.updates_due(env_steps=self.env_steps,
-                                                           updates=self.learner.updates)):
+                if self._learning_since is None and self.learner.ready():
+                    self._learning_since = self.env_steps - self.learner.updates / self.pacing.updates_per_step
+                if self._learning_since is not None:
+                    for _ in range(self.pacing.updates_due(env_steps=self.env_steps, updates=self.learner.updates,
+                                                           started_at=self._learning_since)):
                         self.learner.step()
             if stop is not None and self.env_steps >= next_check:
                 next_check = self.env_steps + check_every

@@ -8,8 +8,13 @@ after ``learning_starts`` env steps, with ``slack_steps`` of play either way:
 - the learner may update while it is behind the env steps' due updates (plus slack);
 - an actor may step while it is not more than ``slack_steps`` ahead of what the
   learner has consumed;
-- in one process (serial), ``updates_due`` is the exact number of updates owed, so
-  a run is deterministic for a seed.
+- in one process (serial), ``updates_due`` is the exact number of updates owed
+  since the learner could first sample (``started_at`` env steps), so a run is
+  deterministic for a seed. Counting from ``started_at`` rather than from
+  ``learning_starts`` matters: the replay fills in whole flushes, and the updates
+  "owed" for the steps in between, taken as one burst on the first thousand
+  transitions, cost CartPole a factor of 3 in env steps to solve (median 45K
+  against 15K, seeds 0-5).
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ class Pacing:
         """Updates owed after ``env_steps`` env steps."""
         return max(0, env_steps - self.learning_starts) * self.updates_per_step
 
-    def updates_due(self, *, env_steps: int, updates: int) -> int:
-        """Whole updates owed now (serial runs)."""
-        return max(0, int(self.due(env_steps)) - updates)
+    def updates_due(self, *, env_steps: int, updates: int, started_at: float) -> int:
+        """Whole updates owed now (serial runs) when learning started at ``started_at``
+        env steps with ``updates`` = 0 then."""
+        return max(0, int(max(0, env_steps - started_at) * self.updates_per_step) - updates)
 
     def learner_may_update(self, *, env_steps: int, updates: int) -> bool:
         return updates < self.due(env_steps + self.slack_steps)

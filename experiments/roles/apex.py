@@ -145,6 +145,7 @@ class LearnerLoop:
         for key, value in self.learner.step().items():
             self._window[key] = self._window.get(key, 0.0) + value
         self._n += 1
+        self.coordinator.updates = self.learner.updates
 
     def step(self) -> bool:
         """One update if pacing and data allow; False when it had to wait."""
@@ -372,15 +373,20 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
     keeper = run_keeper(ctx, coordinator, learner, replay)
     evaluator = eval_env(ctx, seed=config.run.seed + 1)
     min_size = max(config.learn.learning_starts, config.learn.batch_size)
+    # Env steps when the learner could first sample (a resumed run: where its
+    # updates say it started, so pacing goes on as it was).
+    since = coordinator.env_steps - learner.updates / paced.updates_per_step if learner.updates else None
     with StopSignals(coordinator.stop) as signals:
         try:
             while not coordinator.should_stop():
                 for shell in shells:
                     shell.actor.step()
                     coordinator.report(shell.report())
-                    if len(replay) >= min_size:
+                    if since is None and len(replay) >= min_size:
+                        since = coordinator.env_steps
+                    if since is not None:
                         for _ in range(paced.updates_due(env_steps=coordinator.env_steps,
-                                                         updates=learner.updates)):
+                                                         updates=learner.updates, started_at=since)):
                             loop.update()
                 if coordinator.eval_due():
                     returns = evaluate(learner.dqn, evaluator, episodes=config.run.eval_episodes,

@@ -154,7 +154,8 @@ class Trainer:
 
     def learn(self) -> None:
         algo = self.algo
-        for _ in range(self.pacing.updates_due(env_steps=self.coordinator.env_steps, updates=algo.updates)):
+        for _ in range(self.pacing.updates_due(env_steps=self.coordinator.env_steps, updates=algo.updates,
+                                               started_at=self.pacing.learning_starts)):
             if not self.replay.ready(self.batch_size, algo.updates % algo.ensemble_size):
                 break
             for key, value in self.replay.update(algo, self.batch_size).items():

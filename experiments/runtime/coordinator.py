@@ -47,7 +47,10 @@ class Coordinator:
         self.logger, self.evaluator = logger, evaluator
         self.agent_names, self.teams = list(agent_names), dict(teams or {})
         self.env_steps = 0  # read without the lock by pacing loops (an int)
-        self.updates = 0  # set by the learner
+        # Set by the learner after every update: actors pace themselves on it, so a
+        # stale value (once a second) would throttle them and starve the learner.
+        self.updates = 0
+        self._ticked_updates = 0
         self.transitions = 0
         self.episodes = 0
         self.reports = 0
@@ -168,8 +171,8 @@ class Coordinator:
         if not force and now - self._last_tick < 1.0:
             return False
         self._last_tick = now
-        self._updates_rate.add(max(0, updates - self.updates))
-        self.updates = updates
+        self._updates_rate.add(max(0, updates - self._ticked_updates))
+        self._ticked_updates = self.updates = updates
         with self._lock:
             step = self.env_steps
             window, self._window = self._window, []
@@ -235,6 +238,7 @@ class Coordinator:
         with self._lock:
             self.env_steps, self.transitions = int(state["env_steps"]), int(state["transitions"])
             self.episodes, self.updates = int(state["episodes"]), int(state["updates"])
+            self._ticked_updates = self.updates
             self._recent.extend(float(r) for r in state["recent"])
             self.evals = [tuple(e) for e in state["evals"]]
             self._next_eval = int(state["next_eval"])

@@ -39,12 +39,12 @@ class KilledOnceDQN(DQN):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("rank, after", [("1", 300), ("0", 600)], ids=["actor", "learner"])
+@pytest.mark.parametrize("rank, after", [("1", 1200), ("0", 600)], ids=["actor", "learner"])
 def test_a_killed_rank_is_restarted_from_the_newest_checkpoint(tmp_path, monkeypatch, rank, after):
     monkeypatch.setenv("KILL_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("KILL_RANK", rank)
     monkeypatch.setenv("KILL_AFTER", str(after))
-    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=6000, checkpoint_every=0.5,
+    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=6000, checkpoint_every=0.2,
                                    max_seconds=150.0), parts=Parts(algorithm=KilledOnceDQN), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["restarts"] == 1
@@ -100,7 +100,9 @@ def test_checkpoint_then_resume_restores_counters_replay_and_priorities(tmp_path
     # And with more budget it goes on from there.
     more = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=3000, resume=run_dir),
                     quiet=True)
-    assert more["env_steps"] >= 3000 and more["updates"] == (3000 - 200) // 4
+    assert more["env_steps"] >= 3000
+    # Pacing goes on where it was: 0.25 updates per env step since the first update.
+    assert more["updates"] - first["updates"] == (more["env_steps"] - first["env_steps"]) // 4
     assert more["resumed_from_step"] == first["env_steps"]
 
 
