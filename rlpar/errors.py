@@ -38,6 +38,15 @@ class ChildDied(ChildError):
         self.exitcode = exitcode
 
 
+class RankKeepsDying(ChildDied):
+    """A rank that was restarted ``restarts`` times (its launcher's limit) died again."""
+
+    def __init__(self, message: str, *, child_name: str = "", exitcode: int | None = None,
+                 restarts: int = 0) -> None:
+        super().__init__(message, child_name=child_name, exitcode=exitcode)
+        self.restarts = restarts
+
+
 class RemoteError(ChildError):
     """An exception raised by a service on a remote peer, with its remote traceback."""
 

@@ -5,11 +5,18 @@ in milliseconds instead of paying seconds of imports each. Forking is safe here 
 nothing has run yet (no torch threads, no RPC). Each rank's exit status is written to
 ``exit<rank>`` for the launcher; on SIGTERM every rank is killed and reaped first, so
 the launcher's teardown leaves nothing behind.
+
+While its stdin is open the zygote also takes requests from the launcher, one a line:
+``restart <rank>`` forks that rank again (its previous process has exited and been
+reported), with ``RLPAR_RANK_RESTARTS`` counting its restarts. It exits once every rank
+has exited and its stdin is closed (a launcher without restartable ranks gives it
+/dev/null, so it exits with its last rank as before).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import time
@@ -72,7 +79,7 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGUSR1, forward_stop)
     signal.signal(signal.SIGUSR2, forward_stop)
-    for rank in range(nprocs):
+    def fork(rank: int, restarts: int) -> None:
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -87,21 +94,66 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
                 if os.getppid() != me:  # the zygote died before prctl took effect
                     os._exit(1)
                 os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+                if restarts:
+                    os.environ["RLPAR_RANK_RESTARTS"] = str(restarts)
                 code = _child.main(payload, os.path.join(tmp, f"result{rank}.pkl"))
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
         children[pid] = rank
-    while children:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except InterruptedError:  # a forwarded stop interrupted the wait
-            continue
-        rank = children.pop(pid, None)
-        if rank is not None:
-            _write_exit(tmp, rank, os.waitstatus_to_exitcode(status))
+
+    for rank in range(nprocs):
+        fork(rank, 0)
+    requests = _Requests(sys.stdin.fileno())
+    restarts: dict[int, int] = {}
+    while children or requests.open:
+        if requests.open:
+            # Wait for a request or a rank's exit, whichever comes first.
+            for rank in requests.poll(timeout=0.02):
+                restarts[rank] = restarts.get(rank, 0) + 1
+                fork(rank, restarts[rank])
+            flags = os.WNOHANG
+        else:
+            flags = 0
+        while children:
+            try:
+                pid, status = os.waitpid(-1, flags)
+            except InterruptedError:  # a forwarded stop interrupted the wait
+                continue
+            if pid == 0:
+                break
+            rank = children.pop(pid, None)
+            if rank is not None:
+                _write_exit(tmp, rank, os.waitstatus_to_exitcode(status))
+            if flags == 0:
+                break
     os._exit(0)
+
+
+class _Requests:
+    """Lines ``restart <rank>`` on the launcher's pipe (stdin)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.open, self._buffer = fd, True, b""
+
+    def poll(self, *, timeout: float) -> list[int]:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return []
+        chunk = os.read(self.fd, 4096)
+        if not chunk:
+            self.open = False
+            return []
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        ranks = []
+        for line in lines:
+            verb, _, rank = line.decode().partition(" ")
+            if verb != "restart" or not rank.isdigit():
+                raise ValueError(f"zygote: unknown request {line!r}")
+            ranks.append(int(rank))
+        return ranks
 
 
 if __name__ == "__main__":

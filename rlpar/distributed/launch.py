@@ -9,10 +9,20 @@ has imported torch but run nothing: the launcher's own process (which may run to
 threads) is never forked, and N ranks pay for one torch import, not N. Ranks die with
 the helper and the helper with the launcher (PR_SET_PDEATHSIG); when one rank fails
 the helper kills and reaps all of them, so neither an error nor a crash leaves orphans.
+
+Ranks named ``restartable`` are expendable: one that dies (killed, or exited without a
+result; not one that raised, which a restart would only repeat) is forked again with
+the same RANK and ``RLPAR_RANK_RESTARTS`` set to its count of restarts, at most
+``max_restarts`` times, while the other ranks go on; :class:`~rlpar.distributed.World`
+then rejoins the running world instead of waiting for a start with every rank. Only a
+rank whose World had joined is restarted so: one that died during the start leaves the
+others waiting in the start's collective steps, which no replacement can complete, so
+its death ends the launch as any other.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
@@ -20,13 +30,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import cloudpickle
 
 from rlpar.distributed.ports import free_port
-from rlpar.errors import ChildDied, ChildError
+from rlpar.errors import ChildDied, ChildError, RankKeepsDying
+
+log = logging.getLogger(__name__)
+# Set in every rank of a launch with restartable ranks (the World leaves such a world
+# through the store, see World.shutdown) to the folder where each rank's World marks
+# that it joined (JOINED_FILE); and in a restarted rank to its count of restarts.
+REJOINABLE_ENV, RESTARTS_ENV, JOINED_FILE = "RLPAR_REJOINABLE", "RLPAR_RANK_RESTARTS", "joined{rank}"
 
 _POLL_S = 0.02
 _GRACE_S = 3.0
@@ -62,6 +78,8 @@ def launch(
     env: dict[str, str] | None = None,
     preload: Sequence[str] = ("torch",),
     stop_grace: float = 0.0,
+    restartable: Collection[int] = (),
+    max_restarts: int = 0,
 ) -> list:
     """Run ``entry(*args)`` in ``nprocs`` local ranks and return their results by rank.
 
@@ -78,6 +96,11 @@ def launch(
     way the temporary files are removed. The ranks are asked with SIGUSR1 (this
     process got Ctrl-C) or SIGUSR2 (it got SIGTERM), which they ignore unless they
     install a handler for them.
+
+    ``restartable``: ranks that are restarted alone when they die after their World
+    joined (see the module docstring), each at most ``max_restarts`` times; one that
+    dies once more raises RankKeepsDying. No rank is restarted once another has returned its result or
+    after a Ctrl-C/SIGTERM: the launch is ending.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -92,6 +115,12 @@ def launch(
     if isinstance(preload, str):
         raise TypeError(f"preload must be a sequence of module names, got the string {preload!r}")
     preload = [str(m) for m in preload]
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    restartable = frozenset(restartable)
+    bad = [r for r in restartable if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < nprocs]
+    if bad:
+        raise ValueError(f"restartable ranks must be in 0..{nprocs - 1}, got {sorted(bad, key=repr)}")
     port = free_port() if master_port is None else master_port
     if not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"master_port must be in 1..65535, got {master_port!r}")
@@ -108,16 +137,23 @@ def launch(
         child_env.update(WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        child_env.pop(RESTARTS_ENV, None)
+        child_env.pop(REJOINABLE_ENV, None)
+        if restartable:
+            child_env[REJOINABLE_ENV] = tmp
         # As torchrun does: one intra-op thread per rank unless the user chose.
         child_env.setdefault("OMP_NUM_THREADS", "1")
         zygote = subprocess.Popen(
             [sys.executable, "-m", "rlpar.distributed._zygote", payload, tmp, str(nprocs),
              ",".join(preload)],
             env=child_env, preexec_fn=_die_with_parent,
+            # The pipe for restart requests; /dev/null (at once EOF) when there are none.
+            stdin=subprocess.PIPE if restartable else subprocess.DEVNULL,
         )
+        policy = _Restarts(restartable, max_restarts)
         try:
             with _TermAsInterrupt():
-                return _supervise(zygote, nprocs, tmp, timeout, stop_grace)
+                return _supervise(zygote, nprocs, tmp, timeout, stop_grace, policy)
         finally:
             _stop(zygote)
 
@@ -146,6 +182,11 @@ class _TermAsInterrupt:
 
 def _stop(zygote: subprocess.Popen) -> None:
     """SIGTERM makes the zygote kill and reap every rank; SIGKILL if it does not."""
+    if zygote.stdin is not None:
+        try:
+            zygote.stdin.close()
+        except OSError:  # the zygote is gone already
+            pass
     if zygote.poll() is None:
         zygote.terminate()
         try:
@@ -164,12 +205,46 @@ def _read_exit(tmp: str, rank: int) -> tuple[int, float] | None:
         return None
 
 
+class _Restarts:
+    """Which dead ranks are forked again, and how often each was."""
+
+    def __init__(self, ranks: frozenset[int], limit: int) -> None:
+        self.ranks, self.limit = ranks, limit
+        self.counts: dict[int, int] = {}
+
+    def request(self, zygote: subprocess.Popen, tmp: str, rank: int, how: str) -> bool:
+        """Ask the zygote to fork ``rank`` again; False if it is not restartable or
+        the zygote is gone."""
+        if rank not in self.ranks or zygote.stdin is None:
+            return False
+        if not os.path.exists(os.path.join(tmp, JOINED_FILE.format(rank=rank))):
+            return False  # it died before its World joined: the start cannot complete
+        count = self.counts.get(rank, 0) + 1
+        if count > self.limit:
+            return False
+        # Clear the dead process's files first: the new one writes the same names.
+        for name in (f"exit{rank}", f"result{rank}.pkl"):
+            try:
+                os.remove(os.path.join(tmp, name))
+            except FileNotFoundError:
+                pass
+        try:
+            zygote.stdin.write(f"restart {rank}\n".encode())
+            zygote.stdin.flush()
+        except OSError:  # BrokenPipeError: the zygote died; the watch loop reports it
+            return False
+        self.counts[rank] = count
+        log.warning("rank %d %s; restarting it (restart %d of %d)", rank, how, count, self.limit)
+        return True
+
+
 def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None,
-               stop_grace: float = 0.0) -> list:
+               stop_grace: float = 0.0, policy: _Restarts | None = None) -> list:
     state = _Watch(deadline=None if timeout is None else time.monotonic() + timeout)
+    policy = policy or _Restarts(frozenset(), 0)
     while True:
         try:
-            return _watch(zygote, nprocs, tmp, timeout, state)
+            return _watch(zygote, nprocs, tmp, timeout, state, policy)
         except KeyboardInterrupt as exc:
             if stop_grace <= 0 or state.interrupted:
                 raise
@@ -195,7 +270,8 @@ class _Watch:
         self.echo_since: float | None = None
 
 
-def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None, state: _Watch) -> list:
+def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None, state: _Watch,
+           policy: _Restarts) -> list:
     results, failures = state.results, state.failures
     while len(results) + len(failures) < nprocs:
         zygote_done = zygote.poll() is not None
@@ -217,8 +293,19 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
             elif code != 0 or outcome is None:
                 how = (f"was killed by signal {signal.Signals(-code).name}"
                        if code < 0 else f"exited with code {code} without a result")
-                failures[rank] = (when, ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}",
-                                                  exitcode=code), False)
+                # A death, not a bug: an expendable rank is forked again while the
+                # launch is running (not once a rank returned or a stop was asked).
+                if (not results and not failures and not state.interrupted
+                        and policy.request(zygote, tmp, rank, how)):
+                    continue
+                died = policy.counts.get(rank, 0)
+                if rank in policy.ranks and 0 < policy.limit <= died and not results and not state.interrupted:
+                    error = RankKeepsDying(f"rank {rank} {how} after {died} restart(s) "
+                                           f"(max_restarts={policy.limit})",
+                                           child_name=f"rank{rank}", exitcode=code, restarts=died)
+                else:
+                    error = ChildDied(f"rank {rank} {how}", child_name=f"rank{rank}", exitcode=code)
+                failures[rank] = (when, error, False)
             else:
                 results[rank] = outcome[1]
         if failures:

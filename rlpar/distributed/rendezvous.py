@@ -19,6 +19,20 @@ older count than that node, and from then on their attempts do not meet. Multi-n
 ``--max-restarts`` should therefore run torchrun with
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: every attempt then gets a fresh store
 (hosted by rank 0 of the workers, on a new port), which no stale key can reach.
+
+A rank restarted alone (:func:`rlpar.distributed.launch` with ``restartable``) cannot
+go through ``init_rpc``'s start: in a static world that is a gloo rendezvous and an
+all-gather with every rank, which the running ranks will not repeat. torch's dynamic
+membership (``world_size=None``) does not help either (torch 2.13): a member that died
+without leaving stays listed, so a newcomer under its name is refused ("not unique"),
+and one under a new name fails calling the dead member during the join, which also
+leaves torch's membership token held and blocks every later join and leave.
+:func:`rejoin_backend` is an RPC backend for the replacement instead: it builds the
+TensorPipe agent of the static world directly, reads the peers' names and addresses
+from the store (still there from the start) and publishes its own new address. The
+running ranks serve its calls at once (a reply goes back on the caller's connection);
+a rank that had called the dead process cannot call the new one (TensorPipe keeps its
+broken connection), so only ranks that nobody calls may be restarted this way.
 """
 
 from __future__ import annotations
@@ -101,3 +115,36 @@ def rpc_init_method(store: dist.Store, rank: int, world_size: int) -> str:
         token = f"s{next(_tokens)}"
         _pending[token] = (store, rank, world_size)
     return f"{SCHEME}://{token}"
+
+
+_REJOIN = "RLPAR_REJOIN"
+
+
+def _rejoin_options(rpc_timeout, init_method, **kwargs):
+    from torch.distributed.rpc import TensorPipeRpcBackendOptions
+
+    return TensorPipeRpcBackendOptions(rpc_timeout=rpc_timeout, init_method=init_method, **kwargs)
+
+
+def _rejoin_agent(store, name, rank, world_size, rpc_backend_options):
+    from torch.distributed.rpc import TensorPipeAgent, TensorPipeRpcBackendOptions
+
+    if not isinstance(rpc_backend_options, TensorPipeRpcBackendOptions):
+        raise TypeError(f"rejoining needs TensorPipeRpcBackendOptions, got {rpc_backend_options!r}")
+    if rpc_backend_options.device_maps or rpc_backend_options.devices:
+        raise ValueError("a rejoining rank cannot use device_maps/devices: its peers would not "
+                         "learn the reverse maps")
+    # The static world's agent, without the start's collective steps (see the module
+    # docstring); init_rpc then registers it as this process's agent.
+    return TensorPipeAgent(store, name, rank, world_size, rpc_backend_options, {}, [])
+
+
+def rejoin_backend():
+    """The RPC backend (``init_rpc(backend=...)``) that joins a running static world
+    in place of a rank that died; registered on first use."""
+    from torch.distributed.rpc import backend_registry
+
+    with _lock:
+        if not backend_registry.backend_registered(_REJOIN):
+            backend_registry.register_backend(_REJOIN, _rejoin_options, _rejoin_agent)
+    return backend_registry.BackendType[_REJOIN]

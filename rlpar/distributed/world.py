@@ -17,6 +17,7 @@ import ipaddress
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from datetime import timedelta
@@ -25,11 +26,13 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from rlpar.distributed import current
+from rlpar.distributed.launch import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
 from rlpar.distributed.netif import interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
 from rlpar.distributed.rendezvous import (
     attempt_store,
     connect_store,
+    rejoin_backend,
     restart_count,
     rpc_init_method,
 )
@@ -75,6 +78,16 @@ class World:
     ``restart_count`` is torchrun's count of worker-group restarts (0 outside an
     elastic agent); every store key of the World, RPC's and the process group's
     included, is scoped by it, so a restarted world does not meet the failed one's keys.
+
+    ``rank_restarts > 0``: this process replaces rank ``rank``, which died while the
+    world ran (:func:`launch` restarts the ranks it was told are expendable). It joins
+    the running world without the start's collective steps (see
+    :mod:`rlpar.distributed.rendezvous` for how, and why only ranks that no peer calls
+    can be replaced): it may call the peers' services at once; no peer can call it, it
+    cannot join a process group, and :meth:`RpcGroup.barrier` rounds it missed are not
+    replayed. ``rejoinable``: ranks of this world may be replaced, so :meth:`shutdown`
+    cannot use torch's graceful shutdown (an all-gather over connections a replacement
+    does not have) and meets the other ranks in the store instead.
     """
 
     def __init__(
@@ -91,9 +104,11 @@ class World:
         process_group_backend: str | None = None,
         local_rank: int | None = None,
         device_maps: dict[str, dict] | None = None,
+        rank_restarts: int = 0,
+        rejoinable: bool = False,
     ) -> None:
         for arg, value in (("rank", rank), ("world_size", world_size), ("master_port", master_port),
-                           ("num_worker_threads", num_worker_threads)):
+                           ("num_worker_threads", num_worker_threads), ("rank_restarts", rank_restarts)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{arg} must be an int, got {value!r}")
         if world_size < 1:
@@ -104,6 +119,12 @@ class World:
             raise ValueError(f"master_port must be in 1..65535, got {master_port}")
         if num_worker_threads < 1:
             raise ValueError(f"num_worker_threads must be >= 1, got {num_worker_threads}")
+        if rank_restarts < 0:
+            raise ValueError(f"rank_restarts must be >= 0, got {rank_restarts}")
+        if rank_restarts and rank == 0:
+            raise ValueError("rank 0 hosts the world's store and cannot rejoin: restart the world")
+        if rank_restarts and (process_group_backend is not None or device_maps):
+            raise ValueError("a rejoining rank cannot join a process group or use device_maps")
         self.rpc_timeout = _check_timeout("rpc_timeout", rpc_timeout)
         if process_group_backend not in (None, "gloo", "nccl"):
             raise ValueError(
@@ -129,6 +150,9 @@ class World:
         self.master_port = master_port
         self.listen_address = listen_address
         self.restart_count = restart_count()
+        self.rank_restarts = rank_restarts
+        self.rejoined = rank_restarts > 0
+        self.rejoinable = bool(rejoinable) or self.rejoined
         self._process_group_backend = process_group_backend
         self._rpc_groups: dict = {}
         self._groups_lock = threading.Lock()
@@ -157,8 +181,10 @@ class World:
     ) -> World:
         """Join the world described by torchrun's (or :func:`launch`'s) environment.
 
-        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK. ``listen_address`` defaults
-        to $RLPAR_LISTEN_ADDRESS, else 127.0.0.1 (multi-node runs must set one).
+        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, and :func:`launch`'s
+        RLPAR_RANK_RESTARTS (this rank was restarted: rejoin) and RLPAR_REJOINABLE.
+        ``listen_address`` defaults to $RLPAR_LISTEN_ADDRESS, else 127.0.0.1 (multi-node
+        runs must set one).
         """
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                    if k not in os.environ]
@@ -181,6 +207,8 @@ class World:
             process_group_backend=process_group_backend,
             local_rank=int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
             device_maps=device_maps,
+            rank_restarts=int(os.environ.get(RESTARTS_ENV, "0")),
+            rejoinable=bool(os.environ.get(REJOINABLE_ENV)),
         )
 
     # ------------------------------------------------------------------ setup
@@ -200,7 +228,8 @@ class World:
             # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
             warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
             rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
-                         rpc_backend_options=options)
+                         rpc_backend_options=options,
+                         **({"backend": rejoin_backend()} if self.rejoined else {}))
         self._alive = True
         # A script that never calls shutdown (run under torchrun) still leaves cleanly.
         atexit.register(self._shutdown_at_exit)
@@ -224,6 +253,10 @@ class World:
             self._alive = False
             rpc.shutdown(graceful=False)
             raise
+        marks = os.environ.get(REJOINABLE_ENV)
+        if self.rejoinable and marks:
+            # For the launcher: this rank may now be replaced (rejoin) if it dies.
+            open(os.path.join(marks, JOINED_FILE.format(rank=self.rank)), "w").close()
 
     def _pin_interfaces(self) -> None:
         # TensorPipe's uv transport and gloo pick their listening interface from these
@@ -316,7 +349,10 @@ class World:
                 log.warning("%r: peers %s are unreachable; shutting down without waiting",
                             self.name, sorted(self.unreachable))
                 graceful = False
-            if graceful:
+            if graceful and self.rejoinable:
+                self._leave_through_store(timeout)
+                rpc.shutdown(graceful=False)
+            elif graceful:
                 try:
                     rpc.shutdown(graceful=True, timeout=timeout)
                 except Exception as exc:  # dead peer or timeout: the local agent is finalized anyway
@@ -334,6 +370,26 @@ class World:
             forget_world(self)
             current.leave(self)
             atexit.unregister(self._shutdown_at_exit)
+
+    def _leave_through_store(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until every rank reached its shutdown: the graceful
+        shutdown of a world whose ranks may have been replaced. Every rank's own calls
+        are answered by then, since each waits for its calls before leaving."""
+        keys = [f"world/left/{r}" for r in range(self.world_size)]
+        deadline = time.monotonic() + timeout
+        pause = 0.0005
+        try:
+            self.store.set(keys[self.rank], "1")
+            while not self.store.check(keys):
+                if time.monotonic() > deadline:
+                    log.warning("%r: not every rank reached shutdown within %s s; leaving anyway",
+                                self.name, timeout)
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
+        except (RuntimeError, OSError):
+            # The store's host (rank 0) has left: it saw every rank arrive, or died.
+            return
 
     def _shutdown_at_exit(self) -> None:
         try:

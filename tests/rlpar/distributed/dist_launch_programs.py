@@ -55,3 +55,33 @@ def peer_loss_echoes_first(pid_dir, cause_after):
         raise PeerUnavailable("peer 'rank0' is unavailable: eof")
     time.sleep(cause_after)
     raise RuntimeError("rank 0 is the cause")
+
+
+def _record_incarnation(pid_dir):
+    """One file per process (a restarted rank adds one): rank<R>.<restarts>.pid."""
+    restarts = os.environ.get("RLPAR_RANK_RESTARTS", "0")
+    with open(os.path.join(pid_dir, f"rank{os.environ['RANK']}.{restarts}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def rank1_dies_until_restarted(pid_dir, deaths, joined=True):
+    """Rank 1 SIGKILLs itself until it has been restarted ``deaths`` times, then
+    returns; rank 0 waits for it and returns too. ``joined``: each process first marks
+    that it joined, as a World does (else it dies as if during the world's start)."""
+    from rlpar.distributed.launch import JOINED_FILE, REJOINABLE_ENV
+
+    _record_incarnation(pid_dir)
+    if joined:
+        marks = os.environ[REJOINABLE_ENV]
+        open(os.path.join(marks, JOINED_FILE.format(rank=os.environ["RANK"])), "w").close()
+    restarts = int(os.environ.get("RLPAR_RANK_RESTARTS", "0"))
+    done = os.path.join(os.path.dirname(pid_dir), os.path.basename(pid_dir) + ".rank1-done")
+    if os.environ["RANK"] == "1":
+        if restarts < deaths:
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        open(done, "w").close()
+    else:
+        while not os.path.exists(done):
+            time.sleep(0.01)
+    return int(os.environ["RANK"]), restarts, bool(os.environ.get(REJOINABLE_ENV))

@@ -121,3 +121,69 @@ def test_entry_must_be_callable_and_args_a_tuple():
         launch(programs.exits_early, nprocs=1, args=[1])
     with pytest.raises(TypeError, match="preload"):
         launch(programs.exits_early, nprocs=1, preload="torch")
+
+
+@pytest.mark.timeout(30)
+def test_a_restartable_rank_that_dies_is_forked_again_while_the_others_go_on(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    results = launch(programs.rank1_dies_until_restarted, nprocs=2, args=(str(pids), 2),
+                     timeout=25, preload=(), restartable={1}, max_restarts=2)
+    # Rank 0 ran once, undisturbed; rank 1 came back with its RANK and its restart count.
+    assert results == [(0, 0, True), (1, 2, True)]
+    assert sorted(os.listdir(pids)) == ["rank0.0.pid", "rank1.0.pid", "rank1.1.pid", "rank1.2.pid"]
+    assert _gone(pids)
+
+
+@pytest.mark.timeout(30)
+def test_a_rank_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
+    from rlpar.errors import RankKeepsDying
+
+    with pytest.raises(RankKeepsDying) as info:
+        launch(programs.rank1_dies_until_restarted, nprocs=2, args=(str(tmp_path), 99),
+               timeout=25, preload=(), restartable={1}, max_restarts=2)
+    assert info.value.child_name == "rank1" and info.value.restarts == 2
+    assert "SIGKILL" in str(info.value) and "max_restarts=2" in str(info.value)
+    assert len([p for p in os.listdir(tmp_path) if p.startswith("rank1.")]) == 3
+    assert _gone(tmp_path)
+
+
+@pytest.mark.timeout(30)
+def test_restarts_are_for_restartable_ranks_that_died_not_for_raises_or_other_ranks(tmp_path):
+    # A raise is a bug: a restart would only repeat it.
+    with pytest.raises(ChildError) as info:
+        launch(programs.rank1_raises, nprocs=2, args=(str(tmp_path),), timeout=25, preload=(),
+               restartable={1}, max_restarts=3)
+    assert not isinstance(info.value, ChildDied) and info.value.child_name == "rank1"
+    # A rank not named restartable that dies ends the launch as before.
+    with pytest.raises(ChildDied) as info:
+        launch(programs.rank1_killed, nprocs=2, args=(str(tmp_path),), timeout=25, preload=(),
+               restartable={0}, max_restarts=3)
+    assert info.value.child_name == "rank1" and type(info.value) is ChildDied
+    # A rank that died before it joined (during the world's start) is not replaced:
+    # the others are waiting in the start for the process that died.
+    with pytest.raises(ChildDied) as info:
+        launch(programs.rank1_dies_until_restarted, nprocs=2, args=(str(tmp_path), 1, False),
+               timeout=25, preload=(), restartable={1}, max_restarts=3)
+    assert info.value.child_name == "rank1" and type(info.value) is ChildDied
+    # No restarts allowed: the first death ends it, a plain ChildDied.
+    with pytest.raises(ChildDied) as info:
+        launch(programs.rank1_killed, nprocs=2, args=(str(tmp_path),), timeout=25, preload=(),
+               restartable={1}, max_restarts=0)
+    assert type(info.value) is ChildDied
+    assert _gone(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"restartable": {2}}, "restartable"),
+        ({"restartable": {-1}}, "restartable"),
+        ({"restartable": {True}}, "restartable"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"max_restarts": 1.5}, "max_restarts"),
+    ],
+)
+def test_invalid_restart_arguments_fail_before_spawning(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        launch(programs.sleeps_forever, nprocs=2, args=("/nonexistent",), preload=(), **kwargs)
