@@ -39,6 +39,15 @@ from rlpar.distributed.rendezvous import (
 
 log = logging.getLogger(__name__)
 
+# TensorPipe's shared-memory transport refuses connections (connect: EAGAIN) when the
+# ranks of a larger world all open their pipes to rank 0 at once (init_rpc's
+# all-gather): measured, 36 local ranks started and 40 did not. Above this many ranks
+# RPC's messages go over TCP (TensorPipe's uv transport) instead, which any size of
+# world starts on; tensors still move through TensorPipe's channels (cma on one
+# machine). Small messages cost more that way (measured: about 140 instead of 100 us
+# of the receiver's CPU, half the rate), so small worlds keep shared memory.
+SHM_MAX_RANKS = 32
+
 def current_world() -> World:
     """The World this process has joined; raises RuntimeError if there is none."""
     return current.current_world()
@@ -223,6 +232,7 @@ class World:
             rpc_timeout=self.rpc_timeout,
             num_worker_threads=num_worker_threads,
             device_maps=self._device_maps,
+            _transports=None if self.world_size <= SHM_MAX_RANKS else ["uv"],
         )
         with warnings.catch_warnings():
             # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
