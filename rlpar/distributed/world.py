@@ -39,14 +39,18 @@ from rlpar.distributed.rendezvous import (
 
 log = logging.getLogger(__name__)
 
-# TensorPipe's shared-memory transport refuses connections (connect: EAGAIN) when the
-# ranks of a larger world all open their pipes to rank 0 at once (init_rpc's
-# all-gather): measured, 36 local ranks started and 40 did not. Above this many ranks
-# RPC's messages go over TCP (TensorPipe's uv transport) instead, which any size of
-# world starts on; tensors still move through TensorPipe's channels (cma on one
-# machine). Small messages cost more that way (measured: about 140 instead of 100 us
-# of the receiver's CPU, half the rate), so small worlds keep shared memory.
-SHM_MAX_RANKS = 32
+# The TensorPipe transport of RPC's messages (tensors move through TensorPipe's
+# channels whatever it is: cma between processes of one machine). Not "shm",
+# TensorPipe's choice between processes of one machine: its reactor busy-polls, so
+# every rank burns about a third of a core even when idle (measured: 1.0 s of CPU in
+# 3 s of sleep; 8 idle ranks cut another rank's matmul rate by a third on 2 cores),
+# and a world of more than ~36 local ranks cannot start on it (connect EAGAIN when
+# every rank opens its pipes to rank 0 at once, in init_rpc's all-gather: 40 ranks
+# failed; 66 start on uv in 7 s). TCP (uv) costs a small message more of the
+# receiver's CPU (about 140 instead of 100 us), yet the Ape-X job ran faster on it:
+# 3.4-3.9K instead of 3.0-3.2K env steps/s (CartPole, 2 actors, 2 cores), and 13
+# instead of 7 learner updates/s with 8 simulated actors (experiments.bench.apex_scale).
+TRANSPORTS = ["uv"]
 
 def current_world() -> World:
     """The World this process has joined; raises RuntimeError if there is none."""
@@ -232,7 +236,7 @@ class World:
             rpc_timeout=self.rpc_timeout,
             num_worker_threads=num_worker_threads,
             device_maps=self._device_maps,
-            _transports=None if self.world_size <= SHM_MAX_RANKS else ["uv"],
+            _transports=list(TRANSPORTS),
         )
         with warnings.catch_warnings():
             # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
