@@ -6,11 +6,13 @@ SIGKILL (as ``kill -9`` or the OOM killer would) mid-run:
 - ``actor``: an actor's env kills its own process after ``--kill-after`` steps;
 - ``learner``: the learner kills its process after ``--kill-after`` / 4 updates.
 
-The runtime restarts the world from the newest checkpoint (``--checkpoint-every``).
+The actor is restarted alone and rejoins while the learner trains on; the learner's
+death restarts the world from the newest checkpoint (``--checkpoint-every``).
 From the run's TensorBoard events (wall-clock stamped) the bench reports the time
 from the death to the job's env-step throughput back at 90% of its rate before the
 death (``actor_recovery_s``), and to the first learner update after it
-(``learner_recovery_s``), the env steps lost (progress since the last checkpoint),
+(``learner_recovery_s``), the env steps lost (progress since the last checkpoint
+when the world restarted; an actor's rejoin loses only ``lost_transitions``),
 and the checkpoint's pause and size. One JSON line per case. The Atari-frame
 checkpoint cost (100K transitions) is ``python -m experiments.bench.checkpoint``.
 """
@@ -98,8 +100,10 @@ def run_case(case: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
     recovery = _recovery(summary["run_dir"], died)
     # Progress after the newest checkpoint died with the world: it is redone.
     resumed = summary["resumed_from_step"] or 0
-    recovery["env_steps_lost"] = max(0, recovery.pop("steps_before_death") - resumed)
-    return {"case": case, "restarts": summary["restarts"], **recovery,
+    before = recovery.pop("steps_before_death")
+    recovery["env_steps_lost"] = max(0, before - resumed) if summary["restarts"] else 0
+    return {"case": case, "restarts": summary["restarts"], "actor_restarts": summary["actor_restarts"],
+            "lost_transitions": summary["lost_transitions"], **recovery,
             "checkpoint_every_s": args.checkpoint_every, "checkpoint_pause_s": summary["checkpoint_pause_s"],
             "checkpoint_bytes": summary["checkpoint_bytes"], "env_steps": summary["env_steps"],
             "resumed_from_step": summary["resumed_from_step"]}

@@ -39,7 +39,7 @@ from experiments.roles.apex_parts import (
 )
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
-from experiments.runtime.messages import Episode, EvalResult, Report
+from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 
 GROUP, REPLAY, PARAMS = "apex", "replay", "params"
 REPORT_EVERY_S = 0.02
@@ -56,6 +56,16 @@ def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
     if rank <= replay:
         return "replay", rank - 1
     return "actor", rank - 1 - replay
+
+
+def restartable(config: Any, nprocs: int) -> list[int]:
+    """The actors, when the replay lives in the learner: an actor then only calls the
+    learner, so a dead one is restarted alone and rejoins while the learner trains.
+    With replay shards the learner calls their ranks to sample, and a rank it called
+    cannot be replaced (see rlpar.distributed.rendezvous): the world restarts."""
+    if config.replay.replay_placement != "learner":
+        return []
+    return [r for r in range(nprocs) if role_of(r, nprocs, config)[0] == "actor"]
 
 
 def pacing(config: Any) -> Pacing:
@@ -214,6 +224,7 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
     group.register("coord/report", coordinator.report)
     group.register("coord/eval", coordinator.eval_result)
     group.register("coord/stopped", coordinator.should_stop)
+    group.register("coord/rejoin", coordinator.rejoin)
     loop = LearnerLoop(learner, coordinator, pacing(config),
                        min_size=max(config.learn.learning_starts, config.learn.batch_size))
     group.barrier()
@@ -308,13 +319,18 @@ class ActorShell:
 
 def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shards: list[str]) -> None:
     from algorithms.apex import evaluate
+    from rlpar.distributed import current_world
     from rlpar.servers import PushPullModelServer
 
     config = ctx.config
     replay = actor_replay(ctx, group, shards)
-    group.barrier()
+    group.barrier()  # a restarted actor passes at once (or completes it for the one that died)
+    # Same index, so the same exploration rate; the shell pulls the newest parameters.
     shell = ActorShell(ctx, index=index, num_actors=num_actors, buffer=replay,
                        params=PushPullModelServer.connect(group, PARAMS))
+    restarts = current_world().rank_restarts
+    if restarts:
+        group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
     evaluator = eval_env(ctx, seed=shell.seed + 1) if index == num_actors - 1 else None
     paced, directive = pacing(config), group.call("coord/report", shell.report())
     last_report = time.monotonic()
@@ -412,7 +428,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 JOB = Job(name="apex", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
           describe=describe, env_fn=job_env_fn,
-          load_policy=load_policy)
+          load_policy=load_policy, restartable=restartable)
 
 
 def _warm_replay_kernels() -> None:

@@ -37,7 +37,8 @@ class RunConfig:
     keep_checkpoints: int = field(3, help="checkpoints kept in <run>/checkpoints (the newest)")
     max_restarts: int = field(3, help=(
         "times a local run is restarted from its newest checkpoint after a rank dies (killed, "
-        "aborted); an exception in a rank is a bug that would repeat and ends the run at once"))
+        "aborted), and times each expendable actor is restarted alone (it rejoins the running "
+        "job); an exception in a rank is a bug that would repeat and ends the run at once"))
     resume: str = field("", help=(
         "continue the run in this run directory from its newest checkpoint (its config.json is the "
         "starting point; flags given here override it)"))

@@ -16,11 +16,22 @@ per second), ``charts/updates_per_s``, ``losses/<metric>``, ``eval/return``,
 ``agents/<agent>/episodic_return`` and ``teams/<team>/episodic_return``.
 An evaluation is written (and flushed) when it arrives, so the one that decides a
 stop is on the curve before the job ends.
+
+Sources are expendable (a dead actor is restarted alone and rejoins, see
+``rlpar.distributed.launch``): a source with no report for ``silent_after`` seconds
+is named silent (status line, ``actors/silent``) until it reports again, and one that
+rejoins says so (:class:`~experiments.runtime.messages.Rejoin`). ``actors/restarts``
+counts the rejoins and ``actors/lost_transitions`` estimates what the dead processes
+took with them: for each, the env steps it had reported minus the transitions it had
+reported adding, i.e. the steps whose transitions were still in its n-step window or
+add batch at its last report (steps after that report were never counted, so the
+budget does not include them either).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections import deque
@@ -29,19 +40,22 @@ from typing import Any
 
 import numpy as np
 
-from experiments.runtime.messages import Directive, EvalResult, Report
+from experiments.runtime.messages import Directive, EvalResult, Rejoin, Report
 from rlpar.logging import MetricLogger, Progress, RateMeter
 
 
 class Coordinator:
     """See the module docstring. ``evaluator``: the source index that evaluates when
     due (it is told so in its directive), or None when the lead evaluates itself
-    (:meth:`eval_due`)."""
+    (:meth:`eval_due`). ``silent_after``: seconds without a report after which a
+    source is named silent."""
 
     def __init__(self, *, job: str, run: Any, env_id: str, num_sources: int, target: float,
                  started: float, logger: MetricLogger, evaluator: int | None = None,
                  quiet: bool = False, agent_names: Sequence[str] = (),
-                 teams: Mapping[str, Sequence[int]] | None = None) -> None:
+                 teams: Mapping[str, Sequence[int]] | None = None, silent_after: float = 10.0) -> None:
+        if not silent_after > 0:
+            raise ValueError(f"silent_after must be > 0 seconds, got {silent_after!r}")
         self.job, self.run, self.env_id = job, run, env_id
         self.num_sources, self.target, self.started = num_sources, target, started
         self.logger, self.evaluator = logger, evaluator
@@ -58,6 +72,14 @@ class Coordinator:
         self._stop_reason: str | None = None
         self._first_step: float | None = None
         self._versions = [-1] * num_sources
+        # Liveness: when each source last reported (None: not yet), its env steps
+        # reported minus transitions reported (what its death would lose), who is silent.
+        self.silent_after = float(silent_after)
+        self._seen: list[float | None] = [None] * num_sources
+        self._unadded = [0] * num_sources
+        self._silent: set[int] = set()
+        self.source_restarts = 0
+        self.lost_transitions = 0
         self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
         self._window: list[Any] = []  # episodes since the last tick
@@ -89,6 +111,11 @@ class Coordinator:
             if 0 <= report.source < self.num_sources:
                 self._meters[report.source].add(report.env_steps)
                 self._versions[report.source] = report.version
+                self._seen[report.source] = time.monotonic()
+                self._unadded[report.source] += report.env_steps - report.transitions
+                if report.source in self._silent:
+                    self._silent.discard(report.source)
+                    self._say(f"actor {report.source} reports again")
             self._window.extend(report.episodes)
             self._recent.extend(e.ret for e in report.episodes)
             for key, value in report.metric_sums.items():
@@ -100,6 +127,40 @@ class Coordinator:
             evaluate = (report.source == self.evaluator and self._claim_eval())
             return Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
                              updates=self.updates, evaluate=evaluate)
+
+    def rejoin(self, rejoin: Rejoin) -> None:
+        """A source that died was restarted and rejoined (before its first report)."""
+        source = rejoin.source
+        if not 0 <= source < self.num_sources:
+            raise ValueError(f"rejoin from source {source}: sources are 0..{self.num_sources - 1}")
+        with self._lock:
+            lost = max(0, self._unadded[source])
+            self.source_restarts += 1
+            self.lost_transitions += lost
+            self._unadded[source] = 0
+            self._seen[source] = time.monotonic()
+            self._silent.discard(source)
+            if source == self.evaluator:
+                self._eval_pending = False  # the evaluation it owed died with it
+        self._say(f"actor {source} rejoined (its restart {rejoin.restarts}; "
+                  f"about {lost} transitions lost)")
+
+    def _say(self, line: str) -> None:
+        if math.isfinite(self._progress.every):
+            print(f"[{self.job}] {line}", file=sys.stderr, flush=True)
+
+    def _check_silent(self) -> list[int]:
+        """Sources that stopped reporting: named once, counted until they report."""
+        now, newly = time.monotonic(), []
+        with self._lock:
+            for source, seen in enumerate(self._seen):
+                if (seen is not None and source not in self._silent and source not in self._finished
+                        and now - seen > self.silent_after):
+                    self._silent.add(source)
+                    newly.append(source)
+        for source in newly:
+            self._say(f"actor {source} has not reported for {self.silent_after:g} s")
+        return sorted(self._silent)
 
     def eval_result(self, result: EvalResult) -> None:
         mean = float(np.mean(result.returns))
@@ -198,6 +259,10 @@ class Coordinator:
         if self.num_sources > 1:
             log.scalar("actors/sps_min", min(rates), step)
             log.scalar("actors/sps_max", max(rates), step)
+        silent = self._check_silent()
+        log.scalar("actors/silent", len(silent), step)
+        log.scalar("actors/restarts", self.source_restarts, step)
+        log.scalar("actors/lost_transitions", self.lost_transitions, step)
         live = [v for v in versions if v >= 0]
         lag = updates - min(live) if live else 0
         if live:
@@ -205,6 +270,8 @@ class Coordinator:
         self._status.update({"t": round(time.time() - self.started, 1), "env_steps": step,
                              "sps": round(sps), "updates": updates,
                              "ups": round(self._updates_rate.rate()), "return100": recent})
+        if silent or self.source_restarts:
+            self._status.update({"silent": len(silent), "restarts": self.source_restarts})
         self._status.update(status or {})
         self._status["eval"] = self._last_eval
         if math.isfinite(self._progress.every):  # --status-every 0 (or quiet): no line at all
@@ -231,7 +298,8 @@ class Coordinator:
                     "recent": list(self._recent), "evals": [list(e) for e in self.evals],
                     "next_eval": self._next_eval,
                     "solved": list(self.solved) if self.solved else [],
-                    "elapsed_s": time.time() - self.started}
+                    "elapsed_s": time.time() - self.started,
+                    "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint: the time budget counts the earlier run's time."""
@@ -244,6 +312,9 @@ class Coordinator:
             self._next_eval = int(state["next_eval"])
             self.solved = tuple(state["solved"]) if state["solved"] else None
             self.started = time.time() - float(state["elapsed_s"])
+            # Checkpoints from before sources could rejoin have neither.
+            self.source_restarts = int(state.get("source_restarts", 0))
+            self.lost_transitions = int(state.get("lost_transitions", 0))
 
     # ---------------------------------------------------------------- the end
 
@@ -276,5 +347,7 @@ class Coordinator:
                 "episodes": self.episodes,
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,
+                "actor_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
+                "silent_sources": sorted(self._silent),
                 "run_dir": run_dir, **extra,
             }

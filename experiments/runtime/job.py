@@ -6,8 +6,10 @@ user's parts and the env before any process starts, creates the run directory
 
 - ``serial`` (``--serial``): every role in this process, deterministic for a seed;
 - local: the job's world spawned on this machine by ``rlpar.distributed.launch``
-  (loopback, a free port from the OS); its ranks are watched and the first
-  failure ends the job with that rank's traceback;
+  (loopback, a free port from the OS); its ranks are watched: a rank the job names
+  restartable (an actor) that dies is restarted alone and rejoins, any other death
+  restarts the world from its newest checkpoint (both at most ``--max-restarts``
+  times), and a raise or a rank that keeps dying ends the job with its cause;
 - under ``torchrun`` (RANK and WORLD_SIZE set): this process is one rank.
 
 Ctrl-C or SIGTERM stops a run cleanly in every mode: the lead (rank 0) is told
@@ -23,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from experiments.runtime.cli import validate
@@ -56,6 +58,9 @@ class Job:
     # ``play(ctx, policy, episodes=, seed=) -> returns``: episodes of a loaded policy,
     # for jobs whose env is not a gymnasium vector env (MADDPG); else the runtime's.
     play: Callable[..., list[float]] | None = None
+    # ``restartable(config, nprocs)``: the ranks of a local world that are restarted
+    # alone when they die (they rejoin the running world; only ranks no peer calls).
+    restartable: Callable[[Any, int], Sequence[int]] | None = None
 
 
 @dataclasses.dataclass
@@ -121,14 +126,18 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
     if under_launcher():
         return job.rank_main(ctx)
     from rlpar.distributed import launch
-    from rlpar.errors import ChildDied
+    from rlpar.errors import ChildDied, RankKeepsDying
 
     restarts, budget = 0, ctx.config.run.max_restarts
+    alone = job.restartable(ctx.config, ctx.nprocs) if job.restartable is not None else ()
     while True:
         try:
             results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
-                             timeout=ctx.config.run.max_seconds + 120.0, stop_grace=60.0)
+                             timeout=ctx.config.run.max_seconds + 120.0, stop_grace=60.0,
+                             restartable=alone, max_restarts=budget)
             break
+        except RankKeepsDying:  # restarted --max-restarts times already: its cause ends the job
+            raise
         except ChildDied as exc:  # killed or aborted, not a bug in the code: go on
             if restarts >= budget or ctx.run_dir is None:
                 raise

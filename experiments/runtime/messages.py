@@ -34,6 +34,15 @@ class Report:
 
 
 @dataclasses.dataclass
+class Rejoin:
+    """A source restarted after it died, back before its first report: it keeps its
+    index; ``restarts`` counts its process's restarts."""
+
+    source: int
+    restarts: int
+
+
+@dataclasses.dataclass
 class Directive:
     """The coordinator's answer to a report."""
 

@@ -8,6 +8,14 @@ import pickle
 import sys
 import traceback
 
+# What the launcher tells a rank (here, not in launch.py: importing the module
+# rlpar.distributed.launch would shadow the package's ``launch`` function).
+# REJOINABLE_ENV: set in every rank of a launch with restartable ranks (the World
+# leaves such a world through the store, see World.shutdown), to the folder where each
+# rank's World marks that it joined (JOINED_FILE). RESTARTS_ENV: a restarted rank's
+# count of restarts.
+REJOINABLE_ENV, RESTARTS_ENV, JOINED_FILE = "RLPAR_REJOINABLE", "RLPAR_RANK_RESTARTS", "joined{rank}"
+
 
 def _write(path: str, outcome: tuple) -> None:
     # Write then rename, so the launcher never reads a half-written result.

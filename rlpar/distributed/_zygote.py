@@ -95,7 +95,7 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
                     os._exit(1)
                 os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
                 if restarts:
-                    os.environ["RLPAR_RANK_RESTARTS"] = str(restarts)
+                    os.environ[_child.RESTARTS_ENV] = str(restarts)
                 code = _child.main(payload, os.path.join(tmp, f"result{rank}.pkl"))
             finally:
                 sys.stdout.flush()

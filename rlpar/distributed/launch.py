@@ -35,14 +35,11 @@ from typing import Any
 
 import cloudpickle
 
+from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
 from rlpar.distributed.ports import free_port
 from rlpar.errors import ChildDied, ChildError, RankKeepsDying
 
 log = logging.getLogger(__name__)
-# Set in every rank of a launch with restartable ranks (the World leaves such a world
-# through the store, see World.shutdown) to the folder where each rank's World marks
-# that it joined (JOINED_FILE); and in a restarted rank to its count of restarts.
-REJOINABLE_ENV, RESTARTS_ENV, JOINED_FILE = "RLPAR_REJOINABLE", "RLPAR_RANK_RESTARTS", "joined{rank}"
 
 _POLL_S = 0.02
 _GRACE_S = 3.0

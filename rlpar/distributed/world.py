@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from rlpar.distributed import current
-from rlpar.distributed.launch import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
+from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
 from rlpar.distributed.netif import interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
 from rlpar.distributed.rendezvous import (

@@ -68,7 +68,7 @@ def rank1_dies_until_restarted(pid_dir, deaths, joined=True):
     """Rank 1 SIGKILLs itself until it has been restarted ``deaths`` times, then
     returns; rank 0 waits for it and returns too. ``joined``: each process first marks
     that it joined, as a World does (else it dies as if during the world's start)."""
-    from rlpar.distributed.launch import JOINED_FILE, REJOINABLE_ENV
+    from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV
 
     _record_incarnation(pid_dir)
     if joined:

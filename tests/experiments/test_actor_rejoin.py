@@ -1,0 +1,131 @@
+"""An Ape-X actor killed mid-run (kill -9) is restarted alone and rejoins: the learner
+keeps training, the job finishes its budget, and the summary counts the restart."""
+
+import os
+import signal
+
+import pytest
+from jobs import apex_config, scalars
+
+from algorithms.apex import ApexActor, ApexConfig
+from algorithms.dqn import DQN
+from experiments import apex
+from experiments.runtime import Parts
+
+
+class DiesOnceDQN(DQN):
+    """SIGKILLs its own process once per test, in the rank whose RANK is $DIE_RANK,
+    after $DIE_AFTER exploring ``act`` calls; its replacement lives on."""
+
+    calls = 0
+
+    def act(self, obs, *, explore=True):
+        if explore and os.environ.get("RANK") == os.environ["DIE_RANK"]:
+            DiesOnceDQN.calls += 1
+            marker = os.environ["DIE_MARKER"]
+            if DiesOnceDQN.calls >= int(os.environ["DIE_AFTER"]) and not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().act(obs, explore=explore)
+
+
+class VersionsAfterRestart(ApexActor):
+    """Appends each parameter version a restarted actor process acts with to $VERSIONS."""
+
+    def sync(self):
+        loaded = super().sync()
+        if loaded and os.environ.get("RLPAR_RANK_RESTARTS"):
+            with open(os.environ["VERSIONS"], "a") as f:
+                f.write(f"{self.index} {self.version}\n")
+        return loaded
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_actor_rejoins_while_the_learner_keeps_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
+    monkeypatch.setenv("DIE_RANK", "2")  # actor 1, the evaluator
+    monkeypatch.setenv("DIE_AFTER", "500")  # 1000 of its env steps: well after the first updates
+    monkeypatch.setenv("VERSIONS", str(tmp_path / "versions"))
+    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=8000, max_seconds=90.0),
+                       parts=Parts(algorithm=DiesOnceDQN, actor=VersionsAfterRestart), quiet=True)
+    assert (tmp_path / "killed").exists()
+    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 8000
+    # The actor alone was restarted: the world was not (no resume from a checkpoint).
+    assert summary["restarts"] == 0 and summary["resumed_from_step"] is None
+    assert summary["actor_restarts"] == 1 and summary["silent_sources"] == []
+    # What it had stepped but not yet added when it last reported: at most its add
+    # batch and n-step window.
+    defaults = ApexConfig()
+    assert 0 <= summary["lost_transitions"] <= (defaults.add_every + defaults.n_step) * 2
+    # Its replacement kept its index and pulled newer parameters as the learner went on.
+    rows = [line.split() for line in (tmp_path / "versions").read_text().splitlines()]
+    assert {index for index, _ in rows} == {"1"}
+    versions = [int(v) for _, v in rows]
+    assert len(versions) >= 2 and versions == sorted(versions) and versions[-1] > versions[0]
+    # One learner process all along: its update count never went back.
+    curves = scalars(summary["run_dir"])
+    updates = [value for _, value in sorted(curves["charts/updates"])]
+    assert updates == sorted(updates) and updates[-1] == summary["updates"] > 0
+    assert max(value for _, value in curves["actors/restarts"]) == 1
+
+
+def test_the_coordinator_names_silent_sources_and_counts_rejoins():
+    import time
+
+    from experiments.runtime.config import RunConfig
+    from experiments.runtime.coordinator import Coordinator
+    from experiments.runtime.messages import Rejoin, Report
+    from rlpar.logging import MetricLogger
+
+    run = RunConfig(status_every=0.0, eval_every=10, max_env_steps=10**6, max_seconds=600.0)
+    coord = Coordinator(job="t", run=run, env_id="x", num_sources=2, target=1e9, started=time.time(),
+                        logger=MetricLogger(log_dir=None), evaluator=1, quiet=True, silent_after=0.05)
+    coord.report(Report(source=0, env_steps=10, transitions=6))  # 4 steps not yet in replay
+    assert coord.report(Report(source=1, env_steps=10, transitions=10)).evaluate
+    time.sleep(0.2)
+    assert not coord.report(Report(source=1, env_steps=4, transitions=4)).evaluate  # its eval is pending
+    coord.tick(updates=0, force=True)
+    summary = coord.summary(algorithm=DQN, updates=0, run_dir=None)
+    assert summary["silent_sources"] == [0] and summary["actor_restarts"] == 0
+    # Source 0 died with its 4 unadded transitions; its replacement rejoins and reports.
+    coord.rejoin(Rejoin(source=0, restarts=1))
+    coord.report(Report(source=0, env_steps=2, transitions=0))
+    # The evaluator died mid-evaluation: its replacement is asked again.
+    coord.rejoin(Rejoin(source=1, restarts=1))
+    assert coord.report(Report(source=1, env_steps=10, transitions=10)).evaluate
+    summary = coord.summary(algorithm=DQN, updates=0, run_dir=None)
+    assert (summary["actor_restarts"], summary["lost_transitions"], summary["silent_sources"]) == (2, 4, [])
+    # Counted across a checkpoint (a world restarted from it goes on counting).
+    again = Coordinator(job="t", run=run, env_id="x", num_sources=2, target=1e9, started=time.time(),
+                        logger=MetricLogger(log_dir=None), quiet=True)
+    again.load_state_dict(coord.state_dict())
+    assert (again.source_restarts, again.lost_transitions) == (2, 4)
+    with pytest.raises(ValueError, match="source 2"):
+        coord.rejoin(Rejoin(source=2, restarts=1))
+    with pytest.raises(ValueError, match="silent_after"):
+        Coordinator(job="t", run=run, env_id="x", num_sources=1, target=1e9, started=time.time(),
+                    logger=MetricLogger(log_dir=None), silent_after=0)
+
+
+class AlwaysDiesDQN(DQN):
+    """Every process of rank $DIE_RANK SIGKILLs itself after $DIE_AFTER exploring acts."""
+
+    calls = 0
+
+    def act(self, obs, *, explore=True):
+        if explore and os.environ.get("RANK") == os.environ["DIE_RANK"]:
+            AlwaysDiesDQN.calls += 1
+            if AlwaysDiesDQN.calls >= int(os.environ["DIE_AFTER"]):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().act(obs, explore=explore)
+
+
+@pytest.mark.timeout(120)
+def test_an_actor_that_keeps_dying_ends_the_job_with_its_cause(tmp_path, monkeypatch):
+    from rlpar.errors import RankKeepsDying
+
+    monkeypatch.setenv("DIE_RANK", "1")
+    monkeypatch.setenv("DIE_AFTER", "100")
+    with pytest.raises(RankKeepsDying, match="rank 1 was killed by signal SIGKILL after 1 restart"):
+        apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=10**6, max_restarts=1),
+                 parts=Parts(algorithm=AlwaysDiesDQN), quiet=True)
