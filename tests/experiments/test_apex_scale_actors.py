@@ -1,0 +1,38 @@
+"""Ape-X with 8 actors on 2 cores (envs that sleep, so the actors fit): every actor's
+transitions reach the replay, every actor pulls newer parameters than it started
+with, and pacing holds the replay ratio within its bounds."""
+
+import pytest
+
+from algorithms.pacing import Pacing
+from experiments.bench.apex_scale_actors import ScalingPoint, run_point, steady
+from experiments.roles.apex import REPORT_EVERY_S
+
+
+@pytest.mark.timeout(240)
+def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
+    point = ScalingPoint(actors=8, seconds=14.0, step_s=0.005, num_envs=2, frames=False, hidden="32",
+                         batch_size=32, updates_per_step=0.25, learning_starts=200, push_every=4,
+                         pull_every=16, replay_capacity=20_000)
+    summary, records = run_point(point, out_dir=str(tmp_path))
+
+    assert summary["num_actors"] == 8 and summary["updates"] > 0, summary
+    assert [r["index"] for r in records] == list(range(8))
+    for r in records:
+        assert r["transitions"] > 0, r  # this actor's adds went through
+        assert len(r["versions"]) >= 2 and r["versions"][-1] > r["versions"][0], r["versions"]
+    # Each actor's last record is written at its last add, before its final report:
+    # every env step is counted exactly once by the coordinator.
+    assert summary["env_steps"] == sum(r["env_steps"] for r in records)
+    assert steady(records)["env_steps_per_s"] > 0
+
+    pacing = Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts)
+    env_steps, updates = summary["env_steps"], summary["updates"]
+    # The learner never runs ahead of the updates the env steps make due (plus slack).
+    assert updates <= pacing.due(env_steps + pacing.slack_steps)
+    # The actors never run further ahead of the learner than the slack, plus what the
+    # others stepped since their last report (a vector step sleeps 2 x 5 ms, so at
+    # most REPORT_EVERY_S / 10 ms + 1 vector steps of 2 envs each between reports).
+    between_reports = point.num_envs * (int(REPORT_EVERY_S / (point.num_envs * point.step_s)) + 1)
+    allowed = point.learning_starts + updates / point.updates_per_step + pacing.slack_steps
+    assert env_steps <= allowed + point.actors * between_reports, (env_steps, updates)
