@@ -57,6 +57,7 @@ def test_a_restarted_world_does_not_meet_the_failed_attempts_keys():
 
 def parse_results(output: str) -> list[dict]:
     """Every ``RESULT {json}`` in ``output``: both ranks write to one pipe, so two
-    results can share a line (seen in CI: ``RESULT {...}RESULT {...}``)."""
+    results can share a line (seen in CI: ``RESULT {...}RESULT {...}``). A failed
+    attempt's traceback quotes the program's ``print("RESULT " + ...)`` line: skipped."""
     decoder = json.JSONDecoder()
-    return [decoder.raw_decode(chunk)[0] for chunk in output.split("RESULT ")[1:]]
+    return [decoder.raw_decode(chunk)[0] for chunk in output.split("RESULT ")[1:] if chunk.startswith("{")]
