@@ -10,7 +10,7 @@ a real :class:`~algorithms.apex.ApexLearner` (Nature CNN DQN) under the job's
 own traffic is the ingest case's subject, not this one.
 
 Ranks 1..K are simulated actors: the control loop of ``run_actor`` (a report every
-``REPORT_EVERY_S``, pacing from the directive, a parameter pull every ``pull_every``
+``report_every(actors)`` seconds, pacing from the directive, a parameter pull every ``pull_every``
 env steps), with the env and the policy replaced by a sleep of one vector step.
 
 Phases: ``alone`` (the learner updates, no actor has started: its own cost per
@@ -146,7 +146,7 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
 def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
     """The control loop of ``experiments.roles.apex.run_actor``, env and policy slept."""
     from algorithms.pacing import Pacing
-    from experiments.roles.apex import PARAMS, REPORT_EVERY_S
+    from experiments.roles.apex import PARAMS, report_every
     from experiments.runtime.messages import Report
     from rlpar.servers import PushPullModelServer
 
@@ -156,10 +156,11 @@ def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
     group.barrier()  # the learner has measured its updates alone
     c0, t0 = time.process_time(), time.perf_counter()
     steps = reported = since_pull = 0
+    every = report_every(point.actors)
     directive = group.call("coord/report", Report(source=index, env_steps=0, version=version))
     last = time.monotonic()
     while not directive.stop:
-        if time.monotonic() - last >= REPORT_EVERY_S:
+        if time.monotonic() - last >= every:
             new = steps - reported
             directive = group.call("coord/report", Report(source=index, env_steps=new, transitions=new,
                                                           version=version))
@@ -175,7 +176,7 @@ def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
                 if pulled is not None:
                     version = pulled[1]
         else:
-            time.sleep(max(0.0, last + REPORT_EVERY_S - time.monotonic()))
+            time.sleep(max(0.0, last + every - time.monotonic()))
     new = steps - reported
     group.call("coord/report", Report(source=index, env_steps=new, transitions=new, version=version,
                                       final=True))
@@ -211,9 +212,9 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     # the others' are not).
     slack = 1000
     due = max(0, fan["env_steps"] + slack - point.learning_starts) * point.updates_per_step
-    from experiments.roles.apex import REPORT_EVERY_S
+    from experiments.roles.apex import report_every
 
-    per_report = point.num_envs * (1 + int(REPORT_EVERY_S / point.vector_step_s))
+    per_report = point.num_envs * (1 + int(report_every(point.actors) / point.vector_step_s))
     allowed = point.learning_starts + fan["total_updates"] / point.updates_per_step + slack
     return {
         "bench": "apex_scale", "case": "fan_in", "actors": point.actors,

@@ -43,6 +43,20 @@ from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 
 GROUP, REPLAY, PARAMS = "apex", "replay", "params"
 REPORT_EVERY_S = 0.02
+# The most reports per second the actors send together. Each is an RPC that the
+# learner's process serves, 0.2-0.3 ms of its CPU (the coordinator's own handler is
+# 0.01-0.02 ms of that): 64 actors reporting every 20 ms (1.8K reports/s) took 49% of
+# that process's CPU, and its learner made 12 updates/s; capped at 250/s, 9% and 28
+# updates/s (python -m experiments.bench.apex_scale --cases fan_in).
+REPORTS_PER_S = 250
+
+
+def report_every(num_actors: int) -> float:
+    """Seconds between one actor's reports: ``REPORT_EVERY_S``, stretched once
+    ``num_actors`` would send more than ``REPORTS_PER_S`` together (above 5 actors).
+    Pacing holds either way: an actor counts its own unreported steps; the others'
+    add at most one interval's steps each to its bound."""
+    return max(REPORT_EVERY_S, num_actors / REPORTS_PER_S)
 
 
 def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
@@ -333,10 +347,10 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
         group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
     evaluator = eval_env(ctx, seed=shell.seed + 1) if index == num_actors - 1 else None
     paced, directive = pacing(config), group.call("coord/report", shell.report())
-    last_report = time.monotonic()
+    last_report, every = time.monotonic(), report_every(num_actors)
     try:
         while not directive.stop:
-            if time.monotonic() - last_report >= REPORT_EVERY_S:
+            if time.monotonic() - last_report >= every:
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 if directive.evaluate and evaluator is not None:
                     shell.actor.sync()
@@ -352,7 +366,7 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
                 # Sleep until the next report instead of asking again at once: each
                 # report is an RPC whose handler takes the learner's GIL, so a
                 # throttled actor that polls slows the very learner it waits for.
-                time.sleep(max(0.0, last_report + REPORT_EVERY_S - time.monotonic()))
+                time.sleep(max(0.0, last_report + every - time.monotonic()))
     finally:
         shell.actor.flush()
         if hasattr(replay, "wait"):

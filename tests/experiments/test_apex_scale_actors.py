@@ -6,7 +6,7 @@ import pytest
 
 from algorithms.pacing import Pacing
 from experiments.bench.apex_scale_actors import ScalingPoint, run_point, steady
-from experiments.roles.apex import REPORT_EVERY_S
+from experiments.roles.apex import REPORT_EVERY_S, REPORTS_PER_S, report_every
 
 
 @pytest.mark.timeout(240)
@@ -32,7 +32,15 @@ def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
     assert updates <= pacing.due(env_steps + pacing.slack_steps)
     # The actors never run further ahead of the learner than the slack, plus what the
     # others stepped since their last report (a vector step sleeps 2 x 5 ms, so at
-    # most REPORT_EVERY_S / 10 ms + 1 vector steps of 2 envs each between reports).
-    between_reports = point.num_envs * (int(REPORT_EVERY_S / (point.num_envs * point.step_s)) + 1)
+    # most report_every(8) / 10 ms + 1 vector steps of 2 envs each between reports).
+    vector_step_s = point.num_envs * point.step_s
+    between_reports = point.num_envs * (int(report_every(point.actors) / vector_step_s) + 1)
     allowed = point.learning_starts + updates / point.updates_per_step + pacing.slack_steps
     assert env_steps <= allowed + point.actors * between_reports, (env_steps, updates)
+
+
+def test_reports_of_all_actors_together_are_capped():
+    assert report_every(1) == report_every(2) == REPORT_EVERY_S  # small jobs keep 50 Hz
+    for actors in (8, 64, 360):
+        assert actors / report_every(actors) <= REPORTS_PER_S + 1e-9
+    assert report_every(64) < report_every(360)
