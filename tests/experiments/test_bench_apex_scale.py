@@ -1,0 +1,52 @@
+"""Smoke test: the Ape-X scale benchmark's quick mode runs every case and prints
+parseable JSON lines with the figures the issue asks for."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_apex_scale_bench_quick_prints_every_case():
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.bench.apex_scale", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=230,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert all(line["bench"] == "apex_scale" for line in lines)
+    by_case: dict[str, list[dict]] = {}
+    for line in lines:
+        by_case.setdefault(line["case"], []).append(line)
+
+    ingest = by_case["ingest"]
+    assert [line["phase"] for line in ingest] == ["offered", "max"]
+    for line in ingest:
+        assert line["placement"] == "learner" and line["batch_size"] == 512
+        assert line["transitions_per_s"] > 0 and line["learner_batches_per_s"] > 0
+        assert line["raw_transitions_per_s"] > 0 and line["raw_local_transitions_per_s"] > 0
+        assert line["dropped"] == 0 and line["add_errors"] == 0, line
+        assert line["add_p99_ms"] >= line["add_p50_ms"] >= 0
+        assert line["replay_rss_mb"] > 0
+
+    scaling = by_case["actor_scaling"]
+    assert [line["actors"] for line in scaling] == [1, 2]
+    assert scaling[0]["linear_fraction"] == 1.0
+    for line in scaling:
+        assert line["env_steps_per_s"] > 0 and line["state_mb"] > 6  # the Nature CNN's 1.7M floats
+        assert line["reports_per_s"] > 0
+
+    (fan_in,) = by_case["fan_in"]
+    assert fan_in["actors"] == 4 and fan_in["reports_per_s"] > 0
+    assert 0 <= fan_in["learner_cpu_share_reports"] <= fan_in["learner_cpu_share_serving"] <= 1
+    assert fan_in["pacing_ok"] and fan_in["all_actors_final"], fan_in
+
+    (machine,) = by_case["machine"]
+    assert machine["quick"] and machine["cpus"] >= 1
