@@ -9,11 +9,13 @@ that many real actors, so:
 ``ingest`` (:mod:`.apex_scale_ingest`)
     K sender processes replay Atari batches (4x84x84 uint8 stacks, 128 n-step
     transitions per add, as an actor with 8 envs adds them) into each replay
-    placement, at the paper's 12.5K transitions/s together (``offered``) and as fast
-    as they can (``max``), while the learner samples batches of 512 and sends their
-    priorities back non-stop. Raw bounds of the same run: ``raw_transitions_per_s``
-    (the same arrays by ``rpc_async`` to a no-op on the same host) and
-    ``raw_local_transitions_per_s`` (the replay's host adding them itself, no RPC).
+    placement (``learner``: in the learner process; ``replay-ranks``: shards on 2
+    replay ranks; ``actors``: a shard in every sender), at the paper's 12.5K
+    transitions/s together (``offered``) and as fast as they can (``max``), while the
+    learner samples batches of 512 and sends their priorities back non-stop. Raw
+    bounds of the same run: ``raw_transitions_per_s`` (the same arrays by
+    ``rpc_async`` to a no-op on the same host) and ``raw_local_transitions_per_s``
+    (the replay's host adding them itself, no RPC).
 ``actor_scaling`` (:mod:`.apex_scale_actors`)
     The real job, 1 to 32 actors on an env that sleeps per step (no CPU), frames and
     the Nature CNN (1.7M parameters), one learner: env steps/s against actor count,
@@ -100,14 +102,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of every case (< 60 s)")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
-    parser.add_argument("--placements", default="learner,replay-ranks",
+    parser.add_argument("--placements", default="learner,replay-ranks,actors",
                         help="replay placements of the ingest case")
     parser.add_argument("--senders", type=_ints, default=[1, 4, 16, 32, 64], help="ingest senders")
     parser.add_argument("--replay-ranks", type=int, default=2, help="replay ranks (replay-ranks placement)")
     parser.add_argument("--rate", type=float, default=12_500.0,
                         help="offered transitions/s of all senders together (the paper's 12.5K)")
     parser.add_argument("--capacity", type=int, default=50_000, help="replay capacity of the ingest case")
-    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per measured phase")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measured phase")
     parser.add_argument("--actors", type=_ints, default=[1, 2, 4, 8, 16, 32],
                         help="actor counts of the scaling case (1 first: it is the linear reference)")
     parser.add_argument("--scaling-seconds", type=float, default=16.0,

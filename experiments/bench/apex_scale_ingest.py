@@ -5,8 +5,9 @@ A sender is an Ape-X actor without env or network: it replays pre-built batches
 exactly as :class:`~algorithms.apex.ApexActor` adds them (n-step transitions of
 ``num_envs`` envs over ``add_every`` vector steps, 4x84x84 uint8 frame stacks that
 overlap as Atari's do, initial priorities) through the same handles the job uses:
-``HostedBuffer.connect`` (replay in the learner process) or a
-``DistributedPrioritizedReplayBuffer`` without a shard of its own (replay ranks).
+``HostedBuffer.connect`` (replay in the learner process), a
+``DistributedPrioritizedReplayBuffer`` without a shard of its own (replay ranks) or
+with one (placement "actors": adds are local, the learner samples every shard).
 The replay stores frames in the shared-frames layout, as the job does for Atari.
 
 One local world per point: rank 0 is the learner (and the replay's host with
@@ -19,7 +20,8 @@ separated by barriers, each with its own figures:
                 default) while the learner samples and updates priorities non-stop;
 ``max``         the same with senders as fast as their handles let them;
 ``raw_rpc``     senders ``rpc_async`` the same arrays as tensors to a no-op on the
-                same host (4 in flight, as RemoteAdder): the transport's ceiling.
+                same host (4 in flight, as RemoteAdder): the transport's ceiling
+                (none with placement "actors").
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ PHASES = ("offered", "max")
 
 @dataclasses.dataclass(frozen=True)
 class IngestPoint:
-    placement: str  # "learner" or "replay-ranks"
+    placement: str  # "learner", "replay-ranks" or "actors"
     senders: int
     replay_ranks: int
     rate: float  # offered transitions/s of all senders together
@@ -120,7 +122,8 @@ def _replay(point: IngestPoint, group: Any, names: list[str], role: str):
                                             shared_frames=frames)
             return HostedBuffer.host(group, REPLAY, local)
         return HostedBuffer.connect(group, REPLAY, max_in_flight=point.in_flight)
-    shards = names[1:1 + point.replay_ranks]
+    # Replay ranks host the shards, or (placement "actors") every sender its own.
+    shards = names[1:1 + point.replay_ranks] if point.placement == "replay-ranks" else names[1:]
     buffer = DistributedPrioritizedReplayBuffer(
         group=group, name=REPLAY, capacity=max(1, point.capacity // len(shards)), alpha=0.6,
         beta=0.4, shard_members=shards, timeout=60.0, seed=0, shared_frames=frames)
@@ -276,7 +279,7 @@ def ingest_rank(point: IngestPoint) -> dict[str, Any]:
             if hosts_replay:
                 stats["ingested"] = _ingested(replay) - before
                 stats["window_s"] = elapsed
-        if role == "sender":
+        if role == "sender" and point.placement != "actors":  # an actor's own shard: no RPC
             host = world.names[0]
             if point.placement == "replay-ranks":
                 host = replay.home.name  # the replay rank this sender adds to
@@ -295,8 +298,8 @@ def summarize(point: IngestPoint, ranks: list[dict[str, Any]]) -> list[dict[str,
     learner = ranks[0]
     hosts = [r for r in ranks if "raw_local_transitions_per_s" in r]
     senders = [r for r in ranks if r["role"] == "sender"]
-    raw = senders and sum(s["raw_rpc"]["rows"] for s in senders) / max(
-        s["raw_rpc"]["elapsed"] for s in senders)
+    wired = [s["raw_rpc"] for s in senders if "raw_rpc" in s]
+    raw = sum(w["rows"] for w in wired) / max(w["elapsed"] for w in wired) if wired else None
     memory = [r.get("memory", {}) for r in hosts] + ([learner.get("memory", {})] if learner not in hosts else [])
     lines = []
     for phase in PHASES:
@@ -324,7 +327,7 @@ def summarize(point: IngestPoint, ranks: list[dict[str, Any]]) -> list[dict[str,
             "replay_pss_mb": round(sum(m.get("pss_mb", 0.0) for m in memory), 1),
             "rows_per_add": point.num_envs * point.add_every,
             "capacity": point.capacity,
-            "raw_transitions_per_s": round(raw, 1) if senders else None,
+            "raw_transitions_per_s": round(raw, 1) if raw is not None else None,
             "raw_local_transitions_per_s": round(sum(
                 h["raw_local_transitions_per_s"] for h in hosts), 1),
         })
