@@ -210,7 +210,9 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     # steps' due updates plus slack; the actors together may overshoot theirs by the
     # steps each takes between two reports (their own unreported steps are counted,
     # the others' are not).
-    slack = 1000
+    from algorithms.pacing import Pacing
+
+    slack = Pacing.slack_steps  # simulated actors hold no transitions back
     due = max(0, fan["env_steps"] + slack - point.learning_starts) * point.updates_per_step
     from experiments.roles.apex import report_every
 

@@ -83,8 +83,16 @@ def restartable(config: Any, nprocs: int) -> list[int]:
 
 
 def pacing(config: Any) -> Pacing:
-    return Pacing(updates_per_step=config.learn.updates_per_step,
-                  learning_starts=config.learn.learning_starts)
+    """The job's Pacing. Its slack covers the env steps whose transitions the actors
+    hold back (each buffers ``add_every`` vector steps, plus its n-step windows,
+    before adding): the learner starts only on reported transitions, so with less
+    slack than that pacing deadlocks. Measured: 32 actors with 4 envs hold up to 2432
+    env steps, past the default slack of 1000 (+ learning_starts 200), and made no
+    update in 30 s (python -m experiments.bench.apex_scale --cases actor_scaling)."""
+    learn = config.learn
+    held = config.num_actors * config.env.num_envs * (learn.apex_config().add_every + learn.n_step)
+    return Pacing(updates_per_step=learn.updates_per_step, learning_starts=learn.learning_starts,
+                  slack_steps=max(Pacing.slack_steps, held + learn.batch_size))
 
 
 # --------------------------------------------------------------------- wiring

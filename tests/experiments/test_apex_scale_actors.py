@@ -4,9 +4,8 @@ with, and pacing holds the replay ratio within its bounds."""
 
 import pytest
 
-from algorithms.pacing import Pacing
-from experiments.bench.apex_scale_actors import ScalingPoint, run_point, steady
-from experiments.roles.apex import REPORT_EVERY_S, REPORTS_PER_S, report_every
+from experiments.bench.apex_scale_actors import ScalingPoint, job_config, run_point, steady
+from experiments.roles.apex import REPORT_EVERY_S, REPORTS_PER_S, pacing, report_every
 
 
 @pytest.mark.timeout(240)
@@ -26,16 +25,16 @@ def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
     assert summary["env_steps"] == sum(r["env_steps"] for r in records)
     assert steady(records)["env_steps_per_s"] > 0
 
-    pacing = Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts)
+    paced = pacing(job_config(point))  # the job's own
     env_steps, updates = summary["env_steps"], summary["updates"]
     # The learner never runs ahead of the updates the env steps make due (plus slack).
-    assert updates <= pacing.due(env_steps + pacing.slack_steps)
+    assert updates <= paced.due(env_steps + paced.slack_steps)
     # The actors never run further ahead of the learner than the slack, plus what the
     # others stepped since their last report (a vector step sleeps 2 x 5 ms, so at
     # most report_every(8) / 10 ms + 1 vector steps of 2 envs each between reports).
     vector_step_s = point.num_envs * point.step_s
     between_reports = point.num_envs * (int(report_every(point.actors) / vector_step_s) + 1)
-    allowed = point.learning_starts + updates / point.updates_per_step + pacing.slack_steps
+    allowed = point.learning_starts + updates / point.updates_per_step + paced.slack_steps
     assert env_steps <= allowed + point.actors * between_reports, (env_steps, updates)
 
 
@@ -44,3 +43,13 @@ def test_reports_of_all_actors_together_are_capped():
     for actors in (8, 64, 360):
         assert actors / report_every(actors) <= REPORTS_PER_S + 1e-9
     assert report_every(64) < report_every(360)
+
+
+def test_pacing_slack_covers_what_the_actors_hold_back():
+    # 32 actors x 4 envs x (16 buffered vector steps + 3-step windows): more than the
+    # default slack; with less, the learner never sees enough transitions to start.
+    config = job_config(ScalingPoint(actors=32, seconds=1.0, num_envs=4))
+    held = 32 * 4 * (16 + config.learn.n_step)
+    assert pacing(config).slack_steps >= held + config.learn.batch_size
+    small = job_config(ScalingPoint(actors=2, seconds=1.0, num_envs=4))
+    assert pacing(small).slack_steps == 1000  # the default where it suffices
