@@ -270,7 +270,9 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
 def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | None):
     """Checkpoints hold the learner's DQN (networks, optimizer, update count), the
     replay held in this process with its priorities, and the coordinator's progress;
-    a resumed run loads them and publishes the restored parameters to the actors."""
+    a resumed run loads them and publishes the restored parameters to the actors.
+    Replay shards on actors or replay ranks are not saved (yet): such runs do not resume
+    (``check`` refuses ``--resume``; a restarted world starts again)."""
     from experiments.runtime.checkpoints import RunKeeper
 
     def snapshot() -> dict[str, Any]:

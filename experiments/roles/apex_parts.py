@@ -107,6 +107,11 @@ def check(config: Any, parts: Any) -> None:
               actions=(spaces.Discrete,), job="DQN")
     if config.run.serial and config.replay.replay_placement != "learner":
         raise ValueError(f"{flag('serial')} needs --replay-placement learner")
+    if config.run.resume and config.replay.replay_placement != "learner":
+        # Shards on other ranks are not in the learner's checkpoint: a resumed learner
+        # would wait for data its actors, paced on its restored update count, never send.
+        raise ValueError(f"{flag('resume')} needs --replay-placement learner (replay shards on "
+                         f"{config.replay.replay_placement} are not checkpointed yet)")
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -142,7 +142,7 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
             if restarts >= budget or ctx.run_dir is None:
                 raise
             restarts += 1
-            ctx = _restarted(ctx)
+            ctx = _restarted(job, ctx)
             print(f"[{job.name}] {exc}; restart {restarts} of {budget} from "
                   f"{'the newest checkpoint' if ctx.config.run.resume else 'the start'}",
                   file=sys.stderr, flush=True)
@@ -153,13 +153,18 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
     return summary
 
 
-def _restarted(ctx: JobContext) -> JobContext:
+def _restarted(job: Job, ctx: JobContext) -> JobContext:
     """The context of a restarted local world: resumed from the run's newest
-    checkpoint when it has one, else started again (same run directory)."""
+    checkpoint when it has one and the job can resume this config, else started
+    again (same run directory)."""
     if not RunDir(ctx.run_dir).has_checkpoint():
         return ctx
     config = copy.deepcopy(ctx.config)
     config.run.resume = ctx.run_dir
+    try:
+        job.check(config, ctx.parts)
+    except ValueError:  # e.g. a layout whose state is not checkpointed
+        return ctx
     return dataclasses.replace(ctx, config=config)
 
 

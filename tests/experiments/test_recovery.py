@@ -125,3 +125,10 @@ def test_resume_refuses_a_directory_without_checkpoints_or_of_another_job(tmp_pa
     with pytest.raises(SystemExit):
         apex.main(["--resume", str(tmp_path / "empty")])
     assert "holds no checkpoint" in capsys.readouterr().err
+
+
+def test_a_sharded_replay_run_is_not_resumed_but_refused_clearly(tmp_path, capsys):
+    first = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=600, eval_every=100_000),
+                     quiet=True)
+    assert apex.main(["--resume", first["run_dir"], "--no-serial", "--replay-placement", "actors"]) == 2
+    assert "--resume needs --replay-placement learner" in capsys.readouterr().err
