@@ -40,12 +40,34 @@ def default_actors() -> int:
 
 @dataclasses.dataclass
 class ReplayConfig:
-    """The prioritized replay (Schaul et al. 2016) and where it lives."""
+    """The prioritized replay (Schaul et al. 2016) and where it lives.
+
+    Which ``--replay-placement`` (figures from ``python -m experiments.bench.apex_scale``
+    on 2 shared cores: Atari batches of 128 transitions from 1 to 64 actor processes,
+    the paper's 12.5K transitions/s together, a learner drawing batches of 512 as fast
+    as it can; README, "Ape-X on a cluster"):
+
+    - ``learner`` (default): one buffer in the learner's process; actors send their
+      adds (asynchronous, 4 in flight) and the learner samples with a local call. It
+      took 12.4K/s from 4 to 64 actors while the learner drew 510-590 batches/s (the
+      paper's learner: 19). The choice on one machine, and on a cluster while the
+      learner's machine holds the replay (about 50 KB per Atari transition: 2.5 GB
+      per 50K) and has a core to spare for the adds.
+    - ``replay-ranks``: shards on ``--replay-ranks`` processes of their own; actors add
+      to one, the learner samples every shard (one round trip each, prefetched). For a
+      replay larger than the learner's machine, with the replay ranks on cores
+      (machines) of their own: sharing 2 cores with the actors, the learner drew about
+      100 batches/s with up to 16 actors, 58 with 32 and 16 with 64.
+    - ``actors``: a shard in every actor; adds are local (no transfer at all), but the
+      learner asks every actor for every batch: 157 batches/s with 1 actor, 37 with 16,
+      14 with 64. For a few actors whose link to the learner is slow.
+    """
 
     replay_capacity: int = field(100_000, help="replay capacity (transitions)")
     replay_placement: Literal["learner", "actors", "replay-ranks"] = field("learner", help=(
-        "where the replay lives: in the learner process (one machine), as shards on the actors, "
-        "or on dedicated replay ranks"))
+        "where the replay lives: in the learner process (the choice on one machine and for "
+        "tens of actors), as shards on the actors (few actors, slow links), or on dedicated "
+        "replay ranks (a replay too large for the learner's machine); README: Ape-X on a cluster"))
     replay_ranks: int = field(1, help="dedicated replay ranks (with --replay-placement replay-ranks)")
     prefetch: int = field(-1, help=(
         "replay batches the learner keeps in flight (0: sample synchronously; -1: auto, 0 with the "

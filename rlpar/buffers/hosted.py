@@ -9,10 +9,11 @@ Both are :class:`~rlpar.protocols.Buffer` s.
 
 Arrays travel as tensors, whose bytes TensorPipe moves without pickling them (as
 the replay shards' do). Pickled numpy arrays were copied into and out of the RPC
-message under the host's GIL: with 4 actors adding Atari batches (128 frame-stacked
-transitions, 7 MB) the host took at most 12.6K transitions/s, and the learner in
-that process drew 57 batches of 512 a second; as tensors, 43K and 254
-(``python -m experiments.bench.apex_scale``).
+message under the host's GIL: with 32 actors adding Atari batches (128 frame-stacked
+transitions, 7 MB) as fast as they could, the host took 14.7K transitions/s and the
+learner in that process drew 19 batches of 512 a second; as tensors, 65K and 158
+(at the paper's 12.5K/s: an add blocked its actor 41 ms at the median, now 1 ms;
+``python -m experiments.bench.apex_scale --cases ingest``).
 """
 
 from __future__ import annotations
