@@ -33,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
+from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.job import main_for, run_job
 
 # Below this many cores a local run uses one worker in this process (see default_workers).
@@ -99,13 +99,7 @@ class A3CLearnConfig:
             raise ValueError(f"{flag(str(exc).split()[0])}: {exc}") from None
 
     def hidden_sizes(self) -> tuple[int, ...]:
-        try:
-            sizes = tuple(int(h) for h in self.hidden.split(",") if h.strip())
-        except ValueError:
-            raise ValueError(f"{flag('hidden')} must be comma-separated ints, got {self.hidden!r}") from None
-        if not sizes or any(h < 1 for h in sizes):
-            raise ValueError(f"{flag('hidden')} must be positive ints, got {self.hidden!r}")
-        return sizes
+        return layer_sizes(self.hidden, name="hidden")
 
     def a2c_config(self):
         from algorithms.a2c import A2CConfig

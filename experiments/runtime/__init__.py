@@ -11,8 +11,8 @@ mode (:mod:`.job`). Pacing is :class:`algorithms.pacing.Pacing` (the one-process
 algorithms use it too).
 """
 
-from experiments.runtime.cli import field, flag, parse_config, section
+from experiments.runtime.cli import field, flag, layer_sizes, parse_config, section
 from experiments.runtime.config import EnvConfig, RunConfig
 from experiments.runtime.parts import Parts
 
-__all__ = ["EnvConfig", "Parts", "RunConfig", "field", "flag", "parse_config", "section"]
+__all__ = ["EnvConfig", "Parts", "RunConfig", "field", "flag", "layer_sizes", "parse_config", "section"]

@@ -51,6 +51,17 @@ def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def layer_sizes(text: str, *, name: str) -> tuple[int, ...]:
+    """``"128,128"`` -> ``(128, 128)``; ValueError naming the flag otherwise."""
+    try:
+        sizes = tuple(int(h) for h in text.split(",") if h.strip())
+    except ValueError:
+        raise ValueError(f"{flag(name)} must be comma-separated ints, got {text!r}") from None
+    if not sizes or any(h < 1 for h in sizes):
+        raise ValueError(f"{flag(name)} must be positive ints, got {text!r}")
+    return sizes
+
+
 def section(factory: Any) -> Any:
     """A nested config section (a dataclass instance with job-specific defaults)."""
     return dataclasses.field(default_factory=factory)
