@@ -29,7 +29,7 @@ def build_agent(ctx: Any, *, device: Any):
 
     obs_space, act_space = env_spaces(env_fn(ctx))
     model = None if ctx.parts.network is None else ctx.parts.network(obs_space, act_space)
-    return ctx.parts.algorithm_or(A2C)(observation_space=obs_space, action_space=act_space,
+    return (ctx.parts.algorithm or A2C)(observation_space=obs_space, action_space=act_space,
                                        config=ctx.config.learn.a2c_config(), model=model, device=device)
 
 

@@ -226,7 +226,7 @@ def make_learner(ctx: JobContext, buffer: Any, params: Any):
 
     config = ctx.config
     dqn = build_dqn(ctx, device=resolve_device(config.run.device), seed=config.run.seed)
-    return ctx.parts.learner_or(ApexLearner)(dqn=dqn, buffer=buffer, params=params,
+    return (ctx.parts.learner or ApexLearner)(dqn=dqn, buffer=buffer, params=params,
                                              config=config.learn.apex_config())
 
 
@@ -321,7 +321,7 @@ class ActorShell:
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
                                    step_timeout=config.env.env_step_timeout)
         dqn = build_dqn(ctx, device="cpu", seed=self.seed)
-        self.actor = ctx.parts.actor_or(ApexActor)(
+        self.actor = (ctx.parts.actor or ApexActor)(
             dqn=dqn, env=self.env, buffer=buffer, params=params, index=index, num_actors=num_actors,
             config=config.learn.apex_config(), seed=self.seed)
         self.actor.sync()

@@ -48,7 +48,7 @@ def build_dqn(ctx: Any, *, device: Any, seed: int):
     else:
         net = q_network(obs_space.shape, int(act_space.n), hidden=config.learn.hidden_sizes(),
                         dueling=config.learn.dueling)
-    cls = ctx.parts.algorithm_or(DQN)
+    cls = ctx.parts.algorithm or DQN
     return cls(network=net, num_actions=int(act_space.n), config=config.learn.dqn_config(), device=device,
                seed=seed)
 

@@ -100,7 +100,7 @@ def build_maddpg(ctx: Any, *, agents: Sequence[str], obs_spaces: Sequence[Any], 
         torch.manual_seed(config.run.seed)
         actors = [ctx.parts.network(o, a) for o, a in zip(obs_spaces, act_spaces)
                   for _ in range(config.learn.ensemble_size)]
-    cls = ctx.parts.algorithm_or(MADDPG)
+    cls = ctx.parts.algorithm or MADDPG
     return cls(agents=agent_specs(agents, obs_spaces, act_spaces), config=config.algo_config(),
                critic_sees=critic_sees(agents, config.learn.critic_observes), actors=actors, device=device)
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from experiments.runtime.rundir import RunDir
 from rlpar.checkpoint import load_checkpoint, rng_state, save_checkpoint
 
 POLICY, BEST_POLICY = "policy.pt", "policy-best.pt"
@@ -28,7 +29,7 @@ class Checkpointer:
 
     def __init__(self, ctx: Any, *, meta: Mapping[str, Any] | None = None) -> None:
         run = ctx.config.run
-        self.directory = None if ctx.run_dir is None else os.path.join(ctx.run_dir, "checkpoints")
+        self.directory = RunDir(ctx.run_dir).checkpoints
         self.every, self.keep, self.kind = run.checkpoint_every, run.keep_checkpoints, ctx.job
         self.meta = dict(meta or {})
         self.saves = 0
@@ -36,8 +37,9 @@ class Checkpointer:
         self.bytes = 0
         self._last = time.monotonic()
         self.resumed: dict[str, Any] | None = None
+        self.resumed_step: int | None = None
         if run.resume:
-            self.resumed, header = load_checkpoint(os.path.join(run.resume, "checkpoints"), kind=self.kind,
+            self.resumed, header = load_checkpoint(RunDir(run.resume).checkpoints, kind=self.kind,
                                                    expect_meta=self.meta)
             self.resumed_step = header["step"]
 
@@ -134,4 +136,4 @@ class RunKeeper:
         self.save()
         save_policy(self.ctx, self.policy(), version=version,
                     eval_return=self.coordinator.evals[-1][2] if self.coordinator.evals else None)
-        return {**self.checkpointer.stats(), "resumed_from_step": getattr(self.checkpointer, "resumed_step", None)}
+        return {**self.checkpointer.stats(), "resumed_from_step": self.checkpointer.resumed_step}

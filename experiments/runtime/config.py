@@ -56,11 +56,11 @@ class RunConfig:
         if self.checkpoint_every < 0:
             raise ValueError(f"{flag('checkpoint_every')} must be >= 0, got {self.checkpoint_every}")
         if self.resume:
-            checkpoints = os.path.join(self.resume, "checkpoints")
-            if not os.path.isdir(checkpoints) or not any(
-                    f.startswith("ckpt-") for f in os.listdir(checkpoints)):
+            from experiments.runtime.rundir import RunDir
+
+            if not RunDir(self.resume).has_checkpoint():
                 raise ValueError(f"{flag('resume')} {self.resume!r} holds no checkpoint "
-                                 f"(expected {checkpoints}/ckpt-*.pt)")
+                                 f"(expected {os.path.join(self.resume, 'checkpoints')}/ckpt-*.pt)")
             if not self.files():
                 raise ValueError(f"{flag('resume')} needs a run directory: drop --log-dir none")
         for name in ("max_seconds", "rpc_timeout"):

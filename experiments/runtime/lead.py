@@ -43,11 +43,11 @@ def announce_compile(ctx: Any) -> None:
               "cached afterwards) ...", file=sys.stderr, flush=True)
 
 
-def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flat(config: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, Mapping):
             out.update(_flat(value))
         else:
-            out[prefix + key] = value
+            out[key] = value
     return out

@@ -37,12 +37,3 @@ class Parts:
             if not (isinstance(given, type) and issubclass(given, base)):
                 raise TypeError(f"{name} must be a subclass of {base.__module__}.{base.__qualname__}, "
                                 f"got {given!r}")
-
-    def algorithm_or(self, default: type) -> type:
-        return self.algorithm or default
-
-    def actor_or(self, default: type) -> type:
-        return self.actor or default
-
-    def learner_or(self, default: type) -> type:
-        return self.learner or default

@@ -62,9 +62,6 @@ class RunDir:
         return bool(directory and os.path.isdir(directory)
                     and any(f.startswith("ckpt-") for f in os.listdir(directory)))
 
-    @property
-    def tensorboard(self) -> str | None:
-        return self.path
 
     @property
     def checkpoints(self) -> str | None:
