@@ -140,6 +140,10 @@ def launch(
             child_env[REJOINABLE_ENV] = tmp
         # As torchrun does: one intra-op thread per rank unless the user chose.
         child_env.setdefault("OMP_NUM_THREADS", "1")
+        # Every local world ends with TensorPipe/TCPStore warnings from C++ as the
+        # ranks' pipes close (dozens of lines after each job's summary); a rank's own
+        # failure reaches the launcher as a Python traceback. Set it to WARNING to see them.
+        child_env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         zygote = subprocess.Popen(
             [sys.executable, "-m", "rlpar.distributed._zygote", payload, tmp, str(nprocs),
              ",".join(preload)],
