@@ -30,7 +30,9 @@ def test_apex_resumes_after_torchrun_restarts_a_world_whose_actor_was_killed(tmp
         "--learning-starts", "200", "--batch-size", "32", "--hidden", "32", "--max-env-steps", "5000",
         "--eval-every", "100000", "--checkpoint-every", "0.5", "--log-dir", str(runs), "--status-every", "0",
         max_restarts=1,
-        env={"KILL_MARKER": str(tmp_path / "killed"), "KILL_RANK": "1", "KILL_AFTER": "800"})
+        # The kill waits for the first checkpoint: the restarted world must have one to resume.
+        env={"KILL_MARKER": str(tmp_path / "killed"), "KILL_RANK": "1", "KILL_AFTER": "800",
+             "KILL_AFTER_GLOB": str(runs / "*" / "checkpoints" / "ckpt-*.pt")})
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "killed").exists()
     (run_dir,) = [d for d in os.listdir(runs) if not d.startswith(".")]

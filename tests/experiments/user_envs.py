@@ -16,7 +16,8 @@ KILL_ONCE_ID = "KillOnceCounting-v0"
 
 class KillOnceEnv(CountingEnv):
     """CountingEnv that SIGKILLs its own process (``kill -9``) at its $KILL_AFTER-th
-    step, in the rank whose RANK is $KILL_RANK, once per $KILL_MARKER file."""
+    step, in the rank whose RANK is $KILL_RANK, once per $KILL_MARKER file, and (with
+    $KILL_AFTER_GLOB) only once a file matching it exists (e.g. a first checkpoint)."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -28,8 +29,12 @@ class KillOnceEnv(CountingEnv):
 
         self.steps += 1
         marker = os.environ.get("KILL_MARKER", "")
+        import glob
+
+        after = os.environ.get("KILL_AFTER_GLOB")
         if (marker and os.environ.get("RANK") == os.environ.get("KILL_RANK")
-                and self.steps >= int(os.environ.get("KILL_AFTER", "1")) and not os.path.exists(marker)):
+                and self.steps >= int(os.environ.get("KILL_AFTER", "1")) and not os.path.exists(marker)
+                and (not after or glob.glob(after))):
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         return super().step(action)
