@@ -211,8 +211,12 @@ class Coordinator:
         return self._stop_reason
 
     def stop(self, reason: str) -> None:
-        with self._lock:
-            self._stop_reason = self._stop_reason or reason
+        # No lock: this runs inside Ctrl-C/SIGTERM handlers, which interrupt the main
+        # thread wherever it is, possibly while it holds ``_lock`` (a report, a tick):
+        # taking it here hung the job forever. One attribute store is atomic, and two
+        # reasons racing to be first may land in either order.
+        if self._stop_reason is None:
+            self._stop_reason = reason
 
     def wait_for_sources(self, *, timeout: float, expected: int | None = None) -> bool:
         """Wait until every source sent its final report (or ``timeout`` passed)."""

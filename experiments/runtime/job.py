@@ -187,7 +187,8 @@ class StopSignals:
     one raises KeyboardInterrupt (abort). SIGUSR1/SIGUSR2 are the local launcher's
     forwarded Ctrl-C/SIGTERM (``rlpar.distributed.launch``): they stop, never abort,
     since a terminal's Ctrl-C reaches a rank both directly and forwarded. Only in
-    the main thread."""
+    the main thread. ``on_stop`` runs inside the handler, so it must not take a lock
+    the interrupted code may hold (see ``Coordinator.stop``)."""
 
     REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
                signal.SIGUSR1: "interrupted", signal.SIGUSR2: "terminated"}

@@ -58,3 +58,34 @@ def test_a_stopped_job_prints_and_saves_its_summary(tmp_path, how, mode):
     except ProcessLookupError:
         alive = False
     assert not alive, "a process of the job outlived it"
+
+
+@pytest.mark.timeout(20)
+def test_a_signal_landing_while_the_coordinator_is_locked_still_stops_the_job():
+    """The handler runs on the main thread wherever it was interrupted: inside a
+    report or a tick it finds the coordinator's lock held by that same thread. It
+    once waited on it forever (seen as a Ctrl-C that never ended a MADDPG run)."""
+    import threading
+
+    from experiments.runtime.config import RunConfig
+    from experiments.runtime.coordinator import Coordinator
+    from experiments.runtime.job import StopSignals
+    from rlpar.logging import MetricLogger
+
+    run = RunConfig(status_every=0.0, max_env_steps=10**6, max_seconds=600.0)
+    coord = Coordinator(job="t", run=run, env_id="x", num_sources=1, target=1e9, started=time.time(),
+                        logger=MetricLogger(log_dir=None), quiet=True)
+    with StopSignals(coord.stop) as signals:
+        done = threading.Event()
+
+        def interrupted_while_locked():
+            with coord._lock:  # what report()/tick() hold when the signal lands
+                signals._handle(signal.SIGINT, None)
+            done.set()
+
+        # On a helper thread only so that a regression fails the test instead of hanging it.
+        threading.Thread(target=interrupted_while_locked, daemon=True).start()
+        assert done.wait(5), "the stop request waited on the coordinator's lock"
+    assert coord.should_stop() and coord.stop_reason == "interrupted" and signals.received == "SIGINT"
+    coord.stop("finished")  # the first reason stays
+    assert coord.stop_reason == "interrupted"
