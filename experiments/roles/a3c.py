@@ -7,6 +7,11 @@ and is worker 0 unless ``--no-server-acts``. Each worker holds an accessor of th
 server, which is a :class:`~rlpar.protocols.GradientSink`, so
 :class:`~algorithms.a3c.A3C` is the same object it is with a local ``GradServer``
 in :func:`serial_main`.
+
+Workers are expendable (:func:`restartable`): a worker rank that dies is restarted
+alone by the local launcher, rejoins the running world, pulls the newest parameters
+and goes on with its index (so its seeds); the coordinator counts it
+(``actor_restarts``, ``actors/restarts``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from experiments.roles.a3c_parts import (
 from experiments.runtime.config import resolve_device
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import finish_lead, start_lead
-from experiments.runtime.messages import Episode, EvalResult, Report
+from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 
 GROUP, SERVER = "a3c", "grads"
 
@@ -45,10 +50,17 @@ def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
     return "worker", rank if config.server_acts else rank - 1
 
 
+def restartable(config: Any, nprocs: int) -> list[int]:
+    """Every worker rank (not rank 0, which hosts the gradient server): a worker only
+    calls rank 0 and nobody calls it, so a dead one can be restarted alone and rejoin
+    (see rlpar.distributed.rendezvous) while the server and the other workers go on."""
+    return [r for r in range(nprocs) if role_of(r, nprocs, config)[0] == "worker"]
+
+
 def rank_main(ctx: JobContext) -> dict[str, Any]:
     import torch
 
-    from rlpar.distributed import World
+    from rlpar.distributed import World, current_world
     from rlpar.servers import PushPullGradServer
 
     config = ctx.config
@@ -61,13 +73,19 @@ def rank_main(ctx: JobContext) -> dict[str, Any]:
         lead = Lead(ctx, num_workers=config.num_workers)
         grads = PushPullGradServer.host(group, SERVER, **lead.server_args())
         group.register("coord/report", lead.coordinator.report)
+        group.register("coord/rejoin", lead.coordinator.rejoin)
         group.barrier()
         return lead.run(grads, server=grads.server,
                         shells=[WorkerShell(ctx, grads, index=0)] if role == "server+worker" else [])
-    group.barrier()
+    group.barrier()  # a restarted worker passes at once (the round is complete)
     sink = PushPullGradServer.connect(group, SERVER, timeout=config.run.rpc_timeout)
     with StopSignals(lambda reason: None):  # the lead decides when to stop
-        run_worker(ctx, group, WorkerShell(ctx, sink, index=index))
+        # Same index, so the same seeds; the shell pulls the newest parameters.
+        shell = WorkerShell(ctx, sink, index=index)
+        restarts = current_world().rank_restarts
+        if restarts:
+            group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
+        run_worker(ctx, group, shell)
     return {}
 
 
@@ -104,7 +122,10 @@ class WorkerShell:
 
     def report(self, *, final: bool = False) -> Report:
         returns, lengths = self.collector.drain_episodes()
-        report = Report(source=self.index, env_steps=self.collector.env_steps - self._reported,
+        steps = self.collector.env_steps - self._reported
+        # Every reported step is in a gradient already pushed (a report follows whole
+        # rollouts), so a worker that dies loses none of them: transitions == steps.
+        report = Report(source=self.index, env_steps=steps, transitions=steps,
                         episodes=[Episode(ret=float(r), length=int(n)) for r, n in zip(returns, lengths)],
                         version=self.worker.version, metric_sums=self._sums, metric_count=self._count,
                         final=final)
@@ -239,6 +260,6 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
           describe=describe, env_fn=job_env_fn,
-          load_policy=load_policy)
+          load_policy=load_policy, restartable=restartable)
 
 
