@@ -1,6 +1,8 @@
 """MADDPG on MPE simple_spread under a fixed env-step budget: random policy, rlpar, TorchRL.
 
-``python -m experiments.bench.maddpg_spread [--quick] [--steps N] [--seeds 0 1 2]``
+``python -m experiments.bench.maddpg_spread [--quick] [--steps N] [--seeds 0 1 2]`` (also
+``python -m experiments.bench.maddpg_mpe --env simple_spread``; that bench covers the
+competitive envs, per team)
 
 For each seed and implementation: train for ``--steps`` env steps (summed over
 env copies), then evaluate the greedy policy on 50 fixed-seed episodes with the
@@ -97,7 +99,7 @@ def spread_env(*, continuous: bool) -> MultiAgentEnvConfig:
     return MultiAgentEnvConfig(env_id="simple_spread", n_agents=3, episode_steps=25, continuous=continuous)
 
 
-class _Kept(MADDPG):
+class KeptMADDPG(MADDPG):
     """MADDPG that keeps its newest instance: the job runs in this process, and the
     bench evaluates what it trained with the same code as the peer's policy."""
 
@@ -105,7 +107,7 @@ class _Kept(MADDPG):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _Kept.newest = self
+        KeptMADDPG.newest = self
 
 
 def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
@@ -120,9 +122,9 @@ def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learnin
     config.learn.batch_size, config.learn.learning_starts = batch_size, learning_starts
     config.learn.updates_per_step = 1.0 / update_every
     start = time.perf_counter()
-    summary = run(config, parts=Parts(algorithm=_Kept), quiet=True)
+    summary = run(config, parts=Parts(algorithm=KeptMADDPG), quiet=True)
     wall = time.perf_counter() - start
-    algo, _Kept.newest = _Kept.newest, None
+    algo, KeptMADDPG.newest = KeptMADDPG.newest, None
     result = evaluate(algo, env_factory(config.env), episodes=eval_episodes)
     result.pop("returns")
     return result | {"train_wall_s": round(wall, 1), "updates": summary["updates"], "mode": summary["mode"]}
