@@ -16,11 +16,20 @@ in the state, not discovered when a job tries to resume.
 Every checkpoint carries a header (format version, ``kind``, ``step``, creation
 time, torch version, ``meta``) so that a loader refuses another job's checkpoint,
 or one saved for another layout, with :class:`~rlpar.errors.CheckpointMismatch`.
+
+A checkpoint may have **parts**, written by other processes for the same step (e.g.
+each replay shard its own): ``ckpt-<step:012d>.<part>.pt``, each atomic, with its own
+header. A checkpoint is *complete* when its main file and every part the loader
+needs exist; :func:`load_checkpoint` (``parts=``) skips incomplete ones, logging why,
+and refuses parts of another layout (names it does not expect) with
+CheckpointMismatch. Write the parts first and the main file last, so that a crash
+in between leaves only an incomplete checkpoint that a loader skips.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import re
@@ -29,7 +38,7 @@ import threading
 import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +47,15 @@ import torch
 
 from rlpar.errors import CheckpointError, CheckpointMismatch
 
+log = logging.getLogger(__name__)
+
 FORMAT_VERSION = 1
 _HEADER = "rlpar_checkpoint"
 _ARRAY = "__rlpar_ndarray__"  # marks an encoded numpy array (reserved as a state key)
 _FINAL = re.compile(r"ckpt-(\d{12})\.pt")
-_TEMP = re.compile(r"\.ckpt-\d{12}\.pt\.(?P<host>.+)\.(?P<pid>\d+)\.tmp")
+_PART = re.compile(r"ckpt-(\d{12})\.(?P<part>[A-Za-z0-9_-]+)\.pt")
+_PART_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_TEMP = re.compile(r"\.ckpt-\d{12}(\.[A-Za-z0-9_-]+)?\.pt\.(?P<host>.+)\.(?P<pid>\d+)\.tmp")
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _TORCH = (torch.dtype, torch.device, torch.Size)
 _crc_lock = threading.Lock()  # the CRC switch is process-wide torch state
@@ -146,25 +159,20 @@ def _plain_meta(value: Any, where: str) -> Any:
 # ------------------------------------------------------------------ save, load
 
 
-def save_checkpoint(
-    directory: str | os.PathLike,
-    state: Mapping[str, Any],
-    *,
-    kind: str,
-    step: int,
-    keep: int = 3,
-    meta: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write ``state`` as ``directory/ckpt-<step>.pt`` atomically; keep the newest ``keep``.
-
-    ``kind`` names what is saved (e.g. the job), ``meta`` how (e.g. a layout); both go
-    into the header that :func:`load_checkpoint` checks. One writer per directory.
-    """
+def _check_step(step: Any, kind: str) -> None:
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"kind must be a non-empty string, got {kind!r}")
-    for name, value, least in (("step", step, 0), ("keep", keep, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+
+
+def _check_part(part: Any) -> str:
+    if not isinstance(part, str) or not _PART_NAME.fullmatch(part):
+        raise ValueError(f"a part name must be letters, digits, '-' or '_', got {part!r}")
+    return part
+
+
+def _payload(state: Any, *, kind: str, step: int, meta: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(state, Mapping):
         raise TypeError(f"state must be a mapping, got {type(state).__name__}")
     if meta is not None and not isinstance(meta, Mapping):
@@ -177,11 +185,12 @@ def save_checkpoint(
         "torch": str(torch.__version__),  # a str subclass would not load
         "meta": _plain_meta({} if meta is None else meta, "meta"),
     }
-    payload = {_HEADER: header, "state": _encode(state, "state")}
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"ckpt-{int(step):012d}.pt"
-    temp = directory / f".{final.name}.{socket.gethostname()}.{os.getpid()}.tmp"
+    return {_HEADER: header, "state": _encode(state, "state")}
+
+
+def _write_atomically(final: Path, payload: Any) -> None:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = final.parent / f".{final.name}.{socket.gethostname()}.{os.getpid()}.tmp"
     try:
         with open(temp, "wb") as f:
             _save_without_crc(payload, f)
@@ -192,33 +201,133 @@ def save_checkpoint(
         with contextlib.suppress(OSError):
             temp.unlink()
         raise
-    _fsync_directory(directory)  # the rename itself survives a power loss
-    for old in list_checkpoints(directory)[:-keep]:
-        with contextlib.suppress(FileNotFoundError):
-            old.unlink()
+    _fsync_directory(final.parent)  # the rename itself survives a power loss
+
+
+def save_checkpoint(
+    directory: str | os.PathLike,
+    state: Mapping[str, Any],
+    *,
+    kind: str,
+    step: int,
+    keep: int = 3,
+    meta: Mapping[str, Any] | None = None,
+    parts: Sequence[str] = (),
+) -> Path:
+    """Write ``state`` as ``directory/ckpt-<step>.pt`` atomically; keep the newest ``keep``
+    complete checkpoints (``parts``: the part names each needs, see :func:`save_part`;
+    their files go with their checkpoint).
+
+    ``kind`` names what is saved (e.g. the job), ``meta`` how (e.g. a layout); both go
+    into the header that :func:`load_checkpoint` checks. One writer per directory.
+    """
+    _check_step(step, kind)
+    if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 1:
+        raise ValueError(f"keep must be an int >= 1, got {keep!r}")
+    parts = [_check_part(p) for p in parts]
+    payload = _payload(state, kind=kind, step=step, meta=meta)
+    directory = Path(directory)
+    final = directory / f"ckpt-{int(step):012d}.pt"
+    _write_atomically(final, payload)
+    _prune(directory, keep=int(keep), parts=parts)
     _remove_stale_temps(directory)
     return final
 
 
-def list_checkpoints(directory: str | os.PathLike) -> list[Path]:
-    """Complete checkpoints in ``directory``, oldest step first (temporary files and
-    truncated files are left out)."""
+def save_part(
+    directory: str | os.PathLike,
+    state: Mapping[str, Any],
+    *,
+    kind: str,
+    step: int,
+    part: str,
+    meta: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write one part of checkpoint ``step`` as ``directory/ckpt-<step>.<part>.pt``,
+    atomically (each part has one writer; the main file's writer prunes old parts)."""
+    _check_step(step, kind)
+    final = Path(directory) / f"ckpt-{int(step):012d}.{_check_part(part)}.pt"
+    _write_atomically(final, _payload(state, kind=kind, step=step, meta=meta))
+    return final
+
+
+def part_path(checkpoint: str | os.PathLike, part: str) -> Path:
+    """The file of ``part`` of the checkpoint whose main file is ``checkpoint``."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(f"{checkpoint.name[:-3]}.{_check_part(part)}.pt")
+
+
+def _parts_of(directory: Path) -> dict[int, dict[str, Path]]:
+    found: dict[int, dict[str, Path]] = {}
+    for path in directory.iterdir():
+        match = _PART.fullmatch(path.name)
+        if match and zipfile.is_zipfile(path):
+            found.setdefault(int(match.group(1)), {})[match["part"]] = path
+    return found
+
+
+def _prune(directory: Path, *, keep: int, parts: Sequence[str]) -> None:
+    """Keep the newest ``keep`` complete checkpoints and anything newer (an incomplete
+    checkpoint newer than them may still be completed); older files go, parts too."""
+    complete = list_checkpoints(directory, parts=parts)
+    if len(complete) <= keep:
+        return
+    oldest_kept = int(_FINAL.fullmatch(complete[-keep].name).group(1))
+    for path in directory.iterdir():
+        match = _FINAL.fullmatch(path.name) or _PART.fullmatch(path.name)
+        if match and int(match.group(1)) < oldest_kept:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _missing_parts(path: Path, found: Mapping[str, Path], parts: Sequence[str]) -> list[str]:
+    """The parts of checkpoint ``path`` that are not there; CheckpointMismatch when it
+    has parts of another layout (names not in ``parts``; a loader that asks for no
+    parts ignores them)."""
+    if parts and set(found) - set(parts):
+        raise CheckpointMismatch(str(path), "parts", sorted(parts), sorted(found))
+    return [p for p in parts if p not in found]
+
+
+def list_checkpoints(directory: str | os.PathLike, *, parts: Sequence[str] = ()) -> list[Path]:
+    """Complete checkpoints in ``directory`` (main file and every one of ``parts``),
+    oldest step first (temporary, truncated and incomplete ones are left out)."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = []
+    have = _parts_of(directory) if parts else {}
     for path in directory.iterdir():
         match = _FINAL.fullmatch(path.name)
         # A torch checkpoint is a zip archive: a truncated one has lost its end record.
         if match and zipfile.is_zipfile(path):
-            found.append((int(match.group(1)), path))
+            step = int(match.group(1))
+            if not parts or not [p for p in parts if p not in have.get(step, {})]:
+                found.append((step, path))
     return [path for _, path in sorted(found)]
 
 
-def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint in ``directory``, or None."""
-    found = list_checkpoints(directory)
-    return found[-1] if found else None
+def latest_checkpoint(directory: str | os.PathLike, *, parts: Sequence[str] = ()) -> Path | None:
+    """The newest complete checkpoint in ``directory``, or None. Incomplete ones newer
+    than it are skipped with a logged reason; parts of another layout raise
+    CheckpointMismatch."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    parts = [_check_part(p) for p in parts]
+    have = _parts_of(directory)
+    mains = sorted(((int(m.group(1)), directory / m.string) for m in
+                    (_FINAL.fullmatch(p.name) for p in directory.iterdir()) if m), reverse=True)
+    for step, path in mains:
+        if not zipfile.is_zipfile(path):
+            log.warning("skipping checkpoint %s: truncated (not a complete archive)", path)
+            continue
+        missing = _missing_parts(path, have.get(step, {}), parts)
+        if missing:
+            log.warning("skipping checkpoint %s: incomplete, part(s) %s missing", path, missing)
+            continue
+        return path
+    return None
 
 
 def load_checkpoint(
@@ -227,20 +336,50 @@ def load_checkpoint(
     kind: str,
     map_location: Any = "cpu",
     expect_meta: Mapping[str, Any] | None = None,
+    parts: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(state, header)`` of a checkpoint file, or of the newest one in a directory.
+    """``(state, header)`` of a checkpoint file, or of the newest complete one in a
+    directory (``parts``: the part names a complete one has; load them with
+    :func:`load_part`).
 
     Raises FileNotFoundError when there is none, CheckpointError when the file cannot
-    be read, CheckpointMismatch when its ``kind`` or a key of ``expect_meta`` differs.
+    be read, CheckpointMismatch when its ``kind`` or a key of ``expect_meta`` differs,
+    or when its parts are of another layout.
     """
     path = Path(path_or_dir)
     if path.is_dir():
-        latest = latest_checkpoint(path)
+        latest = latest_checkpoint(path, parts=parts)
         if latest is None:
-            raise FileNotFoundError(f"no checkpoint (ckpt-<step>.pt) in {path}")
+            with_parts = f", complete with parts {', '.join(parts)}," if parts else ""
+            raise FileNotFoundError(f"no checkpoint (ckpt-<step>.pt{with_parts}) in {path}")
         path = latest
     elif not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    return _read(path, kind=kind, map_location=map_location, expect_meta=expect_meta)
+
+
+def load_part(
+    checkpoint: str | os.PathLike,
+    part: str,
+    *,
+    kind: str,
+    map_location: Any = "cpu",
+    expect_meta: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(state, header)`` of ``part`` of the checkpoint whose main file is
+    ``checkpoint``; its step must be the checkpoint's (CheckpointMismatch)."""
+    path = part_path(checkpoint, part)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint part {path} does not exist")
+    state, header = _read(path, kind=kind, map_location=map_location, expect_meta=expect_meta)
+    step = int(_FINAL.fullmatch(Path(checkpoint).name).group(1))
+    if header["step"] != step:
+        raise CheckpointMismatch(str(path), "step", step, header["step"])
+    return state, header
+
+
+def _read(path: Path, *, kind: str, map_location: Any,
+          expect_meta: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:

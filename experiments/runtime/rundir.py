@@ -58,10 +58,12 @@ class RunDir:
         return run_dir
 
     def has_checkpoint(self) -> bool:
-        directory = self.checkpoints
-        return bool(directory and os.path.isdir(directory)
-                    and any(f.startswith("ckpt-") for f in os.listdir(directory)))
+        """Whether a checkpoint's main file is there (its parts, e.g. replay shards',
+        are checked when it is loaded: an incomplete one is skipped then)."""
+        from rlpar.checkpoint import list_checkpoints
 
+        directory = self.checkpoints
+        return bool(directory and list_checkpoints(directory))
 
     @property
     def checkpoints(self) -> str | None:

@@ -16,9 +16,11 @@ from rlpar.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_part,
     restore_rng_state,
     rng_state,
     save_checkpoint,
+    save_part,
 )
 from rlpar.errors import CheckpointError, CheckpointMismatch
 
@@ -259,3 +261,50 @@ def test_prioritized_shared_frames_replay_resumes_to_identical_samples(tmp_path)
         for key in a.batch:
             np.testing.assert_array_equal(a.batch[key], b.batch[key])
         assert_rows_match(b.batch, frames, shift=3)
+
+
+def test_a_checkpoint_with_parts_is_complete_only_with_every_part(tmp_path, caplog):
+    parts = ["shard-0-of-2", "shard-1-of-2"]
+    for step in (10, 20):
+        for i, part in enumerate(parts):
+            save_part(tmp_path, {"rows": np.arange(step + i)}, kind="job", step=step, part=part,
+                      meta={"part": i})
+        save_checkpoint(tmp_path, {"step": step}, kind="job", step=step, parts=parts)
+    # Step 30: the second shard's part never came (its writer died).
+    save_part(tmp_path, {"rows": np.arange(3)}, kind="job", step=30, part=parts[0])
+    newest = save_checkpoint(tmp_path, {"step": 30}, kind="job", step=30, parts=parts)
+    assert [p.name for p in list_checkpoints(tmp_path, parts=parts)] == [
+        "ckpt-000000000010.pt", "ckpt-000000000020.pt"]
+    assert latest_checkpoint(tmp_path) == newest  # without parts: the main file alone
+    with caplog.at_level("WARNING", logger="rlpar.checkpoint"):
+        state, header = load_checkpoint(tmp_path, kind="job", parts=parts)
+    assert header["step"] == 20 and state == {"step": 20}
+    assert "ckpt-000000000030.pt: incomplete, part(s) ['shard-1-of-2'] missing" in caplog.text
+    main = tmp_path / "ckpt-000000000020.pt"
+    rows, part_header = load_part(main, parts[1], kind="job", expect_meta={"part": 1})
+    np.testing.assert_array_equal(rows["rows"], np.arange(21))
+    assert part_header["step"] == 20
+    with pytest.raises(CheckpointMismatch, match="meta\\['part'\\]"):
+        load_part(main, parts[1], kind="job", expect_meta={"part": 0})
+    # Parts of another layout (three shards) are a mismatch, not a silent skip.
+    with pytest.raises(CheckpointMismatch, match="parts is"):
+        load_checkpoint(tmp_path, kind="job", parts=["shard-0-of-3", "shard-1-of-3", "shard-2-of-3"])
+    with pytest.raises(FileNotFoundError, match="part .*shard-2-of-2.pt does not exist"):
+        load_part(main, "shard-2-of-2", kind="job")
+    with pytest.raises(ValueError, match="a part name"):
+        save_part(tmp_path, {}, kind="job", step=1, part="a.b")
+
+
+def test_pruning_keeps_the_newest_complete_checkpoints_and_their_parts(tmp_path):
+    parts = ["p"]
+    for step in (1, 2, 3):
+        save_part(tmp_path, {"s": step}, kind="job", step=step, part="p")
+        save_checkpoint(tmp_path, {"s": step}, kind="job", step=step, keep=2, parts=parts)
+    # Incomplete ones (no part) do not count towards keep, and do not push complete ones out.
+    for step in (4, 5, 6):
+        save_checkpoint(tmp_path, {"s": step}, kind="job", step=step, keep=2, parts=parts)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["ckpt-000000000002.p.pt", "ckpt-000000000002.pt", "ckpt-000000000003.p.pt",
+                     "ckpt-000000000003.pt", "ckpt-000000000004.pt", "ckpt-000000000005.pt",
+                     "ckpt-000000000006.pt"]
+    assert load_checkpoint(tmp_path, kind="job", parts=parts)[1]["step"] == 3
