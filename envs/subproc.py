@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,7 +39,17 @@ from envs.errors import EnvTimeout
 from envs.procs import START_TIMEOUT, WorkerProcs, default_num_workers, split_envs
 from envs.runner import EnvFailure, EnvRunner
 from envs.spin import auto_spin_us
-from rlpar.errors import ChildError
+from rlpar.errors import ChildDied, ChildError
+
+
+def _how(exitcode: int | None) -> str:
+    """How a worker process ended, by its exit code (negative: the signal's number)."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
 
 
 class _Pending:
@@ -73,6 +84,11 @@ class SubprocVectorEnv(BatchVectorEnv):
             a worker killed for overrunning ``step_timeout`` is restarted the same way.
             An env that raises or returns a bad value still raises (its code is at
             fault, not its process; a restart would hide the bug).
+        max_restarts: with ``restart_on_crash``, how many times one worker may be
+            restarted; when it dies once more, the call raises
+            :class:`rlpar.errors.ChildDied` naming the worker, how it died (signal or
+            exit code) and the limit, and the vector env is unusable (close it).
+            None (default): no limit.
         step_timeout: seconds a worker may take for one ``step`` (counted from
             ``step_async``) or ``reset`` of its envs before it counts as hung: it is
             killed (after its threads' stacks are collected) and the call raises
@@ -109,6 +125,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         num_workers: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         restart_on_crash: bool = False,
+        max_restarts: int | None = None,
         step_timeout: float | None = None,
         step_in_parent: bool | None = None,
         copy: bool = True,
@@ -125,6 +142,10 @@ class SubprocVectorEnv(BatchVectorEnv):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
         num_groups = min(num_workers, len(fns))
+        if max_restarts is not None and (
+            isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0
+        ):
+            raise ValueError(f"max_restarts must be an int >= 0 or None, got {max_restarts!r}")
         if step_timeout is not None:
             if (
                 isinstance(step_timeout, bool)
@@ -145,6 +166,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.check_values = bool(check_values)
         self.restart_on_crash = restart_on_crash
+        self.max_restarts = max_restarts
         self.crash_count = 0
         self.last_crash: str | None = None
         self._ctx = mp.get_context(context)
@@ -246,10 +268,24 @@ class SubprocVectorEnv(BatchVectorEnv):
     def _restart(self, w: int, *, reset: bool = True, cause: str | None = None) -> None:
         """Replace dead worker ``w`` (``cause``: why it was killed, if it was); with
         ``reset``, reset its envs (flagged as truncated)."""
+        # died() also reaps the dead process.
+        died = None if cause is not None else self._workers.died(w)
+        crash = cause if died is None else str(died)
+        done = self.worker_crashes[w]
+        if self.max_restarts is not None and done >= self.max_restarts:
+            how = crash if died is None else _how(died.exitcode)
+            self._broken = (
+                f"{self._workers.name(w)} keeps dying: {how}, after {done} "
+                f"restart{'' if done == 1 else 's'} (max_restarts={self.max_restarts})"
+            )
+            raise ChildDied(
+                self._broken,
+                child_name=self._workers.name(w),
+                exitcode=None if died is None else died.exitcode,
+            )
         self.crash_count += 1
         self.worker_crashes[w] += 1
-        # died() also reaps the dead process.
-        self.last_crash = cause if cause is not None else str(self._workers.died(w))
+        self.last_crash = crash
         try:
             deadline = self._workers.replace(w)
             if reset:

@@ -100,9 +100,25 @@ class MultiAgentVectorEnv:
     observations are in ``infos['final_obs']`` already unpacked to the agents' part, and
     the returned rewards/flags are those of the final step).
 
+    Worker restarts: with ``restart_on_crash=True`` a worker process that dies (killed,
+    or exited) is replaced by a new one built from the same env factories, its envs
+    reset. The step that noticed it flags those rows in ``infos['env_restarted']``
+    (with ``infos['_env_restarted']``) and reports them truncated for every agent
+    with zero rewards; the observation is the fresh reset one (under NEXT_STEP the
+    row's next step is its reset step, as after any truncation). The episodes that
+    were running there are dropped: :attr:`dropped_episodes` counts them,
+    :attr:`restarts` and :attr:`worker_restarts` count the restarts. A worker that
+    dies again after ``max_restarts`` restarts raises :class:`rlpar.errors.ChildDied`
+    naming it and how it died. Without ``restart_on_crash`` (the default) a dead
+    worker raises ChildDied at once. Envs stepped in this process
+    (``step_in_parent``) are not isolated: a hard crash there ends the process.
+
     Args:
         env_fns: factories of parallel envs (cloudpickled to the workers).
         num_workers: 0 for in-process, else as in SubprocVectorEnv (None: CPU count).
+        restart_on_crash: replace a dead worker instead of raising (needs workers).
+        max_restarts: with ``restart_on_crash``, restarts allowed per worker (None:
+            no limit).
         stack / reward: see ParallelEnvAdapter.
     """
 
@@ -113,12 +129,20 @@ class MultiAgentVectorEnv:
         num_workers: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         restart_on_crash: bool = False,
+        max_restarts: int | None = None,
         step_in_parent: bool = True,
         stack: bool | None = None,
         reward: str = "mean",
     ) -> None:
+        if not isinstance(restart_on_crash, bool):
+            raise TypeError(f"restart_on_crash must be a bool, got {restart_on_crash!r}")
         fns = [_bind(fn, stack, reward) for fn in env_fns]
         if num_workers == 0:
+            if restart_on_crash:
+                raise ValueError(
+                    "restart_on_crash needs env worker processes (num_workers >= 1): "
+                    "an env stepped in this process cannot be restarted"
+                )
             self.venv: Any = InProcessVectorEnv(fns, autoreset_mode=autoreset_mode)
         else:
             self.venv = SubprocVectorEnv(
@@ -126,8 +150,14 @@ class MultiAgentVectorEnv:
                 num_workers=num_workers,
                 autoreset_mode=autoreset_mode,
                 restart_on_crash=restart_on_crash,
+                max_restarts=max_restarts,
                 step_in_parent=step_in_parent,
             )
+        self.dropped_episodes = 0
+        # Rows whose episode ended at the previous step (NEXT_STEP: waiting for their
+        # reset step, so a restart there cuts no episode); rows of pending step_asyncs.
+        self._ended = np.zeros(self.venv.num_envs, dtype=np.bool_)
+        self._inflight: list[np.ndarray | None] = []
         probe = ParallelEnvAdapter(_Spaces(self.venv), stack=stack, reward=reward)
         self.agents = probe.agents
         self.n_agents = probe.n_agents
@@ -149,9 +179,13 @@ class MultiAgentVectorEnv:
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         packed, infos = self.venv.reset(seed=seed, options=options)
+        self._ended[:] = False
         return packed["obs"], infos
 
-    def _finish(self, result: tuple) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def _finish(
+        self, result: tuple, rows: np.ndarray | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Unpack one step's result; ``rows``: the env indices it covers (None: all)."""
         packed, _, _, _, infos = result
         obs, rew, term, trunc = _unpack(packed)
         if "final_obs" in infos:
@@ -159,6 +193,21 @@ class MultiAgentVectorEnv:
             for i in np.flatnonzero(infos["_final_obs"]):
                 final_obs, rew[i], term[i], trunc[i] = _unpack(finals[i])
                 finals[i] = final_obs
+        cut = infos.get("env_restarted")
+        if cut is not None:
+            rew[cut], term[cut], trunc[cut] = 0.0, False, True
+        ended = self._ended if rows is None else self._ended[rows]
+        if cut is not None:
+            self.dropped_episodes += int((cut & ~ended).sum())
+        done = (term | trunc).all(axis=1)
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            ended = done
+        else:  # SAME_STEP: a done row is already reset, and a restarted one too
+            ended = np.zeros_like(done)
+        if rows is None:
+            self._ended[:] = ended
+        else:
+            self._ended[rows] = ended
         return obs, rew, term, trunc, infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -169,12 +218,16 @@ class MultiAgentVectorEnv:
             raise ValueError("subset stepping needs num_workers >= 1")
         if isinstance(self.venv, SubprocVectorEnv):
             self.venv.step_async(actions, workers=workers)
+            rows = None if workers is None else np.concatenate(
+                [np.arange(*self.venv.groups[int(w)]) for w in workers])
+            self._inflight.append(rows)
         else:
             self._sync_result = self.venv.step(actions)
 
     def step_wait(self, timeout: float | None = None) -> tuple:
         if isinstance(self.venv, SubprocVectorEnv):
-            return self._finish(self.venv.step_wait(timeout=timeout))
+            result = self.venv.step_wait(timeout=timeout)
+            return self._finish(result, self._inflight.pop(0))
         result, self._sync_result = self._sync_result, None
         if result is None:
             raise RuntimeError("step_wait called without a pending step_async")
@@ -202,6 +255,21 @@ class MultiAgentVectorEnv:
     @property
     def crash_count(self) -> int:
         return getattr(self.venv, "crash_count", 0)
+
+    @property
+    def restarts(self) -> int:
+        """Worker processes restarted so far (all workers together)."""
+        return self.crash_count
+
+    @property
+    def worker_restarts(self) -> tuple[int, ...]:
+        """Restarts per worker (by worker index; empty in-process)."""
+        return tuple(getattr(self.venv, "worker_crashes", ()))
+
+    @property
+    def last_crash(self) -> str | None:
+        """How the most recently restarted worker died (None: none has)."""
+        return getattr(self.venv, "last_crash", None)
 
     @property
     def closed(self) -> bool:
