@@ -67,7 +67,8 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"workers            {summary['num_sources']} x {summary['num_envs']} envs",
         f"server             {summary['applied']:,} gradients applied, {summary['dropped']:,} dropped, "
         f"mean staleness {summary['mean_staleness']:.2f}",
-    ]
+    ] + ([f"restarts           {summary['actor_restarts']} worker(s) restarted and rejoined"]
+         if summary.get("actor_restarts") else [])
 
 
 def load_policy(ctx: Any, state: dict[str, Any]):

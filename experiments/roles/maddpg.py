@@ -11,6 +11,12 @@ line. A greedy evaluation (:func:`~experiments.roles.maddpg_parts.evaluate`) run
 every ``--eval-every`` env steps. Ctrl-C ends the run like a budget, with the
 summary.
 
+The env workers are expendable: one that dies is replaced by the vector env (at most
+``--max-restarts`` times per worker, then the job ends naming it and its signal);
+the episodes it cut are dropped (their last step stores no transition and reports no
+episode), and the coordinator counts the restart (``actor_restarts``,
+``actors/restarts``; ``dropped_episodes``, ``actors/dropped_episodes``).
+
 MADDPG is one process, so a launcher's world must have one rank
 (:func:`~experiments.roles.maddpg_parts.resolve` refuses more) and
 :func:`rank_main` is the serial path.
@@ -37,7 +43,7 @@ from experiments.roles.maddpg_parts import (
 )
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import finish_lead, start_lead
-from experiments.runtime.messages import Episode, EvalResult, Report
+from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 
 
 def _rows(value: Any, rows: np.ndarray) -> Any:
@@ -121,6 +127,7 @@ class Trainer:
         self.skip = np.zeros(e, dtype=bool)  # NEXT_STEP autoreset: a row's first step after done is a reset
         self.ep_return, self.ep_length = np.zeros((e, n)), np.zeros(e, dtype=np.int64)
         self.recent: deque[np.ndarray] = deque(maxlen=100)
+        self.restarts = 0  # env worker restarts told to the coordinator
         self.last_eval: dict[str, Any] = {}
         self._sums: dict[str, float] = {}
         self._n = 0
@@ -131,25 +138,33 @@ class Trainer:
         algo, venv = self.algo, self.venv
         actions = algo.act(self.obs)
         policy = None if algo.active_policies is None else algo.active_policies.copy()
-        next_obs, rewards, term, trunc, _ = venv.step(actions)
-        live = np.flatnonzero(~self.skip)
+        next_obs, rewards, term, trunc, infos = venv.step(actions)
+        # Rows whose env worker died: the step was lost, next_obs is a fresh reset.
+        cut = infos.get("env_restarted", np.zeros(venv.num_envs, dtype=bool))
+        valid = ~self.skip & ~cut
+        live = np.flatnonzero(valid)
         if live.size:
             self.replay.add(transitions(self.obs, actions, rewards, next_obs, term, live, policy))
         self.ep_return[live] += rewards[live]
         self.ep_length[live] += 1
-        done = (term | trunc).all(axis=1) & ~self.skip
+        done = (term | trunc).all(axis=1) & valid
         episodes = []
         for row in np.flatnonzero(done):
             returns = self.ep_return[row].copy()
             self.recent.append(returns)
             episodes.append(Episode(ret=float(returns.sum()), length=int(self.ep_length[row]),
                                     agent_returns=tuple(float(r) for r in returns)))
-        self.ep_return[done], self.ep_length[done] = 0.0, 0
-        if done.any():
-            algo.new_episodes(done)
-        self.skip, self.obs = done, next_obs
+        ended = done | cut  # a cut episode is dropped: no Episode reported for it
+        self.ep_return[ended], self.ep_length[ended] = 0.0, 0
+        if ended.any():
+            algo.new_episodes(ended)
+        # NEXT_STEP autoreset: the next step of an ended row (a cut one too) is its reset.
+        self.skip, self.obs = ended, next_obs
         self.coordinator.report(Report(source=0, env_steps=int(live.size), transitions=int(live.size),
                                        episodes=episodes, version=algo.updates))
+        while self.restarts < venv.restarts:
+            self.restarts += 1
+            self.coordinator.rejoin(Rejoin(source=0, restarts=self.restarts))
         self.learn()
 
     def learn(self) -> None:
@@ -191,8 +206,9 @@ class Trainer:
         means = {k: v / self._n for k, v in self._sums.items()} if self._n else {}
         status = {f"{team}100": round(v, 2) for team, v in self.team_returns().items()} \
             if len(self.teams) > 1 else {}
+        scalars = {"replay/size": len(self.replay), "actors/dropped_episodes": self.venv.dropped_episodes}
         if self.coordinator.tick(updates=self.algo.updates, learner_metrics=means, force=force,
-                                 scalars={"replay/size": len(self.replay)}, status=status):
+                                 scalars=scalars, status=status):
             self._sums, self._n = {}, 0
 
     def summary(self, *, interrupted: bool) -> dict[str, Any]:
@@ -206,6 +222,7 @@ class Trainer:
             critic_observes=self.ctx.config.learn.critic_observes,
             critic_inputs=[algo.critic_input_dim(i) for i in range(algo.n_agents)],
             mode=algo.mode, batch_size=self.batch_size, replay_size=len(self.replay),
+            dropped_episodes=self.venv.dropped_episodes, env_worker_restarts=list(self.venv.worker_restarts),
             landmark_distance=self.last_eval.get("landmark_distance", float("nan")),
             collisions_per_episode=self.last_eval.get("collisions_per_episode", float("nan")))
 
@@ -222,7 +239,10 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
     config = ctx.config
     torch.set_num_threads(config.run.torch_threads)
     env_fn = env_factory(config.env, ctx.parts.env)
-    venv = MultiAgentVectorEnv([env_fn] * config.env.num_envs, num_workers=config.env.env_workers)
+    # Env workers are expendable: a dead one is restarted (bounded by --max-restarts).
+    workers = config.env.env_workers
+    venv = MultiAgentVectorEnv([env_fn] * config.env.num_envs, num_workers=workers,
+                               restart_on_crash=workers > 0, max_restarts=config.run.max_restarts)
     algo = coordinator = None
     try:
         algo = build_maddpg(ctx, agents=venv.agents, obs_spaces=venv.agent_observation_spaces,

@@ -245,4 +245,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
                      f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
     lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
                  f"replay {summary['replay_size']:,} transitions)")
+    if summary.get("actor_restarts"):
+        lines.append(f"env workers        {summary['actor_restarts']} restart(s), "
+                     f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
     return lines

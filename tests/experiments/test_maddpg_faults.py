@@ -1,0 +1,80 @@
+"""experiments.maddpg with env workers (--env-workers 2): a worker process killed
+mid-run (kill -9) is restarted by the vector env, the episodes it cut are dropped,
+the job finishes its budget and counts it; one that keeps dying ends the job naming it."""
+
+import functools
+import os
+import signal
+
+import pytest
+from jobs import scalars
+
+from envs.multiagent import CooperativeEnv
+from experiments.maddpg import MADDPGJobConfig, run
+from experiments.runtime import Parts
+from experiments.runtime.cli import apply_overrides
+from rlpar.errors import ChildDied
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class KillsItsWorker(CooperativeEnv):
+    """CooperativeEnv that SIGKILLs the env worker process it lives in (never the job's
+    own process, ``parent``) at its ``after``-th step; only once when ``marker`` is a
+    path (the kill creates it), every time when it is None."""
+
+    def __init__(self, *, parent: int, after: int, marker: str | None, n_agents: int = 2,
+                 max_steps: int = 25) -> None:
+        super().__init__(n_agents=n_agents, max_steps=max_steps)
+        self.parent, self.after, self.marker, self.steps = parent, after, marker, 0
+
+    def step(self, actions):
+        self.steps += 1
+        if os.getpid() != self.parent and self.steps >= self.after:
+            if self.marker is None:
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif not os.path.exists(self.marker):
+                open(self.marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(actions)
+
+
+def config(log_dir: str, **over) -> MADDPGJobConfig:
+    config = MADDPGJobConfig()
+    apply_overrides(config, {
+        "env_id": "cooperative", "num_envs": 4, "env_workers": 2, "batch_size": 16,
+        "learning_starts": 100, "updates_per_step": 0.05, "eval_every": 400, "eval_episodes": 2,
+        "status_every": 0.0, "replay_capacity": 5000, "max_env_steps": 800, "max_seconds": 90.0,
+        "log_dir": log_dir, **over})
+    return config
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_env_worker_is_restarted_and_the_job_finishes(tmp_path):
+    marker = tmp_path / "killed"
+    # Envs 2 and 3 live in worker 1 (the job's process steps envs 0 and 1): the first
+    # of them to take its 30th step (the 5th of its second 25-step episode) kills it.
+    env = functools.partial(KillsItsWorker, parent=os.getpid(), after=30, marker=str(marker))
+    summary = run(config(str(tmp_path / "runs")), parts=Parts(env=env), quiet=True)
+    assert marker.exists()
+    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 800
+    assert summary["actor_restarts"] == 1 and summary["env_worker_restarts"] == [0, 1]
+    # Both envs of that worker were 5 steps into an episode: two episodes dropped.
+    assert summary["dropped_episodes"] == 2 and summary["lost_transitions"] == 0
+    # 800 steps of 25-step episodes on 4 envs, less the two cut: every reported
+    # episode is whole.
+    assert summary["episodes"] >= 800 // 25 - 2
+    curves = scalars(summary["run_dir"])
+    assert max(value for _, value in curves["actors/restarts"]) == 1
+    assert max(value for _, value in curves["actors/dropped_episodes"]) == 2
+    lengths = [value for _, value in curves["charts/episodic_length"]]
+    assert lengths and all(length == 25 for length in lengths)
+
+
+@pytest.mark.timeout(120)
+def test_an_env_worker_that_keeps_dying_ends_the_job_naming_it(tmp_path):
+    env = functools.partial(KillsItsWorker, parent=os.getpid(), after=3, marker=None)
+    with pytest.raises(ChildDied, match=r"env worker 1 \(envs 2\.\.3\) keeps dying: killed by signal "
+                                        r"SIGKILL, after 1 restart \(max_restarts=1\)"):
+        run(config(str(tmp_path / "runs"), max_env_steps=10**6, max_restarts=1), parts=Parts(env=env),
+            quiet=True)
