@@ -22,6 +22,18 @@ logged), and the shard drops updates for slots overwritten since (serial check).
 Every remote call has a timeout. A shard that fails (dead peer, timeout) raises
 :class:`~rlpar.errors.PeerUnavailable` naming it (``on_shard_failure="raise"``)
 or is excluded from then on and the batch is drawn from the rest (``"drop"``).
+
+A member whose process died and was restarted alone cannot host its shard again:
+a process that had called the dead one cannot call its replacement (TensorPipe keeps
+the broken connection, see :mod:`rlpar.distributed.rendezvous`). So the sampler
+hosts a fresh, empty shard under the dead member's service keys (:meth:`rehost`),
+which the replacement fills with its adds (it calls; nobody calls it) and which
+joins the sampling under a new shard number (priority updates still in flight for
+the dead shard's items are dropped, never applied to the new one's).
+
+Checkpoints: every shard writes its own part (``shard-<i>-of-<n>``, see
+:mod:`rlpar.checkpoint`) of the same step, where it is hosted (:meth:`save_parts`),
+and loads it back (:meth:`load_parts`).
 """
 
 from __future__ import annotations
@@ -93,6 +105,7 @@ class ShardedSampler:
         self.updates_sent = 0
         self.last_update_error: BaseException | None = None
         self._pending: set[torch.futures.Future] = set()
+        self._dropped_size: dict[int, int] = {}
         self._pool = OutputPool()
         self._lock = threading.Lock()
 
@@ -103,18 +116,47 @@ class ShardedSampler:
     def live_shards(self) -> list[int]:
         return [i for i, ok in enumerate(self.alive) if ok]
 
+    def add_shard(self, client: Any) -> int:
+        """Sample from ``client`` too (e.g. a shard that replaces a dead one); returns
+        its shard number, which its sample indices carry."""
+        with self._lock:
+            self.clients.append(client)
+            self.alive.append(True)
+            self.known.append(None)
+            return len(self.clients) - 1
+
+    def retire(self, i: int) -> int:
+        """Stop sampling shard ``i`` (its host died); returns its size in its last
+        reply (0 if none came), also when a failed call dropped it already."""
+        with self._lock:
+            known = self.known[i]
+            size = known[0] if known is not None else self._dropped_size.get(i, 0)
+            self.alive[i] = False
+            self.known[i] = None
+            return size
+
+    def forget_stats(self) -> None:
+        """Ask every shard for its stats again before the next batch (e.g. after
+        they loaded a checkpoint)."""
+        with self._lock:
+            self.known = [None] * len(self.known)
+
     def _fail(self, i: int, exc: BaseException) -> None:
         """A shard's call failed: raise, or (``"drop"``, for an unreachable shard
         only) exclude it. A shard that answered with an error (RemoteError: a bug or
         bad input, not a dead peer) is always raised."""
         if not isinstance(exc, PeerUnavailable):
             raise exc
+        if not self.alive[i]:  # already excluded (a late reply from before)
+            return
         name = self.clients[i].name
         err = PeerUnavailable(f"replay shard {name!r} is unavailable: {exc}")
         if self.on_shard_failure == "raise":
             raise err from exc
         log.warning("dropping replay shard %r: %s", name, err)
         self.alive[i] = False
+        if self.known[i] is not None:
+            self._dropped_size[i] = self.known[i][0]
         self.known[i] = None
 
     def _refresh(self, shards: list[int]) -> None:
@@ -305,7 +347,9 @@ class DistributedReplayBuffer:
     sample asks every shard for its stats once; after that they ride on replies). A member without a shard (an actor
     when shards live on dedicated replay processes) sends its adds to
     ``home_shard`` (default: spread by member index). ``timeout`` bounds every
-    remote call; ``on_shard_failure`` is ``"raise"`` or ``"drop"``.
+    remote call; ``on_shard_failure`` is ``"raise"`` or ``"drop"``. ``rehosted``: this
+    member replaces one that died, whose shard the sampler now hosts (:meth:`rehost`):
+    it hosts none itself and adds there.
     """
 
     def __init__(
@@ -321,6 +365,7 @@ class DistributedReplayBuffer:
         spec: Mapping[str, Any] | None = None,
         seed: int | None = None,
         shared_frames: SharedFrames | None = None,
+        rehosted: bool = False,
     ) -> None:
         self._setup(
             group=group,
@@ -330,6 +375,7 @@ class DistributedReplayBuffer:
             on_shard_failure=on_shard_failure,
             home_shard=home_shard,
             seed=seed,
+            rehosted=rehosted,
             make_local=lambda: ReplayBuffer(
                 capacity=capacity, spec=spec, seed=seed, shared_frames=shared_frames
             ),
@@ -350,6 +396,7 @@ class DistributedReplayBuffer:
         make_local,
         prioritized,
         sampler_options,
+        rehosted=False,
     ) -> None:
         if not isinstance(name, str) or not name or "/" in name or "@" in name:
             raise ValueError(f"name must be a non-empty string without '/' or '@', got {name!r}")
@@ -366,14 +413,21 @@ class DistributedReplayBuffer:
         self.group, self.name, self.shard_members = group, name, members
         me = group.current_member
         self.shard: ReplayShard | None = None
-        if me in members:
+        self._make_local = make_local
+        if me in members and not rehosted:
             self.shard = ReplayShard(make_local())
             register_shard(group, name, self.shard)
         clients = [
-            LocalShardClient(self.shard, m) if m == me else RpcShardClient(group, name, m, timeout)
+            LocalShardClient(self.shard, m)
+            if m == me and self.shard is not None
+            else RpcShardClient(group, name, m, timeout)
             for m in members
         ]
-        if home_shard is None:
+        # Which sampler shard number serves each member's shard now (see rehost).
+        self._serving = {m: i for i, m in enumerate(members)}
+        if home_shard is None and me in members:
+            home_shard = me  # a rehosted member adds to its own shard, hosted elsewhere
+        elif home_shard is None:
             home_shard = members[group.members.index(me) % len(members)]
         elif home_shard not in members:
             raise ValueError(f"home_shard {home_shard!r} is not one of {members}")
@@ -411,6 +465,78 @@ class DistributedReplayBuffer:
     @property
     def local_size(self) -> int:
         return 0 if self.shard is None else len(self.shard)
+
+    # -------------------------------------------------------- restarts, checkpoints
+
+    def rehost(self, member: str) -> int:
+        """Host a fresh, empty shard here for ``member``, whose process died (its
+        replacement, built with ``rehosted=True``, adds to it); sampling excludes the
+        dead shard and includes this one from now on. Returns the transitions the
+        dead shard held at its last reply (lost)."""
+        if member not in self._serving:
+            raise ValueError(f"{member!r} hosts no shard of {self.name!r} ({self.shard_members})")
+        if member == self.group.current_member:
+            raise ValueError(f"{member!r} cannot take over its own shard")
+        lost = self.sampler.retire(self._serving[member])
+        shard = ReplayShard(self._make_local())
+        register_shard(self.group, self.name, shard, member=member, replace=True)
+        self._serving[member] = self.sampler.add_shard(LocalShardClient(shard, member))
+        log.warning("replay shard of %r is hosted by %r from now on (restored empty; %d "
+                    "transitions lost)", member, self.group.current_member, lost)
+        return lost
+
+    def part_names(self) -> list[str]:
+        """The checkpoint part of each shard, in ``shard_members`` order."""
+        n = len(self.shard_members)
+        return [f"shard-{i}-of-{n}" for i in range(n)]
+
+    def _each_shard(self, call: Any) -> list[Any]:
+        """``call(client, i)`` for every member's shard at once; their results. A
+        shard's own error (e.g. CheckpointMismatch, or RemoteError carrying it) is
+        raised as is, PeerUnavailable names the shards that are down or unreachable."""
+        futures, down = {}, []
+        for i, member in enumerate(self.shard_members):
+            k = self._serving[member]
+            if not self.sampler.alive[k]:
+                down.append(member)
+                continue
+            futures[member] = call(self.sampler.clients[k], i)
+        results, failed, errors = [], [], []
+        for member, fut in futures.items():
+            try:
+                results.append(fut.wait())
+            except PeerUnavailable as exc:
+                failed.append(f"{member}: {exc}")
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        if down or failed:
+            raise PeerUnavailable(
+                f"replay {self.name!r}: shard(s) down {down}, failed {failed}"
+            )
+        return results
+
+    def save_parts(self, directory: str, *, step: int, kind: str,
+                   meta: Mapping[str, Any] | None = None) -> int:
+        """Every shard writes its part of checkpoint ``step`` into ``directory`` (a
+        path its host can write: this machine's, or a shared file system), all at
+        once; returns the bytes written. PeerUnavailable names shards that could not
+        (down, or failed), after the others have written theirs."""
+        names = self.part_names()
+        return sum(self._each_shard(lambda client, i: client.save(
+            str(directory), step=step, part=names[i], kind=kind,
+            meta={**(meta or {}), "shard": i, "shards": len(names)})))
+
+    def load_parts(self, checkpoint: str, *, kind: str, meta: Mapping[str, Any] | None = None) -> int:
+        """Every shard loads its part of the checkpoint whose main file is
+        ``checkpoint``; returns the items in all shards after."""
+        names = self.part_names()
+        sizes = self._each_shard(lambda client, i: client.load(
+            str(checkpoint), part=names[i], kind=kind,
+            meta={**(meta or {}), "shard": i, "shards": len(names)}))
+        self.sampler.forget_stats()
+        return sum(sizes)
 
     def state_dict(self) -> dict[str, Any]:
         """This member's shard (each member checkpoints its own)."""
@@ -451,6 +577,7 @@ class DistributedPrioritizedReplayBuffer(DistributedReplayBuffer):
         spec: Mapping[str, Any] | None = None,
         seed: int | None = None,
         shared_frames: SharedFrames | None = None,
+        rehosted: bool = False,
     ) -> None:
         # Validate the hyper-parameters in every member, shard host or not.
         PrioritizedReplayBuffer(
@@ -469,6 +596,7 @@ class DistributedPrioritizedReplayBuffer(DistributedReplayBuffer):
             on_shard_failure=on_shard_failure,
             home_shard=home_shard,
             seed=seed,
+            rehosted=rehosted,
             make_local=lambda: PrioritizedReplayBuffer(
                 capacity=capacity,
                 alpha=alpha,

@@ -73,6 +73,33 @@ class ReplayShard:
     def stats(self) -> ShardReply:
         return self.sample_at(np.empty(0))
 
+    def state_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return self.buffer.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.buffer.load_state_dict(state)
+
+    def save(self, directory: str, *, step: int, part: str, kind: str,
+             meta: Mapping[str, Any] | None = None) -> int:
+        """Write this shard as ``part`` of checkpoint ``step`` in ``directory`` (see
+        :func:`rlpar.checkpoint.save_part`); returns the bytes written."""
+        from rlpar.checkpoint import save_part
+
+        return save_part(directory, self.state_dict(), kind=kind, step=step, part=part,
+                         meta=meta).stat().st_size
+
+    def load(self, checkpoint: str, *, part: str, kind: str,
+             meta: Mapping[str, Any] | None = None) -> int:
+        """Load ``part`` of the checkpoint whose main file is ``checkpoint``; returns
+        the shard's size after."""
+        from rlpar.checkpoint import load_part
+
+        state, _ = load_part(checkpoint, part, kind=kind, expect_meta=meta)
+        self.load_state_dict(state)
+        return len(self)
+
     def __len__(self) -> int:
         return len(self.buffer)
 
@@ -109,6 +136,20 @@ class LocalShardClient:
 
     def add(self, batch: Mapping[str, Any], priorities: Any | None) -> None:
         self.shard.add(batch, priorities)
+
+    def save(self, directory: str, *, step: int, part: str, kind: str,
+             meta: Mapping[str, Any] | None = None) -> torch.futures.Future:
+        try:
+            return _done(self.shard.save(directory, step=step, part=part, kind=kind, meta=meta))
+        except Exception as exc:
+            return _failed(exc)
+
+    def load(self, checkpoint: str, *, part: str, kind: str,
+             meta: Mapping[str, Any] | None = None) -> torch.futures.Future:
+        try:
+            return _done(self.shard.load(checkpoint, part=part, kind=kind, meta=meta))
+        except Exception as exc:
+            return _failed(exc)
 
 
 # --------------------------------------------------------------------- RPC wire
@@ -152,16 +193,27 @@ def from_wire(value: Any) -> Any:
     return value
 
 
+SHARD_OPS = ("sample", "update", "add", "save", "load")
+
+
 def service_keys(buffer_name: str, member: str) -> dict[str, str]:
-    return {op: f"replay/{buffer_name}/{op}@{member}" for op in ("sample", "update", "add")}
+    return {op: f"replay/{buffer_name}/{op}@{member}" for op in SHARD_OPS}
 
 
-def register_shard(group: Any, buffer_name: str, shard: ReplayShard) -> None:
-    """Host ``shard`` in ``group`` under this member's service keys."""
-    keys = service_keys(buffer_name, group.current_member)
-    group.register(keys["sample"], lambda fractions: to_wire(shard.sample_at(from_wire(fractions))))
-    group.register(keys["update"], lambda s, p: shard.update(from_wire(s), from_wire(p)))
-    group.register(keys["add"], lambda b, p: shard.add(from_wire(b), from_wire(p)))
+def register_shard(group: Any, buffer_name: str, shard: ReplayShard, *, member: str | None = None,
+                   replace: bool = False) -> None:
+    """Host ``shard`` in ``group`` under ``member``'s service keys (default: this
+    member's; another's, with ``replace``, to take over the shard of one that died)."""
+    keys = service_keys(buffer_name, group.current_member if member is None else member)
+    services = {
+        "sample": lambda fractions: to_wire(shard.sample_at(from_wire(fractions))),
+        "update": lambda s, p: shard.update(from_wire(s), from_wire(p)),
+        "add": lambda b, p: shard.add(from_wire(b), from_wire(p)),
+        "save": shard.save,
+        "load": shard.load,
+    }
+    for op, fn in services.items():
+        group.register(keys[op], fn, replace=replace)
 
 
 class RpcShardClient:
@@ -204,3 +256,21 @@ class RpcShardClient:
         self.group.call(
             self.keys["add"], to_wire(dict(batch)), to_wire(priorities), timeout=self.timeout
         )
+
+    def save(self, directory: str, *, step: int, part: str, kind: str,
+             meta: Mapping[str, Any] | None = None) -> torch.futures.Future:
+        # Writing a large shard takes longer than a sample: the world's timeout, not
+        # the sampling one.
+        try:
+            return self.group.call_async(self.keys["save"], directory, step=step, part=part,
+                                         kind=kind, meta=dict(meta or {}))
+        except Exception as exc:
+            return _failed(exc)
+
+    def load(self, checkpoint: str, *, part: str, kind: str,
+             meta: Mapping[str, Any] | None = None) -> torch.futures.Future:
+        try:
+            return self.group.call_async(self.keys["load"], checkpoint, part=part, kind=kind,
+                                         meta=dict(meta or {}))
+        except Exception as exc:
+            return _failed(exc)

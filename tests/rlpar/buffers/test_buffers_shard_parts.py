@@ -1,0 +1,125 @@
+"""Replay shards in checkpoints and across a member's restart, in one process: members
+of a fake group (one registry of services, calls made in-process) host the shards."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlpar.buffers import DistributedPrioritizedReplayBuffer
+from rlpar.buffers.distributed import SHARD_SHIFT
+from rlpar.checkpoint import load_checkpoint, save_checkpoint
+from rlpar.errors import CheckpointMismatch, PeerUnavailable
+
+
+class FakeGroup:
+    """One member's view of a group whose services live in ``registry``; calls to a
+    member in ``dead`` fail as an RPC to a killed process does."""
+
+    def __init__(self, registry, members, me, dead):
+        self.registry, self.members, self.current_member, self.dead = registry, members, me, dead
+
+    def register(self, key, fn, *, replace=False):
+        if key in self.registry and not replace:
+            raise ValueError(f"key {key!r} is already registered")
+        self.registry[key] = (self.current_member, fn)
+
+    def call_async(self, key, *args, timeout=None, **kwargs):
+        fut = torch.futures.Future()
+        host, fn = self.registry[key]
+        if host in self.dead:
+            fut.set_exception(PeerUnavailable(f"peer {host!r} is unavailable"))
+            return fut
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def call(self, key, *args, timeout=None, **kwargs):
+        return self.call_async(key, *args, timeout=timeout, **kwargs).wait()
+
+
+MEMBERS = ["learner", "actor0", "actor1"]
+SHARDS = MEMBERS[1:]
+
+
+def world(dead, **kw):
+    """Every member's buffer over one registry (the shards are on the actors)."""
+    registry = {}
+    return {m: DistributedPrioritizedReplayBuffer(
+        group=FakeGroup(registry, MEMBERS, m, dead), name="replay", capacity=64, shard_members=SHARDS,
+        on_shard_failure="drop", seed=3, **kw) for m in MEMBERS}
+
+
+def fill(buffers, n=20):
+    for k, member in enumerate(SHARDS):
+        obs = np.arange(n, dtype=np.float32)[:, None] + 100 * k
+        buffers[member].add({"obs": obs, "action": np.arange(n)}, np.linspace(0.5, 2.0, n) + k)
+
+
+def test_every_shard_saves_its_part_and_a_new_world_loads_them(tmp_path):
+    buffers = world(dead=set())
+    fill(buffers)
+    sampler = buffers["learner"]
+    sample = sampler.sample(16)
+    sampler.update_priorities(sample.indices, np.full(16, 5.0))
+    saved = {m: buffers[m].state_dict() for m in SHARDS}
+    names = sampler.part_names()
+    assert names == ["shard-0-of-2", "shard-1-of-2"]
+    assert sampler.save_parts(tmp_path, step=7, kind="t", meta={"job": "x"}) > 0
+    main = save_checkpoint(tmp_path, {"learner": 1}, kind="t", step=7, parts=names)
+
+    again = world(dead=set())
+    assert again["learner"].load_parts(str(main), kind="t", meta={"job": "x"}) == 40
+    for member in SHARDS:
+        loaded = again[member].state_dict()
+        np.testing.assert_array_equal(loaded["leaves"], saved[member]["leaves"])
+        assert loaded["max_priority"] == saved[member]["max_priority"]
+    assert len(again["learner"]) == 40
+    assert again["learner"].sample(8).indices.size == 8
+
+    # A layout of three shards finds parts of two: a mismatch, not a skip.
+    with pytest.raises(CheckpointMismatch, match="parts"):
+        load_checkpoint(tmp_path, kind="t", parts=["shard-0-of-3", "shard-1-of-3", "shard-2-of-3"])
+    with pytest.raises(CheckpointMismatch, match="meta\\['job'\\]"):
+        again["learner"].load_parts(str(main), kind="t", meta={"job": "y"})
+
+
+def test_a_dead_members_shard_is_skipped_then_rehosted_empty_and_sampled_again(tmp_path, caplog):
+    dead = set()
+    buffers = world(dead)
+    fill(buffers)
+    sampler = buffers["learner"]
+    before = sampler.sample(8)
+    dead.add("actor1")  # killed: its calls fail at once
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            sample = sampler.sample(8)
+            assert set((sample.indices >> SHARD_SHIFT).tolist()) == {0}
+    assert "dropping replay shard 'actor1'" in caplog.text
+    with pytest.raises(PeerUnavailable, match="shard\\(s\\) down \\['actor1'\\]"):
+        sampler.save_parts(tmp_path, step=1, kind="t")
+
+    # Its replacement: the learner hosts a fresh shard under actor1's keys, and the
+    # new process (rehosted: no shard of its own) adds there.
+    assert sampler.rehost("actor1") == 20
+    dead.discard("actor1")
+    replacement = DistributedPrioritizedReplayBuffer(
+        group=FakeGroup(buffers["actor0"].group.registry, MEMBERS, "actor1", dead), name="replay",
+        capacity=64, shard_members=SHARDS, rehosted=True)
+    assert replacement.shard is None
+    replacement.add({"obs": np.full((30, 1), -1.0, np.float32), "action": np.zeros(30, np.int64)},
+                    np.full(30, 50.0))
+    shards = set()
+    for _ in range(5):
+        sample = sampler.sample(16)
+        shards |= set((sample.indices >> SHARD_SHIFT).tolist())
+    assert shards == {0, 2}  # shard 2 serves actor1 now; shard 1 (the dead one) is gone
+    # Updates for the dead shard's items are dropped, never applied to the new one.
+    sampler.update_priorities(before.indices, np.full(8, 9.0))
+    assert sampler.sampler.update_errors == 0
+    sampler.save_parts(tmp_path, step=2, kind="t")
+    state, _ = load_checkpoint(tmp_path / "ckpt-000000000002.shard-1-of-2.pt", kind="t")
+    assert len(state["leaves"]) == 30  # the rehosted shard wrote actor1's part
+    with pytest.raises(ValueError, match="hosts no shard"):
+        sampler.rehost("learner")
