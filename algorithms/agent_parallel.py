@@ -242,7 +242,17 @@ class _Group:
         weight = next(leaves)
         bias = next(leaves) if self.layers[0][1].bias is not None else None
         n, h, d = weight.shape
-        flat = weight.reshape(n * h, d)  # first layer: one (n*h, in) @ (in, B) product over the shared x
+        flat = weight.reshape(n * h, d)  # first layer: one product over the shared x for all members
+        if x.shape[0] < FEATURE_MAJOR_MIN_BATCH:
+            # Few rows: feature-major products would be (n, out, in) @ (n, in, B) matrix-vector
+            # bmm calls, the slow shape (see FEATURE_MAJOR_MIN_BATCH); stay rows-major. A
+            # 3-agent hidden-256 update at batch 1 on 1 thread took 2.77 ms this way against
+            # 2.35 ms in loop mode, which never goes feature-major.
+            out = (torch.mm(x, flat.t()) if bias is None
+                   else torch.addmm(bias.reshape(1, n * h), x, flat.t())).view(x.shape[0], n, h).transpose(0, 1)
+            if replace is not None:
+                out = self._replaced(out, weight, x, *replace, rows_major=True)
+            return self._rows_major(out, skip_first=True)
         out = (torch.mm(flat, x.t()) if bias is None
                else torch.addmm(bias.reshape(n * h, 1), flat, x.t())).view(n, h, x.shape[0])
         if replace is not None:
@@ -269,21 +279,28 @@ class _Group:
 
     @staticmethod
     def _replaced(out: torch.Tensor, weight: torch.Tensor, x: torch.Tensor, start: int,
-                  values: torch.Tensor) -> torch.Tensor:
-        """``out`` (n, h, B) plus member i's first-layer columns times (values_i - x's)."""
+                  values: torch.Tensor, *, rows_major: bool = False) -> torch.Tensor:
+        """``out`` (n, h, B), or (n, B, h) if ``rows_major``, plus member i's first-layer
+        columns times (values_i - x's)."""
         n, h, _ = weight.shape
         width = values.shape[-1]
         cols = weight[:, :, start:start + n * width].reshape(n, h, n, width)
         own = torch.diagonal(cols, dim1=0, dim2=2).permute(2, 0, 1)  # (n, h, w): member i's block i
         given = x[:, start:start + n * width].reshape(x.shape[0], n, width).transpose(0, 1)  # (n, B, w)
+        if rows_major:
+            return torch.baddbmm(out, values - given, own.transpose(1, 2))
         return torch.baddbmm(out, own, (values - given).transpose(1, 2))
 
-    def _rows_major(self, x: torch.Tensor) -> torch.Tensor:
-        """All layers on stacked ``(n, B, in)`` input with bmm-layout weights -> ``(n, B, out)``."""
+    def _rows_major(self, x: torch.Tensor, *, skip_first: bool = False) -> torch.Tensor:
+        """All layers on stacked ``(n, B, in)`` input with bmm-layout weights -> ``(n, B, out)``;
+        ``skip_first``: ``x`` is already the first Linear's output (a product made here)."""
         stacked = self._stacked()
-        k = 0
-        owned = False  # x is the caller's input until the first product
+        k = 2 if skip_first else 0
+        owned = skip_first  # x is the caller's input until the first product
         for kind, layer in self.layers:
+            if skip_first:
+                skip_first = kind != "linear"  # skip up to and including the first Linear
+                continue
             if kind == "act":
                 x = _activate(layer, x, owned)
                 continue

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from algorithms.agent_parallel import ParallelModules, quiet_torchscript
+from algorithms.agent_parallel import FEATURE_MAJOR_MIN_BATCH, ParallelModules, quiet_torchscript
 from algorithms.nets import mlp
 
 MODES = ["loop", "threads", "jit_fork", "batched"]
@@ -184,10 +184,11 @@ def test_store_stacked_leaves_share_storage_and_take_the_gradients():
 
 @pytest.mark.parametrize("mode", ["loop", "threads", "batched"])
 @pytest.mark.parametrize("replace", [False, True], ids=["plain", "replace"])
-def test_call_shared_matches_explicit_inputs_with_gradients(mode, replace):
+@pytest.mark.parametrize("b", [1, 5, FEATURE_MAJOR_MIN_BATCH + 8])  # rows-major and feature-major
+def test_call_shared_matches_explicit_inputs_with_gradients(mode, replace, b):
     """Network i on x with (optionally) its own column block replaced by values[i]:
     outputs and gradients (into the networks and into ``values``) equal explicit calls."""
-    n, b, start, width, dim = 3, 5, 4, 2, 12  # columns 4..9 hold three 2-wide blocks
+    n, start, width, dim = 3, 4, 2, 12  # columns 4..9 hold three 2-wide blocks
     torch.manual_seed(0)
     nets = [mlp(dim, 1, hidden=(16, 16)) for _ in range(n)]
     ref_nets = [mlp(dim, 1, hidden=(16, 16)) for _ in range(n)]
@@ -243,3 +244,25 @@ def test_one_adam_over_stacked_rows_equals_one_adam_per_network():
     for i in range(n):
         for leaf, p in zip(stacked, rows[i]):
             torch.testing.assert_close(leaf.detach()[i], p.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_clip_stacked_equals_clip_grad_norm_per_network():
+    """Row i of every stacked leaf is network i's: clipping per row equals
+    ``clip_grad_norm_`` over each network's own parameters."""
+    from algorithms.maddpg import clip_stacked
+
+    torch.manual_seed(0)
+    nets = [mlp(6, 2, hidden=(8,)) for _ in range(3)]
+    for k, net in enumerate(nets):  # network 0 below the norm, 1 and 2 above it
+        for p in net.parameters():
+            p.grad = torch.randn_like(p) * (0.01 if k == 0 else 3.0)
+    leaves = [torch.nn.Parameter(torch.stack([list(m.parameters())[j].detach() for m in nets]))
+              for j in range(4)]
+    for j, leaf in enumerate(leaves):
+        leaf.grad = torch.stack([list(m.parameters())[j].grad for m in nets])
+    clip_stacked(leaves, 0.5)
+    for net in nets:
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+    for j, leaf in enumerate(leaves):
+        torch.testing.assert_close(leaf.grad, torch.stack([list(m.parameters())[j].grad for m in nets]),
+                                   rtol=1e-5, atol=1e-7)
