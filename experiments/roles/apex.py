@@ -10,6 +10,14 @@ coordinator. The prioritized replay lives where ``--replay-placement`` says
   shards, one round trip per shard, prefetched;
 - ``replay-ranks``: shards on dedicated replay ranks; actors add there.
 
+Checkpoints hold the replay with its priorities wherever it lives: the hosted
+buffer in the learner's file, or each shard's own part beside it, written by its
+host for the same step (:func:`run_keeper`). Faults: a dead actor is restarted alone
+and rejoins (:func:`restartable`); with ``actors`` placement its shard is dropped
+from sampling when it dies, and the learner hosts a fresh, empty one for its
+replacement (see ``DistributedReplayBuffer.rehost``). Any other death restarts the
+world from the newest complete checkpoint.
+
 :class:`~algorithms.apex.ApexActor` and :class:`~algorithms.apex.ApexLearner` (or
 the user's subclasses) see only a Buffer and a ParameterStore, as in the
 one-process :func:`serial_main`. Pacing (:class:`~algorithms.pacing.Pacing`)
@@ -25,6 +33,7 @@ from typing import Any
 
 from algorithms.pacing import Pacing
 from experiments.roles.apex_parts import (
+    actor_seed,
     build_dqn,
     check,
     describe,
@@ -73,12 +82,13 @@ def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
 
 
 def restartable(config: Any, nprocs: int) -> list[int]:
-    """The actors, when the replay lives in the learner: an actor then only calls the
-    learner, so a dead one is restarted alone and rejoins while the learner trains.
-    With replay shards the learner calls their ranks to sample, and a rank it called
-    cannot be replaced (see rlpar.distributed.rendezvous): the world restarts."""
-    if config.replay.replay_placement != "learner":
-        return []
+    """The actors: a dead one is restarted alone and rejoins while the learner trains.
+    A replacement can call its peers but no peer that had called the dead process can
+    call it (see rlpar.distributed.rendezvous); so with ``actors`` placement, the
+    learner, which sampled the dead actor's shard, drops that shard and hosts a fresh
+    one for the replacement to add to. Replay ranks are called by the learner and by
+    every actor, so a dead one is not restarted alone: the world restarts from the
+    newest checkpoint (the shards' parts included)."""
     return [r for r in range(nprocs) if role_of(r, nprocs, config)[0] == "actor"]
 
 
@@ -125,32 +135,54 @@ def rank_main(ctx: JobContext) -> dict[str, Any]:
     return {}
 
 
-def sharded_replay(ctx: JobContext, group: Any, shards: list[str]):
+def sharded_replay(ctx: JobContext, group: Any, shards: list[str], *, rehosted: bool = False):
+    """The sharded replay in any rank. With shards on the actors, the learner samples
+    on without the shard of a dead actor (its first failed call drops it) until its
+    replacement rejoins; shards on replay ranks are never dropped (a dead one restarts
+    the world). ``rehosted``: this rank replaces a dead actor, whose shard the learner
+    now hosts."""
     from rlpar.buffers import DistributedPrioritizedReplayBuffer
 
     config = ctx.config
     return DistributedPrioritizedReplayBuffer(
         group=group, name=REPLAY, capacity=max(1, config.replay.replay_capacity // len(shards)),
         alpha=config.replay.priority_alpha, beta=config.replay.priority_beta, shard_members=shards,
-        timeout=config.run.rpc_timeout, seed=config.run.seed, **replay_layout(ctx))
+        timeout=config.run.rpc_timeout, seed=config.run.seed, rehosted=rehosted,
+        on_shard_failure="drop" if config.replay.replay_placement == "actors" else "raise",
+        **replay_layout(ctx))
 
 
 def learner_replay(ctx: JobContext, group: Any, shards: list[str]):
-    """The learner's Buffer (sharded over remote shards, or hosted here for the
-    actors) and the part of it this process checkpoints (None for remote shards)."""
+    """The learner's Buffer, the buffer hosted here for the actors (None with shards)
+    and the sharded replay (None without)."""
     from rlpar.buffers import HostedBuffer, PrefetchingBuffer
 
     hosted = None if shards else HostedBuffer.host(group, REPLAY, local_replay(ctx))
-    buffer = sharded_replay(ctx, group, shards) if shards else hosted
-    return PrefetchingBuffer(buffer, batch_size=ctx.config.learn.batch_size,
+    sharded = sharded_replay(ctx, group, shards) if shards else None
+    return PrefetchingBuffer(hosted if sharded is None else sharded, batch_size=ctx.config.learn.batch_size,
                              depth=ctx.config.replay.prefetch_depth(),
-                             timeout=ctx.config.run.rpc_timeout), hosted
+                             timeout=ctx.config.run.rpc_timeout), hosted, sharded
 
 
-def actor_replay(ctx: JobContext, group: Any, shards: list[str]):
+def actor_replay(ctx: JobContext, group: Any, shards: list[str], *, rehosted: bool = False):
     from rlpar.buffers import HostedBuffer
 
-    return sharded_replay(ctx, group, shards) if shards else HostedBuffer.connect(group, REPLAY)
+    if shards:
+        return sharded_replay(ctx, group, shards, rehosted=rehosted)
+    return HostedBuffer.connect(group, REPLAY)
+
+
+def hold_shard_until_saved(ctx: JobContext, group: Any) -> None:
+    """A rank that hosts a shard stays (serving it) until the learner has written its
+    last checkpoint, which asks every shard for its part."""
+    from rlpar.errors import PeerUnavailable
+
+    deadline = time.monotonic() + max(60.0, 2 * ctx.config.run.rpc_timeout)
+    try:
+        while not group.call("coord/released") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except PeerUnavailable:  # the learner is gone: nothing left to save for it
+        pass
 
 
 # -------------------------------------------------------------------- learner
@@ -238,15 +270,17 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
     config = ctx.config
     torch.set_num_threads(config.run.torch_threads)
     announce_compile(ctx)
-    replay, hosted = learner_replay(ctx, group, shards)
+    replay, hosted, sharded = learner_replay(ctx, group, shards)
     params = PushPullModelServer.host(group, PARAMS)
     coordinator = start_lead(ctx, num_sources=num_actors, target=target(ctx), evaluator=num_actors - 1)
     learner = make_learner(ctx, replay, params)
-    keeper = run_keeper(ctx, coordinator, learner, hosted)
+    keeper = run_keeper(ctx, coordinator, learner, hosted, sharded=sharded, group=group)
+    released = threading.Event()  # the last checkpoint is written: shard hosts may go
     group.register("coord/report", coordinator.report)
     group.register("coord/eval", coordinator.eval_result)
     group.register("coord/stopped", coordinator.should_stop)
-    group.register("coord/rejoin", coordinator.rejoin)
+    group.register("coord/released", released.is_set)
+    group.register("coord/rejoin", rejoin_handler(ctx, coordinator, sharded, shards))
     loop = LearnerLoop(learner, coordinator, pacing(config),
                        min_size=max(config.learn.learning_starts, config.learn.batch_size))
     group.barrier()
@@ -261,44 +295,76 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
             replay.close()
             coordinator.wait_for_sources(timeout=30.0)
             loop.tick(coordinator.transitions, force=True)
-            kept = keeper.finish(version=learner.updates)
+            try:
+                kept = keeper.finish(version=learner.updates)
+            finally:
+                released.set()
             summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=coordinator.transitions,
                                    interrupted=signals.received is not None) | kept
     return finish_lead(ctx, coordinator, summary)
 
 
-def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | None):
+def rejoin_handler(ctx: JobContext, coordinator: Any, sharded: Any | None, shards: list[str]):
+    """``coord/rejoin``: a restarted actor rejoins (before its first add). With shards
+    on the actors, the learner first hosts a fresh shard for it (it cannot call the
+    new process) and counts what the dead shard held as lost."""
+    on_actors = sharded is not None and ctx.config.replay.replay_placement == "actors"
+
+    def rejoin(message: Rejoin) -> None:
+        if on_actors:
+            coordinator.count_lost(sharded.rehost(shards[message.source]))
+        coordinator.rejoin(message)
+
+    return rejoin
+
+
+def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | None, *,
+               sharded: Any | None = None, group: Any | None = None):
     """Checkpoints hold the learner's DQN (networks, optimizer, update count), the
     replay held in this process with its priorities, and the coordinator's progress;
-    a resumed run loads them and publishes the restored parameters to the actors.
-    Replay shards on actors or replay ranks are not saved (yet): such runs do not resume
-    (``check`` refuses ``--resume``; a restarted world starts again)."""
+    replay shards (``sharded``) write their own parts of each checkpoint (a checkpoint
+    while one is down is skipped). A resumed run loads them (each shard its part,
+    before any actor adds) and publishes the restored parameters to the actors."""
     from experiments.runtime.checkpoints import RunKeeper
+    from rlpar.buffers.shard import service_keys
+
+    placement = ctx.config.replay.replay_placement
+    meta = {"replay_placement": placement, "replay_layout": sorted(replay_layout(ctx))}
+    if sharded is not None:
+        meta["replay_shards"] = len(sharded.shard_members)
 
     def snapshot() -> dict[str, Any]:
         return {"dqn": learner.dqn.state_dict(), **({"replay": replay.state_dict()} if replay else {})}
+
+    def save_parts(directory: str, step: int) -> int:
+        return sharded.save_parts(directory, step=step, kind=ctx.job, meta={"replay_placement": placement})
 
     def restore(state: dict[str, Any]) -> None:
         learner.dqn.load_state_dict(state["dqn"])
         if replay is not None and "replay" in state:
             replay.load_state_dict(state["replay"])
+        if sharded is not None:
+            # Before the barrier: the shard hosts have registered, but add nothing yet.
+            for member in sharded.shard_members:
+                group.wait_registered(service_keys(REPLAY, member)["load"])
+            sharded.load_parts(keeper.checkpointer.resumed_path, kind=ctx.job,
+                               meta={"replay_placement": placement})
         if learner.updates > 0:  # version 0 (the initial weights) is already published
             learner.publish()
 
-    keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=learner.dqn.policy_state,
-                       meta={"replay_placement": ctx.config.replay.replay_placement,
-                             "replay_layout": sorted(replay_layout(ctx))})
+    keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=learner.dqn.policy_state, meta=meta,
+                       parts=sharded.part_names() if sharded is not None else (),
+                       save_parts=save_parts if sharded is not None else None)
     keeper.restore(restore)
     return keeper
 
 
 def run_replay(ctx: JobContext, group: Any, *, shards: list[str]) -> None:
     """A dedicated replay rank: hosts one shard (served on RPC threads) until the
-    learner stops."""
+    learner has written its last checkpoint."""
     sharded_replay(ctx, group, shards)
     group.barrier()
-    while not group.call("coord/stopped"):
-        time.sleep(0.1)
+    hold_shard_until_saved(ctx, group)
 
 
 # ---------------------------------------------------------------------- actor
@@ -307,14 +373,16 @@ def run_replay(ctx: JobContext, group: Any, *, shards: list[str]) -> None:
 class ActorShell:
     """One actor's env, ApexActor and the report it owes the coordinator."""
 
-    def __init__(self, ctx: JobContext, *, index: int, num_actors: int, buffer: Any, params: Any) -> None:
+    def __init__(self, ctx: JobContext, *, index: int, num_actors: int, buffer: Any, params: Any,
+                 restarts: int = 0) -> None:
         from gymnasium.vector import AutoresetMode
 
         from algorithms.apex import ApexActor
         from envs import make_vector_env
 
         config = ctx.config
-        self.seed = config.run.seed + 10_000 * (index + 1)
+        # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
+        self.seed = actor_seed(config.run.seed, index, restarts)
         self.index = index
         self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
                                    num_workers=config.env.env_workers,
@@ -347,14 +415,15 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
     from rlpar.servers import PushPullModelServer
 
     config = ctx.config
-    replay = actor_replay(ctx, group, shards)
+    restarts = current_world().rank_restarts
+    if restarts:  # before any add: with shards on the actors, the learner rehosts ours
+        group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
+    holds_shard = config.replay.replay_placement == "actors" and not restarts
+    replay = actor_replay(ctx, group, shards, rehosted=bool(restarts))
     group.barrier()  # a restarted actor passes at once (or completes it for the one that died)
     # Same index, so the same exploration rate; the shell pulls the newest parameters.
     shell = ActorShell(ctx, index=index, num_actors=num_actors, buffer=replay,
-                       params=PushPullModelServer.connect(group, PARAMS))
-    restarts = current_world().rank_restarts
-    if restarts:
-        group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
+                       params=PushPullModelServer.connect(group, PARAMS), restarts=restarts)
     evaluator = eval_env(ctx, seed=shell.seed + 1) if index == num_actors - 1 else None
     paced, directive = pacing(config), group.call("coord/report", shell.report())
     last_report, every = time.monotonic(), report_every(num_actors)
@@ -387,6 +456,8 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
             shell.close()
             if evaluator is not None:
                 evaluator.close()
+    if holds_shard:
+        hold_shard_until_saved(ctx, group)
 
 
 # --------------------------------------------------------------------- serial

@@ -53,6 +53,18 @@ def build_dqn(ctx: Any, *, device: Any, seed: int):
                seed=seed)
 
 
+def actor_seed(run_seed: int, index: int, restarts: int = 0) -> int:
+    """Actor ``index``'s env and exploration seed: its first process keeps the run's
+    historical ``seed + 10000 (index + 1)``; the process that replaces it after its
+    ``restarts``-th death gets a fresh one drawn from (seed, index, restarts), so it
+    does not replay its predecessor's episodes."""
+    if restarts < 0:
+        raise ValueError(f"restarts must be >= 0, got {restarts}")
+    if restarts == 0:
+        return run_seed + 10_000 * (index + 1)
+    return int(np.random.SeedSequence([run_seed & 0xFFFFFFFF, index, restarts]).generate_state(1)[0])
+
+
 def replay_layout(ctx: Any) -> dict[str, Any]:
     """Replay keyword arguments for the env's observations: ``SharedFrames`` when
     they are uint8 frame stacks (stack axis first, as both Atari paths make them)
@@ -107,11 +119,31 @@ def check(config: Any, parts: Any) -> None:
               actions=(spaces.Discrete,), job="DQN")
     if config.run.serial and config.replay.replay_placement != "learner":
         raise ValueError(f"{flag('serial')} needs --replay-placement learner")
-    if config.run.resume and config.replay.replay_placement != "learner":
-        # Shards on other ranks are not in the learner's checkpoint: a resumed learner
-        # would wait for data its actors, paced on its restored update count, never send.
-        raise ValueError(f"{flag('resume')} needs --replay-placement learner (replay shards on "
-                         f"{config.replay.replay_placement} are not checkpointed yet)")
+    if config.run.resume:
+        check_resume(config)
+
+
+def shard_parts(config: Any) -> list[str]:
+    """The checkpoint parts of the replay shards of this config (none in the learner)."""
+    from rlpar.buffers.distributed import shard_part_names
+
+    shards = {"actors": config.num_actors, "replay-ranks": config.replay.replay_ranks}.get(
+        config.replay.replay_placement, 0)
+    return shard_part_names(shards)
+
+
+def check_resume(config: Any) -> None:
+    """Before any process starts: the run to resume has a complete checkpoint for this
+    replay layout (CheckpointMismatch for shards of another count)."""
+    import os
+
+    from experiments.runtime.rundir import RunDir
+    from rlpar.checkpoint import latest_checkpoint
+
+    directory = RunDir(config.run.resume).checkpoints
+    parts = shard_parts(config)
+    if parts and directory and os.path.isdir(directory):  # not on a node without the run dir
+        latest_checkpoint(directory, parts=parts)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -8,30 +8,47 @@ priorities) plus the coordinator's progress and the lead's RNG states.
 curves go on from the checkpoint. ``policy.pt`` (final) and ``policy-best.pt``
 (best evaluation) hold what ``python -m experiments.evaluate RUN_DIR`` needs to
 play the policy. Every file loads with ``torch.load(weights_only=True)``.
+
+State held in other processes (Ape-X's replay shards) is saved as **parts** of the
+same checkpoint, each written by its holder (``save_parts(directory, step)``) before
+the lead writes its own file; a checkpoint some part of which could not be written
+is not written at all (logged), and on resume one whose parts are not all there is
+skipped (logged). The job loads its parts from ``resumed_path``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from experiments.runtime.rundir import RunDir
 from rlpar.checkpoint import load_checkpoint, rng_state, save_checkpoint
+
+log = logging.getLogger(__name__)
 
 POLICY, BEST_POLICY = "policy.pt", "policy-best.pt"
 
 
 class Checkpointer:
     """The lead's checkpoints: ``due()`` on schedule, ``save(state, step)``, and the
-    state to resume from (``resumed``: None for a fresh run)."""
+    state to resume from (``resumed``: None for a fresh run; ``resumed_path``: its
+    file). ``parts``: the names of the parts other processes write for each
+    checkpoint, with ``save_parts(directory, step) -> bytes`` (raises if one could not)."""
 
-    def __init__(self, ctx: Any, *, meta: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, ctx: Any, *, meta: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
+                 save_parts: Callable[[str, int], int] | None = None) -> None:
         run = ctx.config.run
+        if parts and save_parts is None:
+            raise ValueError("checkpoint parts need save_parts (who writes them)")
         self.directory = RunDir(ctx.run_dir).checkpoints
         self.every, self.keep, self.kind = run.checkpoint_every, run.keep_checkpoints, ctx.job
         self.meta = dict(meta or {})
+        self.parts, self.save_parts = list(parts), save_parts
+        self.skipped = 0  # checkpoints not written: a part could not be
+        self.resumed_path: str | None = None
         self.saves = 0
         self.pause_s = 0.0  # the last save's pause of the lead
         self.bytes = 0
@@ -39,9 +56,14 @@ class Checkpointer:
         self.resumed: dict[str, Any] | None = None
         self.resumed_step: int | None = None
         if run.resume:
-            self.resumed, header = load_checkpoint(RunDir(run.resume).checkpoints, kind=self.kind,
-                                                   expect_meta=self.meta)
-            self.resumed_step = header["step"]
+            from rlpar.checkpoint import latest_checkpoint
+
+            directory = RunDir(run.resume).checkpoints
+            # Skips incomplete ones (logged), refuses parts of another layout.
+            path = latest_checkpoint(directory, parts=self.parts) if directory else None
+            self.resumed, header = load_checkpoint(path or directory, kind=self.kind,
+                                                   expect_meta=self.meta, parts=self.parts)
+            self.resumed_step, self.resumed_path = header["step"], str(path)
 
     def due(self) -> bool:
         return (self.directory is not None and self.every > 0
@@ -51,16 +73,25 @@ class Checkpointer:
         if self.directory is None:
             return
         t0 = time.perf_counter()
+        parts_bytes = 0
+        if self.parts:
+            try:
+                parts_bytes = self.save_parts(self.directory, step)
+            except Exception as exc:  # e.g. a shard's host is dead: this one is skipped
+                self.skipped += 1
+                self._last = time.monotonic()
+                log.warning("checkpoint at step %d skipped: a part could not be written: %s", step, exc)
+                return
         path = save_checkpoint(self.directory, {**state, "rng": rng_state()}, kind=self.kind, step=step,
-                               keep=self.keep, meta=self.meta)
+                               keep=self.keep, meta=self.meta, parts=self.parts)
         self.pause_s = time.perf_counter() - t0
-        self.bytes = path.stat().st_size
+        self.bytes = path.stat().st_size + parts_bytes
         self.saves += 1
         self._last = time.monotonic()
 
     def stats(self) -> dict[str, Any]:
         return {"checkpoints": self.saves, "checkpoint_pause_s": self.pause_s,
-                "checkpoint_bytes": self.bytes}
+                "checkpoint_bytes": self.bytes, "checkpoints_skipped": self.skipped}
 
 
 def restore_rng(state: Mapping[str, Any]) -> None:
@@ -91,10 +122,11 @@ class RunKeeper:
     coordinator's is added here); ``policy()`` the acting network's parameters."""
 
     def __init__(self, ctx: Any, coordinator: Any, *, snapshot: Any, policy: Any,
-                 meta: Mapping[str, Any] | None = None) -> None:
+                 meta: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
+                 save_parts: Callable[[str, int], int] | None = None) -> None:
         self.ctx, self.coordinator = ctx, coordinator
         self.snapshot, self.policy = snapshot, policy
-        self.checkpointer = Checkpointer(ctx, meta=meta)
+        self.checkpointer = Checkpointer(ctx, meta=meta, parts=parts, save_parts=save_parts)
         self._evals_seen = 0
         self._best = float("-inf")
 

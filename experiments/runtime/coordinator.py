@@ -145,6 +145,12 @@ class Coordinator:
         self._say(f"actor {source} rejoined (its restart {rejoin.restarts}; "
                   f"about {lost} transitions lost)")
 
+    def count_lost(self, transitions: int) -> None:
+        """Transitions lost besides a dead source's unadded ones (e.g. the replay
+        shard it held): counted in ``lost_transitions``."""
+        with self._lock:
+            self.lost_transitions += max(0, int(transitions))
+
     def _say(self, line: str) -> None:
         if math.isfinite(self._progress.every):
             print(f"[{self.job}] {line}", file=sys.stderr, flush=True)

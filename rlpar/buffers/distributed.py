@@ -331,6 +331,11 @@ class ShardedSampler:
             return sum(self.known[i][0] for i in self.live_shards())
 
 
+def shard_part_names(shards: int) -> list[str]:
+    """The checkpoint parts of a replay of ``shards`` shards, one per shard."""
+    return [f"shard-{i}-of-{shards}" for i in range(shards)]
+
+
 def _forward(src: torch.futures.Future, dst: torch.futures.Future) -> None:
     try:
         dst.set_result(src.wait())
@@ -487,8 +492,7 @@ class DistributedReplayBuffer:
 
     def part_names(self) -> list[str]:
         """The checkpoint part of each shard, in ``shard_members`` order."""
-        n = len(self.shard_members)
-        return [f"shard-{i}-of-{n}" for i in range(n)]
+        return shard_part_names(len(self.shard_members))
 
     def _each_shard(self, call: Any) -> list[Any]:
         """``call(client, i)`` for every member's shard at once; their results. A

@@ -40,14 +40,18 @@ class KilledOnceDQN(DQN):
 
 @pytest.mark.timeout(240)
 # A killed actor is restarted alone and rejoins (tests/experiments/test_actor_rejoin.py);
-# the learner's death restarts the world.
-@pytest.mark.parametrize("rank, after", [("0", 600)], ids=["learner"])
-def test_a_killed_rank_is_restarted_from_the_newest_checkpoint(tmp_path, monkeypatch, rank, after):
+# the learner's death restarts the world, which resumes from the newest complete
+# checkpoint: with replay shards on the actors, each shard loads its own part.
+@pytest.mark.parametrize("rank, after, placement", [("0", 600, "learner"), ("0", 400, "actors")],
+                         ids=["learner", "learner-with-shards-on-actors"])
+def test_a_killed_rank_is_restarted_from_the_newest_checkpoint(tmp_path, monkeypatch, rank, after,
+                                                                placement):
     monkeypatch.setenv("KILL_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("KILL_RANK", rank)
     monkeypatch.setenv("KILL_AFTER", str(after))
     summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=6000, checkpoint_every=0.2,
-                                   max_seconds=150.0), parts=Parts(algorithm=KilledOnceDQN), quiet=True)
+                                   max_seconds=150.0, replay_placement=placement),
+                       parts=Parts(algorithm=KilledOnceDQN), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["restarts"] == 1
     assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 6000
@@ -127,8 +131,54 @@ def test_resume_refuses_a_directory_without_checkpoints_or_of_another_job(tmp_pa
     assert "holds no checkpoint" in capsys.readouterr().err
 
 
-def test_a_sharded_replay_run_is_not_resumed_but_refused_clearly(tmp_path, capsys):
-    first = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=600, eval_every=100_000),
-                     quiet=True)
-    assert apex.main(["--resume", first["run_dir"], "--no-serial", "--replay-placement", "actors"]) == 2
-    assert "--resume needs --replay-placement learner" in capsys.readouterr().err
+def newest_parts(run_dir, shards):
+    """The newest complete checkpoint's header and each replay shard's saved part."""
+    from rlpar.checkpoint import latest_checkpoint, load_checkpoint, load_part
+
+    names = [f"shard-{i}-of-{shards}" for i in range(shards)]
+    path = latest_checkpoint(os.path.join(run_dir, "checkpoints"), parts=names)
+    state, header = load_checkpoint(path, kind="apex")
+    return state, header, [load_part(path, name, kind="apex")[0] for name in names]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("placement, extra", [("actors", {}), ("replay-ranks", {"replay_ranks": 2})])
+def test_a_sharded_replay_checkpoints_every_shard_and_resumes_as_saved(tmp_path, placement, extra):
+    config = dict(replay_placement=placement, max_env_steps=1500, checkpoint_every=0.3,
+                  eval_every=100_000, **extra)
+    first = apex.run(apex_config(str(tmp_path), **config), quiet=True)
+    run_dir = first["run_dir"]
+    state, header, parts = newest_parts(run_dir, 2)
+    assert header["step"] == first["env_steps"] and header["meta"]["replay_shards"] == 2
+    assert state["coordinator"]["env_steps"] == first["env_steps"]
+    assert state["dqn"]["updates"] == first["updates"] > 0
+    assert "replay" not in state  # the shards hold it, each in its own part
+    # Every transition an actor reported adding is in some shard's part.
+    assert sum(len(p["leaves"]) for p in parts) == first["replay_size"]
+
+    # Resume with no further budget: nothing runs, and what is saved again is the same.
+    again = apex.run(apex_config(str(tmp_path), **{**config, "resume": run_dir}), quiet=True)
+    assert (again["env_steps"], again["updates"], again["episodes"], again["replay_size"]) == (
+        first["env_steps"], first["updates"], first["episodes"], first["replay_size"])
+    _, header2, parts2 = newest_parts(run_dir, 2)
+    assert header2["step"] == header["step"]
+    for saved, resaved in zip(parts, parts2):
+        np.testing.assert_array_equal(resaved["leaves"], saved["leaves"])
+        assert resaved["max_priority"] == saved["max_priority"]
+
+    # With more budget it goes on from there: the resumed learner samples the restored
+    # shards and the actors, paced on the restored update count, feed it (no deadlock).
+    more = apex.run(apex_config(str(tmp_path), **{**config, "resume": run_dir, "max_env_steps": 2500}),
+                    quiet=True)
+    assert more["stop_reason"] == "env step budget" and more["env_steps"] >= 2500
+    assert more["resumed_from_step"] == first["env_steps"] and more["updates"] > first["updates"]
+
+
+def test_a_sharded_checkpoint_of_another_shard_count_is_refused(tmp_path):
+    from rlpar.errors import CheckpointMismatch
+
+    first = apex.run(apex_config(str(tmp_path), replay_placement="actors", max_env_steps=600,
+                                 eval_every=100_000), quiet=True)
+    with pytest.raises(CheckpointMismatch, match="parts"):
+        apex.run(apex_config(str(tmp_path), replay_placement="actors", num_actors=3, max_env_steps=600,
+                             resume=first["run_dir"]), quiet=True)
