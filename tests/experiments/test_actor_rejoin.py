@@ -129,3 +129,60 @@ def test_an_actor_that_keeps_dying_ends_the_job_with_its_cause(tmp_path, monkeyp
     with pytest.raises(RankKeepsDying, match="rank 1 was killed by signal SIGKILL after 1 restart"):
         apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=10**6, max_restarts=1),
                  parts=Parts(algorithm=AlwaysDiesDQN), quiet=True)
+
+
+class SeedRecordingActor(ApexActor):
+    """Appends ``index restarts seed`` of every actor process to $SEEDS."""
+
+    def __init__(self, *, dqn, env, buffer, params, index, num_actors, config, seed):
+        with open(os.environ["SEEDS"], "a") as f:
+            f.write(f"{index} {os.environ.get('RLPAR_RANK_RESTARTS', '0')} {seed}\n")
+        super().__init__(dqn=dqn, env=env, buffer=buffer, params=params, index=index,
+                         num_actors=num_actors, config=config, seed=seed)
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_actor_holding_a_replay_shard_rejoins_and_its_shard_is_sampled_again(tmp_path,
+                                                                                       monkeypatch):
+    from experiments.roles.apex_parts import actor_seed
+
+    monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
+    monkeypatch.setenv("DIE_RANK", "1")  # actor 0, holding shard 0
+    monkeypatch.setenv("DIE_AFTER", "500")
+    monkeypatch.setenv("SEEDS", str(tmp_path / "seeds"))
+    summary = apex.run(apex_config(str(tmp_path / "runs"), replay_placement="actors", max_env_steps=8000,
+                                   max_seconds=120.0, checkpoint_every=0.5),
+                       parts=Parts(algorithm=DiesOnceDQN, actor=SeedRecordingActor), quiet=True)
+    assert (tmp_path / "killed").exists()
+    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 8000
+    # The actor alone was restarted, not the world.
+    assert summary["restarts"] == 0 and summary["resumed_from_step"] is None
+    assert summary["actor_restarts"] == 1 and summary["silent_sources"] == []
+    # Its shard died with it: what it held (about 1000 transitions) is counted lost.
+    assert summary["lost_transitions"] >= 500
+    # Its replacement got a fresh seed (not its predecessor's episodes again).
+    rows = sorted(tuple(int(v) for v in line.split())
+                  for line in (tmp_path / "seeds").read_text().splitlines())
+    assert rows == [(0, 0, actor_seed(0, 0)), (0, 1, actor_seed(0, 0, 1)), (1, 0, actor_seed(0, 1))]
+    assert len({seed for _, _, seed in rows}) == 3
+    # The shard the learner hosts for it was filled again and is in the last checkpoint.
+    from rlpar.checkpoint import latest_checkpoint, load_part
+
+    names = ["shard-0-of-2", "shard-1-of-2"]
+    newest = latest_checkpoint(os.path.join(summary["run_dir"], "checkpoints"), parts=names)
+    sizes = [len(load_part(newest, name, kind="apex")[0]["leaves"]) for name in names]
+    assert sizes[0] > 0 and sum(sizes) + summary["lost_transitions"] >= summary["replay_size"]
+    curves = scalars(summary["run_dir"])
+    updates = [value for _, value in sorted(curves["charts/updates"])]
+    assert updates == sorted(updates) and updates[-1] == summary["updates"] > 0
+
+
+def test_a_restarted_actor_seed_is_fresh_and_derived_from_the_run():
+    from experiments.roles.apex_parts import actor_seed
+
+    assert actor_seed(5, 0) == 5 + 10_000  # the first process keeps the historical seed
+    seeds = {actor_seed(5, i, r) for i in range(4) for r in range(4)}
+    assert len(seeds) == 16  # every (actor, restart) its own
+    assert actor_seed(5, 1, 2) == actor_seed(5, 1, 2) != actor_seed(6, 1, 2)
+    with pytest.raises(ValueError, match="restarts"):
+        actor_seed(5, 0, -1)
