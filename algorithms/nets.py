@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import nn
@@ -128,6 +129,25 @@ def is_small_image(obs_shape: Sequence[int]) -> bool:
             and 1 <= channels <= min(SMALL_IMAGE_MAX_CHANNELS, height, width))
 
 
+ObservationFamily = Literal["frames", "small_image", "vector", "other"]
+
+
+def observation_family(obs_shape: Sequence[int]) -> ObservationFamily:
+    """Which default torso :func:`q_network` builds for ``obs_shape``: ``frames``
+    (``(C, 84, 84)`` stacked frames, the Nature CNN), ``small_image`` (see
+    :func:`is_small_image`, the MinAtar conv), ``vector`` (``(D,)``, an MLP), else
+    ``other`` (no default network). Jobs also pick per-family hyperparameter
+    defaults by it."""
+    obs_shape = tuple(int(d) for d in obs_shape)
+    if len(obs_shape) == 3 and obs_shape[1:] == (84, 84):
+        return "frames"
+    if is_small_image(obs_shape):
+        return "small_image"
+    if len(obs_shape) == 1:
+        return "vector"
+    return "other"
+
+
 class DuelingHead(nn.Module):
     """``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')`` (Wang et al. 2016, eq. 9).
 
@@ -173,14 +193,15 @@ def q_network(
     ``hidden`` applies to the MLP only; the conv torsos have their papers' sizes.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
-    if len(obs_shape) == 3 and obs_shape[1:] == (84, 84):
+    family = observation_family(obs_shape)
+    if family == "frames":
         torso: nn.Module = nature_cnn(obs_shape[0])
         features = 512
-    elif is_small_image(obs_shape):
+    elif family == "small_image":
         height, width, channels = obs_shape
         torso = minatar_conv(channels, height=height, width=width)
         features = MINATAR_FEATURES
-    elif len(obs_shape) == 1:
+    elif family == "vector":
         if not hidden:
             raise ValueError("q_network needs at least one hidden layer for vector observations")
         torso = nn.Sequential(nn.Flatten(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1]), nn.ReLU())

@@ -105,9 +105,22 @@ class ReplayConfig:
         return 0 if self.replay_placement == "learner" else 2
 
 
+# Adam's learning rate by observation family (``algorithms.nets.observation_family``,
+# the same rule that picks the default network), used when ``--lr`` is not given:
+# - vector (CartPole-v1): measured, see LearnConfig below.
+# - small_image (MinAtar's 10x10xC): measured, see MINATAR_NOTES below.
+# - frames (Atari 84x84 stacks, the Nature CNN): Rainbow's Adam rate (Hessel et al.
+#   2018, 6.25e-5), not measured here: an Atari run takes hours on 2 cores, and the
+#   CartPole rate is 40x what that paper found stable for this network.
+# - other (a user's network on other observations): the vector rate.
+LR_BY_FAMILY: dict[str, float] = {"vector": 2.5e-3, "small_image": 2.5e-3, "frames": 6.25e-5,
+                                  "other": 2.5e-3}
+
+
 @dataclasses.dataclass
 class LearnConfig:
-    """DQN and Ape-X hyperparameters (defaults tuned for CartPole-v1)."""
+    """DQN and Ape-X hyperparameters (defaults tuned for CartPole-v1, the learning
+    rate per observation family: ``LR_BY_FAMILY``)."""
 
     # Measured: env steps to solve CartPole with these defaults in one deterministic
     # process (greedy eval of 20 episodes every 5000 env steps, seeds 0-5): lr 2.5e-3:
@@ -115,7 +128,9 @@ class LearnConfig:
     # With lr 1e-3 (3 seeds each), target updates every 100 or 250 updates instead of
     # 500 solved 1/3 and 0/3; batch 256 at 0.125 updates/step 1/3; a 64x64 MLP without
     # dueling head 0/3.
-    lr: float = field(2.5e-3, help="Adam learning rate")
+    lr: float | None = field(None, help=(
+        "Adam learning rate (none: by observation family, 2.5e-3 for vectors and MinAtar-size "
+        "images, 6.25e-5 for 84x84 frames)"))
     gamma: float = field(0.99, help="discount")
     n_step: int = field(3, help="n-step return length")
     batch_size: int = field(128, help="learner batch size")
@@ -143,7 +158,7 @@ class LearnConfig:
         if self.learning_starts < 0:
             raise ValueError(f"{flag('learning_starts')} must be >= 0, got {self.learning_starts}")
         for name in ("lr", "updates_per_step"):
-            if not getattr(self, name) > 0:
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")
         for name in ("gamma", "eps"):
             if not 0.0 <= getattr(self, name) <= 1.0:
@@ -168,6 +183,9 @@ class LearnConfig:
     def dqn_config(self):
         from algorithms.dqn import DQNConfig
 
+        if self.lr is None:
+            raise ValueError(f"{flag('lr')} is unset: the job fills it from the env's observations "
+                             "(experiments.roles.apex_parts.env_defaults); set it to build a DQN directly")
         return DQNConfig(gamma=self.gamma, lr=self.lr, double_q=self.double_q,
                          target_update_interval=self.target_update, tau=self.tau)
 

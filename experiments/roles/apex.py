@@ -37,6 +37,7 @@ from experiments.roles.apex_parts import (
     build_dqn,
     check,
     describe,
+    env_defaults,
     env_fn,
     eval_env,
     job_env_fn,
@@ -523,7 +524,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 JOB = Job(name="apex", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
           describe=describe, env_fn=job_env_fn,
-          load_policy=load_policy, restartable=restartable)
+          load_policy=load_policy, restartable=restartable, env_defaults=env_defaults)
 
 
 def _warm_replay_kernels() -> None:

@@ -42,6 +42,8 @@ def build_dqn(ctx: Any, *, device: Any, seed: int):
 
     config = ctx.config
     obs_space, act_space = env_spaces(env_fn(ctx))
+    if config.learn.lr is None:  # a context made without prepare(): fill it here
+        env_defaults(config, ctx.parts)
     torch.manual_seed(seed)
     if ctx.parts.network is not None:
         net = ctx.parts.network(obs_space, act_space)
@@ -144,6 +146,16 @@ def check_resume(config: Any) -> None:
     parts = shard_parts(config)
     if parts and directory and os.path.isdir(directory):  # not on a node without the run dir
         latest_checkpoint(directory, parts=parts)
+
+
+def env_defaults(config: Any, parts: Any) -> None:
+    """The learning rate when ``--lr`` is not given, by the env's observation family."""
+    if config.learn.lr is None:
+        from algorithms.nets import observation_family
+        from experiments.apex import LR_BY_FAMILY
+
+        obs_space, _ = env_spaces(job_env_fn(config, parts))
+        config.learn.lr = LR_BY_FAMILY[observation_family(obs_space.shape or ())]
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

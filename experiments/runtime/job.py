@@ -61,6 +61,10 @@ class Job:
     # ``restartable(config, nprocs)``: the ranks of a local world that are restarted
     # alone when they die (they rejoin the running world; only ranks no peer calls).
     restartable: Callable[[Any, int], Sequence[int]] | None = None
+    # ``env_defaults(config, parts)``: fill the fields left ``None`` whose default
+    # depends on the env (e.g. a learning rate per observation family); runs after
+    # ``check``, so the env is known to build, and before the config is saved.
+    env_defaults: Callable[[Any, Parts], None] | None = None
 
 
 @dataclasses.dataclass
@@ -101,6 +105,9 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     launched = under_launcher()
     nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
     job.check(config, parts)
+    if job.env_defaults is not None:
+        job.env_defaults(config, parts)
+        validate(config)
     env_fn = job.env_fn(config, parts) if job.env_fn is not None else None
     lead = not launched or os.environ.get("RANK") == "0"
     elastic_id = os.environ.get("TORCHELASTIC_RUN_ID") if launched else None

@@ -186,3 +186,12 @@ def test_a2c_updates_on_a_minatar_rollout():
         assert all(np.isfinite(v) for v in metrics.values())
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("shape, family", [
+    ((4, 84, 84), "frames"), ((10, 10, 4), "small_image"), ((10, 10, 10), "small_image"),
+    ((8,), "vector"), ((4, 10, 10), "other"), ((3, 3), "other"), ((), "other")])
+def test_observation_family_names_the_default_torso(shape, family):
+    from algorithms.nets import observation_family
+
+    assert observation_family(shape) == family
