@@ -266,3 +266,53 @@ def test_clip_stacked_equals_clip_grad_norm_per_network():
     for j, leaf in enumerate(leaves):
         torch.testing.assert_close(leaf.grad, torch.stack([list(m.parameters())[j].grad for m in nets]),
                                    rtol=1e-5, atol=1e-7)
+
+
+def _graph_names(out: torch.Tensor) -> set[str]:
+    seen, names, stack = set(), set(), [out.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        names.add(type(fn).__name__)
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("b", [5, FEATURE_MAJOR_MIN_BATCH + 8])
+def test_call_shared_graph_has_no_rebased_views(b):
+    """The activation after the shared first product runs on the product, not on a
+    per-network view of it: an in-place op on a view makes autograd copy the whole
+    product back (CopySlices) in every backward."""
+    torch.manual_seed(0)
+    par = ParallelModules(modules=[mlp(12, 1, hidden=(16, 16)) for _ in range(3)], mode="batched",
+                          store_stacked=True)
+    names = _graph_names(par.call_shared(torch.randn(b, 12)))
+    assert "CopySlices" not in names and "AsStridedBackward0" not in names, names
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["stacked", "shared"])
+def test_gradient_free_calls_reuse_scratch_but_never_return_it(shared):
+    """Without gradients, hidden activations go to reused per-thread buffers: a second
+    call must not overwrite the first call's result, and results equal the gradient path."""
+    torch.manual_seed(0)
+    n, b = 3, FEATURE_MAJOR_MIN_BATCH + 8
+    par = ParallelModules(modules=[mlp(12, 4, hidden=(16, 16)) for _ in range(n)], mode="batched",
+                          store_stacked=True)
+    xs = [torch.randn(b, 12) if shared else torch.randn(n, b, 12) for _ in range(2)]
+    call = par.call_shared if shared else par.call_stacked
+    with torch.no_grad():
+        first = call(xs[0])
+        kept = first.clone()
+        second = call(xs[1])
+        again = call(xs[0])
+    torch.testing.assert_close(first, kept, rtol=0, atol=0)
+    assert first.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(again, kept, rtol=0, atol=0)
+    torch.testing.assert_close(second, call(xs[1]).detach(), rtol=1e-6, atol=1e-6)  # with gradients
+    single = ParallelModules(modules=[mlp(12, 4, hidden=()) for _ in range(n)], mode="batched", store_stacked=True)
+    with torch.no_grad():  # one Linear: its only product is the result, never scratch
+        one = single.call_shared(xs[0]) if shared else single.call_stacked(xs[0])
+        other = single.call_shared(xs[1]) if shared else single.call_stacked(xs[1])
+    assert one.data_ptr() != other.data_ptr()
