@@ -144,8 +144,11 @@ def run_case(name: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
     line = {"case": name, "job": case.job, "killed": case.kill, "restarts": world + rank,
             "world_restarts": world, "rank_restarts": rank,
             **_recovery(ticks, died=death["time"], resumed=resumed if world else None)}
-    # A restarted world redoes what it did after its newest checkpoint.
-    line["env_steps_lost"] = max(0, death["env_steps"] - (resumed or 0)) if world else 0
+    # A restarted world redoes what it did after its newest checkpoint (known when the
+    # lead died: it wrote its count; None when another death took the world down).
+    at_death = death.get("env_steps")
+    line["env_steps_lost"] = (0 if not world else None if at_death is None
+                              else max(0, at_death - (resumed or 0)))
     line.update({"lost_transitions": int(summary["lost_transitions"]),
                  "dropped_episodes": int(summary.get("dropped_episodes", 0)),
                  "checkpoint_every_s": args.checkpoint_every, "checkpoints": summary["checkpoints"],
