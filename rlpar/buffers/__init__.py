@@ -5,15 +5,12 @@ Local: :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` (Schaul et al.
 :class:`NStepAssembler` builds n-step transitions; :class:`SharedFrames`
 stores stacked ``obs``/``next_obs`` once. Distributed (Ape-X):
 :class:`DistributedReplayBuffer`, :class:`DistributedPrioritizedReplayBuffer`
-shard over an RpcGroup; :class:`HostedBuffer` serves one buffer to other
-processes; :class:`PrefetchingSampler` / :class:`PrefetchingBuffer` keep batches in flight.
+shard over an RpcGroup and sample through a :class:`ShardedSampler`;
+:class:`HostedBuffer` serves one buffer to other processes;
+:class:`PrefetchingSampler` / :class:`PrefetchingBuffer` keep batches in flight.
 """
 
-from rlpar.buffers.distributed import (
-    DistributedPrioritizedReplayBuffer,
-    DistributedReplayBuffer,
-    ShardedSampler,
-)
+from rlpar.buffers.distributed import DistributedPrioritizedReplayBuffer, DistributedReplayBuffer
 from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.hosted import HostedBuffer, RemoteAdder
 from rlpar.buffers.nstep import NStepAssembler
@@ -21,6 +18,7 @@ from rlpar.buffers.prefetch import PrefetchingBuffer, PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
 from rlpar.buffers.replay import ReplayBuffer
 from rlpar.buffers.shard import LocalShardClient, ReplayShard, RpcShardClient
+from rlpar.buffers.sharded_sampler import ShardedSampler
 from rlpar.buffers.spec import FieldSpec
 from rlpar.buffers.storage import RingStorage
 from rlpar.buffers.trees import MinTree, SumTree
