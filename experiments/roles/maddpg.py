@@ -15,7 +15,8 @@ The env workers are expendable: one that dies is replaced by the vector env (at 
 ``--max-restarts`` times per worker, then the job ends naming it and its signal);
 the episodes it cut are dropped (their last step stores no transition and reports no
 episode), and the coordinator counts the restart (``actor_restarts``,
-``actors/restarts``; ``dropped_episodes``, ``actors/dropped_episodes``).
+``actors/restarts``; ``dropped_episodes``, ``actors/dropped_episodes``). Checkpoints
+carry these counts, so a ``--resume``d run goes on counting from them.
 
 MADDPG is one process, so a launcher's world must have one rank
 (:func:`~experiments.roles.maddpg_parts.resolve` refuses more) and
@@ -24,8 +25,10 @@ MADDPG is one process, so a launcher's world must have one rank
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -128,10 +131,35 @@ class Trainer:
         self.ep_return, self.ep_length = np.zeros((e, n)), np.zeros(e, dtype=np.int64)
         self.recent: deque[np.ndarray] = deque(maxlen=100)
         self.restarts = 0  # env worker restarts told to the coordinator
+        # Counted by the runs this one resumes (restore_counters): the vector env
+        # counts only this process's own.
+        self._earlier_dropped = 0
+        self._earlier_worker_restarts: tuple[int, ...] = ()
         self.last_eval: dict[str, Any] = {}
         self._sums: dict[str, float] = {}
         self._n = 0
         self._next_tick = time.monotonic() + 1.0
+
+    @property
+    def dropped_episodes(self) -> int:
+        """Episodes cut by restarted env workers, in this run and the runs it resumes."""
+        return self._earlier_dropped + self.venv.dropped_episodes
+
+    @property
+    def env_worker_restarts(self) -> list[int]:
+        """Restarts per env worker index, in this run and the runs it resumes."""
+        return [now + before for now, before in itertools.zip_longest(
+            self.venv.worker_restarts, self._earlier_worker_restarts, fillvalue=0)]
+
+    def counters(self) -> dict[str, Any]:
+        """The job-level counters a checkpoint carries (the coordinator saves its own)."""
+        return {"dropped_episodes": self.dropped_episodes, "env_worker_restarts": self.env_worker_restarts}
+
+    def restore_counters(self, saved: Mapping[str, Any]) -> None:
+        """Go on from a checkpoint's :meth:`counters`; a checkpoint written before
+        they were saved has none, which counts as 0."""
+        self._earlier_dropped = int(saved.get("dropped_episodes", 0))
+        self._earlier_worker_restarts = tuple(int(n) for n in saved.get("env_worker_restarts", ()))
 
     def step(self) -> None:
         """One vector step of every env copy, its report, and the updates it makes due."""
@@ -206,7 +234,7 @@ class Trainer:
         means = {k: v / self._n for k, v in self._sums.items()} if self._n else {}
         status = {f"{team}100": round(v, 2) for team, v in self.team_returns().items()} \
             if len(self.teams) > 1 else {}
-        scalars = {"replay/size": len(self.replay), "actors/dropped_episodes": self.venv.dropped_episodes}
+        scalars = {"replay/size": len(self.replay), "actors/dropped_episodes": self.dropped_episodes}
         if self.coordinator.tick(updates=self.algo.updates, learner_metrics=means, force=force,
                                  scalars=scalars, status=status):
             self._sums, self._n = {}, 0
@@ -222,7 +250,7 @@ class Trainer:
             critic_observes=self.ctx.config.learn.critic_observes,
             critic_inputs=[algo.critic_input_dim(i) for i in range(algo.n_agents)],
             mode=algo.mode, batch_size=self.batch_size, replay_size=len(self.replay),
-            dropped_episodes=self.venv.dropped_episodes, env_worker_restarts=list(self.venv.worker_restarts),
+            dropped_episodes=self.dropped_episodes, env_worker_restarts=self.env_worker_restarts,
             landmark_distance=self.last_eval.get("landmark_distance", float("nan")),
             collisions_per_episode=self.last_eval.get("collisions_per_episode", float("nan")))
 
@@ -277,19 +305,22 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 
 def run_keeper(ctx: JobContext, coordinator: Any, trainer: Trainer):
-    """Checkpoints hold every network and optimizer of the MADDPG, the replay and the
-    coordinator's progress; ``policy.pt`` holds the actors."""
+    """Checkpoints hold every network and optimizer of the MADDPG, the replay, the
+    job's counters (dropped episodes, env worker restarts) and the coordinator's
+    progress; ``policy.pt`` holds the actors."""
     from experiments.runtime.checkpoints import RunKeeper
 
     algo, buffers = trainer.algo, trainer.replay.buffers
 
     def snapshot() -> dict[str, Any]:
-        return {"maddpg": algo.state_dict(), "replay": [b.state_dict() for b in buffers]}
+        return {"maddpg": algo.state_dict(), "replay": [b.state_dict() for b in buffers],
+                "counters": trainer.counters()}
 
     def restore(state: dict[str, Any]) -> None:
         algo.load_state_dict(state["maddpg"])
         for buffer, saved in zip(buffers, state["replay"], strict=True):
             buffer.load_state_dict(saved)
+        trainer.restore_counters(state.get("counters", {}))
 
     keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=lambda: actors_state(algo),
                        meta={"agents": list(trainer.venv.agents), "buffers": len(buffers)})

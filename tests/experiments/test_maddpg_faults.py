@@ -78,3 +78,39 @@ def test_an_env_worker_that_keeps_dying_ends_the_job_naming_it(tmp_path):
                                         r"SIGKILL, after 1 restart \(max_restarts=1\)"):
         run(config(str(tmp_path / "runs"), max_env_steps=10**6, max_restarts=1), parts=Parts(env=env),
             quiet=True)
+
+
+@pytest.mark.timeout(180)
+def test_dropped_episodes_and_worker_restarts_carry_over_a_resume(tmp_path):
+    from rlpar.checkpoint import load_checkpoint, save_checkpoint
+
+    marker = tmp_path / "killed"
+    env = functools.partial(KillsItsWorker, parent=os.getpid(), after=30, marker=str(marker))
+    first = run(config(str(tmp_path / "runs")), parts=Parts(env=env), quiet=True)
+    assert first["dropped_episodes"] == 2 and first["env_worker_restarts"] == [0, 1]
+    run_dir = first["run_dir"]
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    saved, header = load_checkpoint(checkpoints, kind="maddpg")
+    assert header["step"] == first["env_steps"]
+    assert saved["counters"] == {"dropped_episodes": 2, "env_worker_restarts": [0, 1]}
+
+    # More budget: the marker is there, so no worker dies again; the counts go on
+    # from the checkpoint's, in the summary and in the curve.
+    more = run(config(str(tmp_path / "runs"), max_env_steps=1200, resume=run_dir), parts=Parts(env=env),
+               quiet=True)
+    assert more["resumed_from_step"] == first["env_steps"] and more["env_steps"] >= 1200
+    assert more["dropped_episodes"] >= first["dropped_episodes"]
+    assert more["dropped_episodes"] == 2 and more["env_worker_restarts"] == [0, 1]
+    assert more["actor_restarts"] == 1
+    resumed_ticks = [value for step, value in scalars(run_dir)["actors/dropped_episodes"]
+                     if step > first["env_steps"]]
+    assert resumed_ticks and all(value == 2 for value in resumed_ticks)
+
+    # A checkpoint written before the counters were saved resumes with them at 0.
+    saved, header = load_checkpoint(checkpoints, kind="maddpg")
+    del saved["counters"]
+    save_checkpoint(checkpoints, saved, kind="maddpg", step=header["step"], meta=header["meta"])
+    older = run(config(str(tmp_path / "runs"), max_env_steps=1400, resume=run_dir), parts=Parts(env=env),
+                quiet=True)
+    assert older["resumed_from_step"] == header["step"] and older["env_steps"] >= 1400
+    assert older["dropped_episodes"] == 0 and older["env_worker_restarts"] == [0, 0]
