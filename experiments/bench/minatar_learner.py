@@ -1,0 +1,236 @@
+"""What bounds the Ape-X learner on MinAtar: update cost, its profile, and its FLOP rate.
+
+For each game's observations (``MinAtar/<Game>-v0``: 10x10xC booleans, C = 4..10) the
+learner's DQN is built as the Ape-X job builds it (``q_network(..., dueling=True)``,
+``LearnConfig(lr=LR_BY_FAMILY[...]).dqn_config()``: double Q, Huber, clipping, EagerAdam)
+and fed replay-shaped batches. After a warm-up, N updates are timed per (game, batch size,
+intra-op threads): CPU ms (``time.process_time``, all threads) and wall ms per update,
+updates/s and samples/s. Then batch 128 on 1 thread (the job's default) runs under
+``torch.profiler``: one line per cost group with its share of self CPU time and top raw
+ops. "python, dispatch and autograd engine" is the self time of scopes (the update call,
+autograd nodes) between aten ops; the profiler's own cost lands there too, so it is an
+upper bound (the summary line has profiled and unprofiled ms per update).
+
+FLOPs are analytic (conv and dense multiply-adds; bias, ReLU, Adam ignored): per sample a
+forward on obs (F), its backward (weight grads F, input grads F less the first conv's),
+online and target forwards on next_obs: 5F - F_first_conv. GFLOP/s against a float32
+matmul's on this machine (``fraction_of_sgemm_peak``) says whether it is compute-bound.
+
+    python -m experiments.bench.minatar_learner [--games Breakout,...] \\
+        [--batch-sizes 32,64,128] [--threads 1,2] [--updates N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+PROFILE_BATCH, PROFILE_THREADS = 128, 1
+OVERHEAD = "python, dispatch and autograd engine"
+UPDATE_SCOPE = "bench::update"
+_DENSE = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
+_RELU = {"aten::relu", "aten::relu_", "aten::clamp_min", "aten::threshold_backward"}
+_CLIP = {"aten::_foreach_norm", "aten::_foreach_mul_"}
+
+
+def build_learner(game: str, *, seed: int = 0) -> tuple[Any, tuple[int, ...], np.dtype, int]:
+    """The Ape-X learner's DQN for ``game``, its obs shape, obs dtype and action count."""
+    from algorithms.dqn import DQN
+    from algorithms.nets import observation_family, q_network
+    from envs.registry import make_env
+    from experiments.apex import LR_BY_FAMILY, LearnConfig
+
+    env = make_env(f"MinAtar/{game}-v0")
+    shape, dtype, n = tuple(env.observation_space.shape), env.observation_space.dtype, int(env.action_space.n)
+    env.close()
+    torch.manual_seed(seed)
+    config = LearnConfig(lr=LR_BY_FAMILY[observation_family(shape)]).dqn_config()
+    dqn = DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=config, seed=seed)
+    return dqn, shape, dtype, n
+
+
+def make_batches(shape, dtype, n_actions: int, batch: int, count: int, seed: int = 0) -> list[dict]:
+    """Replay-shaped batches; MinAtar frames are sparse masks (a few % of cells set)."""
+    rng = np.random.default_rng(seed)
+    return [{"obs": (rng.random((batch, *shape)) < 0.05).astype(dtype),
+             "next_obs": (rng.random((batch, *shape)) < 0.05).astype(dtype),
+             "action": rng.integers(n_actions, size=batch),
+             "reward": rng.integers(-1, 2, size=batch).astype(np.float32),
+             "terminated": rng.random(batch) < 0.02,
+             "discount": np.full(batch, 0.99 ** 3, np.float32),
+             "weights": rng.uniform(0.3, 1.0, size=batch).astype(np.float32)} for _ in range(count)]
+
+
+def update_flops(net: nn.Module, shape: tuple[int, ...], batch: int) -> int:
+    """Analytic FLOPs of one update from the conv and dense layers' shapes (see above)."""
+    layers: list[int] = []
+
+    def hook(module: nn.Module, inputs: Any, out: torch.Tensor) -> None:
+        if isinstance(module, nn.Conv2d):
+            k = module.in_channels // module.groups * module.kernel_size[0] * module.kernel_size[1]
+        else:
+            k = module.in_features
+        layers.append(2 * out[0].numel() * k)
+
+    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        net(torch.zeros((1, *shape)))
+    for h in handles:
+        h.remove()
+    return batch * (5 * sum(layers) - layers[0])
+
+
+def sgemm_gflop_per_cpu_s(reps: int, size: int = 512) -> float:
+    """A float32 matmul's GFLOP per CPU-second at the current thread count: the ceiling."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    start = time.process_time()
+    for _ in range(reps):
+        torch.mm(a, b)
+    return 2 * size ** 3 * reps / max(time.process_time() - start, 1e-9) / 1e9
+
+
+def time_updates(dqn: Any, batches: list[dict], updates: int, warmup: int) -> tuple[float, float]:
+    """(CPU s, wall s) of ``updates`` updates after ``warmup`` untimed ones."""
+    for i in range(warmup):
+        dqn.update(batches[i % len(batches)])
+    cpu, wall = time.process_time(), time.perf_counter()
+    for i in range(updates):
+        dqn.update(batches[i % len(batches)])
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def cost_group(event: Any) -> tuple[str, str]:
+    """(cost group, raw op named for it) of one profiler event: anything under the
+    optimizer's step is the optimizer; an aten op with no group of its own belongs to
+    the innermost enclosing aten op that has one (the transposes inside ``linear``)."""
+    node = event
+    while node is not None:
+        if node.name.startswith("Optimizer."):
+            return "optimizer (Adam step, zero_grad)", event.name
+        node = node.cpu_parent
+    if not event.name.startswith("aten::"):
+        return OVERHEAD, event.name
+    node = event
+    while node is not None and node.name.startswith("aten::"):
+        name = node.name
+        if name in _DENSE:
+            return "dense layer matmuls (forward and backward)", name
+        if "convolution" in name or name.startswith("aten::conv"):
+            return ("convolution backward" if "backward" in name else "convolution forward"), name
+        if name in _RELU:
+            return "ReLU forward and backward", name
+        if name in _CLIP:
+            return "gradient-norm clipping", name
+        node = node.cpu_parent
+    return "elementwise and copies", event.name
+
+
+def profile_costs(dqn: Any, batches: list[dict], updates: int) -> dict[str, dict[str, float]]:
+    """Self CPU microseconds per cost group and raw op over ``updates`` updates."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(updates):
+            with record_function(UPDATE_SCOPE):
+                dqn.update(batches[i % len(batches)])
+    costs: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for event in prof.events():
+        group, op = cost_group(event)
+        costs[group][op] += event.self_cpu_time_total
+    return costs
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps({"bench": "minatar_learner", **record}), flush=True)
+
+
+def timing(game: str, batch: int, threads: int, updates: int, warmup: int, peak: float) -> dict[str, Any]:
+    torch.set_num_threads(threads)
+    dqn, shape, dtype, n = build_learner(game)
+    cpu, wall = time_updates(dqn, make_batches(shape, dtype, n, batch, 4), updates, warmup)
+    flops = update_flops(dqn.network, shape, batch) * updates
+    return {"kind": "timing", "game": game, "obs_shape": list(shape), "num_actions": n,
+            "batch_size": batch, "threads": threads, "updates": updates,
+            "cpu_ms_per_update": round(1e3 * cpu / updates, 3), "wall_ms_per_update": round(1e3 * wall / updates, 3),
+            "updates_per_s": round(updates / wall, 1), "samples_per_s": round(batch * updates / wall),
+            "mflop_per_update": round(flops / updates / 1e6, 2), "gflop_per_cpu_s": round(flops / cpu / 1e9, 2),
+            "gflop_per_wall_s": round(flops / wall / 1e9, 2),
+            "fraction_of_sgemm_peak": round(flops / cpu / 1e9 / peak, 3)}
+
+
+def profile_lines(game: str, updates: int, warmup: int, unprofiled_ms: float | None) -> list[dict[str, Any]]:
+    torch.set_num_threads(PROFILE_THREADS)
+    dqn, shape, dtype, n = build_learner(game)
+    batches = make_batches(shape, dtype, n, PROFILE_BATCH, 4)
+    time_updates(dqn, batches, 0, warmup)
+    costs = profile_costs(dqn, batches, updates)
+    total = sum(sum(ops.values()) for ops in costs.values())
+    config = {"game": game, "batch_size": PROFILE_BATCH, "threads": PROFILE_THREADS, "updates": updates}
+    lines = []
+    for group, ops in sorted(costs.items(), key=lambda kv: -sum(kv[1].values())):
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
+        lines.append({"kind": "profile", **config, "cost": group, "share": round(sum(ops.values()) / total, 4),
+                      "cpu_ms_per_update": round(sum(ops.values()) / 1e3 / updates, 3),
+                      "top_ops": [{"op": op, "share": round(us / total, 4)} for op, us in top]})
+    flops = update_flops(dqn.network, shape, PROFILE_BATCH)
+    lines.append({"kind": "profile_summary", **config, "profiled_cpu_ms_per_update": round(total / 1e3 / updates, 3),
+                  "unprofiled_cpu_ms_per_update": unprofiled_ms, "mflop_per_update": round(flops / 1e6, 2),
+                  "gflop_per_profiled_cpu_s": round(flops * updates / (total / 1e6) / 1e9, 2)})
+    return lines
+
+
+def positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--games", help=f"comma-separated, from {list(GAMES)} (default: all; --quick: Breakout)")
+    p.add_argument("--batch-sizes", type=positive_ints, help="default 32,64,128 (--quick: 128)")
+    p.add_argument("--threads", type=positive_ints, help="intra-op thread counts, default 1,2 (--quick: 1)")
+    p.add_argument("--updates", type=int, help="timed (and profiled) updates per config, default 300 (--quick: 20)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: one game, one config, few updates")
+    args = p.parse_args(argv)
+    q = args.quick
+    games = (args.games or ("Breakout" if q else ",".join(GAMES))).split(",")
+    if unknown := [g for g in games if g not in GAMES]:
+        p.error(f"--games: unknown game(s) {unknown}; choose from {list(GAMES)}")
+    batch_sizes = args.batch_sizes or ([128] if q else [32, 64, 128])
+    threads = args.threads or ([1] if q else [1, 2])
+    updates = args.updates if args.updates is not None else (20 if q else 300)
+    if updates < 1:
+        p.error(f"--updates must be >= 1, got {updates}")
+    warmup, default_threads, peak = max(5, updates // 10), torch.get_num_threads(), {}
+    for t in sorted(set(threads) | {PROFILE_THREADS}):
+        torch.set_num_threads(t)
+        peak[t] = sgemm_gflop_per_cpu_s(3 if q else 20)
+        emit({"kind": "sgemm_peak", "threads": t, "gflop_per_cpu_s": round(peak[t], 2)})
+    for game in games:
+        unprofiled_ms = None
+        for batch in batch_sizes:
+            for t in threads:
+                emit(line := timing(game, batch, t, updates, warmup, peak[t]))
+                if (batch, t) == (PROFILE_BATCH, PROFILE_THREADS):
+                    unprofiled_ms = line["cpu_ms_per_update"]
+        for line in profile_lines(game, updates, warmup, unprofiled_ms):
+            emit(line)
+    torch.set_num_threads(default_threads)
+
+
+if __name__ == "__main__":
+    main()
