@@ -18,7 +18,9 @@ own parameters in every mode, so the same object serves acting and learning:
   stacked weights; any other module (or ``batched_impl="vmap"``) goes through
   ``torch.func.functional_call`` under ``torch.vmap``. Heterogeneous agents are
   grouped by structure; a group of one runs as a plain call, and a group that
-  ``vmap`` cannot handle falls back to ``loop`` (with one warning).
+  ``vmap`` cannot handle falls back to ``loop`` (with one warning). With stored
+  stacking, a call with few members and many rows runs member by member on row
+  views of the stacked weights (``PER_MEMBER_MAX_NETWORKS``, ``PER_MEMBER_MIN_BATCH``).
 
 ``auto`` picks ``batched`` when at least two networks share a structure and
 ``loop`` otherwise; ``auto_max_params`` (for networks used only in gradient
@@ -69,6 +71,20 @@ BatchedImpl = Literal["bmm", "vmap"]
 # batch 1 a (n, out, in) @ (n, in, 1) product was ~4x slower than (n, 1, in) @ (n, in, out)
 # (act, 8 agents, hidden 256, 1 thread: 0.83 vs 0.20 ms; batch 8: 1.05 vs 0.37; batch 64: level).
 FEATURE_MAJOR_MIN_BATCH = 32
+
+# Batched calls on stored stacked weights (``call_stacked``, ``call_shared``) with fewer
+# members than PER_MEMBER_MAX_NETWORKS and at least PER_MEMBER_MIN_BATCH rows run member
+# by member on row views of the leaves (``unbind``: no weight copies, and autograd
+# stacks the gradients into the leaves): few members' stacked activations (3 MB per
+# layer at 3 agents, hidden 256, batch 1024) leave the 2 MB L2, one member's 1 MB stays.
+# experiments/bench/multiagent_inference.py, MADDPG batched against loop at batch 1024,
+# 2 / 1 intra-op threads, stacked: update at 3 agents, hidden 256 0.83x / 0.98x, act
+# 0.80x / 1.03x; with this path 1.04x / 1.04x and 1.06x / 1.01x; 3 agents, hidden 64:
+# update 1.02x / 1.17x -> 1.20x / 1.13x, act 0.95x / 1.09x -> 1.07x / 1.08x. At 8 agents
+# stacked wins (update 1.18x / 1.08x, act 1.07x / 0.99x at hidden 256); batch 1 gains
+# 1.2-4.6x from stacking. 32-1023 rows and 4-7 members are unmeasured: stacked there.
+PER_MEMBER_MAX_NETWORKS = 8
+PER_MEMBER_MIN_BATCH = 1024
 
 # Elementwise activations: applying one instance to stacked activations equals
 # applying each agent's own instance to its slice.
@@ -240,6 +256,8 @@ class _Group:
         # leaves in their stored (n, out, in) layout and writes contiguous outputs, so
         # neither the weights (or their gradients) nor the activations get transposed
         # copies on the way.
+        if runs_per_member(len(self.indices), x.shape[0]):
+            return self._shared_per_member(x, replace)
         leaves = iter(self.leaves)
         weight = next(leaves)
         bias = next(leaves) if self.layers[0][1].bias is not None else None
@@ -343,7 +361,48 @@ class _Group:
             owned = True
         return x
 
+    def _per_member(self, x: torch.Tensor) -> torch.Tensor:
+        """Stacked ``(n, B, in)`` -> ``(n, B, out)`` one member after another on row views
+        of the stored leaves (no weight copies). ``unbind`` once per leaf: its backward
+        stacks the members' gradients into the leaf's in one op."""
+        rows = [leaf.unbind(0) for leaf in self.leaves]
+        return torch.stack([self._member(x[j], iter([r[j] for r in rows]), start=0) for j in range(x.shape[0])])
+
+    def _member(self, h: torch.Tensor, params: Iterator[torch.Tensor], *, start: int) -> torch.Tensor:
+        """``self.layers[start:]`` of one member on ``h`` ``(B, in)`` with its parameter
+        rows ``params``; ``start > 0``: ``h`` is a product made here."""
+        owned = start > 0
+        for kind, layer in self.layers[start:]:
+            if kind == "act":
+                h = _activate(layer, h, owned)
+                continue
+            weight = next(params)
+            bias = next(params) if layer.bias is not None else None
+            h = torch.mm(h, weight.t()) if bias is None else torch.addmm(bias, h, weight.t())
+            owned = True
+        return h
+
+    def _shared_per_member(self, x: torch.Tensor, replace: tuple[int, torch.Tensor] | None) -> torch.Tensor:
+        """``call_shared`` member by member (see PER_MEMBER_MAX_NETWORKS): each first layer
+        reads the shared ``x`` with no expanded copy; ``replace``
+        as a first-layer correction, ``W_j x + W_j[:, cols_j] (values_j - x[:, cols_j])``."""
+        rows = [leaf.unbind(0) for leaf in self.leaves]
+        outs = []
+        for j in range(len(self.indices)):
+            params = iter([r[j] for r in rows])
+            weight = next(params)
+            bias = next(params) if self.layers[0][1].bias is not None else None
+            h = torch.mm(x, weight.t()) if bias is None else torch.addmm(bias, x, weight.t())
+            if replace is not None:
+                begin, values = replace
+                cols = slice(begin + j * values.shape[-1], begin + (j + 1) * values.shape[-1])
+                h = torch.addmm(h, values[j] - x[:, cols], weight[:, cols].t())
+            outs.append(self._member(h, params, start=1))
+        return torch.stack(outs)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "bmm" and self.leaves is not None and runs_per_member(x.shape[0], x.shape[1]):
+            return self._per_member(x)
         if self.impl == "bmm" and self.leaves is not None and x.shape[1] >= FEATURE_MAJOR_MIN_BATCH:
             return self._feature_major(x.transpose(1, 2), iter(self.leaves))
         if self.impl == "bmm":
@@ -357,6 +416,12 @@ class _Group:
             return torch.func.functional_call(self.base, (p, b), (xi,))
 
         return torch.vmap(one)(params, buffers, x)
+
+
+def runs_per_member(members: int, rows: int) -> bool:
+    """Whether a stored-stacked batched call of ``members`` networks on ``rows`` rows
+    runs member by member (see PER_MEMBER_MAX_NETWORKS) instead of as one stacked product."""
+    return members < PER_MEMBER_MAX_NETWORKS and rows >= PER_MEMBER_MIN_BATCH
 
 
 class ParallelModules:

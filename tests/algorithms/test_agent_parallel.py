@@ -7,7 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from algorithms.agent_parallel import FEATURE_MAJOR_MIN_BATCH, ParallelModules, quiet_torchscript
+from algorithms.agent_parallel import (
+    FEATURE_MAJOR_MIN_BATCH,
+    PER_MEMBER_MAX_NETWORKS,
+    PER_MEMBER_MIN_BATCH,
+    ParallelModules,
+    quiet_torchscript,
+    runs_per_member,
+)
 from algorithms.nets import mlp
 
 MODES = ["loop", "threads", "jit_fork", "batched"]
@@ -73,6 +80,63 @@ def test_call_stacked_and_shared_input(mode):
 def test_auto_picks_batched_for_shared_structure_and_loop_otherwise():
     assert ParallelModules(modules=[mlp(3, 2), mlp(3, 2)]).mode == "batched"
     assert ParallelModules(modules=[mlp(3, 2), mlp(4, 2)]).mode == "loop"
+
+
+def test_runs_per_member_only_for_few_members_and_many_rows():
+    assert runs_per_member(3, PER_MEMBER_MIN_BATCH)
+    assert runs_per_member(PER_MEMBER_MAX_NETWORKS - 1, 4 * PER_MEMBER_MIN_BATCH)
+    assert not runs_per_member(PER_MEMBER_MAX_NETWORKS, PER_MEMBER_MIN_BATCH)  # many members: stacked
+    assert not runs_per_member(3, PER_MEMBER_MIN_BATCH - 1)  # fewer rows: stacked
+    assert not runs_per_member(3, 1)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("n", [3, PER_MEMBER_MAX_NETWORKS])
+def test_large_shared_calls_match_loop(n, replace):
+    # call_shared on both sides of the per-member rule: outputs and leaf gradients
+    # (including those reaching the replacing values) equal loop mode's.
+    torch.manual_seed(0)
+    width, rows = 2, PER_MEMBER_MIN_BATCH
+    nets = [mlp(3 + n * width, 1, hidden=(8, 8)) for _ in range(n)]
+    x = torch.randn(rows, 3 + n * width)
+    values = torch.randn(n, rows, width, requires_grad=True)
+    kw = {"replace": (3, values)} if replace else {}
+    loop = ParallelModules(modules=nets, mode="loop")
+    ref = loop.call_shared(x, **kw)
+    ref.square().sum().backward()
+    ref_grads = [torch.stack([p.grad for p in column]) for column in zip(*(m.parameters() for m in nets))]
+    ref_values_grad, values.grad = values.grad, None
+    par = ParallelModules(modules=nets, mode="batched", store_stacked=True)
+    out = par.call_shared(x, **kw)
+    torch.testing.assert_close(out, ref.detach(), rtol=1e-5, atol=1e-5)
+    out.square().sum().backward()
+    for leaf, want in zip(par.stacked_leaves, ref_grads):
+        torch.testing.assert_close(leaf.grad, want, rtol=1e-4, atol=1e-4)
+    if replace:
+        torch.testing.assert_close(values.grad, ref_values_grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [2, PER_MEMBER_MAX_NETWORKS])
+def test_large_calls_match_loop_on_per_member_and_stacked_paths(n):
+    # Below PER_MEMBER_MAX_NETWORKS members a call of PER_MEMBER_MIN_BATCH rows runs
+    # member by member on leaf row views; at n it stays one stacked product. Either way
+    # outputs and the gradients landing on the stacked leaves equal loop mode's.
+    torch.manual_seed(0)
+    nets = [mlp(6, 3, hidden=(8, 8)) for _ in range(n)]
+    x = torch.randn(n, PER_MEMBER_MIN_BATCH, 6)
+    ref = torch.stack([m(xi) for m, xi in zip(nets, x)])
+    ref.square().sum().backward()
+    ref_grads = [torch.stack([p.grad for p in column]) for column in zip(*(m.parameters() for m in nets))]
+    ref = ref.detach()
+    par = ParallelModules(modules=nets, mode="batched", store_stacked=True)
+    with torch.no_grad():
+        torch.testing.assert_close(par.call_stacked(x), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.stack(par(list(x))), ref, rtol=1e-5, atol=1e-5)
+    out = par.call_stacked(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    out.square().sum().backward()
+    for leaf, want in zip(par.stacked_leaves, ref_grads):
+        torch.testing.assert_close(leaf.grad, want, rtol=1e-4, atol=1e-4)
 
 
 def test_weight_cache_sees_in_place_writes_and_refresh():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from algorithms.agent_parallel import PER_MEMBER_MIN_BATCH
 from algorithms.gumbel import gumbel_softmax
 from algorithms.maddpg import MADDPG, clip_per_network
 from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
@@ -128,6 +129,21 @@ def test_all_modes_give_identical_actions_and_updates(spec):
         # shared product (W x + W_i (a_i - a_buf_i)): same math, other rounding, which
         # Adam's first normalized step (lr 1e-2) can lift to ~1e-6.
         torch.testing.assert_close(params, ref[3], rtol=1e-5, atol=1e-5, msg=mode)
+
+
+def test_batched_update_on_large_batches_matches_loop():
+    # 3 agents at PER_MEMBER_MIN_BATCH rows: batched mode runs actors and critics member
+    # by member on the stacked leaves (agent_parallel.runs_per_member) and must learn as loop does.
+    results = {}
+    for mode in ["loop", "batched"]:
+        algo = make(3, mode=mode)
+        metrics = algo.update(stacked_batch(b=PER_MEMBER_MIN_BATCH))
+        params = torch.cat([p.flatten() for m in algo.actors + algo.critics for p in m.parameters()])
+        results[mode] = (metrics["critic_loss"], metrics["actor_loss"], params)
+    (c, a, params), (rc, ra, rparams) = results["batched"], results["loop"]
+    assert c == pytest.approx(rc, rel=1e-5, abs=1e-6)
+    assert a == pytest.approx(ra, rel=1e-5, abs=1e-6)
+    torch.testing.assert_close(params, rparams, rtol=1e-5, atol=1e-5)
 
 
 def test_stacked_path_equals_per_agent_path():
