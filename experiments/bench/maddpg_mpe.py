@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.bench.maddpg_spread import KeptMADDPG, ours_config, update_period
+from experiments.bench.maddpg_spread import KeptMADDPG, ours_config, ready_batches, update_period
 from experiments.maddpg import MultiAgentEnvConfig, run
 from experiments.roles.maddpg_parts import teams_of
 from experiments.runtime import Parts, RunConfig
@@ -244,12 +244,8 @@ def run_torchrl(*, env: str, seed: int, steps: int, num_envs: int, learning_star
     replay = ReplayBuffer(storage=LazyTensorStorage(max(steps, batch_size)), sampler=RandomSampler(),
                           batch_size=batch_size)
     start = time.perf_counter()
-    updates = collected = 0
-    for data in collector:
-        collected += data.numel()
-        replay.extend(data.reshape(-1))
-        if collected < learning_starts or len(replay) < batch_size:
-            continue
+    updates = 0
+    for _ in ready_batches(collector, replay, learning_starts=learning_starts, batch_size=batch_size):
         for _ in range(updates_per_batch):
             sample = replay.sample()
             with torch.no_grad():  # every group's next actions, for the other groups' critics

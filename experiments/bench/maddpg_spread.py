@@ -184,6 +184,17 @@ class _TorchRLPolicy:
         return self.policy(td).get(("agent", "action")).numpy()
 
 
+def ready_batches(collector: Any, replay: Any, *, learning_starts: int, batch_size: int):
+    """TorchRL's collection loop for the peers: every collected batch goes into
+    ``replay``; yields after each one once learning may start."""
+    collected = 0
+    for data in collector:
+        collected += data.numel()
+        replay.extend(data.reshape(-1))
+        if collected >= learning_starts and len(replay) >= batch_size:
+            yield
+
+
 def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
                 batch_size: int, eval_episodes: int, update_every: int,
                 grad_clip: float | None = 0.5) -> dict[str, Any]:
@@ -252,12 +263,8 @@ def run_torchrl(*, seed: int, steps: int, continuous: bool, num_envs: int, learn
     replay = ReplayBuffer(storage=LazyTensorStorage(max(steps, batch_size)), sampler=RandomSampler(),
                           batch_size=batch_size)
     start = time.perf_counter()
-    updates = collected = 0
-    for data in collector:
-        collected += data.numel()
-        replay.extend(data.reshape(-1))
-        if collected < learning_starts or len(replay) < batch_size:
-            continue
+    updates = 0
+    for _ in ready_batches(collector, replay, learning_starts=learning_starts, batch_size=batch_size):
         for _ in range(updates_per_batch):
             sample = replay.sample()
             for name, opt, key in (("critic", critic_opt, "loss_value"), ("actor", actor_opt, "loss_actor")):
