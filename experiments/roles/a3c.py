@@ -26,6 +26,7 @@ from experiments.roles.a3c_parts import (
     build_agent,
     check,
     describe,
+    env_defaults,
     env_fn,
     job_env_fn,
     load_policy,
@@ -260,6 +261,6 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
           describe=describe, env_fn=job_env_fn,
-          load_policy=load_policy, restartable=restartable)
+          load_policy=load_policy, restartable=restartable, env_defaults=env_defaults)
 
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from experiments.runtime.cli import flag
-from experiments.runtime.envs import check_env, env_factory, env_spaces, target_return
+from experiments.runtime.envs import (
+    check_env,
+    env_factory,
+    env_spaces,
+    fill_by_family,
+    target_return,
+)
 
 
 def job_env_fn(config: Any, parts: Any):
@@ -27,6 +33,8 @@ def build_agent(ctx: Any, *, device: Any):
     """The A2C (or the user's subclass) on the user's network, else the default one."""
     from algorithms.a2c import A2C
 
+    if any(getattr(ctx.config.learn, name) is None for name in ("n_steps", "lr", "entropy_coef")):
+        env_defaults(ctx.config, ctx.parts)  # a context made without prepare(): fill them here
     obs_space, act_space = env_spaces(env_fn(ctx))
     model = None if ctx.parts.network is None else ctx.parts.network(obs_space, act_space)
     return (ctx.parts.algorithm or A2C)(observation_space=obs_space, action_space=act_space,
@@ -60,6 +68,14 @@ def check(config: Any, parts: Any) -> None:
               actions=(spaces.Discrete, spaces.Box), job="A3C")
     if config.run.serial and not config.server_acts:
         raise ValueError(f"{flag('serial')} runs the workers in rank 0: drop --no-server-acts")
+
+
+def env_defaults(config: Any, parts: Any) -> None:
+    """``--n-steps``, ``--lr`` and ``--entropy-coef`` when not given, by the env's
+    observation family (``experiments.a3c.DEFAULTS_BY_FAMILY``)."""
+    from experiments.a3c import DEFAULTS_BY_FAMILY
+
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

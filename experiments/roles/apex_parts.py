@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 
 from experiments.runtime.cli import flag
-from experiments.runtime.envs import check_env, env_factory, env_spaces, is_atari, target_return
+from experiments.runtime.envs import (
+    check_env,
+    env_factory,
+    env_spaces,
+    fill_by_family,
+    is_atari,
+    target_return,
+)
 
 
 def job_env_fn(config: Any, parts: Any):
@@ -150,12 +157,10 @@ def check_resume(config: Any) -> None:
 
 def env_defaults(config: Any, parts: Any) -> None:
     """The learning rate when ``--lr`` is not given, by the env's observation family."""
-    if config.learn.lr is None:
-        from algorithms.nets import observation_family
-        from experiments.apex import LR_BY_FAMILY
+    from experiments.apex import LR_BY_FAMILY
 
-        obs_space, _ = env_spaces(job_env_fn(config, parts))
-        config.learn.lr = LR_BY_FAMILY[observation_family(obs_space.shape or ())]
+    fill_by_family(config.learn, {family: {"lr": lr} for family, lr in LR_BY_FAMILY.items()},
+                   job_env_fn(config, parts))
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from experiments.runtime.cli import flag
@@ -129,3 +129,20 @@ def target_return(given: float | None, factory: Callable[[], Any]) -> float:
         return float(given)
     threshold = _spaces(factory)[2]
     return math.inf if threshold is None else float(threshold)
+
+
+def fill_by_family(section: Any, defaults: Mapping[str, Mapping[str, Any]],
+                   factory: Callable[[], Any]) -> None:
+    """Set the fields of the config ``section`` left ``None`` to
+    ``defaults[family][field]``, where ``family`` is the observation family of the
+    env ``factory`` makes (:func:`algorithms.nets.observation_family`: the rule that
+    also picks the default network). The env is built only when a field is unset."""
+    unset = [name for name in next(iter(defaults.values())) if getattr(section, name) is None]
+    if not unset:
+        return
+    from algorithms.nets import observation_family
+
+    obs_space, _ = env_spaces(factory)
+    family = observation_family(obs_space.shape or ())
+    for name in unset:
+        setattr(section, name, defaults[family][name])

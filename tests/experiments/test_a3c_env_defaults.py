@@ -1,0 +1,81 @@
+"""A3C's per-observation-family defaults (``DEFAULTS_BY_FAMILY``: ``--n-steps``,
+``--lr``, ``--entropy-coef``) and the runtime helper that fills them; MinAtar
+through a short serial A3C run (transitions flow, no learning asserted)."""
+
+import json
+import os
+
+import gymnasium as gym
+import pytest
+
+from experiments.a3c import DEFAULTS_BY_FAMILY, A3CLearnConfig, run
+from experiments.runtime.envs import fill_by_family
+from tests.experiments.jobs import a3c_config
+
+UNSET = {"n_steps": None, "lr": None, "entropy_coef": None}
+
+
+def _saved_learn(summary):
+    with open(os.path.join(summary["run_dir"], "config.json")) as f:
+        learn = json.load(f)["learn"]
+    return {name: learn[name] for name in UNSET}
+
+
+def test_unset_fields_come_from_the_observation_family(tmp_path):
+    summary = run(a3c_config(str(tmp_path), max_env_steps=200, **UNSET), quiet=True)
+    assert _saved_learn(summary) == DEFAULTS_BY_FAMILY["vector"]  # CartPole: vectors
+
+
+def test_given_fields_are_kept_and_only_the_unset_ones_filled(tmp_path):
+    summary = run(a3c_config(str(tmp_path), max_env_steps=200, n_steps=3, lr=None, entropy_coef=0.05),
+                  quiet=True)
+    assert _saved_learn(summary) == {"n_steps": 3, "lr": DEFAULTS_BY_FAMILY["vector"]["lr"],
+                                     "entropy_coef": 0.05}
+
+
+def test_unresolved_fields_are_a_clear_error_and_bad_values_are_caught_before_any_env():
+    with pytest.raises(ValueError, match="--n-steps, --lr, --entropy-coef unset"):
+        A3CLearnConfig().a2c_config()
+    A3CLearnConfig().validate()  # unset is fine until the job fills it
+    with pytest.raises(ValueError, match="--n-steps must be >= 1"):
+        A3CLearnConfig(n_steps=0).validate()
+    with pytest.raises(ValueError, match="--lr"):
+        A3CLearnConfig(lr=-1.0).validate()
+
+
+def test_every_family_has_every_field():
+    fields = set(DEFAULTS_BY_FAMILY["vector"])
+    assert set(DEFAULTS_BY_FAMILY) == {"vector", "small_image", "frames", "other"}
+    assert all(set(table) == fields for table in DEFAULTS_BY_FAMILY.values())
+
+
+class _Counting:
+    """An env factory that counts the envs it builds."""
+
+    def __init__(self, shape):
+        self.shape, self.built = shape, 0
+
+    def __call__(self):
+        self.built += 1
+        env = gym.make("CartPole-v1")
+        env.observation_space = gym.spaces.Box(0, 1, self.shape, dtype="float32")
+        return env
+
+
+def test_fill_by_family_picks_the_family_and_builds_no_env_when_nothing_is_unset():
+    section = A3CLearnConfig(n_steps=None, lr=None, entropy_coef=0.2)
+    factory = _Counting((10, 10, 4))  # MinAtar-size image
+    fill_by_family(section, DEFAULTS_BY_FAMILY, factory)
+    assert (section.n_steps, section.lr, section.entropy_coef) == (
+        DEFAULTS_BY_FAMILY["small_image"]["n_steps"], DEFAULTS_BY_FAMILY["small_image"]["lr"], 0.2)
+    built = factory.built
+    fill_by_family(section, DEFAULTS_BY_FAMILY, factory)
+    assert factory.built == built
+
+
+def test_minatar_runs_through_serial_a3c_with_its_family_defaults(tmp_path):
+    pytest.importorskip("minatar")
+    summary = run(a3c_config(str(tmp_path), env_id="MinAtar/Breakout-v0", max_env_steps=400,
+                             eval_every=10**6, **UNSET), quiet=True)
+    assert summary["env_steps"] >= 400 and summary["updates"] > 0
+    assert _saved_learn(summary) == DEFAULTS_BY_FAMILY["small_image"]
