@@ -33,8 +33,7 @@ def build_agent(ctx: Any, *, device: Any):
     """The A2C (or the user's subclass) on the user's network, else the default one."""
     from algorithms.a2c import A2C
 
-    if any(getattr(ctx.config.learn, name) is None for name in ("n_steps", "lr", "entropy_coef")):
-        env_defaults(ctx.config, ctx.parts)  # a context made without prepare(): fill them here
+    env_defaults(ctx.config, ctx.parts)  # a no-op after prepare(); fills a context made without it
     obs_space, act_space = env_spaces(env_fn(ctx))
     model = None if ctx.parts.network is None else ctx.parts.network(obs_space, act_space)
     return (ctx.parts.algorithm or A2C)(observation_space=obs_space, action_space=act_space,
