@@ -32,8 +32,11 @@ def target(ctx: Any) -> float:
 def build_agent(ctx: Any, *, device: Any):
     """The A2C (or the user's subclass) on the user's network, else the default one."""
     from algorithms.a2c import A2C
+    from experiments.a3c import DEFAULTS_BY_FAMILY
 
-    env_defaults(ctx.config, ctx.parts)  # a no-op after prepare(); fills a context made without it
+    # A no-op after prepare(); fills a context made without it. ctx's env, not the id:
+    # an env registered only in the launching process is not in this rank's registry.
+    fill_by_family(ctx.config.learn, DEFAULTS_BY_FAMILY, env_fn(ctx))
     obs_space, act_space = env_spaces(env_fn(ctx))
     model = None if ctx.parts.network is None else ctx.parts.network(obs_space, act_space)
     return (ctx.parts.algorithm or A2C)(observation_space=obs_space, action_space=act_space,
