@@ -215,8 +215,9 @@ def a3c_policy(flags: str, game: str):
     from experiments.runtime.envs import fill_by_family
 
     config = a3c_config(flags)
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, EnvFactory.from_id(env_id(game)))  # as the job does
-    env = EnvFactory.from_id(env_id(game))()
+    factory = EnvFactory.from_id(env_id(game))
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)  # as the job does
+    env = factory()
     agent = A2C(observation_space=env.observation_space, action_space=env.action_space,
                 config=config.learn.a2c_config(), device="cpu")
     env.close()

@@ -49,8 +49,9 @@ def build_dqn(ctx: Any, *, device: Any, seed: int):
 
     config = ctx.config
     obs_space, act_space = env_spaces(env_fn(ctx))
-    if config.learn.lr is None:  # a context made without prepare(): fill it here
-        env_defaults(config, ctx.parts)
+    # A no-op after prepare(); fills a context made without it. ctx's env, not the id:
+    # an env registered only in the launching process is not in this rank's registry.
+    fill_lr(config, env_fn(ctx))
     torch.manual_seed(seed)
     if ctx.parts.network is not None:
         net = ctx.parts.network(obs_space, act_space)
@@ -157,10 +158,13 @@ def check_resume(config: Any) -> None:
 
 def env_defaults(config: Any, parts: Any) -> None:
     """The learning rate when ``--lr`` is not given, by the env's observation family."""
+    fill_lr(config, job_env_fn(config, parts))
+
+
+def fill_lr(config: Any, factory: Any) -> None:
     from experiments.apex import LR_BY_FAMILY
 
-    fill_by_family(config.learn, {family: {"lr": lr} for family, lr in LR_BY_FAMILY.items()},
-                   job_env_fn(config, parts))
+    fill_by_family(config.learn, {family: {"lr": lr} for family, lr in LR_BY_FAMILY.items()}, factory)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
