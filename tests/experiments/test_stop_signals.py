@@ -17,7 +17,9 @@ def _start(tmp_path, *argv):
     os.makedirs(env["TMPDIR"])
     return subprocess.Popen(
         [sys.executable, "-m", "experiments.apex", "--max-seconds", "120", "--status-every", "0.5",
-         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", *argv],
+         # An unreachable target: CartPole can be solved before the signal lands (CI saw
+         # stop_reason "solved" where the test expected "terminated").
+         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--target-return", "1e9", *argv],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
 
