@@ -116,6 +116,7 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
 
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     stats0, updating, updates0 = params.stats(), 0.0, learner.updates
+    report_cpu0, report_calls0 = report.cpu_s, report.calls
     while time.perf_counter() - t0 < point.seconds:
         u0 = time.perf_counter()
         if loop.step():
@@ -125,6 +126,9 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
     thread_cpu, process_cpu = time.thread_time() - c0, time.process_time() - p0
     stats = params.stats()
     updates = learner.updates - updates0
+    # The window's report CPU only: the final reports that come after it are not in
+    # process_cpu either, and under load they would push the share past the serving one.
+    report_cpu, report_calls = report.cpu_s - report_cpu0, report.calls - report_calls0
     coordinator.stop("finished")
     finished = coordinator.wait_for_sources(timeout=60.0)
     serving = process_cpu - thread_cpu
@@ -133,9 +137,9 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
         "thread_cpu_ms_per_update": 1e3 * thread_cpu / max(1, updates),
         "process_cpu_cores": process_cpu / wall, "serving_cpu_cores": serving / wall,
         "share_serving": serving / process_cpu if process_cpu > 0 else 0.0,
-        "share_reports": report.cpu_s / process_cpu if process_cpu > 0 else 0.0,
-        "reports": report.calls, "report_handler_us": 1e6 * report.cpu_s / max(1, report.calls),
-        "gil_held_by_reports": report.cpu_s / wall,
+        "share_reports": report_cpu / process_cpu if process_cpu > 0 else 0.0,
+        "reports": report_calls, "report_handler_us": 1e6 * report_cpu / max(1, report_calls),
+        "gil_held_by_reports": report_cpu / wall,
         "pulls": stats["pulls"] - stats0["pulls"], "transfers": stats["transfers"] - stats0["transfers"],
         "mb_out": (stats["bytes_out"] - stats0["bytes_out"]) / 1e6,
         "env_steps": coordinator.env_steps, "total_updates": learner.updates, "all_final": finished,
