@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import traceback
 
@@ -40,19 +41,35 @@ def main(payload: str, result: str) -> int:
             entry, args = cloudpickle.load(f)
         value = entry(*args)
     except BaseException as exc:
+        _outcome_decided()
         _write(result, ("error", (type(exc).__name__, traceback.format_exc())))
         _leave_world(graceful=False)
         return 1
-    _leave_world(graceful=True)
+    _outcome_decided()
+    # The result first: leaving the world can take a while, and whatever happens
+    # there must not turn a returned value into a rank "dead without a result"
+    # (which the launcher would restart, if the rank is expendable).
     _write(result, ("ok", value))
+    _leave_world(graceful=True)
     return 0
+
+
+def _outcome_decided() -> None:
+    # A terminal's Ctrl-C reaches every rank; one landing once the entry is done
+    # (outside any handler it installed) would raise KeyboardInterrupt in the
+    # middle of writing the outcome or leaving. An abort is the launcher's to
+    # make: it kills the ranks through the zygote.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _leave_world(*, graceful: bool) -> None:
     # An entry that did not shut its World down still leaves cleanly.
     current = sys.modules.get("rlpar.distributed.current")  # never imported: nothing to leave
     if current is not None and current.get() is not None:
-        current.get().shutdown(graceful=graceful)
+        try:
+            current.get().shutdown(graceful=graceful)
+        except Exception:  # the outcome is written; a failed leave is only reported
+            traceback.print_exc()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ the launcher's teardown leaves nothing behind.
 
 While its stdin is open the zygote also takes requests from the launcher, one a line:
 ``restart <rank>`` forks that rank again (its previous process has exited and been
-reported), with ``RLPAR_RANK_RESTARTS`` counting its restarts. It exits once every rank
+reported), with ``RLPAR_RANK_RESTARTS`` counting its restarts, unless a stop was asked
+(a Ctrl-C reached it, or the launcher forwarded one): then it writes the rank's exit
+again instead, so the launcher sees the death and no rank starts into an ending world. It exits once every rank
 has exited and its stdin is closed (a launcher without restartable ranks gives it
 /dev/null, so it exits with its last rank as before).
 """
@@ -49,6 +51,8 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
 
     me = os.getpid()
     children: dict[int, int] = {}
+    exit_codes: dict[int, int] = {}
+    stopping = False  # a stop was asked (Ctrl-C or the launcher's request): no more restarts
 
     def stop(signum, frame):
         for pid in list(children):
@@ -63,10 +67,15 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
                 pass
         os._exit(1)
 
+    def note_stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+
     def forward_stop(signum, frame):
         # The launcher asks the ranks to stop cleanly: SIGUSR1 for its Ctrl-C,
         # SIGUSR2 for its SIGTERM. Not SIGINT: after a terminal's Ctrl-C the ranks
         # already got one, and a second SIGINT means "abort now".
+        note_stop(signum, frame)
         for pid in list(children):
             try:
                 os.kill(pid, signum)
@@ -75,8 +84,8 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     # A terminal's Ctrl-C reaches the whole process group: the ranks decide what it
-    # means; this process only keeps reaping them.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # means; this process only keeps reaping them, and forks no rank again.
+    signal.signal(signal.SIGINT, note_stop)
     signal.signal(signal.SIGUSR1, forward_stop)
     signal.signal(signal.SIGUSR2, forward_stop)
     def fork(rank: int, restarts: int) -> None:
@@ -111,6 +120,12 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
         if requests.open:
             # Wait for a request or a rank's exit, whichever comes first.
             for rank in requests.poll(timeout=0.02):
+                if stopping:
+                    # The launcher asked before it saw the stop (a rank's death can
+                    # reach it first): hand the death back rather than start a rank
+                    # into a world that is ending.
+                    _write_exit(tmp, rank, exit_codes.get(rank, 1))
+                    continue
                 restarts[rank] = restarts.get(rank, 0) + 1
                 fork(rank, restarts[rank])
             flags = os.WNOHANG
@@ -125,7 +140,8 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
                 break
             rank = children.pop(pid, None)
             if rank is not None:
-                _write_exit(tmp, rank, os.waitstatus_to_exitcode(status))
+                exit_codes[rank] = os.waitstatus_to_exitcode(status)
+                _write_exit(tmp, rank, exit_codes[rank])
             if flags == 0:
                 break
     os._exit(0)

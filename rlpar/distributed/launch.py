@@ -97,7 +97,8 @@ def launch(
     ``restartable``: ranks that are restarted alone when they die after their World
     joined (see the module docstring), each at most ``max_restarts`` times; one that
     dies once more raises RankKeepsDying. No rank is restarted once another has returned its result or
-    after a Ctrl-C/SIGTERM: the launch is ending.
+    after a Ctrl-C/SIGTERM: the launch is ending. A restartable rank that dies during
+    such a stop is no failure: its place in the returned list is None.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -298,6 +299,13 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
                 # launch is running (not once a rank returned or a stop was asked).
                 if (not results and not failures and not state.interrupted
                         and policy.request(zygote, tmp, rank, how)):
+                    continue
+                if state.interrupted and rank in policy.ranks:
+                    # An expendable rank that dies while the ranks stop (a Ctrl-C
+                    # that reached it at a bad moment) ends the launch no worse than
+                    # a restart would have: it has no result, the others still do.
+                    log.warning("rank %d %s while stopping; going on without its result", rank, how)
+                    results[rank] = None
                     continue
                 died = policy.counts.get(rank, 0)
                 if rank in policy.ranks and 0 < policy.limit <= died and not results and not state.interrupted:

@@ -85,3 +85,62 @@ def rank1_dies_until_restarted(pid_dir, deaths, joined=True):
         while not os.path.exists(done):
             time.sleep(0.01)
     return int(os.environ["RANK"]), restarts, bool(os.environ.get(REJOINABLE_ENV))
+
+
+def _mark_joined():
+    from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV
+
+    marks = os.environ[REJOINABLE_ENV]
+    open(os.path.join(marks, JOINED_FILE.format(rank=os.environ["RANK"])), "w").close()
+
+
+def rank1_dies_when_asked_to_stop(pid_dir):
+    """Both ranks mark that they joined and wait for the launcher's stop request
+    (SIGUSR1); rank 0 then returns, rank 1 dies without a result, as a rank hit by
+    a Ctrl-C at a bad moment does."""
+    _record_incarnation(pid_dir)
+    _mark_joined()
+    asked = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: asked.append(signum))
+    open(f"{pid_dir}.ready{os.environ['RANK']}", "w").close()
+    while not asked:
+        time.sleep(0.01)
+    if os.environ["RANK"] == "1":
+        os._exit(1)
+    return "stopped"
+
+
+def rank1_dies_after_a_ctrl_c_reached_the_helper(pid_dir):
+    """Rank 1 sends the helper (its parent) a SIGINT, as a terminal's Ctrl-C does,
+    then dies: the launcher sees the death before its own Ctrl-C (the test sends that
+    later) and asks for a restart. Rank 0 returns when asked to stop."""
+    _record_incarnation(pid_dir)
+    _mark_joined()
+    asked = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: asked.append(signum))
+    if os.environ["RANK"] == "1":
+        os.kill(os.getppid(), signal.SIGINT)
+        time.sleep(0.2)  # the helper has run its handler
+        os._exit(1)
+    while not asked:
+        time.sleep(0.01)
+    return "stopped"
+
+
+class _LeavesUnderCtrlC:
+    """A World whose leaving is hit by a terminal's Ctrl-C, then fails."""
+
+    name = "ctrl-c-at-leave"
+
+    def shutdown(self, *, graceful):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # a handler that raises would have run by now
+        raise RuntimeError("the leave failed")
+
+
+def returns_then_is_hit_while_leaving():
+    """The entry returns; then a Ctrl-C lands and the world's leave fails."""
+    from rlpar.distributed import current
+
+    current.join(_LeavesUnderCtrlC())
+    return int(os.environ["RANK"]) + 100

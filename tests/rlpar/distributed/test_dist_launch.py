@@ -187,3 +187,47 @@ def test_restarts_are_for_restartable_ranks_that_died_not_for_raises_or_other_ra
 def test_invalid_restart_arguments_fail_before_spawning(kwargs, match):
     with pytest.raises(ValueError, match=match):
         launch(programs.sleeps_forever, nprocs=2, args=("/nonexistent",), preload=(), **kwargs)
+
+
+def _ctrl_c_when(*paths, after=0.0):
+    """Ctrl-C this (the launching) process once every path exists, from a helper thread."""
+    import signal
+    import threading
+    import time
+
+    def send():
+        while not all(os.path.exists(p) for p in paths):
+            time.sleep(0.01)
+        time.sleep(after)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=send, daemon=True).start()
+
+
+@pytest.mark.timeout(30)
+def test_a_restartable_rank_that_dies_while_stopping_is_not_restarted_nor_a_failure(tmp_path):
+    # Rank 1 dies as the stop reaches it: the stop goes on with rank 0's result.
+    _ctrl_c_when(f"{tmp_path}.ready0", f"{tmp_path}.ready1")
+    results = launch(programs.rank1_dies_when_asked_to_stop, nprocs=2, args=(str(tmp_path),),
+                     timeout=25, preload=(), restartable={1}, max_restarts=3, stop_grace=10)
+    assert results == ["stopped", None]
+    assert sorted(os.listdir(tmp_path)) == ["rank0.0.pid", "rank1.0.pid"]
+    assert _gone(tmp_path)
+
+
+@pytest.mark.timeout(30)
+def test_the_helper_forks_no_rank_again_once_a_ctrl_c_reached_it(tmp_path):
+    # The launcher sees rank 1's death before its own Ctrl-C and asks for a restart;
+    # the helper, which got the Ctrl-C first, hands the death back instead.
+    _ctrl_c_when(tmp_path / "rank1.0.pid", after=1.0)
+    results = launch(programs.rank1_dies_after_a_ctrl_c_reached_the_helper, nprocs=2,
+                     args=(str(tmp_path),), timeout=25, preload=(), restartable={1},
+                     max_restarts=10**6, stop_grace=10)
+    assert results == ["stopped", None]
+    assert sorted(os.listdir(tmp_path)) == ["rank0.0.pid", "rank1.0.pid"]
+    assert _gone(tmp_path)
+
+
+@pytest.mark.timeout(30)
+def test_a_ctrl_c_or_a_failure_while_a_rank_leaves_keeps_the_result_it_returned():
+    assert launch(programs.returns_then_is_hit_while_leaving, nprocs=2, timeout=25, preload=()) == [100, 101]
