@@ -284,23 +284,33 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
     group.register("coord/rejoin", rejoin_handler(ctx, coordinator, sharded, shards))
     loop = LearnerLoop(learner, coordinator, pacing(config),
                        min_size=max(config.learn.learning_starts, config.learn.batch_size))
+
+    def held() -> int:
+        # What the replay holds: the hosted buffer is in this process. Shards report
+        # their sizes only in sampling replies (asking them early would cache an
+        # empty replay), so for them it is what was added, bounded by the capacity:
+        # exact until a shard fills.
+        if hosted is not None:
+            return len(hosted)
+        return min(config.replay.replay_capacity, coordinator.transitions)
+
     group.barrier()
     with StopSignals(coordinator.stop) as signals:
         try:
             while not coordinator.should_stop():
                 loop.step()
-                loop.tick(coordinator.transitions)
+                loop.tick(held())
                 keeper.poll(version=learner.updates)
         finally:
             coordinator.stop("finished")
             replay.close()
             coordinator.wait_for_sources(timeout=30.0)
-            loop.tick(coordinator.transitions, force=True)
+            loop.tick(held(), force=True)
             try:
                 kept = keeper.finish(version=learner.updates)
             finally:
                 released.set()
-            summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=coordinator.transitions,
+            summary = loop.summary(ctx, algorithm=type(learner.dqn), replay_size=held(),
                                    interrupted=signals.received is not None) | kept
     return finish_lead(ctx, coordinator, summary)
 

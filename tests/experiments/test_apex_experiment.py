@@ -131,6 +131,16 @@ def test_three_process_run_with_a_user_subclass_flows_and_exits_cleanly(tmp_path
     assert "not solved" in format_summary(summary)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("serial", [False, True])
+def test_the_replay_size_reported_is_what_the_replay_holds_not_what_was_added(tmp_path, serial):
+    summary = run(apex_config(str(tmp_path), serial=serial, replay_capacity=1000, max_env_steps=2000,
+                              eval_every=100_000), quiet=True)
+    assert summary["env_steps"] >= 2000 and summary["replay_size"] == 1000
+    sizes = [value for _, value in scalars(summary["run_dir"])["replay/size"]]
+    assert sizes and max(sizes) == 1000
+
+
 class BrokenActorDQN(DQN):
     def act(self, obs, *, explore=True):
         if explore:
