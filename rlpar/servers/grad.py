@@ -82,13 +82,19 @@ class GradServerConfig:
 def all_finite(tensors: Iterable[Any]) -> bool:
     """Whether no floating tensor in ``tensors`` holds NaN or inf (None entries skipped).
 
-    One fused max-abs norm per device and dtype, and one host sync: the max-abs norm
-    is NaN or inf exactly when an element is (a 2-norm would overflow to inf on
-    large finite values)."""
+    One fused 2-norm per device and dtype, and one host sync: a finite 2-norm means
+    every element is finite. Only a non-finite one (an element is, or the squares of
+    large finite values overflowed) is settled by the max-abs norm, which is NaN or
+    inf exactly when an element is; it is not the first check because on CPU it is
+    about 30x slower than the 2-norm (0.5 ms for MinAtar's conv net, per push)."""
     values = [t for t in tensors if t is not None and (t.is_floating_point() or t.is_complex())]
     if not values:
         return True
-    norms = torch._foreach_norm(values, math.inf)
+    return _norms_finite(values, 2.0) or _norms_finite(values, math.inf)
+
+
+def _norms_finite(values: list[torch.Tensor], order: float) -> bool:
+    norms = torch._foreach_norm(values, order)
     if len({n.device for n in norms}) > 1:
         norms = [n.cpu() for n in norms]
     return bool(torch.stack(norms).isfinite().all())

@@ -232,3 +232,6 @@ def test_all_finite_looks_at_every_floating_tensor_once():
     assert all_finite([torch.arange(3), None, torch.ones(2, dtype=torch.bfloat16)])
     assert not all_finite([torch.ones(3), torch.tensor([[1.0], [float("nan")]])])
     assert not all_finite([torch.tensor([complex(0, float("inf"))])])
+    # The 2-norm overflows on the first tensor; the exact check still finds the -inf.
+    assert not all_finite([torch.full((10,), 3e38), torch.tensor([1.0, float("-inf")])])
+    assert not all_finite([torch.full((10,), 3e38), torch.tensor([float("nan")], dtype=torch.float16)])
