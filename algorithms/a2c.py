@@ -167,9 +167,8 @@ class A2C(Algorithm):
         obs = data["obs"].flatten(0, 1)
         policy_out, values = self.model(obs)
         data["policy_out"], data["values"] = policy_out, values.reshape(steps, envs)
-        with torch.no_grad():
-            next_values = self.model.value(data["next_obs"].flatten(0, 1)).reshape(steps, envs)
         values = data["values"].detach()
+        next_values = self._next_values(data["obs"], data["next_obs"], values)
         flags = {"terminated": data["terminated"], "truncated": data["truncated"]}
         cfg = self.config
         if cfg.advantage == "nstep":
@@ -182,6 +181,24 @@ class A2C(Algorithm):
             returns = advantages + values
         data["advantages"], data["returns"] = advantages, returns
         return data
+
+    @torch.no_grad()
+    def _next_values(self, obs: torch.Tensor, next_obs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """``V(next_obs)``, (T, N). Within a rollout ``next_obs[t]`` is ``obs[t + 1]``
+        except where an episode ended (a same-step reset's final observation): those
+        values are taken from the forward pass already made, and only the last step's
+        and the differing rows are computed, which saves a forward over the rollout.
+        Checked, not assumed, so any rollout layout gets the same targets."""
+        steps, envs = values.shape
+        fresh = torch.ones(steps, envs, dtype=torch.bool, device=values.device)
+        if steps > 1:
+            same = next_obs[:-1] == obs[1:]
+            fresh[:-1] = ~(same.flatten(2).all(-1) if same.dim() > 2 else same)
+        next_values = torch.zeros_like(values)
+        next_values[:-1] = values[1:]
+        rows = fresh.flatten().nonzero().squeeze(1)
+        next_values.view(-1)[rows] = self.model.value(next_obs.flatten(0, 1)[rows]).reshape(-1).to(values.dtype)
+        return next_values
 
     def compute_loss(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """Hook: ``-E[log pi(a|s) A] + value_coef * E[(R - V)^2] - entropy_coef * E[H]``,

@@ -6,7 +6,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from torch import nn
 
 from algorithms.a2c import A2C, A2CConfig
-from algorithms.returns import n_step_returns
+from algorithms.returns import gae, n_step_returns
 from algorithms.rollout import RolloutCollector
 from envs.testing import CountingEnv
 
@@ -105,6 +105,30 @@ def test_a2c_bootstraps_from_the_final_observation_on_truncation_only():
         # Last step bootstraps from V(1) = 10 -> 1 + 5 = 6.
         end = 0.5 * 20.0 if truncate else 0.0
         torch.testing.assert_close(data["returns"][:, 0], torch.tensor([1 + 0.5 * end, end, 6.0]))
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP, "any-batch"])
+def test_bootstrap_values_reuse_the_rollouts_forward_only_where_next_obs_is_the_next_obs(mode):
+    # V(next_obs) is taken from the forward over obs where next_obs[t] == obs[t+1]:
+    # the targets must equal a forward over every next_obs, whatever the layout.
+    torch.manual_seed(0)
+    env = vec(lambda: CountingEnv(episode_length=3, truncate=True), 4,
+              AutoresetMode.SAME_STEP if mode == "any-batch" else mode)
+    agent = make_agent(env, gamma=0.9, advantage="gae", gae_lambda=0.8)
+    rng = np.random.default_rng(0)
+    sample = lambda obs: (rng.integers(0, 2, len(obs)),) * 2  # noqa: E731
+    roll = RolloutCollector(env=env, sample_actions=sample, n_steps=7, seed=0).collect()
+    assert roll["truncated"][:-1].any()  # episodes end inside the rollout
+    if mode == "any-batch":  # successors unrelated to the next row's obs
+        roll["next_obs"] = rng.normal(size=roll["next_obs"].shape).astype(np.float32)
+    data = agent.compute_advantages(agent.preprocess(roll))
+    with torch.no_grad():
+        next_values = agent.model.value(torch.as_tensor(roll["next_obs"]).flatten(0, 1)).view(7, 4)
+    expected = gae(rewards=torch.as_tensor(roll["rewards"]), values=data["values"].detach(),
+                   next_values=next_values, gamma=0.9, lam=0.8,
+                   terminated=torch.as_tensor(roll["terminated"]), truncated=torch.as_tensor(roll["truncated"]))
+    # Same values from forwards over different batch sizes: float32 rounding apart.
+    torch.testing.assert_close(data["advantages"], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_compute_gradients_is_the_gradient_of_the_rollout_loss_and_applies_nothing():
