@@ -28,6 +28,7 @@ from experiments.roles.a3c_parts import (
     describe,
     env_defaults,
     env_fn,
+    fill_unset,
     job_env_fn,
     load_policy,
     resolve,
@@ -102,6 +103,7 @@ class WorkerShell:
         from envs import make_vector_env
 
         config = ctx.config
+        fill_unset(ctx)
         seed = config.run.seed + 1000 * (index + 1)
         torch.manual_seed(seed)
         self.index = index

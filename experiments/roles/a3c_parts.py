@@ -32,11 +32,8 @@ def target(ctx: Any) -> float:
 def build_agent(ctx: Any, *, device: Any):
     """The A2C (or the user's subclass) on the user's network, else the default one."""
     from algorithms.a2c import A2C
-    from experiments.a3c import DEFAULTS_BY_FAMILY
 
-    # A no-op after prepare(); fills a context made without it. ctx's env, not the id:
-    # an env registered only in the launching process is not in this rank's registry.
-    fill_by_family(ctx.config.learn, DEFAULTS_BY_FAMILY, env_fn(ctx))
+    fill_unset(ctx)
     obs_space, act_space = env_spaces(env_fn(ctx))
     model = None if ctx.parts.network is None else ctx.parts.network(obs_space, act_space)
     return (ctx.parts.algorithm or A2C)(observation_space=obs_space, action_space=act_space,
@@ -73,11 +70,24 @@ def check(config: Any, parts: Any) -> None:
 
 
 def env_defaults(config: Any, parts: Any) -> None:
-    """``--n-steps``, ``--lr`` and ``--entropy-coef`` when not given, by the env's
-    observation family (``experiments.a3c.DEFAULTS_BY_FAMILY``)."""
-    from experiments.a3c import DEFAULTS_BY_FAMILY
+    """``--n-steps``, ``--lr``, ``--entropy-coef`` and ``--num-envs`` when not given,
+    by the env's observation family (``experiments.a3c.DEFAULTS_BY_FAMILY``,
+    ``ENV_DEFAULTS_BY_FAMILY``)."""
+    _fill(config, job_env_fn(config, parts))
 
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+
+def fill_unset(ctx: Any) -> None:
+    """``env_defaults`` for a context: a no-op after prepare(); fills a context made
+    without it. From ctx's env, not the id: an env registered only in the launching
+    process is not in this rank's registry."""
+    _fill(ctx.config, env_fn(ctx))
+
+
+def _fill(config: Any, factory: Any) -> None:
+    from experiments.a3c import DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY
+
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
+    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, factory)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

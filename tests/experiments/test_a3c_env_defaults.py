@@ -1,6 +1,7 @@
 """A3C's per-observation-family defaults (``DEFAULTS_BY_FAMILY``: ``--n-steps``,
-``--lr``, ``--entropy-coef``) and the runtime helper that fills them; MinAtar
-through a short serial A3C run (transitions flow, no learning asserted)."""
+``--lr``, ``--entropy-coef``; ``ENV_DEFAULTS_BY_FAMILY``: ``--num-envs``) and the
+runtime helper that fills them; MinAtar through a short serial A3C run (transitions
+flow, no learning asserted)."""
 
 import json
 import os
@@ -8,7 +9,13 @@ import os
 import gymnasium as gym
 import pytest
 
-from experiments.a3c import DEFAULTS_BY_FAMILY, A3CLearnConfig, run
+from experiments.a3c import (
+    DEFAULTS_BY_FAMILY,
+    ENV_DEFAULTS_BY_FAMILY,
+    A3CEnvConfig,
+    A3CLearnConfig,
+    run,
+)
 from experiments.runtime.envs import fill_by_family
 from tests.experiments.jobs import a3c_config
 
@@ -21,9 +28,15 @@ def _saved_learn(summary):
     return {name: learn[name] for name in UNSET}
 
 
+def _saved_num_envs(summary):
+    with open(os.path.join(summary["run_dir"], "config.json")) as f:
+        return json.load(f)["env"]["num_envs"]
+
+
 def test_unset_fields_come_from_the_observation_family(tmp_path):
-    summary = run(a3c_config(str(tmp_path), max_env_steps=200, **UNSET), quiet=True)
+    summary = run(a3c_config(str(tmp_path), max_env_steps=200, num_envs=None, **UNSET), quiet=True)
     assert _saved_learn(summary) == DEFAULTS_BY_FAMILY["vector"]  # CartPole: vectors
+    assert _saved_num_envs(summary) == summary["num_envs"] == ENV_DEFAULTS_BY_FAMILY["vector"]["num_envs"]
 
 
 def test_given_fields_are_kept_and_only_the_unset_ones_filled(tmp_path):
@@ -41,12 +54,19 @@ def test_unresolved_fields_are_a_clear_error_and_bad_values_are_caught_before_an
         A3CLearnConfig(n_steps=0).validate()
     with pytest.raises(ValueError, match="--lr"):
         A3CLearnConfig(lr=-1.0).validate()
+    A3CEnvConfig().validate()
+    with pytest.raises(ValueError, match="--num-envs must be >= 1"):
+        A3CEnvConfig(num_envs=0).validate()
+    with pytest.raises(ValueError, match="--env-step-timeout"):  # the rest is still checked
+        A3CEnvConfig(env_step_timeout=1.0).validate()
 
 
 def test_every_family_has_every_field():
     fields = set(DEFAULTS_BY_FAMILY["vector"])
     assert set(DEFAULTS_BY_FAMILY) == {"vector", "small_image", "frames", "other"}
     assert all(set(table) == fields for table in DEFAULTS_BY_FAMILY.values())
+    assert set(ENV_DEFAULTS_BY_FAMILY) == set(DEFAULTS_BY_FAMILY)
+    assert all(set(table) == {"num_envs"} for table in ENV_DEFAULTS_BY_FAMILY.values())
 
 
 class _Counting:
@@ -76,6 +96,7 @@ def test_fill_by_family_picks_the_family_and_builds_no_env_when_nothing_is_unset
 def test_minatar_runs_through_serial_a3c_with_its_family_defaults(tmp_path):
     pytest.importorskip("minatar")
     summary = run(a3c_config(str(tmp_path), env_id="MinAtar/Breakout-v0", max_env_steps=400,
-                             eval_every=10**6, **UNSET), quiet=True)
+                             eval_every=10**6, num_envs=None, **UNSET), quiet=True)
     assert summary["env_steps"] >= 400 and summary["updates"] > 0
     assert _saved_learn(summary) == DEFAULTS_BY_FAMILY["small_image"]
+    assert _saved_num_envs(summary) == summary["num_envs"] == ENV_DEFAULTS_BY_FAMILY["small_image"]["num_envs"]
