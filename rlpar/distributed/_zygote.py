@@ -10,9 +10,9 @@ While its stdin is open the zygote also takes requests from the launcher, one a 
 ``restart <rank>`` forks that rank again (its previous process has exited and been
 reported), with ``RLPAR_RANK_RESTARTS`` counting its restarts, unless a stop was asked
 (a Ctrl-C reached it, or the launcher forwarded one): then it writes the rank's exit
-again instead, so the launcher sees the death and no rank starts into an ending world. It exits once every rank
-has exited and its stdin is closed (a launcher without restartable ranks gives it
-/dev/null, so it exits with its last rank as before).
+again instead, so the launcher sees the death and no rank starts into an ending world.
+It exits once every rank has exited and its stdin is closed (a launcher without
+restartable ranks gives it /dev/null, so it exits with its last rank as before).
 """
 
 from __future__ import annotations
