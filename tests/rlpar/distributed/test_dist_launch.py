@@ -189,6 +189,18 @@ def test_invalid_restart_arguments_fail_before_spawning(kwargs, match):
         launch(programs.sleeps_forever, nprocs=2, args=("/nonexistent",), preload=(), **kwargs)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt here, as in a terminal: a shell without job
+    control starts background commands (a CI runner's, say) with SIGINT ignored,
+    and Python keeps it ignored."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _ctrl_c_when(*paths, after=0.0):
     """Ctrl-C this (the launching) process once every path exists, from a helper thread."""
     import signal
@@ -205,7 +217,7 @@ def _ctrl_c_when(*paths, after=0.0):
 
 
 @pytest.mark.timeout(30)
-def test_a_restartable_rank_that_dies_while_stopping_is_not_restarted_nor_a_failure(tmp_path):
+def test_a_restartable_rank_that_dies_while_stopping_is_not_restarted_nor_a_failure(tmp_path, ctrl_c_raises):
     # Rank 1 dies as the stop reaches it: the stop goes on with rank 0's result.
     _ctrl_c_when(f"{tmp_path}.ready0", f"{tmp_path}.ready1")
     results = launch(programs.rank1_dies_when_asked_to_stop, nprocs=2, args=(str(tmp_path),),
@@ -216,7 +228,7 @@ def test_a_restartable_rank_that_dies_while_stopping_is_not_restarted_nor_a_fail
 
 
 @pytest.mark.timeout(30)
-def test_the_helper_forks_no_rank_again_once_a_ctrl_c_reached_it(tmp_path):
+def test_the_helper_forks_no_rank_again_once_a_ctrl_c_reached_it(tmp_path, ctrl_c_raises):
     # The launcher sees rank 1's death before its own Ctrl-C and asks for a restart;
     # the helper, which got the Ctrl-C first, hands the death back instead.
     _ctrl_c_when(tmp_path / "rank1.0.pid", after=1.0)
