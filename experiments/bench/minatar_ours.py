@@ -211,12 +211,11 @@ def a3c_policy(flags: str, game: str):
     import torch
 
     from envs.registry import EnvFactory
-    from experiments.a3c import DEFAULTS_BY_FAMILY
-    from experiments.runtime.envs import fill_by_family
+    from experiments.roles.a3c_parts import fill_defaults
 
     config = a3c_config(flags)
     factory = EnvFactory.from_id(env_id(game))
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)  # as the job does
+    fill_defaults(config, factory)  # the job's own fill: the same net as the run's
     env = factory()
     agent = A2C(observation_space=env.observation_space, action_space=env.action_space,
                 config=config.learn.a2c_config(), device="cpu")

@@ -73,17 +73,19 @@ def env_defaults(config: Any, parts: Any) -> None:
     """``--n-steps``, ``--lr``, ``--entropy-coef`` and ``--num-envs`` when not given,
     by the env's observation family (``experiments.a3c.DEFAULTS_BY_FAMILY``,
     ``ENV_DEFAULTS_BY_FAMILY``)."""
-    _fill(config, job_env_fn(config, parts))
+    fill_defaults(config, job_env_fn(config, parts))
 
 
 def fill_unset(ctx: Any) -> None:
     """``env_defaults`` for a context: a no-op after prepare(); fills a context made
     without it. From ctx's env, not the id: an env registered only in the launching
     process is not in this rank's registry."""
-    _fill(ctx.config, env_fn(ctx))
+    fill_defaults(ctx.config, env_fn(ctx))
 
 
-def _fill(config: Any, factory: Any) -> None:
+def fill_defaults(config: Any, factory: Any) -> None:
+    """The family defaults left unset in an ``A3CJobConfig``, from ``factory``'s env
+    (built once: ``env_spaces`` caches it per factory)."""
     from experiments.a3c import DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY
 
     fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
