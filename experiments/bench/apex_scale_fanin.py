@@ -23,6 +23,7 @@ measured around the coordinator's ``report`` (it runs holding the GIL).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from typing import Any
@@ -217,7 +218,10 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     from algorithms.pacing import Pacing
 
     slack = Pacing.slack_steps  # simulated actors hold no transitions back
-    due = max(0, fan["env_steps"] + slack - point.learning_starts) * point.updates_per_step
+    # The learner updates while ``updates < due``, so with a fractional due (0.025
+    # updates per step) its last update may land on ``ceil(due)``: that is within.
+    due = math.ceil(Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts,
+                           slack_steps=slack).due(fan["env_steps"] + slack))
     from experiments.roles.apex import report_every
 
     per_report = point.num_envs * (1 + int(report_every(point.actors) / point.vector_step_s))
@@ -241,7 +245,7 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "learner_wait_fraction": round(fan["wait_fraction"], 3),
         "actors_cpu_cores": round(sum(a["cpu_cores"] for a in actors), 3),
         "env_steps": fan["env_steps"], "updates": fan["total_updates"],
-        "pacing_learner_within": bool(fan["total_updates"] <= due),
+        "pacing_learner_within": bool(fan["total_updates"] <= due), "pacing_updates_due": due,
         "pacing_actor_overshoot_steps": int(fan["env_steps"] - allowed),
         "pacing_actor_overshoot_bound": point.actors * per_report,
         "pacing_ok": bool(fan["total_updates"] <= due
