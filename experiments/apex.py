@@ -105,8 +105,11 @@ class ReplayConfig:
         return 0 if self.replay_placement == "learner" else 2
 
 
-# Adam's learning rate by observation family (``algorithms.nets.observation_family``,
-# the same rule that picks the default network), used when ``--lr`` is not given:
+# Defaults by observation family (``algorithms.nets.observation_family``, the same
+# rule that picks the default network), used when ``--lr`` or ``--eps-alpha`` is not
+# given.
+#
+# ``lr``, Adam's learning rate:
 # - vector (CartPole-v1): measured, see LearnConfig below.
 # - small_image (MinAtar's 10x10xC): 1e-3, measured with the other defaults as they are
 #   (one seed each, --serial, so the same at any load; last-100 training return / best
@@ -121,14 +124,38 @@ class ReplayConfig:
 #   2018, 6.25e-5), not measured here: an Atari run takes hours on 2 cores, and the
 #   CartPole rate is 40x what that paper found stable for this network.
 # - other (a user's network on other observations): the vector rate.
-LR_BY_FAMILY: dict[str, float] = {"vector": 2.5e-3, "small_image": 1e-3, "frames": 6.25e-5,
-                                  "other": 2.5e-3}
+#
+# ``eps_alpha``, the exponent of Ape-X's exploration schedule eps_i = eps^(1 + alpha
+# i / (N - 1)) over the N env copies:
+# - vector, frames, other: the paper's 7 (with 2 actors x 8 envs: 0.4 down to 0.0007,
+#   a quarter of the copies above 0.1).
+# - small_image: 3 (0.4 down to 0.026; half of 16 copies at 0.1 or more),
+#   measured on SpaceInvaders-v0 (bench minatar, distributed, 480 s each, one seed,
+#   2-core machine, nothing else running; epsilon-0.1 evaluation of 30 episodes every
+#   50K env steps, mean of those made from 200 s on, greedy in brackets): alpha 7:
+#   18.1 (19.6); alpha 3: 23.4 (29.1); every copy at 0.1 (--eps 0.1 --eps-alpha 0):
+#   19.1 (24.1); SB3's replay ratio instead (batch 32, an update per env step, lr
+#   5e-4): 21.0 (28.4). On Breakout-v0 (900 s, same protocol) alpha 3 reached the
+#   paper's 10 at 143 s / 150K env steps, where alpha 7 had taken 354 s / 300K (an
+#   earlier 25-min run), and its windows 0-300 / 300-600 / 600-900 s averaged 9.2 /
+#   11.0 / 12.9 against 7.1 / 9.5 / 9.2. Run for 30 min on SpaceInvaders, though,
+#   alpha 3 did not keep its lead: windows 0-600 / 600-1200 / 1200-1800 s 19.9 / 20.4
+#   / 23.7 against alpha 7's 19.0 / 23.6 / 25.6 (an earlier stop's run): one seed
+#   each, so the choice rests on Breakout and is not settled for SpaceInvaders. With
+#   alpha 7, three quarters of 16 copies explore below 0.1 (down to 0.0007); with
+#   alpha 3, half of them (down to 0.026).
+DEFAULTS_BY_FAMILY: dict[str, dict[str, float]] = {
+    "vector": {"lr": 2.5e-3, "eps_alpha": 7.0},
+    "small_image": {"lr": 1e-3, "eps_alpha": 3.0},
+    "frames": {"lr": 6.25e-5, "eps_alpha": 7.0},
+    "other": {"lr": 2.5e-3, "eps_alpha": 7.0},
+}
 
 
 @dataclasses.dataclass
 class LearnConfig:
     """DQN and Ape-X hyperparameters (defaults tuned for CartPole-v1, the learning
-    rate per observation family: ``LR_BY_FAMILY``)."""
+    rate and exploration exponent per observation family: ``DEFAULTS_BY_FAMILY``)."""
 
     # Measured: env steps to solve CartPole with these defaults in one deterministic
     # process (greedy eval of 20 episodes every 5000 env steps, seeds 0-5): lr 2.5e-3:
@@ -153,7 +180,9 @@ class LearnConfig:
     push_every: int = field(8, help="learner updates between parameter publications")
     pull_every: int = field(64, help="actor env steps between parameter pulls")
     eps: float = field(0.4, help="Ape-X base exploration rate")
-    eps_alpha: float = field(7.0, help="Ape-X exploration exponent")
+    eps_alpha: float | None = field(None, help=(
+        "Ape-X exploration exponent (none: by observation family, 3 for MinAtar-size images, "
+        "the paper's 7 otherwise)"))
     # Measured like --lr (lr 1e-3, seeds 0-2): per env copy 10K 25K >50K env steps to
     # solve, per actor process 35K 35K >50K.
     eps_per_env: bool = field(True, help=(
@@ -173,7 +202,7 @@ class LearnConfig:
                 raise ValueError(f"{flag(name)} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"{flag('tau')} must be in (0, 1], got {self.tau}")
-        if self.eps_alpha < 0:
+        if self.eps_alpha is not None and self.eps_alpha < 0:
             raise ValueError(f"{flag('eps_alpha')} must be >= 0, got {self.eps_alpha}")
         self.hidden_sizes()
 
@@ -183,6 +212,9 @@ class LearnConfig:
     def apex_config(self):
         from algorithms.apex import ApexConfig
 
+        if self.eps_alpha is None:
+            raise ValueError(f"{flag('eps_alpha')} is unset: the job fills it from the env's observations "
+                             "(experiments.roles.apex_parts.env_defaults); set it to build Ape-X parts directly")
         return ApexConfig(n_step=self.n_step, batch_size=self.batch_size,
                           learning_starts=self.learning_starts, push_every=self.push_every,
                           pull_every=self.pull_every, eps=self.eps, eps_alpha=self.eps_alpha,

@@ -100,8 +100,12 @@ def pacing(config: Any) -> Pacing:
     slack than that pacing deadlocks. Measured: 32 actors with 4 envs hold up to 2432
     env steps, past the default slack of 1000 (+ learning_starts 200), and made no
     update in 30 s (python -m experiments.bench.apex_scale --cases actor_scaling)."""
+    from algorithms.apex import ApexConfig
+
     learn = config.learn
-    held = config.num_actors * config.env.num_envs * (learn.apex_config().add_every + learn.n_step)
+    # ApexConfig's own add_every: the job does not change it (LearnConfig has no flag),
+    # and the class default needs no env-filled field.
+    held = config.num_actors * config.env.num_envs * (ApexConfig.add_every + learn.n_step)
     return Pacing(updates_per_step=learn.updates_per_step, learning_starts=learn.learning_starts,
                   slack_steps=max(Pacing.slack_steps, held + learn.batch_size))
 

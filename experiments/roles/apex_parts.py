@@ -51,7 +51,7 @@ def build_dqn(ctx: Any, *, device: Any, seed: int):
     obs_space, act_space = env_spaces(env_fn(ctx))
     # A no-op after prepare(); fills a context made without it. ctx's env, not the id:
     # an env registered only in the launching process is not in this rank's registry.
-    fill_lr(config, env_fn(ctx))
+    fill_family_defaults(config, env_fn(ctx))
     torch.manual_seed(seed)
     if ctx.parts.network is not None:
         net = ctx.parts.network(obs_space, act_space)
@@ -157,14 +157,14 @@ def check_resume(config: Any) -> None:
 
 
 def env_defaults(config: Any, parts: Any) -> None:
-    """The learning rate when ``--lr`` is not given, by the env's observation family."""
-    fill_lr(config, job_env_fn(config, parts))
+    """``--lr`` and ``--eps-alpha`` when not given, by the env's observation family."""
+    fill_family_defaults(config, job_env_fn(config, parts))
 
 
-def fill_lr(config: Any, factory: Any) -> None:
-    from experiments.apex import LR_BY_FAMILY
+def fill_family_defaults(config: Any, factory: Any) -> None:
+    from experiments.apex import DEFAULTS_BY_FAMILY
 
-    fill_by_family(config.learn, {family: {"lr": lr} for family, lr in LR_BY_FAMILY.items()}, factory)
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Ape-X's per-observation-family defaults (``LR_BY_FAMILY``) and MinAtar through
+"""Ape-X's per-observation-family defaults (``DEFAULTS_BY_FAMILY``) and MinAtar through
 the job: a short serial run moves transitions and updates (no learning asserted)."""
 
 import json
@@ -6,29 +6,42 @@ import os
 
 import pytest
 
-from experiments.apex import LR_BY_FAMILY, LearnConfig, run
+from experiments.apex import DEFAULTS_BY_FAMILY, LearnConfig, run
 from tests.experiments.jobs import apex_config
 
 
-def _saved_lr(summary):
+def _saved_learn(summary):
     with open(os.path.join(summary["run_dir"], "config.json")) as f:
-        return json.load(f)["learn"]["lr"]
+        return json.load(f)["learn"]
 
 
-def test_an_unset_learning_rate_comes_from_the_observation_family(tmp_path):
+def test_unset_family_defaults_come_from_the_observation_family(tmp_path):
     summary = run(apex_config(str(tmp_path), serial=True, max_env_steps=300), quiet=True)
-    assert _saved_lr(summary) == LR_BY_FAMILY["vector"]  # CartPole: vectors
+    learn = _saved_learn(summary)
+    assert {k: learn[k] for k in ("lr", "eps_alpha")} == DEFAULTS_BY_FAMILY["vector"]  # CartPole
 
 
-def test_a_given_learning_rate_is_kept(tmp_path):
-    summary = run(apex_config(str(tmp_path), serial=True, max_env_steps=300, lr=7e-4), quiet=True)
-    assert _saved_lr(summary) == 7e-4
+def test_given_values_are_kept(tmp_path):
+    config = apex_config(str(tmp_path), serial=True, max_env_steps=300, lr=7e-4)
+    config.learn.eps_alpha = 5.0
+    learn = _saved_learn(run(config, quiet=True))
+    assert (learn["lr"], learn["eps_alpha"]) == (7e-4, 5.0)
 
 
-def test_an_unresolved_learning_rate_is_a_clear_error():
+def test_every_family_has_every_default():
+    assert set(DEFAULTS_BY_FAMILY) == {"vector", "small_image", "frames", "other"}
+    assert {frozenset(d) for d in DEFAULTS_BY_FAMILY.values()} == {frozenset({"lr", "eps_alpha"})}
+
+
+def test_unresolved_family_defaults_are_a_clear_error():
     with pytest.raises(ValueError, match="--lr is unset"):
         LearnConfig().dqn_config()
     assert LearnConfig(lr=1e-3).dqn_config().lr == 1e-3
+    with pytest.raises(ValueError, match="--eps-alpha is unset"):
+        LearnConfig().apex_config()
+    assert LearnConfig(eps_alpha=3.0).apex_config().eps_alpha == 3.0
+    with pytest.raises(ValueError, match="--eps-alpha must be >= 0"):
+        LearnConfig(eps_alpha=-1.0).validate()
 
 
 def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
@@ -37,4 +50,5 @@ def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
                               learning_starts=100, eval_every=10**6), quiet=True)
     assert summary["env_steps"] >= 400 and summary["updates"] > 0 and summary["replay_size"] > 0
     assert summary["episodes"] > 0
-    assert _saved_lr(summary) == LR_BY_FAMILY["small_image"]
+    learn = _saved_learn(summary)
+    assert {k: learn[k] for k in ("lr", "eps_alpha")} == DEFAULTS_BY_FAMILY["small_image"]
