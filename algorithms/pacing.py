@@ -20,6 +20,7 @@ after ``learning_starts`` env steps, with ``slack_steps`` of play either way:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +44,14 @@ class Pacing:
         env steps with ``updates`` = 0 then."""
         return max(0, int(max(0, env_steps - started_at) * self.updates_per_step) - updates)
 
+    def learner_bound(self, env_steps: int) -> int:
+        """The most updates a learner paced by :meth:`learner_may_update` makes by
+        ``env_steps`` env steps: it updates while below the (often fractional) due
+        count plus slack, so its last update lands on that count's ceiling."""
+        return math.ceil(self.due(env_steps + self.slack_steps))
+
     def learner_may_update(self, *, env_steps: int, updates: int) -> bool:
-        return updates < self.due(env_steps + self.slack_steps)
+        return updates < self.learner_bound(env_steps)
 
     def actor_may_step(self, *, env_steps: int, updates: int) -> bool:
         return env_steps < self.learning_starts + updates / self.updates_per_step + self.slack_steps

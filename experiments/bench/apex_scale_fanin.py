@@ -23,7 +23,6 @@ measured around the coordinator's ``report`` (it runs holding the GIL).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from typing import Any
@@ -218,10 +217,8 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     from algorithms.pacing import Pacing
 
     slack = Pacing.slack_steps  # simulated actors hold no transitions back
-    # The learner updates while ``updates < due``, so with a fractional due (0.025
-    # updates per step) its last update may land on ``ceil(due)``: that is within.
-    due = math.ceil(Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts,
-                           slack_steps=slack).due(fan["env_steps"] + slack))
+    due = Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts,
+                 slack_steps=slack).learner_bound(fan["env_steps"])
     from experiments.roles.apex import report_every
 
     per_report = point.num_envs * (1 + int(report_every(point.actors) / point.vector_step_s))
