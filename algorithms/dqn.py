@@ -74,6 +74,8 @@ class DQNConfig:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
+        if not self.adam_eps > 0:
+            raise ValueError(f"adam_eps must be positive, got {self.adam_eps}")
         if self.priority_eps < 0:
             raise ValueError(f"priority_eps must be >= 0, got {self.priority_eps}")
 

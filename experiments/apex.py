@@ -171,6 +171,9 @@ class LearnConfig:
     batch_size: int = field(128, help="learner batch size")
     target_update: int = field(500, help="learner updates between target network updates")
     tau: float = field(1.0, help="Polyak coefficient of target updates (1.0 = hard copy)")
+    adam_eps: float = field(1e-8, help=(
+        "Adam's epsilon (Rainbow: 1.5e-4): the gradient size below which Adam's steps shrink "
+        "instead of being normalized to --lr"))
     double_q: bool = field(True, help="double Q-learning")
     dueling: bool = field(True, help="dueling head")
     hidden: str = field("128,128", help="MLP hidden sizes for vector observations, comma separated")
@@ -202,6 +205,8 @@ class LearnConfig:
                 raise ValueError(f"{flag(name)} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"{flag('tau')} must be in (0, 1], got {self.tau}")
+        if not self.adam_eps > 0:
+            raise ValueError(f"{flag('adam_eps')} must be > 0, got {self.adam_eps}")
         if self.eps_alpha is not None and self.eps_alpha < 0:
             raise ValueError(f"{flag('eps_alpha')} must be >= 0, got {self.eps_alpha}")
         self.hidden_sizes()
@@ -227,7 +232,7 @@ class LearnConfig:
             raise ValueError(f"{flag('lr')} is unset: the job fills it from the env's observations "
                              "(experiments.roles.apex_parts.env_defaults); set it to build a DQN directly")
         return DQNConfig(gamma=self.gamma, lr=self.lr, double_q=self.double_q,
-                         target_update_interval=self.target_update, tau=self.tau)
+                         target_update_interval=self.target_update, tau=self.tau, adam_eps=self.adam_eps)
 
 
 @dataclasses.dataclass

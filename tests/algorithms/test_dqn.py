@@ -164,7 +164,8 @@ def test_q_network_shapes():
 
 
 @pytest.mark.parametrize("field, value", [("gamma", 1.5), ("lr", 0.0), ("tau", 0.0),
-                                          ("target_update_interval", 0), ("max_grad_norm", -1.0)])
+                                          ("target_update_interval", 0), ("max_grad_norm", -1.0),
+                                          ("adam_eps", 0.0)])
 def test_invalid_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(**{field: value}))
@@ -203,3 +204,8 @@ def test_act_with_one_epsilon_per_observation():
     restored = table_dqn()
     restored.load_state_dict(dqn.state_dict())
     np.testing.assert_array_equal(restored.epsilon, [0.0, 1.0])
+
+
+def test_adam_eps_reaches_the_optimizer():
+    dqn = DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(adam_eps=1.5e-4))
+    assert [group["eps"] for group in dqn.optimizer.param_groups] == [1.5e-4]

@@ -42,6 +42,9 @@ def test_unresolved_family_defaults_are_a_clear_error():
     assert LearnConfig(eps_alpha=3.0).apex_config().eps_alpha == 3.0
     with pytest.raises(ValueError, match="--eps-alpha must be >= 0"):
         LearnConfig(eps_alpha=-1.0).validate()
+    assert LearnConfig(lr=1e-3, adam_eps=1.5e-4).dqn_config().adam_eps == 1.5e-4
+    with pytest.raises(ValueError, match="--adam-eps must be > 0"):
+        LearnConfig(adam_eps=0.0).validate()
 
 
 def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
