@@ -144,18 +144,34 @@ class ReplayConfig:
 #   each, so the choice rests on Breakout and is not settled for SpaceInvaders. With
 #   alpha 7, three quarters of 16 copies explore below 0.1 (down to 0.0007); with
 #   alpha 3, half of them (down to 0.026).
-DEFAULTS_BY_FAMILY: dict[str, dict[str, float]] = {
-    "vector": {"lr": 2.5e-3, "eps_alpha": 7.0},
-    "small_image": {"lr": 1e-3, "eps_alpha": 3.0},
-    "frames": {"lr": 6.25e-5, "eps_alpha": 7.0},
-    "other": {"lr": 2.5e-3, "eps_alpha": 7.0},
+#
+# ``n_step``, the length of the n-step return:
+# - vector, frames, other: the paper's 3.
+# - small_image: 1 (the MinAtar paper's DQN), measured with the other defaults (bench
+#   minatar, distributed, 480 s each, one seed, 2-core machine, nothing else running;
+#   mean epsilon-0.1 evaluation from 200 s on, greedy in brackets): n 3 / n 1:
+#   Freeway-v0 2.3 (2.1) / 22.7 (23.8): with 3 every run (alpha 7 and 3, uniform
+#   replay, lr 2.5e-4, Adam eps 1.5e-4) peaked at 11-17 by 100-200K env steps and
+#   collapsed to 0-2; Asterix-v0 0.5 over 30 min (alpha 7) / 4.4 (6.2), 7.2 at 500K
+#   env steps; SpaceInvaders-v0 23.4 (29.1) / 24.8 (31.8). Breakout-v0 learns faster
+#   with 3 (11.8 (17.2) / 7.7 (12.2); the paper's 10 at 143 s / 269 s), the one game
+#   where 1 is behind. A likely reason (not isolated): the return sums the behaviour's next steps
+#   uncorrected, and Ape-X's copies explore at rates up to 0.4, where a MinAtar step is
+#   a whole move (no frame skip) that can end the episode (Asterix) or throw the chicken
+#   back (Freeway).
+DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
+    "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3},
+    "small_image": {"lr": 1e-3, "eps_alpha": 3.0, "n_step": 1},
+    "frames": {"lr": 6.25e-5, "eps_alpha": 7.0, "n_step": 3},
+    "other": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3},
 }
 
 
 @dataclasses.dataclass
 class LearnConfig:
-    """DQN and Ape-X hyperparameters (defaults tuned for CartPole-v1, the learning
-    rate and exploration exponent per observation family: ``DEFAULTS_BY_FAMILY``)."""
+    """DQN and Ape-X hyperparameters (defaults tuned for CartPole-v1; the learning
+    rate, exploration exponent and n-step length per observation family:
+    ``DEFAULTS_BY_FAMILY``)."""
 
     # Measured: env steps to solve CartPole with these defaults in one deterministic
     # process (greedy eval of 20 episodes every 5000 env steps, seeds 0-5): lr 2.5e-3:
@@ -167,7 +183,8 @@ class LearnConfig:
         "Adam learning rate (none: by observation family, 2.5e-3 for vectors, 1e-3 for "
         "MinAtar-size images, 6.25e-5 for 84x84 frames)"))
     gamma: float = field(0.99, help="discount")
-    n_step: int = field(3, help="n-step return length")
+    n_step: int | None = field(None, help=(
+        "n-step return length (none: by observation family, 1 for MinAtar-size images, 3 otherwise)"))
     batch_size: int = field(128, help="learner batch size")
     target_update: int = field(500, help="learner updates between target network updates")
     tau: float = field(1.0, help="Polyak coefficient of target updates (1.0 = hard copy)")
@@ -193,7 +210,7 @@ class LearnConfig:
 
     def validate(self) -> None:
         for name in ("n_step", "batch_size", "target_update", "push_every", "pull_every"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
         if self.learning_starts < 0:
             raise ValueError(f"{flag('learning_starts')} must be >= 0, got {self.learning_starts}")
@@ -217,9 +234,10 @@ class LearnConfig:
     def apex_config(self):
         from algorithms.apex import ApexConfig
 
-        if self.eps_alpha is None:
-            raise ValueError(f"{flag('eps_alpha')} is unset: the job fills it from the env's observations "
-                             "(experiments.roles.apex_parts.env_defaults); set it to build Ape-X parts directly")
+        for name in ("eps_alpha", "n_step"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{flag(name)} is unset: the job fills it from the env's observations "
+                                 "(experiments.roles.apex_parts.env_defaults); set it to build Ape-X parts directly")
         return ApexConfig(n_step=self.n_step, batch_size=self.batch_size,
                           learning_starts=self.learning_starts, push_every=self.push_every,
                           pull_every=self.pull_every, eps=self.eps, eps_alpha=self.eps_alpha,

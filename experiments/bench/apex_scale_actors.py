@@ -144,7 +144,8 @@ def job_config(point: ScalingPoint):
         "rpc_timeout": 60.0, "checkpoint_every": 0.0, "replay_capacity": point.replay_capacity,
         "batch_size": point.batch_size, "learning_starts": point.learning_starts,
         "updates_per_step": point.updates_per_step, "push_every": point.push_every,
-        "pull_every": point.pull_every, "hidden": point.hidden, "seed": point.seed})
+        "pull_every": point.pull_every, "hidden": point.hidden, "seed": point.seed,
+        "n_step": 3})  # the job's default for these observations, set here for pacing(config)
     return config
 
 
