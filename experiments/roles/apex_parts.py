@@ -85,6 +85,7 @@ def replay_layout(ctx: Any) -> dict[str, Any]:
     if not (config.replay.share_frames and is_atari(config.env.env_id)) or ctx.parts.env is not None:
         return {}  # without building an env to look at its space
     obs_space, _ = env_spaces(env_fn(ctx))
+    fill_family_defaults(config, env_fn(ctx))  # --n-step; a no-op after prepare(), as in build_dqn
     shape = obs_space.shape or ()
     if obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > config.learn.n_step:
         return {"shared_frames": SharedFrames(shift=config.learn.n_step)}
