@@ -158,7 +158,7 @@ def check_resume(config: Any) -> None:
 
 
 def env_defaults(config: Any, parts: Any) -> None:
-    """``--lr`` and ``--eps-alpha`` when not given, by the env's observation family."""
+    """``--lr``, ``--eps-alpha`` and ``--n-step`` when not given, by the env's observation family."""
     fill_family_defaults(config, job_env_fn(config, parts))
 
 
