@@ -150,15 +150,15 @@ class ReplayConfig:
 # - small_image: 1 (the MinAtar paper's DQN), measured with the other defaults (bench
 #   minatar, distributed, 480 s each, one seed, 2-core machine, nothing else running;
 #   mean epsilon-0.1 evaluation from 200 s on, greedy in brackets): n 3 / n 1:
-#   Freeway-v0 2.3 (2.1) / 22.7 (23.8): with 3 every run (alpha 7 and 3, uniform
-#   replay, lr 2.5e-4, Adam eps 1.5e-4) peaked at 11-17 by 100-200K env steps and
-#   collapsed to 0-2; Asterix-v0 0.5 over 30 min (alpha 7) / 4.4 (6.2), 7.2 at 500K
-#   env steps; SpaceInvaders-v0 23.4 (29.1) / 24.8 (31.8). Breakout-v0 learns faster
-#   with 3 (11.8 (17.2) / 7.7 (12.2); the paper's 10 at 143 s / 269 s), the one game
-#   where 1 is behind. A likely reason (not isolated): the return sums the behaviour's next steps
-#   uncorrected, and Ape-X's copies explore at rates up to 0.4, where a MinAtar step is
-#   a whole move (no frame skip) that can end the episode (Asterix) or throw the chicken
-#   back (Freeway).
+#   Freeway-v0 3.2 (3.2) / 22.7 (23.8): with 3, every run (alpha 7 and 3, uniform
+#   replay, lr 2.5e-4, Adam eps 1.5e-4) peaked at 9-17 by 50-200K env steps and fell
+#   to 0-3 (one was back at 10 at its last); Asterix-v0 0.5 over 30 min (alpha 7) / 4.1 (5.6), best 7.2 at 500K env
+#   steps; SpaceInvaders-v0 23.0 (29.5) / 24.8 (31.8). Breakout-v0 learns faster with
+#   3 (10.6 (14.7) / 7.7 (12.2); the paper's 10 at 143 s / 269 s), the one game where
+#   1 is behind; with 1, seeds 0-2 all reach 10 within 480 s (269, 448, 472 s). A likely
+#   reason (not isolated): the return sums the behaviour's next steps uncorrected, and
+#   Ape-X's copies explore at rates up to 0.4, where a MinAtar step is a whole move (no
+#   frame skip) that can end the episode (Asterix) or throw the chicken back (Freeway).
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3},
     "small_image": {"lr": 1e-3, "eps_alpha": 3.0, "n_step": 1},
