@@ -153,7 +153,8 @@ class ReplayConfig:
 #   Freeway-v0 3.2 (3.2) / 22.7 (23.8): with 3, every run (alpha 7 and 3, uniform
 #   replay, lr 2.5e-4, Adam eps 1.5e-4) peaked at 9-17 by 50-200K env steps and fell
 #   to 0-3 (one was back at 10 at its last); Asterix-v0 0.5 over 30 min (alpha 7) / 4.1 (5.6), best 7.2 at 500K env
-#   steps; SpaceInvaders-v0 23.0 (29.5) / 24.8 (31.8). Breakout-v0 learns faster with
+#   steps in one run, but a second with the same settings (900 s) stayed at 0.3-0.9
+#   through 1M env steps: whether Asterix takes off is a coin toss either way; SpaceInvaders-v0 23.0 (29.5) / 24.8 (31.8). Breakout-v0 learns faster with
 #   3 (10.6 (14.7) / 7.7 (12.2); the paper's 10 at 143 s / 269 s), the one game where
 #   1 is behind; with 1, seeds 0-2 all reach 10 within 480 s (269, 448, 472 s). A likely
 #   reason (not isolated): the return sums the behaviour's next steps uncorrected, and
