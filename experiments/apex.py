@@ -152,14 +152,17 @@ class ReplayConfig:
 #   mean epsilon-0.1 evaluation from 200 s on, greedy in brackets): n 3 / n 1:
 #   Freeway-v0 3.2 (3.2) / 22.7 (23.8): with 3, every run (alpha 7 and 3, uniform
 #   replay, lr 2.5e-4, Adam eps 1.5e-4) peaked at 9-17 by 50-200K env steps and fell
-#   to 0-3 (one was back at 10 at its last); Asterix-v0 0.5 over 30 min (alpha 7) / 4.1 (5.6), best 7.2 at 500K env
-#   steps in one run, but a second with the same settings (900 s) stayed at 0.3-0.9
-#   through 1M env steps: whether Asterix takes off is a coin toss either way; SpaceInvaders-v0 23.0 (29.5) / 24.8 (31.8). Breakout-v0 learns faster with
-#   3 (10.6 (14.7) / 7.7 (12.2); the paper's 10 at 143 s / 269 s), the one game where
-#   1 is behind; with 1, seeds 0-2 all reach 10 within 480 s (269, 448, 472 s). A likely
-#   reason (not isolated): the return sums the behaviour's next steps uncorrected, and
-#   Ape-X's copies explore at rates up to 0.4, where a MinAtar step is a whole move (no
-#   frame skip) that can end the episode (Asterix) or throw the chicken back (Freeway).
+#   to 0-3 (one was back at 10 at its last). SpaceInvaders-v0 23.0 (29.5) / 24.8
+#   (31.8); over 30 min its windows rose 3-5 points (bench notes of issue 17).
+#   Asterix-v0: with 3, 0.5 over 30 min (alpha 7); with 1, one run learned (4.1
+#   (5.6), best 7.2 at 500K env steps) and a second, same settings, 900 s, stayed at
+#   0.3-0.9 through 1M env steps: one run each does not settle Asterix. Breakout-v0
+#   learns faster with 3 (10.6 (14.7) / 7.7 (12.2); the paper's 10 at 143 s / 269 s),
+#   the one game where 1 is behind; with 1, seeds 0-2 all reach 10 within 480 s (269,
+#   448, 472 s). A likely reason (not isolated): the return sums the behaviour's next
+#   steps uncorrected, and Ape-X's copies explore at rates up to 0.4, where a MinAtar
+#   step is a whole move (no frame skip) that can end the episode (Asterix) or throw
+#   the chicken back (Freeway).
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3},
     "small_image": {"lr": 1e-3, "eps_alpha": 3.0, "n_step": 1},
