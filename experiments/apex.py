@@ -154,9 +154,9 @@ class ReplayConfig:
 #   replay, lr 2.5e-4, Adam eps 1.5e-4) peaked at 9-17 by 50-200K env steps and fell
 #   to 0-3 (one was back at 10 at its last). SpaceInvaders-v0 23.0 (29.5) / 24.8
 #   (31.8); over 30 min its windows rose 3-5 points (bench notes of issue 17).
-#   Asterix-v0: with 3, 0.5 over 30 min (alpha 7); with 1, one run learned (4.1
-#   (5.6), best 7.2 at 500K env steps) and a second, same settings, 900 s, stayed at
-#   0.3-0.9 through 1M env steps: one run each does not settle Asterix. Breakout-v0
+#   Asterix-v0: with 3, 0.5 over 30 min (alpha 7); with 1, one run of four learned (4.1
+#   (5.6), best 7.2 at 500K env steps); the others (seed 0 for 900 s, seeds 1 and 2 for
+#   480 s) stayed at 0.3-1.0: n 1 does not fix Asterix. Breakout-v0
 #   learns faster with 3 (10.6 (14.7) / 7.7 (12.2); the paper's 10 at 143 s / 269 s),
 #   the one game where 1 is behind; with 1, seeds 0-2 all reach 10 within 480 s (269,
 #   448, 472 s). A likely reason (not isolated): the return sums the behaviour's next
