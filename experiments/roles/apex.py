@@ -103,8 +103,10 @@ def pacing(config: Any) -> Pacing:
     from algorithms.apex import ApexConfig
 
     learn = config.learn
-    if learn.n_step is None:
-        raise ValueError("pacing needs --n-step: fill the family defaults first (env_defaults)")
+    for name in ("n_step", "updates_per_step"):
+        if getattr(learn, name) is None:
+            raise ValueError(f"pacing needs --{name.replace('_', '-')}: fill the family defaults first "
+                             "(env_defaults)")
     # ApexConfig's own add_every: the job does not change it (LearnConfig has no flag).
     held = config.num_actors * config.env.num_envs * (ApexConfig.add_every + learn.n_step)
     return Pacing(updates_per_step=learn.updates_per_step, learning_starts=learn.learning_starts,

@@ -158,7 +158,8 @@ def check_resume(config: Any) -> None:
 
 
 def env_defaults(config: Any, parts: Any) -> None:
-    """``--lr``, ``--eps-alpha`` and ``--n-step`` when not given, by the env's observation family."""
+    """``--lr``, ``--eps-alpha``, ``--n-step`` and ``--updates-per-step`` when not given, by
+    the env's observation family (``experiments.apex.DEFAULTS_BY_FAMILY``)."""
     fill_family_defaults(config, job_env_fn(config, parts))
 
 

@@ -9,7 +9,7 @@ import pytest
 from experiments.apex import DEFAULTS_BY_FAMILY, LearnConfig, run
 from tests.experiments.jobs import apex_config
 
-FAMILY_FIELDS = ("lr", "eps_alpha", "n_step")
+FAMILY_FIELDS = ("lr", "eps_alpha", "n_step", "updates_per_step")
 
 
 def _saved_learn(summary):
@@ -27,8 +27,9 @@ def test_given_values_are_kept(tmp_path):
     config = apex_config(str(tmp_path), serial=True, max_env_steps=300, lr=7e-4)
     config.learn.eps_alpha = 5.0
     config.learn.n_step = 2
+    config.learn.updates_per_step = 0.5
     learn = _saved_learn(run(config, quiet=True))
-    assert (learn["lr"], learn["eps_alpha"], learn["n_step"]) == (7e-4, 5.0, 2)
+    assert (learn["lr"], learn["eps_alpha"], learn["n_step"], learn["updates_per_step"]) == (7e-4, 5.0, 2, 0.5)
 
 
 def test_every_family_has_every_default():
@@ -64,9 +65,15 @@ def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
     assert {k: learn[k] for k in FAMILY_FIELDS} == DEFAULTS_BY_FAMILY["small_image"]
 
 
-def test_pacing_needs_the_filled_n_step():
+def test_pacing_needs_the_filled_family_defaults():
     from experiments.apex import ApexJobConfig
     from experiments.roles.apex import pacing
 
     with pytest.raises(ValueError, match="--n-step"):
         pacing(ApexJobConfig())
+    config = ApexJobConfig()
+    config.learn.n_step = 3
+    with pytest.raises(ValueError, match="--updates-per-step"):
+        pacing(config)
+    config.learn.updates_per_step = 0.5
+    assert pacing(config).updates_per_step == 0.5
