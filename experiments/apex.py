@@ -107,13 +107,26 @@ class ReplayConfig:
 
 # Defaults by observation family (``algorithms.nets.observation_family``, the same
 # rule that picks the default network), used for each of ``--lr``, ``--eps-alpha``,
-# ``--n-step`` and ``--updates-per-step`` that is not given.
+# ``--n-step`` and ``--updates-per-step`` that is not given. Each small_image value was
+# measured with the others as they were then: eps_alpha and n_step at lr 1e-3 and a
+# replay ratio of 0.25, the ratio at lr 1e-3, the rate at both ratios.
 #
 # ``lr``, Adam's learning rate:
 # - vector (CartPole-v1): measured, see LearnConfig below.
-# - small_image (MinAtar's 10x10xC): 1e-3, measured with the other defaults as they are
-#   (one seed each, --serial, so the same at any load; last-100 training return / best
-#   greedy evaluation of 10 episodes every 50K env steps):
+# - small_image (MinAtar's 10x10xC): 2.5e-4, the MinAtar paper's rate. 1e-3, chosen
+#   first on the short runs below, learns as fast early but kills the dense layer:
+#   the share of its 128 ReLUs that are zero on all of 3,000 random-play states grew
+#   to 95-98% in all four Asterix runs and on Seaquest by 250-450K env steps (three
+#   of those Asterix runs and the Seaquest one learned nothing), 87% on Freeway, 83%
+#   on SpaceInvaders over 30 min, 33% on Breakout; with 2.5e-4, Asterix kept 95% of
+#   them and SpaceInvaders half. Measured with the other defaults (bench
+#   minatar, distributed, 480 s, one seed, 2-core machine; mean epsilon-0.1 evaluation
+#   from 200 s on, greedy in brackets), 1e-3 / 2.5e-4: SpaceInvaders-v0 29.1 (43.5) /
+#   31.4 (48.8) (with replay ratio 0.25: 24.8 (31.8) / 25.9 (41.0)); Asterix-v0 0.3-1.0
+#   in 3 runs of 4 (one reached 7.2) / 5.1 (6.7), rising to 8.5 by the end;
+#   Breakout-v0 10.0 (16.8) / 8.9 (13.5), the paper's 10 at 280 s / 267 s.
+#   Earlier, shorter runs (one seed each, --serial, replay ratio 0.25; last-100
+#   training return / best greedy evaluation of 10 episodes every 50K env steps):
 #     SpaceInvaders-v0, 300K env steps: 1e-3: 18.6 / 21.9; 2.5e-3: 12.3 / 17.0 at 190K,
 #       its evaluations falling 17.0 -> 14.2 -> 8.4 (unstable);
 #     Breakout-v0, 200K env steps: 1e-3: 11.2 / 10.9; 2.5e-3: 10.7 / 13.0 (the same);
@@ -170,7 +183,7 @@ class ReplayConfig:
 #   paper's batch 32 every step); measured on CartPole only (LearnConfig below).
 # - small_image: 0.125. A MinAtar learner on 2 cores is CPU-bound (250-290 updates/s
 #   whatever the ratio), so halving the ratio doubles the env steps actors may take
-#   (1,000-1,150 -> 1,700-2,100/s). Measured with the other defaults (bench minatar,
+#   (1,000-1,150 -> 1,700-2,100/s). Measured at lr 1e-3 (bench minatar,
 #   distributed, 480 s, one seed, 2-core machine, nothing else running; mean
 #   epsilon-0.1 evaluation from 200 s on, greedy in brackets), 0.25 / 0.125:
 #   SpaceInvaders-v0 24.8 (31.8) / 28.1 (41.2), final 30.6 / 40.0; Freeway-v0 22.7
@@ -178,7 +191,7 @@ class ReplayConfig:
 #   Breakout-v0 7.7 (12.2) / 10.0 (16.8), the paper's 10 at 269 s / 280 s.
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
-    "small_image": {"lr": 1e-3, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.125},
+    "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.125},
     "frames": {"lr": 6.25e-5, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "other": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
 }
@@ -197,7 +210,7 @@ class LearnConfig:
     # 500 solved 1/3 and 0/3; batch 256 at 0.125 updates/step 1/3; a 64x64 MLP without
     # dueling head 0/3.
     lr: float | None = field(None, help=(
-        "Adam learning rate (none: by observation family, 2.5e-3 for vectors, 1e-3 for "
+        "Adam learning rate (none: by observation family, 2.5e-3 for vectors, 2.5e-4 for "
         "MinAtar-size images, 6.25e-5 for 84x84 frames)"))
     gamma: float = field(0.99, help="discount")
     n_step: int | None = field(None, help=(
