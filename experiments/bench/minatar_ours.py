@@ -191,11 +191,8 @@ def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: f
 # ---------------------------------------------------------- evaluator policies
 
 
-def apex_policy(flags: str, game: str):
-    """``(load(state), scores(obs))``: ours' Q network as ``experiments.apex`` builds it."""
-    import numpy as np
-    import torch
-
+def apex_network(flags: str, game: str):
+    """Ours' Q network for ``game`` as ``experiments.apex`` with ``flags`` builds it."""
     from algorithms.nets import q_network
     from envs.registry import EnvFactory
 
@@ -204,6 +201,15 @@ def apex_policy(flags: str, game: str):
     net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden_sizes(),
                     dueling=config.learn.dueling)
     env.close()
+    return net
+
+
+def apex_policy(flags: str, game: str):
+    """``(load(state), scores(obs))``: ours' Q network as ``experiments.apex`` builds it."""
+    import numpy as np
+    import torch
+
+    net = apex_network(flags, game)
     return net.load_state_dict, lambda obs: net(torch.as_tensor(np.asarray(obs)))
 
 

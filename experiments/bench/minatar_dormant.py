@@ -1,0 +1,127 @@
+"""Dead units in the Ape-X Q network over a MinAtar run: for each evaluation snapshot a
+``experiments.bench.minatar`` run wrote (``<out>/<Game>/rlpar-apex-seed<k>``), the share
+of each ReLU layer's units (conv channels, dense units) whose output is zero on every one
+of ``--states`` states of uniformly random play, and the mean Q-value on those states.
+
+A unit that is zero on every input gets no gradient and stays off: the dormant-neuron
+effect (Sokar et al. 2023, "The Dormant Neuron Phenomenon in Deep Reinforcement
+Learning", arXiv 2302.12902), here with threshold 0 ("dead"). It is what made Adam at
+lr 1e-3 fail on Asterix and Seaquest (issue 17: 95-98% of the dense layer dead).
+
+    python -m experiments.bench.minatar_dormant RUN_DIR [RUN_DIR ...] [--game G] \\
+        [--ours-flags="..."] [--states 3000]
+
+One JSON line per snapshot; ``dead`` is keyed by the ReLU's module name in the network
+(with the default MinAtar torso, ``0.2`` is the conv's and ``0.5`` the dense layer's).
+``--game`` defaults to the run directory's parent name (the
+bench's layout); ``--ours-flags`` must name the network flags the run used (``--hidden``,
+``--no-dueling``) so the snapshot loads into the same network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from experiments.bench.minatar_eval import PAPER_SCORES, SNAPSHOTS, env_id
+
+
+def random_play_states(game: str, *, count: int, seed: int) -> np.ndarray:
+    """``count`` observations of uniformly random play (episodes restart as they end)."""
+    from envs.registry import EnvFactory
+
+    env = EnvFactory.from_id(env_id(game))()
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    states = []
+    try:
+        for _ in range(count):
+            states.append(np.asarray(obs))
+            obs, _, terminated, truncated, _ = env.step(int(rng.integers(env.action_space.n)))
+            if terminated or truncated:
+                obs, _ = env.reset()
+    finally:
+        env.close()
+    return np.stack(states)
+
+
+def dead_fractions(net: Any, states: Any) -> tuple[dict[str, float], float]:
+    """Per ReLU module of ``net`` (by its name in ``net``), the share of units zero on
+    every state; and the mean Q-value. A conv channel counts as one unit, live if it is
+    positive at any position of any state."""
+    import torch
+
+    outputs: dict[str, torch.Tensor] = {}
+    hooks = [module.register_forward_hook(lambda _m, _i, out, name=name: outputs.__setitem__(name, out))
+             for name, module in net.named_modules() if isinstance(module, torch.nn.ReLU)]
+    if not hooks:
+        raise ValueError(f"{type(net).__name__} has no nn.ReLU modules to measure")
+    try:
+        with torch.no_grad():
+            q = net(torch.as_tensor(states))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    dead = {}
+    for name, out in outputs.items():
+        live = (out > 0).flatten(2).any(-1) if out.dim() > 2 else out > 0  # (states, units)
+        dead[name] = round(1.0 - live.any(0).float().mean().item(), 4)
+    return dead, float(q.mean())
+
+
+def snapshot_paths(run_dir: str) -> list[str]:
+    directory = os.path.join(run_dir, SNAPSHOTS)
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".pt")) if os.path.isdir(directory) else []
+    return [os.path.join(directory, n) for n in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories holding snapshots/")
+    parser.add_argument("--game", default=None, help=f"one of {sorted(PAPER_SCORES)} (default: from the path)")
+    parser.add_argument("--ours-flags", default="", help="the run's experiments.apex network flags")
+    parser.add_argument("--states", type=int, default=3000, help="random-play states to measure on")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.states < 1:
+        parser.error(f"--states must be >= 1, got {args.states}")
+    jobs = []
+    for run in args.runs:
+        game = args.game or os.path.basename(os.path.dirname(os.path.abspath(run)))
+        if game not in PAPER_SCORES:
+            parser.error(f"{run}: cannot tell the game (got {game!r}); pass --game, one of {sorted(PAPER_SCORES)}")
+        paths = snapshot_paths(run)
+        if not paths:
+            parser.error(f"{run}: no snapshots under {os.path.join(run, SNAPSHOTS)}")
+        jobs.append((run, game, paths))
+
+    import torch
+
+    from experiments.bench.minatar_ours import apex_network
+
+    torch.set_num_threads(1)
+    states_by_game: dict[str, np.ndarray] = {}
+    for run, game, paths in jobs:
+        if game not in states_by_game:
+            states_by_game[game] = random_play_states(game, count=args.states, seed=args.seed)
+        net = apex_network(args.ours_flags, game)
+        rows = []
+        for path in paths:
+            snap = torch.load(path, weights_only=True)
+            net.load_state_dict(snap["state"])
+            dead, q_mean = dead_fractions(net, states_by_game[game])
+            rows.append({"bench": "minatar_dormant", "game": game, "run": run, "env_steps": snap["env_steps"],
+                         "wall_s": snap["wall_s"], "final": snap["final"], "dead": dead,
+                         "q_mean": round(q_mean, 4), "states": args.states})
+        for row in sorted(rows, key=lambda r: (r["env_steps"], r["final"])):
+            print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
