@@ -115,16 +115,18 @@ class ReplayConfig:
 # - vector (CartPole-v1): measured, see LearnConfig below.
 # - small_image (MinAtar's 10x10xC): 2.5e-4, the MinAtar paper's rate. 1e-3, chosen
 #   first on the short runs below, learns as fast early but kills the dense layer:
-#   the share of its 128 ReLUs that are zero on all of 3,000 random-play states grew
-#   to 95-98% in all four Asterix runs and on Seaquest by 250-450K env steps (three
-#   of those Asterix runs and the Seaquest one learned nothing), 87% on Freeway, 83%
-#   on SpaceInvaders over 30 min, 33% on Breakout; with 2.5e-4, Asterix kept 95% of
-#   them and SpaceInvaders half. Measured with the other defaults (bench
-#   minatar, distributed, 480 s, one seed, 2-core machine; mean epsilon-0.1 evaluation
-#   from 200 s on, greedy in brackets), 1e-3 / 2.5e-4: SpaceInvaders-v0 29.1 (43.5) /
-#   31.4 (48.8) (with replay ratio 0.25: 24.8 (31.8) / 25.9 (41.0)); Asterix-v0 0.3-1.0
-#   in 3 runs of 4 (one reached 7.2) / 5.1 (6.7), rising to 8.5 by the end;
-#   Breakout-v0 10.0 (16.8) / 8.9 (13.5), the paper's 10 at 280 s / 267 s.
+#   the share of its 128 ReLUs that are zero on all of 3,000 random-play states
+#   (``python -m experiments.bench.minatar_dormant`` on the runs' snapshots) grew to
+#   95-98% in all four Asterix runs and on Seaquest by 250-450K env steps (three of
+#   those Asterix runs and the Seaquest one learned nothing), 87% on Freeway, 83% on
+#   SpaceInvaders over 30 min, 33% on Breakout; with 2.5e-4, Asterix kept 92-95% of
+#   them and SpaceInvaders about half. Measured with the other defaults (bench
+#   minatar, distributed, 480 s, one seed, 2-core machine; mean epsilon-0.1
+#   evaluation from 200 s on, greedy in brackets), 1e-3 / 2.5e-4, replay ratio 0.125
+#   unless stated: SpaceInvaders-v0 29.1 (43.5) / 31.4 (48.8) (ratio 0.25: 24.8
+#   (31.8) / 25.9 (41.0)); Asterix-v0 (1e-3 at ratio 0.25) 0.3-1.0 in 3 runs of 4,
+#   the fourth 4.1 (5.6) / 5.1 (6.7), rising to 8.5 by the end (at ratio 0.25: 1.2
+#   (1.3)); Breakout-v0 10.0 (16.8) / 9.4 (13.9), the paper's 10 at 280 s / 267 s.
 #   Earlier, shorter runs (one seed each, --serial, replay ratio 0.25; last-100
 #   training return / best greedy evaluation of 10 episodes every 50K env steps):
 #     SpaceInvaders-v0, 300K env steps: 1e-3: 18.6 / 21.9; 2.5e-3: 12.3 / 17.0 at 190K,
