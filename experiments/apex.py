@@ -119,7 +119,7 @@ class ReplayConfig:
 #   (``python -m experiments.bench.minatar_dormant`` on the runs' snapshots) grew to
 #   95-98% in all four Asterix runs and on Seaquest by 250-450K env steps (three of
 #   those Asterix runs and the Seaquest one learned nothing), 87% on Freeway, 83% on
-#   SpaceInvaders over 30 min, 33% on Breakout; with 2.5e-4, Asterix kept 92-95% of
+#   SpaceInvaders over 30 min, 33% on Breakout; with 2.5e-4, Asterix kept 91-95% of
 #   them and SpaceInvaders about half. Measured with the other defaults (bench
 #   minatar, distributed, 480 s, one seed, 2-core machine; mean epsilon-0.1
 #   evaluation from 200 s on, greedy in brackets), 1e-3 / 2.5e-4, replay ratio 0.125
