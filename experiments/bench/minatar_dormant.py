@@ -1,7 +1,9 @@
-"""Dead units in the Ape-X Q network over a MinAtar run: for each evaluation snapshot a
-``experiments.bench.minatar`` run wrote (``<out>/<Game>/rlpar-apex-seed<k>``), the share
-of each ReLU layer's units (conv channels, dense units) whose output is zero on every one
-of ``--states`` states of uniformly random play, and the mean Q-value on those states.
+"""Dead units in our networks over a MinAtar run: for each evaluation snapshot a
+``experiments.bench.minatar`` run of ours wrote (``<out>/<Game>/rlpar-apex-seed<k>`` or
+``rlpar-a3c-seed<k>``), the share of each ReLU layer's units (conv channels, dense units)
+whose output is zero on every one of ``--states`` states of uniformly random play, and
+the mean of the network's value output on those states (Ape-X: Q over all actions; A3C:
+the critic's V).
 
 A unit that is zero on every input gets no gradient and stays off: the dormant-neuron
 effect (Sokar et al. 2023, "The Dormant Neuron Phenomenon in Deep Reinforcement
@@ -9,26 +11,31 @@ Learning", arXiv 2302.12902), here with threshold 0 ("dead"). It is what made Ad
 lr 1e-3 fail on Asterix and Seaquest (issue 17: 95-98% of the dense layer dead).
 
     python -m experiments.bench.minatar_dormant RUN_DIR [RUN_DIR ...] [--game G] \\
-        [--ours-flags="..."] [--states 3000]
+        [--impl rlpar-apex|rlpar-a3c] [--ours-flags="..."] [--a3c-flags="..."] [--states 3000]
 
 One JSON line per snapshot; ``dead`` is keyed by the ReLU's module name in the network
 (with the default MinAtar torso, ``0.2`` is the conv's and ``0.5`` the dense layer's).
-``--game`` defaults to the run directory's parent name (the
-bench's layout); ``--ours-flags`` must name the network flags the run used (``--hidden``,
-``--no-dueling``) so the snapshot loads into the same network.
+``--game`` and ``--impl`` default to what the bench's layout
+says (the parent directory's name, the run directory's prefix); ``--ours-flags`` /
+``--a3c-flags`` must carry the network flags the run used (the bench's own) so the
+snapshot loads into the same network.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from experiments.bench.minatar_eval import PAPER_SCORES, SNAPSHOTS, env_id
+
+IMPLS = ("rlpar-apex", "rlpar-a3c")
 
 
 def random_play_states(game: str, *, count: int, seed: int) -> np.ndarray:
@@ -50,10 +57,11 @@ def random_play_states(game: str, *, count: int, seed: int) -> np.ndarray:
     return np.stack(states)
 
 
-def dead_fractions(net: Any, states: Any) -> tuple[dict[str, float], float]:
-    """Per ReLU module of ``net`` (by its name in ``net``), the share of units zero on
-    every state; and the mean Q-value. A conv channel counts as one unit, live if it is
-    positive at any position of any state."""
+def dead_fractions(net: Any, forward: Callable[[], Any]) -> tuple[dict[str, float], Any]:
+    """Per ReLU module of ``net`` (by its name in ``net``), the share of its units zero
+    on every state of the batch ``forward()`` runs through it; and what ``forward()``
+    returned. A conv channel counts as one unit, live if it is positive at any position
+    of any state."""
     import torch
 
     outputs: dict[str, torch.Tensor] = {}
@@ -63,7 +71,7 @@ def dead_fractions(net: Any, states: Any) -> tuple[dict[str, float], float]:
         raise ValueError(f"{type(net).__name__} has no nn.ReLU modules to measure")
     try:
         with torch.no_grad():
-            q = net(torch.as_tensor(states))
+            output = forward()
     finally:
         for hook in hooks:
             hook.remove()
@@ -71,7 +79,20 @@ def dead_fractions(net: Any, states: Any) -> tuple[dict[str, float], float]:
     for name, out in outputs.items():
         live = (out > 0).flatten(2).any(-1) if out.dim() > 2 else out > 0  # (states, units)
         dead[name] = round(1.0 - live.any(0).float().mean().item(), 4)
-    return dead, float(q.mean())
+    return dead, output
+
+
+def network(impl: str, game: str, *, ours_flags: str, a3c_flags: str) -> tuple[Any, Callable, Callable]:
+    """``(module, load(state), value(obs))`` for ``impl``'s network as its job builds it."""
+    import torch
+
+    from experiments.bench.minatar_ours import a3c_agent, apex_network
+
+    if impl == "rlpar-apex":
+        net = apex_network(ours_flags, game)
+        return net, net.load_state_dict, lambda obs: net(torch.as_tensor(obs))
+    agent = a3c_agent(a3c_flags, game)
+    return agent.model, agent.load_parameters, lambda obs: agent.model.value(torch.as_tensor(obs).float())
 
 
 def snapshot_paths(run_dir: str) -> list[str]:
@@ -84,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories holding snapshots/")
     parser.add_argument("--game", default=None, help=f"one of {sorted(PAPER_SCORES)} (default: from the path)")
-    parser.add_argument("--ours-flags", default="", help="the run's experiments.apex network flags")
+    parser.add_argument("--impl", choices=IMPLS, default=None, help="default: from the run directory's name")
+    parser.add_argument("--ours-flags", default="", help="the Ape-X run's experiments.apex flags")
+    parser.add_argument("--a3c-flags", default="", help="the A3C run's experiments.a3c flags")
     parser.add_argument("--states", type=int, default=3000, help="random-play states to measure on")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -95,29 +118,33 @@ def main(argv: list[str] | None = None) -> int:
         game = args.game or os.path.basename(os.path.dirname(os.path.abspath(run)))
         if game not in PAPER_SCORES:
             parser.error(f"{run}: cannot tell the game (got {game!r}); pass --game, one of {sorted(PAPER_SCORES)}")
+        impl = args.impl or next((i for i in IMPLS if os.path.basename(os.path.abspath(run)).startswith(i + "-")),
+                                 None)
+        if impl is None:
+            parser.error(f"{run}: cannot tell whose run it is; pass --impl, one of {list(IMPLS)}")
         paths = snapshot_paths(run)
         if not paths:
             parser.error(f"{run}: no snapshots under {os.path.join(run, SNAPSHOTS)}")
-        jobs.append((run, game, paths))
+        jobs.append((run, game, impl, paths))
 
     import torch
 
-    from experiments.bench.minatar_ours import apex_network
-
     torch.set_num_threads(1)
     states_by_game: dict[str, np.ndarray] = {}
-    for run, game, paths in jobs:
+    for run, game, impl, paths in jobs:
         if game not in states_by_game:
             states_by_game[game] = random_play_states(game, count=args.states, seed=args.seed)
-        net = apex_network(args.ours_flags, game)
+        states = states_by_game[game]
+        net, load, value = network(impl, game, ours_flags=args.ours_flags, a3c_flags=args.a3c_flags)
         rows = []
         for path in paths:
             snap = torch.load(path, weights_only=True)
-            net.load_state_dict(snap["state"])
-            dead, q_mean = dead_fractions(net, states_by_game[game])
-            rows.append({"bench": "minatar_dormant", "game": game, "run": run, "env_steps": snap["env_steps"],
-                         "wall_s": snap["wall_s"], "final": snap["final"], "dead": dead,
-                         "q_mean": round(q_mean, 4), "states": args.states})
+            load(snap["state"])
+            dead, values = dead_fractions(net, functools.partial(value, states))
+            value_mean = float(values.mean())
+            rows.append({"bench": "minatar_dormant", "game": game, "impl": impl, "run": run,
+                         "env_steps": snap["env_steps"], "wall_s": snap["wall_s"], "final": snap["final"],
+                         "dead": dead, "value_mean": round(value_mean, 4), "states": args.states})
         for row in sorted(rows, key=lambda r: (r["env_steps"], r["final"])):
             print(json.dumps(row), flush=True)
     return 0

@@ -213,11 +213,8 @@ def apex_policy(flags: str, game: str):
     return net.load_state_dict, lambda obs: net(torch.as_tensor(np.asarray(obs)))
 
 
-def a3c_policy(flags: str, game: str):
-    """``(load(state), scores(obs))``: ours' actor-critic; the scores are its logits."""
-    import numpy as np
-    import torch
-
+def a3c_agent(flags: str, game: str) -> A2C:
+    """Ours' actor-critic for ``game`` as ``experiments.a3c`` with ``flags`` builds it."""
     from envs.registry import EnvFactory
     from experiments.roles.a3c_parts import fill_defaults
 
@@ -228,4 +225,13 @@ def a3c_policy(flags: str, game: str):
     agent = A2C(observation_space=env.observation_space, action_space=env.action_space,
                 config=config.learn.a2c_config(), device="cpu")
     env.close()
+    return agent
+
+
+def a3c_policy(flags: str, game: str):
+    """``(load(state), scores(obs))``: ours' actor-critic; the scores are its logits."""
+    import numpy as np
+    import torch
+
+    agent = a3c_agent(flags, game)
     return agent.load_parameters, lambda obs: agent.model.policy(torch.as_tensor(np.asarray(obs)).float())

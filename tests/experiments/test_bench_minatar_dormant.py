@@ -9,7 +9,7 @@ pytest.importorskip("minatar")
 
 from experiments.bench.minatar_dormant import dead_fractions, main  # noqa: E402
 from experiments.bench.minatar_eval import write_snapshot  # noqa: E402
-from experiments.bench.minatar_ours import apex_network  # noqa: E402
+from experiments.bench.minatar_ours import a3c_agent, apex_network  # noqa: E402
 
 
 def _run_dir(tmp_path):
@@ -29,9 +29,20 @@ def test_a_killed_dense_layer_reads_all_dead_and_snapshots_come_in_env_step_orde
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["env_steps"] for r in rows] == [50, 100]
     killed, fresh = rows
-    assert killed["game"] == "Breakout" and set(killed["dead"]) == set(fresh["dead"])
+    assert (killed["game"], killed["impl"]) == ("Breakout", "rlpar-apex")
+    assert set(killed["dead"]) == set(fresh["dead"])
     assert max(killed["dead"].values()) == 1.0  # the dense layer
     assert max(fresh["dead"].values()) < 1.0
+
+
+def test_an_a3c_run_is_measured_on_its_actor_critic(tmp_path, capsys):
+    run = tmp_path / "SpaceInvaders" / "rlpar-a3c-seed1"
+    write_snapshot(str(run), a3c_agent("", "SpaceInvaders").parameters_state(), env_steps=10, wall_s=1.0,
+                   updates=1)
+    assert main([str(run), "--states", "100"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (row["game"], row["impl"], row["env_steps"]) == ("SpaceInvaders", "rlpar-a3c", 10)
+    assert row["dead"] and all(0.0 <= share <= 1.0 for share in row["dead"].values())
 
 
 def test_dead_fractions_count_a_conv_channel_live_if_any_position_is():
@@ -41,17 +52,19 @@ def test_dead_fractions_count_a_conv_channel_live_if_any_position_is():
         net[0].bias.copy_(torch.tensor([0.0, -10.0]))
     states = torch.zeros(3, 1, 2, 2)
     states[0, 0, 1, 1] = 1.0  # one position of one state switches channel 0 on
-    dead, _ = dead_fractions(net, states)
-    assert dead == {"1": 0.5}
+    dead, output = dead_fractions(net, lambda: net(states))
+    assert dead == {"1": 0.5} and output.shape == (3, 2, 2, 2)
+    linear = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="no nn.ReLU"):
-        dead_fractions(torch.nn.Linear(2, 2), torch.zeros(1, 2))
+        dead_fractions(linear, lambda: linear(torch.zeros(1, 2)))
 
 
 @pytest.mark.parametrize("args, named", [
-    (["{tmp}/nowhere/x", "--game", "Breakout"], "no snapshots"),
+    (["{tmp}/Breakout/rlpar-apex-seed0"], "no snapshots"),
     (["{tmp}"], "cannot tell the game"),
     (["{tmp}", "--game", "Pong"], "cannot tell the game"),
     (["{tmp}", "--game", "Breakout", "--states", "0"], "--states must be >= 1"),
+    (["{tmp}/Breakout/sb3-dqn-seed0"], "cannot tell whose run"),
 ])
 def test_bad_input_exits_2_naming_it(tmp_path, capsys, args, named):
     with pytest.raises(SystemExit) as exit_info:
