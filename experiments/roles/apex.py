@@ -47,6 +47,7 @@ from experiments.roles.apex_parts import (
     resolve,
     target,
 )
+from experiments.runtime.cli import flag
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
 from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
@@ -105,8 +106,7 @@ def pacing(config: Any) -> Pacing:
     learn = config.learn
     for name in ("n_step", "updates_per_step"):
         if getattr(learn, name) is None:
-            raise ValueError(f"pacing needs --{name.replace('_', '-')}: fill the family defaults first "
-                             "(env_defaults)")
+            raise ValueError(f"pacing needs {flag(name)}: fill the family defaults first (env_defaults)")
     # ApexConfig's own add_every: the job does not change it (LearnConfig has no flag).
     held = config.num_actors * config.env.num_envs * (ApexConfig.add_every + learn.n_step)
     return Pacing(updates_per_step=learn.updates_per_step, learning_starts=learn.learning_starts,
