@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench.minatar_eval import PAPER_SCORES, SNAPSHOTS, env_id
+from experiments.bench.minatar_eval import PAPER_SCORES, SNAPSHOTS, env_id, snapshot_names
 
 IMPLS = ("rlpar-apex", "rlpar-a3c")
 
@@ -95,12 +95,6 @@ def network(impl: str, game: str, *, ours_flags: str, a3c_flags: str) -> tuple[A
     return agent.model, agent.load_parameters, lambda obs: agent.model.value(torch.as_tensor(obs).float())
 
 
-def snapshot_paths(run_dir: str) -> list[str]:
-    directory = os.path.join(run_dir, SNAPSHOTS)
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".pt")) if os.path.isdir(directory) else []
-    return [os.path.join(directory, n) for n in names]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories holding snapshots/")
@@ -122,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                                  None)
         if impl is None:
             parser.error(f"{run}: cannot tell whose run it is; pass --impl, one of {list(IMPLS)}")
-        paths = snapshot_paths(run)
+        paths = [os.path.join(run, SNAPSHOTS, name) for name in snapshot_names(run)]
         if not paths:
             parser.error(f"{run}: no snapshots under {os.path.join(run, SNAPSHOTS)}")
         jobs.append((run, game, impl, paths))
