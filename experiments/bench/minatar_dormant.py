@@ -5,10 +5,10 @@ whose output is zero on every one of ``--states`` states of uniformly random pla
 the mean of the network's value output on those states (Ape-X: Q over all actions; A3C:
 the critic's V).
 
-A unit that is zero on every input gets no gradient and stays off: the dormant-neuron
-effect (Sokar et al. 2023, "The Dormant Neuron Phenomenon in Deep Reinforcement
-Learning", arXiv 2302.12902), here with threshold 0 ("dead"). It is what made Adam at
-lr 1e-3 fail on Asterix and Seaquest (issue 17: 95-98% of the dense layer dead).
+Dead units (why they matter, how a conv channel counts) as in
+:mod:`algorithms.diagnostics`, which every job also logs live at each evaluation
+(``network/dead_units/<layer>``); this tool measures saved snapshots afterwards on one
+fixed set of states, so runs and snapshots compare with each other.
 
     python -m experiments.bench.minatar_dormant RUN_DIR [RUN_DIR ...] [--game G] \\
         [--impl rlpar-apex|rlpar-a3c] [--ours-flags="..."] [--a3c-flags="..."] [--states 3000]
@@ -24,7 +24,6 @@ snapshot loads into the same network.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -55,31 +54,6 @@ def random_play_states(game: str, *, count: int, seed: int) -> np.ndarray:
     finally:
         env.close()
     return np.stack(states)
-
-
-def dead_fractions(net: Any, forward: Callable[[], Any]) -> tuple[dict[str, float], Any]:
-    """Per ReLU module of ``net`` (by its name in ``net``), the share of its units zero
-    on every state of the batch ``forward()`` runs through it; and what ``forward()``
-    returned. A conv channel counts as one unit, live if it is positive at any position
-    of any state."""
-    import torch
-
-    outputs: dict[str, torch.Tensor] = {}
-    hooks = [module.register_forward_hook(lambda _m, _i, out, name=name: outputs.__setitem__(name, out))
-             for name, module in net.named_modules() if isinstance(module, torch.nn.ReLU)]
-    if not hooks:
-        raise ValueError(f"{type(net).__name__} has no nn.ReLU modules to measure")
-    try:
-        with torch.no_grad():
-            output = forward()
-    finally:
-        for hook in hooks:
-            hook.remove()
-    dead = {}
-    for name, out in outputs.items():
-        live = (out > 0).flatten(2).any(-1) if out.dim() > 2 else out > 0  # (states, units)
-        dead[name] = round(1.0 - live.any(0).float().mean().item(), 4)
-    return dead, output
 
 
 def network(impl: str, game: str, *, ours_flags: str, a3c_flags: str) -> tuple[Any, Callable, Callable]:
@@ -123,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from algorithms.diagnostics import DeadUnits
+
     torch.set_num_threads(1)
     states_by_game: dict[str, np.ndarray] = {}
     for run, game, impl, paths in jobs:
@@ -134,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths:
             snap = torch.load(path, weights_only=True)
             load(snap["state"])
-            dead, values = dead_fractions(net, functools.partial(value, states))
-            value_mean = float(values.mean())
+            with torch.no_grad(), DeadUnits(net) as dead:
+                value_mean = float(value(states).mean())
             rows.append({"bench": "minatar_dormant", "game": game, "impl": impl, "run": run,
                          "env_steps": snap["env_steps"], "wall_s": snap["wall_s"], "final": snap["final"],
-                         "dead": dead, "value_mean": round(value_mean, 4), "states": args.states})
+                         "dead": dead.fractions(), "value_mean": round(value_mean, 4), "states": args.states})
         for row in sorted(rows, key=lambda r: (r["env_steps"], r["final"])):
             print(json.dumps(row), flush=True)
     return 0

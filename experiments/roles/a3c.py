@@ -35,9 +35,10 @@ from experiments.roles.a3c_parts import (
     target,
 )
 from experiments.runtime.config import resolve_device
+from experiments.runtime.evaluation import evaluation
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import finish_lead, start_lead
-from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
+from experiments.runtime.messages import Episode, Rejoin, Report
 
 GROUP, SERVER = "a3c", "grads"
 
@@ -224,10 +225,11 @@ class Lead:
         state, version = grads.pull()
         self.eval_agent.load_parameters(state)
         steps = self.coordinator.env_steps
-        returns = evaluate(functools.partial(self.eval_agent.act, explore=False), evaluator,
-                           episodes=self.ctx.config.run.eval_episodes, seed=self.ctx.config.run.seed + 7 + steps)
-        self.coordinator.eval_result(EvalResult(env_steps=steps, version=version,
-                                                returns=[float(r) for r in returns]))
+        self.coordinator.eval_result(evaluation(
+            self.eval_agent.model, functools.partial(
+                evaluate, functools.partial(self.eval_agent.act, explore=False), evaluator,
+                episodes=self.ctx.config.run.eval_episodes, seed=self.ctx.config.run.seed + 7 + steps),
+            env_steps=steps, version=version))
 
     def tick(self, grads: Any, *, force: bool = False) -> None:
         server = grads.metrics()

@@ -26,6 +26,7 @@ holds ``--updates-per-step`` on both sides.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -48,9 +49,10 @@ from experiments.roles.apex_parts import (
     target,
 )
 from experiments.runtime.cli import flag
+from experiments.runtime.evaluation import evaluation
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
-from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
+from experiments.runtime.messages import Episode, Rejoin, Report
 
 GROUP, REPLAY, PARAMS = "apex", "replay", "params"
 REPORT_EVERY_S = 0.02
@@ -451,11 +453,11 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 if directive.evaluate and evaluator is not None:
                     shell.actor.sync()
-                    returns = evaluate(shell.actor.dqn, evaluator, episodes=config.run.eval_episodes,
-                                       seed=config.run.seed + 7 + directive.env_steps)
-                    group.call("coord/eval", EvalResult(env_steps=directive.env_steps,
-                                                        version=shell.actor.version,
-                                                        returns=[float(r) for r in returns]))
+                    dqn, steps = shell.actor.dqn, directive.env_steps
+                    group.call("coord/eval", evaluation(
+                        dqn.network, functools.partial(evaluate, dqn, evaluator, episodes=config.run.eval_episodes,
+                                                       seed=config.run.seed + 7 + steps),
+                        env_steps=steps, version=shell.actor.version))
             elif paced.actor_may_step(env_steps=directive.env_steps + shell.actor.env_steps - shell._steps,
                                       updates=directive.updates):
                 shell.actor.step()
@@ -518,11 +520,12 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                                                          updates=learner.updates, started_at=since)):
                             loop.update()
                 if coordinator.eval_due():
-                    returns = evaluate(learner.dqn, evaluator, episodes=config.run.eval_episodes,
-                                       seed=config.run.seed + 7 + coordinator.env_steps)
-                    coordinator.eval_result(EvalResult(env_steps=coordinator.env_steps,
-                                                       version=learner.updates,
-                                                       returns=[float(r) for r in returns]))
+                    steps = coordinator.env_steps
+                    coordinator.eval_result(evaluation(
+                        learner.dqn.network, functools.partial(
+                            evaluate, learner.dqn, evaluator, episodes=config.run.eval_episodes,
+                            seed=config.run.seed + 7 + steps),
+                        env_steps=steps, version=learner.updates))
                 loop.tick(len(replay))
                 keeper.poll(version=learner.updates)
         finally:

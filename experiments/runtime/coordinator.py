@@ -180,6 +180,8 @@ class Coordinator:
                 self._stop_reason = self._stop_reason or "solved"
             self.logger.scalar("eval/return", mean, result.env_steps)
             self.logger.scalar("eval/return_std", std, result.env_steps)
+            for layer, share in result.dead_units.items():
+                self.logger.scalar(f"network/dead_units/{layer}", share, result.env_steps)
             self.logger.flush()
         self._last_eval = round(mean, 1)
 

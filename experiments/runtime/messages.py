@@ -54,8 +54,11 @@ class Directive:
 
 @dataclasses.dataclass
 class EvalResult:
-    """Returns of one greedy evaluation, made at ``env_steps`` with parameters ``version``."""
+    """Returns of one greedy evaluation, made at ``env_steps`` with parameters ``version``;
+    ``dead_units``: per ReLU of the policy's network, the share of its units that were
+    zero on every state of the evaluation (:class:`algorithms.diagnostics.DeadUnits`)."""
 
     env_steps: int
     version: int
     returns: list[float]
+    dead_units: dict[str, float] = dataclasses.field(default_factory=dict)

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("minatar")
 
-from experiments.bench.minatar_dormant import dead_fractions, main  # noqa: E402
+from experiments.bench.minatar_dormant import main  # noqa: E402
 from experiments.bench.minatar_eval import write_snapshot  # noqa: E402
 from experiments.bench.minatar_ours import a3c_agent, apex_network  # noqa: E402
 
@@ -43,20 +43,6 @@ def test_an_a3c_run_is_measured_on_its_actor_critic(tmp_path, capsys):
     (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (row["game"], row["impl"], row["env_steps"]) == ("SpaceInvaders", "rlpar-a3c", 10)
     assert row["dead"] and all(0.0 <= share <= 1.0 for share in row["dead"].values())
-
-
-def test_dead_fractions_count_a_conv_channel_live_if_any_position_is():
-    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.ReLU())
-    with torch.no_grad():
-        net[0].weight.fill_(1.0)
-        net[0].bias.copy_(torch.tensor([0.0, -10.0]))
-    states = torch.zeros(3, 1, 2, 2)
-    states[0, 0, 1, 1] = 1.0  # one position of one state switches channel 0 on
-    dead, output = dead_fractions(net, lambda: net(states))
-    assert dead == {"1": 0.5} and output.shape == (3, 2, 2, 2)
-    linear = torch.nn.Linear(2, 2)
-    with pytest.raises(ValueError, match="no nn.ReLU"):
-        dead_fractions(linear, lambda: linear(torch.zeros(1, 2)))
 
 
 @pytest.mark.parametrize("args, named", [
