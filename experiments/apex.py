@@ -196,6 +196,13 @@ class ReplayConfig:
 # against 23.5 / 25.2 / 26.6 before (lr 1e-3, ratio 0.25) and SB3 DQN's 22.0 / 27.6 /
 # 29.3 (the paper's settings, same bench). Breakout-v0 seeds 0-2 reach the paper's 10 at
 # 267 s, 361 s (seed 1's second run; its first had not within 480 s, best 9.3) and 363 s.
+# 30 min each with these defaults (same bench, one seed, nothing else running), windows
+# 0-600 / 600-1200 / 1200-1800 s: Asterix-v0 5.8 / 12.5 / 15.4, the paper's 16.5 at
+# 1,089 s / 1.95M env steps, best 19.9; Freeway-v0 28.3 / 42.6 / 46.0, best 50.2 (the
+# paper's 50.5 missed by 0.3), final 49.5; Seaquest-v0 0.9 / 3.2 / 8.4, best 13.8 of the
+# paper's 20, taking off only after ~1.9M env steps. Seaquest's dense layer still dies
+# slowly at this rate (31% of units dead on random-play states at 50K env steps, 91% at
+# 3.3M; Asterix 9% -> 56%, Freeway 27% -> 73%): the next thing to try there.
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.125},
