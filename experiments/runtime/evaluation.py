@@ -1,5 +1,7 @@
-"""An in-run evaluation as every job reports it to its coordinator: the episodes'
-returns and, measured on the same states, the policy network's dead ReLU units."""
+"""An in-run evaluation as Ape-X and A3C report it to their coordinator: the episodes'
+returns and, measured on the same states, the policy network's dead ReLU units.
+(MADDPG's actors act through ``ParallelModules``, by default over stacked parameters,
+where module hooks never fire; it reports returns only.)"""
 
 from __future__ import annotations
 
