@@ -22,6 +22,7 @@ them apart.
 
 from __future__ import annotations
 
+import collections
 import functools
 from types import TracebackType
 from typing import Any
@@ -75,8 +76,6 @@ class DeadUnits:
         positive (rounded to 4 decimals); ReLUs that never ran are left out. A ReLU
         seen at several widths (shared by layers) gets one entry per width,
         ``"<name>[<width>]"``."""
-        widths: dict[str, int] = {}
-        for name, _ in self._peak:
-            widths[name] = widths.get(name, 0) + 1
+        widths = collections.Counter(name for name, _ in self._peak)
         return {(name if widths[name] == 1 else f"{name}[{width}]"): round((peak <= 0).float().mean().item(), 4)
                 for (name, width), peak in self._peak.items()}

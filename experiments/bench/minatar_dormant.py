@@ -6,7 +6,7 @@ the mean of the network's value output on those states (Ape-X: Q over all action
 the critic's V).
 
 Dead units (why they matter, how a conv channel counts) as in
-:mod:`algorithms.diagnostics`, which every job also logs live at each evaluation
+:mod:`algorithms.diagnostics`, which Ape-X and A3C also log live at each evaluation
 (``network/dead_units/<layer>``); this tool measures saved snapshots afterwards on one
 fixed set of states, so runs and snapshots compare with each other.
 
