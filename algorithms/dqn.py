@@ -13,7 +13,11 @@ Mnih et al. 2015, "Human-level control through deep reinforcement learning"
   any n;
 - prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay", ICLR):
   the loss is weighted by the batch's importance ``weights`` and ``update`` returns
-  new priorities ``|TD error|``.
+  new priorities ``|TD error|``;
+- recycling dormant units (ReDo, Sokar et al. 2023, "The Dormant Neuron Phenomenon
+  in Deep Reinforcement Learning", ICML): every ``recycle_every`` updates, units whose
+  relative activation on the batch is at most ``recycle_tau`` get fresh incoming and
+  zero outgoing weights (:mod:`algorithms.recycling`).
 
 A batch is a mapping of arrays with keys ``obs, action, reward, next_obs,
 terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
@@ -24,7 +28,7 @@ terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
 with ``a* = argmax_a Q_online(next_obs, a)`` (double) or ``argmax_a Q_target``.
 
 ``update`` is a template method; override one hook to try an idea:
-``preprocess -> target -> compute_loss -> optimize -> postprocess``.
+``preprocess -> target -> compute_loss -> optimize -> postprocess -> recycle``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from torch import nn
 
 from algorithms.base import Algorithm, as_tensor
 from algorithms.optim import EagerAdam, clip_grad_norm
+from algorithms.recycling import DormantRecycler
 
 
 @dataclasses.dataclass
@@ -60,6 +65,11 @@ class DQNConfig:
     adam_eps: float = 1e-8
     # Added to |TD error| so no transition's priority is ever exactly zero.
     priority_eps: float = 1e-6
+    # ReDo: updates between recyclings of dormant ReLU units (0 = never), and the
+    # dormancy threshold on a unit's activation relative to its layer's mean (the
+    # paper's DQN setting: every 1,000 updates, tau 0.1).
+    recycle_every: int = 0
+    recycle_tau: float = 0.1
 
     def validate(self) -> None:
         if not 0.0 <= self.gamma <= 1.0:
@@ -78,6 +88,10 @@ class DQNConfig:
             raise ValueError(f"adam_eps must be positive, got {self.adam_eps}")
         if self.priority_eps < 0:
             raise ValueError(f"priority_eps must be >= 0, got {self.priority_eps}")
+        if self.recycle_every < 0:
+            raise ValueError(f"recycle_every must be >= 0 (0 = off), got {self.recycle_every}")
+        if not 0.0 <= self.recycle_tau < 1.0:
+            raise ValueError(f"recycle_tau must be in [0, 1), got {self.recycle_tau}")
 
 
 _METRICS = ("loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm")
@@ -87,7 +101,9 @@ class DQN(Algorithm):
     """DQN on any ``network: obs -> Q values of shape (batch, num_actions)``.
 
     ``update(batch)`` returns scalar metrics and, under the key ``"priorities"``,
-    a float64 array of new replay priorities (one per transition).
+    a float64 array of new replay priorities (one per transition). With recycling on,
+    the metrics add ``dormant_share`` (at the last recycling) and ``recycled_units``
+    (so far).
     """
 
     def __init__(
@@ -110,6 +126,9 @@ class DQN(Algorithm):
         self.network = network.to(self.device)
         self._params = [p for p in self.network.parameters() if p.requires_grad]
         self.target_network = copy.deepcopy(self.network).requires_grad_(False)
+        # Built here so a network ReDo cannot trace fails at construction, not mid-run.
+        self.recycler = (DormantRecycler(self.network, tau=self.config.recycle_tau)
+                         if self.config.recycle_every else None)
         self._optimizer: Any = None
         # Exploration rate of act(explore=True): a float, or one rate per row of obs.
         self.epsilon: float | np.ndarray = 0.0
@@ -154,12 +173,16 @@ class DQN(Algorithm):
         grad_norm = self.optimize(loss)
         self.updates += 1
         self.postprocess()
+        self.recycle(tensors)
         td_abs = td_error.abs()
         # One stack and one conversion instead of a sync per metric: on a small net
         # the update is a few hundred tiny ops, and each one costs microseconds.
         values = torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(),
                               td_abs.mean(), grad_norm]).tolist()
         metrics: dict[str, Any] = dict(zip(_METRICS, values))
+        if self.recycler is not None:
+            metrics["dormant_share"] = self.recycler.dormant_share
+            metrics["recycled_units"] = float(self.recycler.recycled)
         metrics["priorities"] = self.priorities(td_abs)
         return metrics
 
@@ -209,6 +232,14 @@ class DQN(Algorithm):
         """Hook: after each step; syncs the target network on schedule."""
         if self.updates % self.config.target_update_interval == 0:
             self.update_target()
+
+    def recycle(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Hook: after ``postprocess``; on schedule, recycles the online network's
+        dormant units as scored on this batch's observations (ReDo). The target network
+        is left alone: its next sync brings the recycled weights, whose zero outgoing
+        weights leave the online Q values unchanged in the meantime."""
+        if self.recycler is not None and self.updates % self.config.recycle_every == 0:
+            self.recycler.recycle(batch["obs"], optimizer=self.optimizer)
 
     @torch.no_grad()
     def initial_priorities(self, batch: Mapping[str, Any]) -> np.ndarray:
@@ -260,6 +291,7 @@ class DQN(Algorithm):
             "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
             "epsilon": np.array(self.epsilon, dtype=np.float64).tolist(),
+            "recycled_units": self.recycler.recycled if self.recycler is not None else 0,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -267,5 +299,7 @@ class DQN(Algorithm):
         self.target_network.load_state_dict(state["target_network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
+        if self.recycler is not None:
+            self.recycler.recycled = int(state.get("recycled_units", 0))
         eps = state["epsilon"]
         self.epsilon = float(eps) if np.ndim(eps) == 0 else np.asarray(eps, dtype=np.float64)

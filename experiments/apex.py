@@ -235,6 +235,11 @@ class LearnConfig:
     adam_eps: float = field(1e-8, help=(
         "Adam's epsilon (Rainbow: 1.5e-4): the gradient size below which Adam's steps shrink "
         "instead of being normalized to --lr"))
+    recycle_every: int = field(0, help=(
+        "learner updates between recyclings of dormant ReLU units (ReDo, Sokar et al. 2023: "
+        "fresh incoming, zero outgoing weights); 0 = off, the paper's DQN setting 1000"))
+    recycle_tau: float = field(0.1, help=(
+        "ReDo's dormancy threshold: a unit's mean activation on the batch over its layer's mean"))
     double_q: bool = field(True, help="double Q-learning")
     dueling: bool = field(True, help="dueling head")
     hidden: str = field("128,128", help="MLP hidden sizes for vector observations, comma separated")
@@ -269,6 +274,10 @@ class LearnConfig:
             raise ValueError(f"{flag('tau')} must be in (0, 1], got {self.tau}")
         if not self.adam_eps > 0:
             raise ValueError(f"{flag('adam_eps')} must be > 0, got {self.adam_eps}")
+        if self.recycle_every < 0:
+            raise ValueError(f"{flag('recycle_every')} must be >= 0 (0 = off), got {self.recycle_every}")
+        if not 0.0 <= self.recycle_tau < 1.0:
+            raise ValueError(f"{flag('recycle_tau')} must be in [0, 1), got {self.recycle_tau}")
         if self.eps_alpha is not None and self.eps_alpha < 0:
             raise ValueError(f"{flag('eps_alpha')} must be >= 0, got {self.eps_alpha}")
         self.hidden_sizes()
@@ -295,7 +304,8 @@ class LearnConfig:
             raise ValueError(f"{flag('lr')} is unset: the job fills it from the env's observations "
                              "(experiments.roles.apex_parts.env_defaults); set it to build a DQN directly")
         return DQNConfig(gamma=self.gamma, lr=self.lr, double_q=self.double_q,
-                         target_update_interval=self.target_update, tau=self.tau, adam_eps=self.adam_eps)
+                         target_update_interval=self.target_update, tau=self.tau, adam_eps=self.adam_eps,
+                         recycle_every=self.recycle_every, recycle_tau=self.recycle_tau)
 
 
 @dataclasses.dataclass

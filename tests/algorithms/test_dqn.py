@@ -165,7 +165,8 @@ def test_q_network_shapes():
 
 @pytest.mark.parametrize("field, value", [("gamma", 1.5), ("lr", 0.0), ("tau", 0.0),
                                           ("target_update_interval", 0), ("max_grad_norm", -1.0),
-                                          ("adam_eps", 0.0)])
+                                          ("adam_eps", 0.0), ("recycle_every", -1),
+                                          ("recycle_tau", 1.0)])
 def test_invalid_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(**{field: value}))
@@ -209,3 +210,39 @@ def test_act_with_one_epsilon_per_observation():
 def test_adam_eps_reaches_the_optimizer():
     dqn = DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(adam_eps=1.5e-4))
     assert [group["eps"] for group in dqn.optimizer.param_groups] == [1.5e-4]
+
+
+def _dying_dqn(recycle_every: int) -> DQN:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 2))
+    dqn = DQN(network=net, num_actions=2, config=DQNConfig(recycle_every=recycle_every, recycle_tau=0.0))
+    with torch.no_grad():  # six units off for every input, in both networks
+        dqn.network[0].bias[:6] = -100.0
+        dqn.target_network[0].bias[:6] = -100.0
+    return dqn
+
+
+def test_recycling_on_schedule_revives_dead_units_and_reports_it():
+    dqn = _dying_dqn(recycle_every=3)
+    for _ in range(2):
+        metrics = dqn.update(batch())
+        assert metrics["recycled_units"] == 0.0
+    metrics = dqn.update(batch())  # update 3: recycles on this batch's observations
+    assert metrics["recycled_units"] >= 6 and metrics["dormant_share"] >= 6 / 16
+    assert (dqn.network[0].bias[:6] > -1).all()
+    assert (dqn.target_network[0].bias[:6] == -100).all()  # the target waits for its sync
+    restored = _dying_dqn(recycle_every=3)
+    restored.load_state_dict(dqn.state_dict())
+    assert restored.recycler.recycled == dqn.recycler.recycled
+
+
+def test_recycling_off_by_default_adds_no_metrics():
+    dqn = _dying_dqn(recycle_every=0)
+    assert dqn.recycler is None
+    metrics = dqn.update(batch())
+    assert "recycled_units" not in metrics and (dqn.network[0].bias[:6] == -100).all()
+
+
+def test_recycling_refuses_a_network_it_cannot_recycle_at_construction():
+    with pytest.raises(ValueError, match="no layer of Linear can be recycled"):
+        DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(recycle_every=10))
