@@ -52,6 +52,7 @@ class RecyclableLayer:
     incoming: str
     outgoing: tuple[tuple[str, int], ...]
     units: int
+    axis: int  # of the activation holding the units: 1 for a conv's channels, -1 for a Linear's features
 
 
 class _LeafTracer(fx.Tracer):
@@ -105,7 +106,7 @@ def recyclable_layers(network: nn.Module) -> tuple[list[RecyclableLayer], dict[s
             skipped[name] = reason
             continue
         layers.append(RecyclableLayer(activation=name, incoming=source.target, outgoing=tuple(outgoing),
-                                      units=units))
+                                      units=units, axis=1 if isinstance(incoming, _CONV) else -1))
     return layers, skipped
 
 
@@ -130,9 +131,11 @@ def _consumers(node: fx.Node, incoming: nn.Module, units: int, module_of: Any,
         else:
             if isinstance(incoming, _CONV) and not flattened:
                 return out, f"its consumer {user.target!r} is a Linear on unflattened conv channels"
-            if module.in_features % units:
-                return out, (f"its consumer {user.target!r} has {module.in_features} inputs, "
-                             f"not a multiple of its {units} units")
+            # Flattening keeps a conv channel's positions together (channel-major);
+            # a Linear's units are contiguous only when nothing else was flattened in.
+            if module.in_features % units or (not isinstance(incoming, _CONV) and module.in_features != units):
+                return out, (f"its consumer {user.target!r} has {module.in_features} inputs, which do not "
+                             f"split into one block per unit of its {units}")
             out.append((user.target, module.in_features // units))
     if not out:
         return out, "nothing consumes its output"
@@ -164,11 +167,11 @@ class DormantRecycler:
         """Each recyclable layer's relative unit scores ``s_i`` on one forward of ``obs``."""
         means: dict[str, torch.Tensor] = {}
 
-        def record(name: str, _module: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
-            out = output.detach().abs()
-            means[name] = out.mean(dim=(0, *range(2, out.dim()))) if out.dim() > 1 else out
+        def record(layer: RecyclableLayer, _module: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+            out = output.detach().abs().movedim(layer.axis, -1)
+            means[layer.activation] = out.reshape(-1, out.shape[-1]).mean(dim=0)
 
-        hooks = [self._modules[layer.activation].register_forward_hook(functools.partial(record, layer.activation))
+        hooks = [self._modules[layer.activation].register_forward_hook(functools.partial(record, layer))
                  for layer in self.layers]
         try:
             self.network(obs)

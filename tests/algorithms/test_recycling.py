@@ -149,3 +149,18 @@ def test_refusals_name_the_problem():
         DormantRecycler(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)), tau=1.0)
     with pytest.raises(TypeError, match="network must be an nn.Module"):
         recyclable_layers(lambda x: x)  # type: ignore[arg-type]
+
+
+def test_a_linear_over_a_sequence_scores_its_last_axis_and_refuses_a_flattened_consumer():
+    torch.manual_seed(3)
+    # (batch, time, features): a Linear's units are the last axis, not axis 1.
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    with torch.no_grad():
+        net[0].bias[2] = -100.0
+    recycler = DormantRecycler(net, tau=0.0)
+    assert recycler.scores(torch.randn(5, 7, 3))["1"].shape == (4,)
+    assert recycler.recycle(torch.randn(5, 7, 3)) == 1 and (net[2].weight[:, 2] == 0).all()
+    # Flattening (time, features) interleaves the units: no block per unit to zero.
+    flat = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Flatten(), nn.Linear(7 * 4, 1))
+    with pytest.raises(ValueError, match="do not split into one block per unit of its 4"):
+        DormantRecycler(flat)
