@@ -67,15 +67,31 @@ def default_workers() -> int:
 #   (185 s), 7.7K env steps/s (3x the gradients per env step); 5 steps without the
 #   entropy bonus at 1e-3: 5.1 / 5.4 at 1.4M. Short runs: the choice is of the faster
 #   start, not of the final score.
+#   value_coef 0.25 without per-rollout advantage normalization (SB3's A2C settings
+#   for Atari in rl-baselines3-zoo), against 0.5 with it, measured with the rest of
+#   these defaults for 5M env steps (bench minatar, one seed, 2-core machine, nothing
+#   else running; epsilon-0.1 / greedy evaluation of 30 episodes every 50K env steps,
+#   window means over 0-100 / 100-200 / 200-300 / 300-400 s, then the last 10):
+#   SpaceInvaders-v0 29.1 / 45.6 / 53.5 / 61.9, last 10 67.2 (160.0), against 28.4 /
+#   44.7 / 46.4 / 43.9, last 10 43.8 (101.7) (lr 7e-4 with 0.5 and normalization:
+#   24.4 / 31.1 / 41.7 / 49.0, 48.3 (120.3)); SB3 A2C itself 19.7 / 31.6 / 34.6 /
+#   50.4, 56.6 (116.2). Breakout-v0 (0-100 / 100-200 / 200-300 s; 5M env steps take
+#   290 s): 7.3 / 11.2 / 14.5, last 10 17.1 (32.7), the DQN paper's 10 at 63 s, against
+#   5.8 / 6.4 / 6.7, 6.2 (8.3); SB3 A2C 3.9 / 4.6 / 4.6, 4.6 (5.1). Normalizing 80
+#   advantages per rollout rescales every gradient to the same size whatever the
+#   returns, which on these games (rewards of 1, values of 1-10) seems to cost more
+#   than it steadies; not isolated from the value weight (one run each).
 # - frames (Atari 84x84 stacks, the Nature CNN): A3C's Atari settings (Mnih et al.
 #   2016: t_max 5, entropy 0.01) at the A2C rate of OpenAI Baselines and SB3 (7e-4),
-#   not measured here (an Atari run takes hours on 2 cores).
+#   with the zoo's value_coef 0.25 and no advantage normalization, not measured here
+#   (an Atari run takes hours on 2 cores).
 # - other (a user's network on other observations): the vector defaults.
-DEFAULTS_BY_FAMILY: dict[str, dict[str, float]] = {
-    "vector": {"n_steps": 16, "lr": 2e-3, "entropy_coef": 0.0},
-    "small_image": {"n_steps": 5, "lr": 2e-3, "entropy_coef": 0.01},
-    "frames": {"n_steps": 5, "lr": 7e-4, "entropy_coef": 0.01},
-    "other": {"n_steps": 16, "lr": 2e-3, "entropy_coef": 0.0},
+DEFAULTS_BY_FAMILY: dict[str, dict[str, float | bool]] = {
+    "vector": {"n_steps": 16, "lr": 2e-3, "entropy_coef": 0.0, "value_coef": 0.5, "normalize_advantages": True},
+    "small_image": {"n_steps": 5, "lr": 2e-3, "entropy_coef": 0.01, "value_coef": 0.25,
+                    "normalize_advantages": False},
+    "frames": {"n_steps": 5, "lr": 7e-4, "entropy_coef": 0.01, "value_coef": 0.25, "normalize_advantages": False},
+    "other": {"n_steps": 16, "lr": 2e-3, "entropy_coef": 0.0, "value_coef": 0.5, "normalize_advantages": True},
 }
 
 
@@ -141,9 +157,11 @@ class A3CLearnConfig:
     gae_lambda: float = field(1.0, help="GAE lambda (1.0: n-step returns)")
     entropy_coef: float | None = field(None, help=(
         "entropy bonus weight (none: by observation family, 0 for vectors, 0.01 for images)"))
-    value_coef: float = field(0.5, help="value loss weight")
+    value_coef: float | None = field(None, help=(
+        "value loss weight (none: by observation family, 0.5 for vectors, 0.25 for images)"))
     max_grad_norm: float | None = field(0.5, help="clip each pushed gradient to this norm ('none': no clipping)")
-    normalize_advantages: bool = field(True, help="normalize advantages per rollout")
+    normalize_advantages: bool | None = field(None, help=(
+        "normalize advantages per rollout (none: by observation family, on for vectors, off for images)"))
     reward_scale: float = field(1.0, help="multiply rewards by this")
     hidden: str = field("64,64", help="MLP hidden sizes, comma separated")
     activation: Literal["tanh", "relu"] = field("tanh", help="hidden activation")

@@ -202,7 +202,11 @@ class ReplayConfig:
 # paper's 50.5 missed by 0.3), final 49.5; Seaquest-v0 0.9 / 3.2 / 8.4, best 13.8 of the
 # paper's 20, taking off only after ~1.9M env steps. Seaquest's dense layer still dies
 # slowly at this rate (31% of units dead on random-play states at 50K env steps, 91% at
-# 3.3M; Asterix 9% -> 56%, Freeway 27% -> 73%): the next thing to try there.
+# 3.3M; Asterix 9% -> 56%, Freeway 27% -> 73%). Recycling them (ReDo, --recycle-every
+# 1000 at tau 0.1, the paper's DQN setting; 30 min, same bench) kept the layer alive
+# (0-2% dead at the end) but Seaquest learned nothing (0.8 / 0.8 / 0.8, best 1.5) while
+# its mean Q rose to 10 (3.6-6 without): the dying layer is not what holds Seaquest
+# back, so recycling stays off by default. SEAQUEST_PLACEHOLDER
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.125},

@@ -1,5 +1,5 @@
 """A3C's per-observation-family defaults (``DEFAULTS_BY_FAMILY``: ``--n-steps``,
-``--lr``, ``--entropy-coef``; ``ENV_DEFAULTS_BY_FAMILY``: ``--num-envs``) and the
+``--lr``, ``--entropy-coef``, ``--value-coef``, ``--normalize-advantages``; ``ENV_DEFAULTS_BY_FAMILY``: ``--num-envs``) and the
 runtime helper that fills them; MinAtar through a short serial A3C run (transitions
 flow, no learning asserted)."""
 
@@ -19,7 +19,7 @@ from experiments.a3c import (
 from experiments.runtime.envs import fill_by_family
 from tests.experiments.jobs import a3c_config
 
-UNSET = {"n_steps": None, "lr": None, "entropy_coef": None}
+UNSET = {"n_steps": None, "lr": None, "entropy_coef": None, "value_coef": None, "normalize_advantages": None}
 
 
 def _saved_learn(summary):
@@ -42,12 +42,11 @@ def test_unset_fields_come_from_the_observation_family(tmp_path):
 def test_given_fields_are_kept_and_only_the_unset_ones_filled(tmp_path):
     summary = run(a3c_config(str(tmp_path), max_env_steps=200, n_steps=3, lr=None, entropy_coef=0.05),
                   quiet=True)
-    assert _saved_learn(summary) == {"n_steps": 3, "lr": DEFAULTS_BY_FAMILY["vector"]["lr"],
-                                     "entropy_coef": 0.05}
+    assert _saved_learn(summary) == {**DEFAULTS_BY_FAMILY["vector"], "n_steps": 3, "entropy_coef": 0.05}
 
 
 def test_unresolved_fields_are_a_clear_error_and_bad_values_are_caught_before_any_env():
-    with pytest.raises(ValueError, match="--n-steps, --lr, --entropy-coef unset"):
+    with pytest.raises(ValueError, match="--n-steps, --lr, --entropy-coef, --value-coef, --normalize-advantages unset"):
         A3CLearnConfig().a2c_config()
     A3CLearnConfig().validate()  # unset is fine until the job fills it
     with pytest.raises(ValueError, match="--n-steps must be >= 1"):
