@@ -183,8 +183,8 @@ class ReplayConfig:
 # samples a batch of 128):
 # - vector, frames, other: 0.25, 32 sampled transitions per env step (the MinAtar
 #   paper's batch 32 every step); measured on CartPole only (LearnConfig below).
-# - small_image: 0.125. A MinAtar learner on 2 cores is CPU-bound (250-290 updates/s
-#   whatever the ratio), so halving the ratio doubles the env steps actors may take
+# - small_image: 0.0625 (first 0.125, then halved again, both below). A MinAtar
+#   learner on 2 cores is CPU-bound (250-290 updates/s whatever the ratio), so halving the ratio doubles the env steps actors may take
 #   (1,000-1,150 -> 1,700-2,100/s). Measured at lr 1e-3 (bench minatar,
 #   distributed, 480 s, one seed, 2-core machine, nothing else running; mean
 #   epsilon-0.1 evaluation from 200 s on, greedy in brackets), 0.25 / 0.125:
@@ -196,7 +196,7 @@ class ReplayConfig:
 # against 23.5 / 25.2 / 26.6 before (lr 1e-3, ratio 0.25) and SB3 DQN's 22.0 / 27.6 /
 # 29.3 (the paper's settings, same bench). Breakout-v0 seeds 0-2 reach the paper's 10 at
 # 267 s, 361 s (seed 1's second run; its first had not within 480 s, best 9.3) and 363 s.
-# 30 min each with these defaults (same bench, one seed, nothing else running), windows
+# 30 min each at lr 2.5e-4 and ratio 0.125 (same bench, one seed, nothing else running), windows
 # 0-600 / 600-1200 / 1200-1800 s: Asterix-v0 5.8 / 12.5 / 15.4, the paper's 16.5 at
 # 1,089 s / 1.95M env steps, best 19.9; Freeway-v0 28.3 / 42.6 / 46.0, best 50.2 (the
 # paper's 50.5 missed by 0.3), final 49.5; Seaquest-v0 0.9 / 3.2 / 8.4, best 13.8 of the
@@ -206,10 +206,21 @@ class ReplayConfig:
 # 1000 at tau 0.1, the paper's DQN setting; 30 min, same bench) kept the layer alive
 # (0-2% dead at the end) but Seaquest learned nothing (0.8 / 0.8 / 0.8, best 1.5) while
 # its mean Q rose to 10 (3.6-6 without): the dying layer is not what holds Seaquest
-# back, so recycling stays off by default. SEAQUEST_PLACEHOLDER
+# back, so recycling stays off by default.
+# Halving the replay ratio again, to 0.0625 (same bench, until 5M env steps or 30
+# min; one seed; nothing else running): the learner stays at 228-265 updates/s, so
+# actors take 3,650-4,240 env steps/s and the paper's 5M fit in about 23 min.
+# Seaquest-v0 reaches the paper's 20 at 1,238 s / 4.5M env steps (best 23.5; windows
+# 0-600 / 600-1200 / 1200-1373 s 3.6 / 10.9 / 16.0, against 0.9 / 3.2 / 8.4 and best
+# 13.8 at 0.125), its dense layer 12% -> 58% dead over 5M (91% by 3.3M at 0.125).
+# Freeway-v0 reaches 50.5 at 652 s / 2.4M (at 0.125 seeds 0-2: 0.3 short, 1,407 s,
+# 1,612 s); windows 38.1 / 48.1 / 51.0. Breakout-v0 is unchanged within noise: windows
+# 0-200 / 200-400 / 400-600 s 6.2 / 8.5 / 10.3 against 5.7 / 8.7 / 10.7 (seed 0 at
+# 0.125), 10 at 384 s (267-363 s at 0.125). SpaceInvaders-v0 and Asterix-v0 are not
+# yet re-measured at 0.0625: their 30-min results above are at 0.125.
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
-    "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.125},
+    "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.0625},
     "frames": {"lr": 6.25e-5, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "other": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
 }
@@ -249,7 +260,7 @@ class LearnConfig:
     hidden: str = field("128,128", help="MLP hidden sizes for vector observations, comma separated")
     updates_per_step: float | None = field(None, help=(
         "learner updates per env step (replay ratio / batch size); actors throttle to hold it "
-        "(none: by observation family, 0.125 for MinAtar-size images, 0.25 otherwise)"))
+        "(none: by observation family, 0.0625 for MinAtar-size images, 0.25 otherwise)"))
     learning_starts: int = field(1000, help="env steps before learning starts")
     push_every: int = field(8, help="learner updates between parameter publications")
     pull_every: int = field(64, help="actor env steps between parameter pulls")
