@@ -216,8 +216,9 @@ class ReplayConfig:
 # Freeway-v0 reaches 50.5 at 652 s / 2.4M (at 0.125 seeds 0-2: 0.3 short, 1,407 s,
 # 1,612 s); windows 38.1 / 48.1 / 51.0. Breakout-v0 is unchanged within noise: windows
 # 0-200 / 200-400 / 400-600 s 6.2 / 8.5 / 10.3 against 5.7 / 8.7 / 10.7 (seed 0 at
-# 0.125), 10 at 384 s (267-363 s at 0.125). SpaceInvaders-v0 and Asterix-v0 are not
-# yet re-measured at 0.0625: their 30-min results above are at 0.125.
+# 0.125), 10 at 384 s (267-363 s at 0.125). SpaceInvaders-v0 reaches 45 at 278 s /
+# 1.05M (738 s at 0.125); windows 37.7 / 48.2 / 47.8 (to 1,333 s) against 30.7 / 37.1 /
+# 38.1. Asterix-v0 is not yet re-measured at 0.0625: its 30-min result above is at 0.125.
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.0625},
