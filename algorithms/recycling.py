@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -202,9 +201,7 @@ class DormantRecycler:
 
     def _reinitialise(self, layer: RecyclableLayer, units: torch.Tensor, optimizer: Any) -> None:
         incoming = self._modules[layer.incoming]
-        fresh = copy.deepcopy(incoming)
-        if not hasattr(fresh, "reset_parameters"):
-            raise TypeError(f"{layer.incoming!r} has no reset_parameters() to draw fresh weights from")
+        fresh = copy.deepcopy(incoming)  # a Linear/ConvNd: its own init draws the new rows
         fresh.reset_parameters()
         for param, new in ((incoming.weight, fresh.weight), (incoming.bias, fresh.bias)):
             if param is not None:
@@ -220,10 +217,6 @@ class DormantRecycler:
 def _reset_state(optimizer: Any, param: torch.Tensor, index: tuple[Any, ...]) -> None:
     if optimizer is None:
         return
-    for value in _tensors(optimizer.state.get(param, {}).values()):
-        if value.shape == param.shape:
+    for value in optimizer.state.get(param, {}).values():
+        if isinstance(value, torch.Tensor) and value.shape == param.shape:
             value[index] = 0.0
-
-
-def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
-    return (value for value in values if isinstance(value, torch.Tensor))

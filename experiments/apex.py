@@ -184,7 +184,8 @@ class ReplayConfig:
 # - vector, frames, other: 0.25, 32 sampled transitions per env step (the MinAtar
 #   paper's batch 32 every step); measured on CartPole only (LearnConfig below).
 # - small_image: 0.0625 (first 0.125, then halved again, both below). A MinAtar
-#   learner on 2 cores is CPU-bound (250-290 updates/s whatever the ratio), so halving the ratio doubles the env steps actors may take
+#   learner on 2 cores is CPU-bound (250-290 updates/s whatever the ratio), so
+#   halving the ratio doubles the env steps actors may take
 #   (1,000-1,150 -> 1,700-2,100/s). Measured at lr 1e-3 (bench minatar,
 #   distributed, 480 s, one seed, 2-core machine, nothing else running; mean
 #   epsilon-0.1 evaluation from 200 s on, greedy in brackets), 0.25 / 0.125:
