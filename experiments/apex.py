@@ -219,7 +219,11 @@ class ReplayConfig:
 # 0-200 / 200-400 / 400-600 s 6.2 / 8.5 / 10.3 against 5.7 / 8.7 / 10.7 (seed 0 at
 # 0.125), 10 at 384 s (267-363 s at 0.125). SpaceInvaders-v0 reaches 45 at 278 s /
 # 1.05M (738 s at 0.125); windows 37.7 / 48.2 / 47.8 (to 1,333 s) against 30.7 / 37.1 /
-# 38.1. Asterix-v0 is not yet re-measured at 0.0625: its 30-min result above is at 0.125.
+# 38.1. Asterix-v0 reaches 16.5 at 481 s / 1.15M (1,089 s / 1.95M at 0.125); windows
+# 8.1 / 16.8 / 17.4, best 22.8 (another day's machine, whose learner took 1.35-2.2x the
+# CPU per update of the runs above: 133 updates/s, 2,120 env steps/s). On that machine
+# Breakout-v0 seed 2 reaches 10 at 413 s / 950K; seed 1 reached best 9.4 by 1.2M in 600 s,
+# and 10 at 515 s / 1.05M in a second run of 1,200 s (best 14.4).
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "small_image": {"lr": 2.5e-4, "eps_alpha": 3.0, "n_step": 1, "updates_per_step": 0.0625},
