@@ -37,7 +37,7 @@ def kill(pid: int) -> None:
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                     return
-        except FileNotFoundError:
+        except OSError:  # gone, or reaped between open and read (ESRCH)
             return
         time.sleep(0.01)
     raise AssertionError(f"process {pid} did not die")
