@@ -24,6 +24,7 @@ from envs import (
 from envs.runner import converts
 from envs.testing import CompositeEnv, FaultyEnv
 from rlpar.errors import ChildError
+from tests.procs import is_dead
 
 ACT = np.zeros(4, dtype=np.int64)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,14 +32,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def fns(bad: int, **fault):
     return [partial(FaultyEnv, **(fault if i == bad else {})) for i in range(4)]
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 # Each vector env kind, with where env 3 is stepped: in-process, a worker process, or
@@ -245,7 +238,7 @@ def test_hung_env_times_out_naming_env_worker_and_pid(call):
             venv.step(ACT)
     finally:
         venv.close()
-    assert _gone(pid)
+    assert is_dead(pid)
     assert all(p is None for p in venv._workers.procs)
 
 
@@ -389,7 +382,7 @@ def test_timeout_then_close_leaves_no_process_or_temp_dir(tmp_path):
     assert lines[0] == "TIMEOUT 3"
     pids = [int(p) for p in lines[1].split()]
     deadline = time.monotonic() + 10
-    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+    while not all(is_dead(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert all(_gone(p) for p in pids), f"processes {pids} outlived the vector env"
+    assert all(is_dead(p) for p in pids), f"processes {pids} outlived the vector env"
     assert not list(tmp_path.glob("pymp-*"))

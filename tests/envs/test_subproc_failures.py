@@ -16,6 +16,7 @@ import pytest
 from envs import InProcessVectorEnv, SubprocVectorEnv
 from envs.testing import CompositeEnv, CountingEnv
 from rlpar.errors import ChildDied, ChildError
+from tests.procs import is_dead
 
 ACT = np.zeros(4, dtype=np.int64)
 
@@ -286,14 +287,6 @@ os.kill(os.getpid(), signal.SIGKILL)  # no cleanup at all: the workers must noti
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("spin_us", [0.0, 100_000.0])
 def test_workers_exit_when_the_parent_is_killed(spin_us):
@@ -309,6 +302,6 @@ def test_workers_exit_when_the_parent_is_killed(spin_us):
     pids = [int(p) for p in proc.stdout.split()]
     assert pids
     deadline = time.monotonic() + 10
-    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+    while not all(is_dead(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert all(_gone(p) for p in pids), f"workers {pids} outlived their parent"
+    assert all(is_dead(p) for p in pids), f"workers {pids} outlived their parent"

@@ -4,14 +4,13 @@ its cut episodes are dropped and counted, and one that keeps dying raises naming
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import numpy as np
 import pytest
 
 from envs.multiagent import CooperativeEnv, MultiAgentVectorEnv
 from rlpar.errors import ChildDied
+from tests.procs import kill_and_wait
 
 ACTIONS = np.zeros((4, 2, 2), dtype=np.float32)
 
@@ -28,21 +27,6 @@ def make(**kwargs):
     return lambda: PidCooperativeEnv(n_agents=2, **kwargs)
 
 
-def kill(pid: int) -> None:
-    """SIGKILL ``pid`` and wait until it is dead (gone or a zombie)."""
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    return
-        except OSError:  # gone, or reaped between open and read (ESRCH)
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not die")
-
-
 def venv_of(**kwargs) -> MultiAgentVectorEnv:
     return MultiAgentVectorEnv([make(max_steps=kwargs.pop("max_steps", 25))] * 4, num_workers=2,
                                step_in_parent=False, **kwargs)
@@ -57,7 +41,7 @@ def test_a_killed_worker_is_restarted_and_its_episodes_dropped():
         assert pids[0] == pids[1] != pids[2] == pids[3] != os.getpid()
         for _ in range(3):
             venv.step(ACTIONS)
-        kill(pids[2])  # worker 1: envs 2 and 3, three steps into their episodes
+        kill_and_wait(pids[2])  # worker 1: envs 2 and 3, three steps into their episodes
         obs, rew, term, trunc, infos = venv.step(ACTIONS)
         assert infos["env_restarted"].tolist() == [False, False, True, True]
         assert trunc[2:].all() and not trunc[:2].any() and not term.any()
@@ -86,7 +70,7 @@ def test_a_restart_between_episodes_drops_none():
         venv.reset(seed=0)
         _, _, _, trunc, _ = venv.step(ACTIONS)
         assert trunc.all()
-        kill(venv.get_attr("pid")[3])
+        kill_and_wait(venv.get_attr("pid")[3])
         _, _, _, trunc, infos = venv.step(ACTIONS)
         assert infos["env_restarted"].tolist() == [False, False, True, True]
         assert (venv.restarts, venv.dropped_episodes) == (1, 0)
@@ -100,9 +84,9 @@ def test_a_worker_that_keeps_dying_raises_naming_it_and_its_signal():
     venv = venv_of(restart_on_crash=True, max_restarts=1)
     try:
         venv.reset(seed=0)
-        kill(venv.get_attr("pid")[2])
+        kill_and_wait(venv.get_attr("pid")[2])
         venv.step(ACTIONS)
-        kill(venv.get_attr("pid")[2])
+        kill_and_wait(venv.get_attr("pid")[2])
         with pytest.raises(ChildDied, match=r"env worker 1 \(envs 2\.\.3\) keeps dying: killed by "
                                             r"signal SIGKILL, after 1 restart \(max_restarts=1\)"):
             venv.step(ACTIONS)
@@ -117,7 +101,7 @@ def test_without_restart_on_crash_a_dead_worker_is_an_error():
     venv = venv_of()
     try:
         venv.reset(seed=0)
-        kill(venv.get_attr("pid")[0])
+        kill_and_wait(venv.get_attr("pid")[0])
         with pytest.raises(ChildDied, match=r"env worker 0 \(envs 0\.\.1\) died \(killed by signal 9\)"):
             venv.step(ACTIONS)
         assert venv.restarts == 0

@@ -18,6 +18,7 @@ from rlpar.buffers import (
 from rlpar.buffers.distributed import SHARD_SHIFT
 from rlpar.distributed import World
 from rlpar.errors import PeerUnavailable
+from tests.procs import is_dead
 
 SIZES = (5, 9, 6)
 
@@ -46,14 +47,6 @@ def frame_rows_ok(batch):
 
 def priorities(rank):
     return np.linspace(0.5, 3.0, SIZES[rank]) * (rank + 1)
-
-
-def _is_dead(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
 
 
 def _caught(fn):
@@ -147,7 +140,7 @@ def sharded_world(draws, timeout):
         os.kill(os.getpid(), signal.SIGKILL)
     if rank == 0:
         pid = int(world.store.get("pid2"))
-        while not _is_dead(pid):
+        while not is_dead(pid):
             time.sleep(0.01)
         out["raise"], out["raise_s"] = _caught(lambda: policies["raise"].sample(6))
         t0 = time.monotonic()

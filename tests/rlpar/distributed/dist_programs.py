@@ -11,6 +11,7 @@ import torch
 
 from rlpar.distributed import World, current_world
 from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
+from tests.procs import is_dead
 
 
 def square(x):
@@ -150,14 +151,6 @@ def collectives(world):
     return out
 
 
-def _is_dead(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def call_dead_peer(timeout):
     """Rank 1 hosts a service then SIGKILLs itself; rank 0 must get PeerUnavailable
     within the timeout, and its shutdown must not hang."""
@@ -174,7 +167,7 @@ def call_dead_peer(timeout):
     first = g.call("square", 3)
     g.barrier(timeout=timeout)
     pid = int(world.store.get("pid1"))
-    while not _is_dead(pid):
+    while not is_dead(pid):
         time.sleep(0.01)
     start = time.monotonic()
     outcomes = []

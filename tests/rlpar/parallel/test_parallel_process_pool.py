@@ -16,19 +16,9 @@ import pytest
 
 from rlpar.errors import ChildDied, ChildError, RlparError
 from rlpar.parallel import ContextProcessPool, PoolClosed, ProcessPool
+from tests.procs import is_dead
 
 FAST = "forkserver"
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:  # a zombie still answers kill(0) but is no longer running
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 @pytest.mark.timeout(40)
@@ -53,7 +43,7 @@ def test_spawn_context_pool_builds_context_once_per_worker(tmp_path: Path) -> No
     assert sorted(constructions) == sorted(set(constructions))  # once per worker
     assert {int(p) for p in constructions} >= {runner for _, runner, _ in out}
     assert len(constructions) <= 2
-    assert all(gone(pid) for pid in pids)
+    assert all(is_dead(pid) for pid in pids)
 
 
 @pytest.mark.timeout(30)
@@ -111,7 +101,7 @@ def test_worker_dying_mid_task_fails_that_task_and_pool_recovers() -> None:
         assert [r.get(20) for r in later] == [0, 2, 4, 6, 8, 10]
         assert len(pool.pids) == 2 and not set(pool.pids) & first_pids
         all_pids = first_pids | set(pool.pids)
-    assert all(gone(pid) for pid in all_pids)
+    assert all(is_dead(pid) for pid in all_pids)
 
 
 @pytest.mark.timeout(30)
@@ -127,7 +117,7 @@ def test_terminate_kills_workers_and_fails_unfinished_tasks() -> None:
     with pytest.raises(PoolClosed):
         pool.apply_async(print)
     pool.join(5)
-    assert all(gone(pid) for pid in pids)
+    assert all(is_dead(pid) for pid in pids)
 
 
 @pytest.mark.timeout(30)
