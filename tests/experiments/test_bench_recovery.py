@@ -36,10 +36,15 @@ def test_quick_recovery_bench_prints_a_sane_line_per_case(case):
     lead = recovery.CASES[case].kill == "lead"
     assert line["restarts"] == 1
     assert (line["world_restarts"], line["rank_restarts"]) == ((1, 0) if lead else (0, 1))
-    # The run went on to its (time) budget after the death and recovered: every
-    # figure is there (their values are the bench's business, not the test's).
+    # The run went on to its (time) budget after the death and learned again: every
+    # figure is there (their values are the bench's business, not the test's). Whether
+    # env steps got back to 90% of the rate before the death within the quick run's 12 s
+    # after it is a race against the machine's load (a restarted world from a checkpoint
+    # on a slow 2-core machine may not), so there None, "not within the run", is allowed.
     assert line["stop_reason"] == "time budget" and line["env_steps"] > 0
     for key in TIMES:
+        if key == "throughput_recovery_s" and line[key] is None:
+            continue
         assert isinstance(line[key], (int, float)) and math.isfinite(line[key]) and line[key] >= 0, key
     assert line["rate_before"] > 0
     for key in ("env_steps_lost", "lost_transitions", "dropped_episodes"):
@@ -79,6 +84,11 @@ def test_an_actor_death_is_measured_from_the_ticks_around_it():
     assert got["learner_recovery_s"] == 0.5
     # From t=12 the next 2 s run at 100 steps/s (>= 90 %).
     assert got["throughput_recovery_s"] == 1.5
+    # A run that stays at 80 steps/s after the death never got its throughput back: None,
+    # and the dip is measured over everything after the death.
+    slow = [(t, 1000 + 80 * (t - 10), 10 * t) for t in range(11, 16)]
+    got = recovery._recovery(ticks(*rows[:6], *slow), died=10.5, resumed=None)
+    assert got["throughput_recovery_s"] is None and got["rate_min_after"] == 80.0
 
 
 def test_a_restarted_world_is_measured_against_its_checkpoint():
