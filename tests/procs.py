@@ -17,11 +17,18 @@ def is_dead(pid: int) -> bool:
         return True
 
 
+def wait_until_dead(pids: list[int], *, timeout: float = 10.0) -> list[int]:
+    """Poll until every pid :func:`is_dead` or ``timeout`` passes; the ones still alive."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if not is_dead(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.01)
+
+
 def kill_and_wait(pid: int, *, timeout: float = 10.0) -> None:
     """SIGKILL ``pid`` and wait until :func:`is_dead` says so."""
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while not is_dead(pid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} did not die within {timeout} s")
-        time.sleep(0.01)
+    if wait_until_dead([pid], timeout=timeout):
+        raise AssertionError(f"process {pid} did not die within {timeout} s")

@@ -24,7 +24,7 @@ from envs import (
 from envs.runner import converts
 from envs.testing import CompositeEnv, FaultyEnv
 from rlpar.errors import ChildError
-from tests.procs import is_dead
+from tests.procs import is_dead, wait_until_dead
 
 ACT = np.zeros(4, dtype=np.int64)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -381,8 +381,6 @@ def test_timeout_then_close_leaves_no_process_or_temp_dir(tmp_path):
     lines = proc.stdout.split("\n")
     assert lines[0] == "TIMEOUT 3"
     pids = [int(p) for p in lines[1].split()]
-    deadline = time.monotonic() + 10
-    while not all(is_dead(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(is_dead(p) for p in pids), f"processes {pids} outlived the vector env"
+    alive = wait_until_dead(pids, timeout=10)
+    assert not alive, f"processes {alive} of {pids} outlived the vector env"
     assert not list(tmp_path.glob("pymp-*"))

@@ -16,7 +16,7 @@ import pytest
 from envs import InProcessVectorEnv, SubprocVectorEnv
 from envs.testing import CompositeEnv, CountingEnv
 from rlpar.errors import ChildDied, ChildError
-from tests.procs import is_dead
+from tests.procs import wait_until_dead
 
 ACT = np.zeros(4, dtype=np.int64)
 
@@ -301,7 +301,5 @@ def test_workers_exit_when_the_parent_is_killed(spin_us):
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     pids = [int(p) for p in proc.stdout.split()]
     assert pids
-    deadline = time.monotonic() + 10
-    while not all(is_dead(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(is_dead(p) for p in pids), f"workers {pids} outlived their parent"
+    alive = wait_until_dead(pids, timeout=10)
+    assert not alive, f"workers {alive} of {pids} outlived their parent"
