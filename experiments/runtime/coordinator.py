@@ -15,7 +15,10 @@ per second), ``charts/updates_per_s``, ``losses/<metric>``, ``eval/return``,
 ``actors/sps_max``, ``actors/version_lag_max``; multi-agent jobs add
 ``agents/<agent>/episodic_return`` and ``teams/<team>/episodic_return``.
 An evaluation is written (and flushed) when it arrives, so the one that decides a
-stop is on the curve before the job ends.
+stop is on the curve before the job ends. Each is kept as a row (seconds, env steps,
+mean, std, version: checkpointed, in the summary's ``evals``), and this process's
+newest and best as the :class:`~experiments.runtime.messages.EvalResult` itself, with
+the network it evaluated, which the lead's RunKeeper saves as ``policy-best.pt``.
 
 Sources are expendable (a dead actor is restarted alone and rejoins, see
 ``rlpar.distributed.launch``): a source with no report for ``silent_after`` seconds
