@@ -9,8 +9,9 @@ import shutil
 import pytest
 from jobs import apex_config
 
-from experiments import apex
+from experiments import a3c, apex, maddpg
 from experiments.apex import ApexJobConfig
+from experiments.runtime.cli import leaves, parse_config
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,10 @@ def test_a_rerun_of_a_resumed_runs_config_starts_a_new_run(finished_run, tmp_pat
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(config, f)
     before = snapshot(run_dir)
+    # It used to fail with --log-dir none ("--resume needs a run directory").
+    quiet = parse_config(ApexJobConfig, ["--config", os.path.join(run_dir, "config.json"),
+                                         "--log-dir", "none"])
+    assert quiet.run.resume == "" and quiet.run.log_dir == "none"
     assert apex.main(["--config", os.path.join(run_dir, "config.json"), "--seed", "2",
                       "--max-env-steps", "300", "--log-dir", str(tmp_path / "runs")]) == 0
     assert snapshot(run_dir) == before  # untouched
@@ -116,3 +121,9 @@ def test_python_resume_of_a_missing_directory_names_resume():
     config.run.resume = "/no/such/run"
     with pytest.raises(ValueError, match="--resume '/no/such/run': no such directory"):
         apex.run(config, quiet=True)
+
+
+@pytest.mark.parametrize("config_cls", [apex.ApexJobConfig, a3c.A3CJobConfig, maddpg.MADDPGJobConfig])
+def test_every_field_fixed_on_resume_is_a_field_of_the_job(config_cls):
+    names = {f.name for _, f, _ in leaves(config_cls())}
+    assert config_cls.fixed_on_resume and set(config_cls.fixed_on_resume) <= names
