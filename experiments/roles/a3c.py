@@ -225,7 +225,7 @@ class Lead:
         # The pulled version, not the server's model: workers go on pushing gradients
         # while this evaluates, so the result carries the parameters it played.
         state, version = grads.pull()
-        self.eval_agent.load_parameters(state)
+        self.eval_agent.load_policy_state(state)
         steps = self.coordinator.env_steps
         seed = self.ctx.config.run.seed + 7 + steps
         self.coordinator.eval_result(evaluation(
