@@ -260,7 +260,8 @@ class RingStorage:
         if saved != self.shared:
             raise where["shared_frames"].error(
                 f"was saved with shared_frames={saved}, this storage has {self.shared}")
-        next_serial = integer(state["next_serial"], where["next_serial"], low=0)
+        # Serials are int64 (the sampler's index arithmetic): a larger one cannot be used.
+        next_serial = integer(state["next_serial"], where["next_serial"], low=0, high=2**62)
         spec = self._check_spec(state["spec"], where["spec"])
         columns = mapping(state["columns"], where["columns"], optional=None)
         if spec is None:
