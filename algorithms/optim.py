@@ -13,11 +13,14 @@ undecorated methods and step with one fused kernel (Adam) or a few foreach ops
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from itertools import chain
 from typing import Any
 
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+from rlpar.state import StatePath, optimizer_state
 
 
 def _undecorated(name: str) -> Any:
@@ -108,7 +111,14 @@ class _EagerOptimizer(torch.optim.Optimizer):
         return _STATE_DICT(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # From a checkpoint: its layout and hyper-parameters are checked before torch
+        # replaces anything (StateError names what does not fit).
+        optimizer_state(state_dict, StatePath.of(self), self)
         _LOAD_STATE_DICT(self, state_dict)
+
+    def check_param_group(self, group: Mapping[str, Any]) -> None:
+        """Raise ValueError (or KeyError) for hyper-parameters this optimizer cannot
+        use; the constructor's arguments and a loaded state's groups alike."""
 
     def _state_of(self, p: torch.Tensor, buffers: tuple[str, ...], *,
                   step_device: torch.device | None = None) -> dict[str, Any]:
@@ -140,10 +150,14 @@ class EagerRMSprop(_EagerOptimizer):
     ``p -= lr g / (sqrt(v) + eps)``. Tieleman & Hinton 2012; the A3C paper's choice."""
 
     def __init__(self, params: Any, *, lr: float, alpha: float = 0.99, eps: float = 1e-8) -> None:
-        _check("lr", lr, 0.0)
-        _check("alpha", alpha, 0.0, 1.0)
-        _check("eps", eps, 0.0)
-        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+        defaults = {"lr": lr, "alpha": alpha, "eps": eps}
+        self.check_param_group(defaults)
+        super().__init__(params, defaults)
+
+    def check_param_group(self, group: Mapping[str, Any]) -> None:
+        _check("lr", group["lr"], 0.0)
+        _check("alpha", group["alpha"], 0.0, 1.0)
+        _check("eps", group["eps"], 0.0)
 
     def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
                       grads: list[torch.Tensor]) -> None:
@@ -168,12 +182,18 @@ class EagerAdam(_EagerOptimizer):
 
     def __init__(self, params: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
-        _check("lr", lr, 0.0)
-        _check("eps", eps, 0.0)
-        for i, beta in enumerate(betas):
-            _check(f"betas[{i}]", beta, 0.0, 1.0)
+        self.check_param_group({"lr": lr, "betas": betas, "eps": eps})
         super().__init__(params, {"lr": lr, "betas": (float(betas[0]), float(betas[1])),
                                   "eps": eps})
+
+    def check_param_group(self, group: Mapping[str, Any]) -> None:
+        _check("lr", group["lr"], 0.0)
+        _check("eps", group["eps"], 0.0)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be two numbers, got {betas!r}")
+        for i, beta in enumerate(betas):
+            _check(f"betas[{i}]", beta, 0.0, 1.0)
 
     def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
                       grads: list[torch.Tensor]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +173,29 @@ def optimizer_state(value: Any, where: StatePath,
                 raise at[name].error(
                     f"has shape {tuple(tensor.shape)}, its parameter's is {tuple(shape)}")
     return state
+
+
+def torch_loader(state: Mapping[str, Any], where: StatePath, *,
+                 modules: Mapping[str, torch.nn.Module | Sequence[torch.nn.Module]] | None = None,
+                 optimizers: Mapping[str, torch.optim.Optimizer] | None = None) -> Callable[[], None]:
+    """Check ``state[name]`` against each named module (or list of modules) and
+    optimizer now; return the function that loads them all, to call once the rest
+    of ``state`` has passed too (then nothing of it can fail)."""
+    loads: list[tuple[Any, Mapping[str, Any]]] = []
+    for name, module in (modules or {}).items():
+        if isinstance(module, torch.nn.Module):
+            loads.append((module, module_state(state[name], where[name], module)))
+            continue
+        saved = sequence(state[name], where[name], length=len(module))
+        loads += [(m, module_state(s, where[name][i], m)) for i, (m, s) in enumerate(zip(module, saved))]
+    for name, optimizer in (optimizers or {}).items():
+        loads.append((optimizer, optimizer_state(state[name], where[name], optimizer)))
+
+    def load() -> None:
+        for target, checked in loads:
+            target.load_state_dict(checked)
+
+    return load
 
 
 def generator_state(value: Any, where: StatePath, generator: np.random.Generator) -> dict[str, Any]:
