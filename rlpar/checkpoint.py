@@ -16,6 +16,8 @@ in the state, not discovered when a job tries to resume.
 Every checkpoint carries a header (format version, ``kind``, ``step``, creation
 time, torch version, ``meta``) so that a loader refuses another job's checkpoint,
 or one saved for another layout, with :class:`~rlpar.errors.CheckpointMismatch`.
+What a loaded state holds is checked by the object it is loaded into (its
+``load_state_dict``, with :mod:`rlpar.state`): :class:`~rlpar.errors.StateError`.
 
 A checkpoint may have **parts**, written by other processes for the same step (e.g.
 each replay shard its own): ``ckpt-<step:012d>.<part>.pt``, each atomic, with its own

@@ -23,7 +23,7 @@ import numpy as np
 from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
 from rlpar.buffers.stream_copy import stream_copy
-from rlpar.state import StatePath, array, integer, mapping, sequence
+from rlpar.state import StatePath, array, describe, integer, mapping, sequence
 
 _POOL_MIN_BYTES = 1 << 18  # below this, a fresh np.empty is as cheap as reuse
 _POOL_PER_SHAPE = 4
@@ -294,10 +294,12 @@ class RingStorage:
                 raise where.error(f"has a field name {name!r} that is not a str")
             shape, dtype = sequence(field, where[name], length=2)
             dims = [integer(s, where[name][0][i]) for i, s in enumerate(sequence(shape, where[name][0]))]
-            try:
-                dtype = np.dtype(dtype)
-            except TypeError as exc:
-                raise where[name][1].error(f"is not a numpy dtype ({exc})") from None
+            try:  # state_dict saves dtype.str; np.dtype(None) would be float64
+                dtype = np.dtype(dtype) if isinstance(dtype, str) else None
+            except (TypeError, ValueError, KeyError):
+                dtype = None
+            if dtype is None:
+                raise where[name][1].error(f"is not a numpy dtype string, got {describe(field[1])}")
             if dtype.kind not in "biuf":
                 raise where[name][1].error(f"is dtype {dtype}; only numeric/bool columns are stored")
             spec[name] = FieldSpec(tuple(dims), dtype)

@@ -233,7 +233,9 @@ def test_a_malformed_spec_is_named():
     refused(filled("uniform"), with_storage(state, spec={**spec, "obs": [[-3], "<f4"]}),
             r"\['spec'\]\['obs'\]\[0\]\[0\] must be an int >= 0, got -3")
     refused(filled("uniform"), with_storage(state, spec={**spec, "obs": [[3], "nonsense"]}),
-            r"\['spec'\]\['obs'\]\[1\] is not a numpy dtype")
+            r"\['spec'\]\['obs'\]\[1\] is not a numpy dtype string, got str")
+    refused(filled("uniform"), with_storage(state, spec={**spec, "obs": [[3], None]}),
+            r"\['spec'\]\['obs'\]\[1\] is not a numpy dtype string, got NoneType")
 
 
 def test_shared_frames_layout_and_step_counts_are_checked():
