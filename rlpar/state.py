@@ -146,7 +146,8 @@ def optimizer_state(value: Any, where: StatePath,
                     optimizer: torch.optim.Optimizer) -> Mapping[str, Any]:
     """``value`` if it is a state of ``optimizer``'s layout: as many parameter groups
     of as many parameters, per-parameter tensors shaped like their parameter, and
-    hyper-parameters the optimizer accepts (its ``check_param_group``, if any)."""
+    what the optimizer itself accepts (its ``check_param_group`` and
+    ``check_param_state``, if it has them: ValueError, KeyError or TypeError)."""
     state = mapping(value, where, required=("state", "param_groups"))
     groups = sequence(state["param_groups"], where["param_groups"],
                       length=len(optimizer.param_groups))
@@ -156,13 +157,17 @@ def optimizer_state(value: Any, where: StatePath,
         at = where["param_groups"][i]
         saved = mapping(saved, at, required=("params",), optional=None)
         ids = sequence(saved["params"], at["params"], length=len(mine["params"]))
-        params.update(zip(ids, mine["params"]))
+        for j, (pid, param) in enumerate(zip(ids, mine["params"])):
+            if integer(pid, at["params"][j], low=None) in params:  # torch numbers them 0, 1, ...
+                raise at["params"][j].error(f"repeats parameter {pid}")
+            params[pid] = param
         if check_group is not None:
             try:
                 check_group(saved)
             except (TypeError, ValueError, KeyError) as exc:
                 raise at.error(f"does not fit {type(optimizer).__name__}: {exc}") from None
     per_param = mapping(state["state"], where["state"], optional=None)
+    check_entry = getattr(optimizer, "check_param_state", None)
     for pid, entry in per_param.items():
         at = where["state"][pid]
         if pid not in params:
@@ -172,6 +177,11 @@ def optimizer_state(value: Any, where: StatePath,
             if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and tensor.shape != shape:
                 raise at[name].error(
                     f"has shape {tuple(tensor.shape)}, its parameter's is {tuple(shape)}")
+        if check_entry is not None:
+            try:
+                check_entry(entry, params[pid])
+            except (TypeError, ValueError, KeyError) as exc:
+                raise at.error(f"does not fit {type(optimizer).__name__}: {exc}") from None
     return state
 
 

@@ -3,11 +3,14 @@ network or optimizer of another layout raises StateError naming the key path, an
 the algorithm keeps its state (no half-loaded network)."""
 
 import copy
+import functools
 
 import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from algorithms.a2c import A2C, A2CConfig, make_optimizer
@@ -21,6 +24,7 @@ from algorithms.rollout import RolloutCollector
 from envs.testing import CountingEnv
 from rlpar.errors import StateError
 from rlpar.servers import GradServer
+from tests.corrupt import corruptions, paths, replaced
 
 
 def assert_same(a, b, where="state"):
@@ -219,3 +223,32 @@ def test_eager_adam_betas_are_checked_in_a_loaded_state():
     state["param_groups"][0]["betas"] = (1.5, 0.9)
     with pytest.raises(StateError, match=r"betas\[0\] must be in \[0.0, 1.0\)"):
         opt.load_state_dict(state)
+
+
+@settings(max_examples=150)
+@given(data=st.data())
+def test_a_randomly_corrupted_dqn_state_loads_cleanly_or_raises_state_error(data):
+    """Never a bare KeyError/TypeError/RuntimeError, never a half-loaded DQN, and a
+    state that loads acts and learns."""
+    source, fresh = dqn_pair()
+    state = source.state_dict()
+    path, value = data.draw(st.sampled_from(list(paths(state))[1:]), label="path")
+    bad = replaced(state, path, data.draw(st.sampled_from(corruptions(value)), label="new"))
+    target = copy.deepcopy(fresh)
+    before = copy.deepcopy(target.state_dict())
+    try:
+        target.load_state_dict(bad)
+    except StateError:
+        assert_same(target.state_dict(), before)
+        return
+    target.act(np.eye(3, dtype=np.float32))
+    obs = np.eye(3, dtype=np.float32)[[0, 1]]
+    target.update({"obs": obs, "action": np.array([1, 0]), "reward": np.ones(2, np.float32),
+                   "next_obs": obs, "terminated": np.zeros(2, np.float32)})
+
+
+
+@functools.cache
+def dqn_pair():
+    """A trained DQN's state to corrupt, and a DQN to load it into (copied per example)."""
+    return dqn(seed=1), dqn()

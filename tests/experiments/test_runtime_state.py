@@ -7,6 +7,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from experiments.runtime.checkpoints import RunKeeper
 from experiments.runtime.config import RunConfig
@@ -15,6 +17,7 @@ from experiments.runtime.messages import EvalResult, Report
 from rlpar.checkpoint import save_checkpoint
 from rlpar.errors import StateError
 from rlpar.logging import MetricLogger
+from tests.corrupt import corruptions, paths, replaced
 
 RUN = RunConfig(status_every=0.0, eval_every=10, max_env_steps=10**6, max_seconds=600.0)
 
@@ -84,3 +87,20 @@ def test_the_run_keeper_names_a_key_the_job_reads_before_loading_anything(tmp_pa
     assert coord.env_steps == 0 and not loaded
     assert keeper.restore(loaded.append)  # a job that reads no other key
     assert coord.env_steps == 12 and len(loaded) == 1
+
+
+@settings(max_examples=100)
+@given(data=st.data())
+def test_a_randomly_corrupted_coordinator_state_loads_cleanly_or_raises_state_error(data):
+    state = progressed().state_dict()
+    path, value = data.draw(st.sampled_from(list(paths(state))[1:]), label="path")
+    bad = replaced(state, path, data.draw(st.sampled_from(corruptions(value)), label="new"))
+    coord = progressed()
+    before = copy.deepcopy(progress(coord))
+    try:
+        coord.load_state_dict(bad)
+    except StateError:
+        assert progress(coord) == before
+        return
+    coord.report(Report(source=0, env_steps=3, transitions=3))  # and it goes on
+    coord.summary(algorithm=Coordinator, updates=0, run_dir=None)

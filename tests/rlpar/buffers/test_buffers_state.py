@@ -2,7 +2,6 @@
 StateError naming the key path and the problem, and leaves the buffer as it was."""
 
 import copy
-import math
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from rlpar.buffers import (
 from rlpar.buffers.hosted import HostedBuffer
 from rlpar.checkpoint import load_checkpoint, save_checkpoint
 from rlpar.errors import StateError
+from tests.corrupt import corruptions, paths, replaced
 
 CAPACITY = 8
 
@@ -301,52 +301,6 @@ def test_ring_storage_names_itself():
 
 
 # ---------------------------------------------------------- random corruption
-
-
-def paths(value, prefix=()):
-    """Every place in a nested state: (path to it, the value there)."""
-    yield prefix, value
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from paths(v, (*prefix, k))
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from paths(v, (*prefix, i))
-
-
-def replaced(value, path, new):
-    """A copy of nested ``value`` with the item at ``path`` replaced (``DELETE``:
-    removed); nothing shared with the original is modified."""
-    if not path:
-        return new
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        out = dict(value)
-        if rest or new is not DELETE:
-            out[head] = replaced(value[head], rest, new)
-        else:
-            del out[head]
-        return out
-    out = list(value)
-    if rest or new is not DELETE:
-        out[head] = replaced(value[head], rest, new)
-    else:
-        del out[head]
-    return type(value)(out)
-
-
-DELETE = object()
-
-
-def corruptions(value):
-    """What may be put where ``value`` was."""
-    out = [DELETE, None, -1, 2**70, math.nan, -0.5, 1.5, "junk", [], {}, True]
-    if isinstance(value, torch.Tensor) and value.dim() > 0:
-        out += [value[:-1], value.to(torch.float64), value.to(torch.int32), -value.to(torch.float32),
-                value.reshape(-1)[:1], torch.full_like(value.float(), math.nan)]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        out += [value + 1, value - 1, -value, float(value)]
-    return out
 
 
 @pytest.mark.parametrize("kind", KINDS)
