@@ -183,7 +183,7 @@ class Lead:
 
         keeper = RunKeeper(self.ctx, self.coordinator, snapshot=lambda: {"server": server.state_dict()},
                            policy=self.model.state_dict)
-        keeper.restore(lambda state: server.load_state_dict(state["server"]))
+        keeper.restore(lambda state: server.load_state_dict(state["server"]), keys=("server",))
         return keeper
 
     def run(self, grads: Any, *, server: Any, shells: list[WorkerShell]) -> dict[str, Any]:

@@ -375,7 +375,7 @@ def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | No
     keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=learner.dqn.policy_state, meta=meta,
                        parts=sharded.part_names() if sharded is not None else (),
                        save_parts=save_parts if sharded is not None else None)
-    keeper.restore(restore)
+    keeper.restore(restore, keys=("dqn",))
     return keeper
 
 

@@ -48,6 +48,7 @@ from experiments.runtime.evaluation import frozen
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import finish_lead, start_lead
 from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
+from rlpar.state import StatePath, integer, mapping, sequence
 
 
 def _rows(value: Any, rows: np.ndarray) -> Any:
@@ -159,8 +160,12 @@ class Trainer:
     def restore_counters(self, saved: Mapping[str, Any]) -> None:
         """Go on from a checkpoint's :meth:`counters`; a checkpoint written before
         they were saved has none, which counts as 0."""
-        self._earlier_dropped = int(saved.get("dropped_episodes", 0))
-        self._earlier_worker_restarts = tuple(int(n) for n in saved.get("env_worker_restarts", ()))
+        where = StatePath.of(self, "restore_counters")
+        saved = mapping(saved, where, optional=("dropped_episodes", "env_worker_restarts"))
+        dropped = integer(saved.get("dropped_episodes", 0), where["dropped_episodes"])
+        restarts = sequence(saved.get("env_worker_restarts", ()), where["env_worker_restarts"])
+        restarts = tuple(integer(n, where["env_worker_restarts"][i]) for i, n in enumerate(restarts))
+        self._earlier_dropped, self._earlier_worker_restarts = dropped, restarts
 
     def step(self) -> None:
         """One vector step of every env copy, its report, and the updates it makes due."""
@@ -319,13 +324,14 @@ def run_keeper(ctx: JobContext, coordinator: Any, trainer: Trainer):
 
     def restore(state: dict[str, Any]) -> None:
         algo.load_state_dict(state["maddpg"])
-        for buffer, saved in zip(buffers, state["replay"], strict=True):
+        replay = sequence(state["replay"], StatePath("maddpg checkpoint")["replay"], length=len(buffers))
+        for buffer, saved in zip(buffers, replay, strict=True):
             buffer.load_state_dict(saved)
         trainer.restore_counters(state.get("counters", {}))
 
     keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=lambda: actors_state(algo),
                        meta={"agents": list(trainer.venv.agents), "buffers": len(buffers)})
-    keeper.restore(restore)
+    keeper.restore(restore, keys=("maddpg", "replay"))
     return keeper
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from experiments.runtime.messages import Directive, EvalResult, Rejoin, Report
 from rlpar.logging import MetricLogger, Progress, RateMeter
+from rlpar.state import StatePath, integer, mapping, number, sequence
 
 
 class Coordinator:
@@ -326,19 +327,18 @@ class Coordinator:
                     "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from a checkpoint: the time budget counts the earlier run's time."""
+        """Continue from a checkpoint: the time budget counts the earlier run's time.
+        StateError (nothing changed) for a state that does not fit."""
+        loaded = _checked_progress(state, StatePath.of(self))
         with self._lock:
-            self.env_steps, self.transitions = int(state["env_steps"]), int(state["transitions"])
-            self.episodes, self.updates = int(state["episodes"]), int(state["updates"])
+            self.env_steps, self.transitions = loaded["env_steps"], loaded["transitions"]
+            self.episodes, self.updates = loaded["episodes"], loaded["updates"]
             self._ticked_updates = self.updates
-            self._recent.extend(float(r) for r in state["recent"])
-            self.evals = [eval_row(e) for e in state["evals"]]
-            self._next_eval = int(state["next_eval"])
-            self.solved = tuple(state["solved"]) if state["solved"] else None
-            self.started = time.time() - float(state["elapsed_s"])
-            # Checkpoints from before sources could rejoin have neither.
-            self.source_restarts = int(state.get("source_restarts", 0))
-            self.lost_transitions = int(state.get("lost_transitions", 0))
+            self._recent.extend(loaded["recent"])
+            self.evals, self.solved = loaded["evals"], loaded["solved"]
+            self._next_eval = loaded["next_eval"]
+            self.started = time.time() - loaded["elapsed_s"]
+            self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
 
     # ---------------------------------------------------------------- the end
 
@@ -377,9 +377,49 @@ class Coordinator:
             }
 
 
-def eval_row(saved: Sequence[Any]) -> tuple[float, int, float, float, int]:
-    """A checkpointed evaluation row. Checkpoints from before evaluations kept their
-    version have 4 fields: their version is unknown, -1 (no saved policy claims it)."""
-    seconds, env_steps, mean, std, *rest = saved
-    version = int(rest[0]) if rest else -1
-    return float(seconds), int(env_steps), float(mean), float(std), version
+_COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
+# Checkpoints from before sources could rejoin have neither.
+_REJOIN_COUNTS = ("source_restarts", "lost_transitions")
+
+
+def _checked_progress(state: Any, where: StatePath) -> dict[str, Any]:
+    """:meth:`Coordinator.state_dict`'s values, checked: counts are ints >= 0, every
+    evaluation is (seconds, env steps, mean, std), ``solved`` is [] or (seconds, env
+    steps, mean), returns are numbers."""
+    state = mapping(state, where, required=(*_COUNTS, "recent", "evals", "solved", "elapsed_s"),
+                    optional=_REJOIN_COUNTS)
+    out: dict[str, Any] = {k: integer(state[k], where[k]) for k in _COUNTS}
+    out.update({k: integer(state.get(k, 0), where[k]) for k in _REJOIN_COUNTS})
+    out["elapsed_s"] = number(state["elapsed_s"], where["elapsed_s"])
+    out["recent"] = [_value(r, where["recent"][i])
+                     for i, r in enumerate(sequence(state["recent"], where["recent"]))]
+    out["evals"] = [_eval_row(e, where["evals"][i])
+                    for i, e in enumerate(sequence(state["evals"], where["evals"]))]
+    solved = sequence(state["solved"], where["solved"])
+    out["solved"] = _record(solved, where["solved"], 3) if solved else None
+    return out
+
+
+def _eval_row(value: Any, where: StatePath) -> tuple[float, int, float, float, int]:
+    """(seconds, env steps, mean, std, version) of an evaluation. Checkpoints from before
+    evaluations kept their version have 4 fields: their version is unknown, -1 (no
+    saved policy claims it)."""
+    row = sequence(value, where)
+    if len(row) not in (4, 5):
+        raise where.error(f"must hold 4 or 5 items (seconds, env steps, mean, std[, version]), got {len(row)}")
+    version = integer(row[4], where[4], low=-1) if len(row) == 5 else -1
+    return (*_record(row[:4], where, 4), version)
+
+
+def _record(value: Any, where: StatePath, size: int) -> tuple[Any, ...]:
+    """(seconds, env steps, mean[, std]) of an evaluation (or of the solve)."""
+    value = sequence(value, where, length=size)
+    return (number(value[0], where[0]), integer(value[1], where[1]),
+            *(_value(v, where[i]) for i, v in enumerate(value[2:], 2)))
+
+
+def _value(value: Any, where: StatePath) -> float:
+    """A return or its spread: a number, NaN included (the mean of no episodes)."""
+    if isinstance(value, float) and math.isnan(value):
+        return value
+    return number(value, where)
