@@ -36,6 +36,7 @@ from gymnasium.vector import AutoresetMode
 from envs import worker as W
 from envs.base import BatchVectorEnv
 from envs.errors import EnvTimeout
+from envs.lifeline import prepare_forkserver
 from envs.procs import START_TIMEOUT, WorkerProcs, default_num_workers, split_envs
 from envs.runner import EnvFailure, EnvRunner
 from envs.spin import auto_spin_us
@@ -171,7 +172,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         self.last_crash: str | None = None
         self._ctx = mp.get_context(context)
         if context == "forkserver":
-            self._ctx.set_forkserver_preload(["envs.worker", "envs.runner"])
+            prepare_forkserver(self._ctx)  # workers and forkserver die with this process
         self.groups = split_envs(len(fns), num_groups)
         self._all_workers = tuple(range(num_groups))
         self._all_rows = [slice(lo, hi) for lo, hi in self.groups]
