@@ -44,11 +44,13 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1
 POLL_S = 1.0  # the watchdog's period where pidfds are missing (Linux < 5.3)
+SUN_PATH_MAX = 108  # bytes in a Unix socket's path, its final NUL included (Linux)
 PRELOAD = ["envs.lifeline", "envs.worker", "envs.runner"]  # lifeline first: see the hook
 
 
 def _dir_prefix(pid: int) -> str:
-    return f"pymp-rlpar-{pid}-"
+    # mkdtemp's random part has no "-": no multiprocessing-made name starts like this.
+    return f"pymp-{pid}-"
 
 
 def prepare_forkserver(ctx: Any) -> None:
@@ -66,6 +68,9 @@ def prepare_forkserver(ctx: Any) -> None:
     if current and os.path.basename(current).startswith(_dir_prefix(os.getpid())):
         return
     folder = tempfile.mkdtemp(prefix=_dir_prefix(os.getpid()))
+    if len(os.path.join(folder, "listener-12345678")) >= SUN_PATH_MAX:
+        os.rmdir(folder)  # a socket there could not be bound: multiprocessing's own, then
+        return
     # What multiprocessing.util.get_temp_dir registers for its own directory.
     from multiprocessing import util
 
@@ -170,7 +175,7 @@ def _owner_exited(owner: int, pidfd: int | None, wait: float) -> bool:
 
 def _forkserver_exit_hook() -> None:
     """In the forkserver: at exit, if the owner that started it has died, remove the
-    owner's own ``pymp-rlpar-<pid>-*`` directory (the forkserver's socket is in it); a
+    owner's own ``pymp-<pid>-*`` directory (the forkserver's socket is in it); a
     live owner removes it itself (it may still use it)."""
     me, owner = os.getpid(), os.getppid()
     try:

@@ -99,6 +99,11 @@ class SubprocVectorEnv(BatchVectorEnv):
             processes only, so it implies ``step_in_parent=False``: an env stepped in
             this process cannot be interrupted. ``call``/``get_attr``/``set_attr``
             are not timed (a user method may legitimately take long).
+        restart_on_timeout: whether a worker killed for overrunning ``step_timeout``
+            is restarted rather than raising :class:`envs.errors.EnvTimeout`. None
+            (default): as ``restart_on_crash``. False with ``restart_on_crash`` suits a
+            job: a worker killed from outside (the OOM killer) is replaced, while an
+            env that hangs, likely again, is named.
         step_in_parent: let this process step group 0 during ``step_wait`` (fastest
             for synchronous use; set False to keep every env out of the parent, e.g.
             for crash isolation or to overlap inference with stepping). Envs stepped by
@@ -128,6 +133,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         restart_on_crash: bool = False,
         max_restarts: int | None = None,
         step_timeout: float | None = None,
+        restart_on_timeout: bool | None = None,
         step_in_parent: bool | None = None,
         copy: bool = True,
         context: str = "forkserver",
@@ -167,6 +173,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.check_values = bool(check_values)
         self.restart_on_crash = restart_on_crash
+        self.restart_on_timeout = restart_on_crash if restart_on_timeout is None else restart_on_timeout
         self.max_restarts = max_restarts
         self.crash_count = 0
         self.last_crash: str | None = None
@@ -374,7 +381,7 @@ class SubprocVectorEnv(BatchVectorEnv):
                 if hung is not None and now >= hung:
                     for w in sorted(p.waiting):
                         error = self._timed_out(w, "step")
-                        if self.restart_on_crash:
+                        if self.restart_on_timeout:
                             self._restart(w, cause=str(error))
                             p.restarted.append(w)
                         else:
@@ -459,7 +466,7 @@ class SubprocVectorEnv(BatchVectorEnv):
             except TimeoutError:
                 for w in sorted(waiting):
                     hung = self._timed_out(w, what)
-                    if self.restart_on_crash and w not in retried:
+                    if self.restart_on_timeout and w not in retried:
                         self._restart(w, reset=False, cause=str(hung))
                         retried.add(w)
                         self._workers.send(w, op + pickle.dumps(per_worker(w), protocol=5))
