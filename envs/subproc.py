@@ -16,7 +16,8 @@ killed by a signal or ``os._exit`` is noticed at once (never a hang) and becomes
 whose envs were reset and are flagged in ``infos['env_restarted']``. A worker that
 hangs is noticed after ``step_timeout`` and becomes :class:`envs.errors.EnvTimeout`
 (or a restart); an env that raises or returns a bad value becomes
-:class:`envs.errors.EnvError` / :class:`envs.errors.EnvValueError`.
+:class:`envs.errors.EnvError` / :class:`envs.errors.EnvValueError`. The other way
+round, workers die with this process however it dies (:mod:`envs.lifeline`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ in :func:`serial_main`.
 Workers are expendable (:func:`restartable`): a worker rank that dies is restarted
 alone by the local launcher, rejoins the running world, pulls the newest parameters
 and goes on with its index (so its seeds); the coordinator counts it
-(``actor_restarts``, ``actors/restarts``).
+(``actor_restarts``, ``actors/restarts``). A dead env worker (``--env-workers``), rank
+0's too, is replaced inside its vector env and counted (``env_worker_restarts``).
 """
 
 from __future__ import annotations

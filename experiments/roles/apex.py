@@ -15,8 +15,9 @@ buffer in the learner's file, or each shard's own part beside it, written by its
 host for the same step (:func:`run_keeper`). Faults: a dead actor is restarted alone
 and rejoins (:func:`restartable`); with ``actors`` placement its shard is dropped
 from sampling when it dies, and the learner hosts a fresh, empty one for its
-replacement (see ``DistributedReplayBuffer.rehost``). Any other death restarts the
-world from the newest complete checkpoint.
+replacement (see ``DistributedReplayBuffer.rehost``). A dead env worker is replaced
+inside the actor's vector env and counted (``env_worker_restarts``). Any other death
+restarts the world from the newest complete checkpoint.
 
 :class:`~algorithms.apex.ApexActor` and :class:`~algorithms.apex.ApexLearner` (or
 the user's subclasses) see only a Buffer and a ParameterStore, as in the
