@@ -102,6 +102,13 @@ def _release_forkserver() -> None:
     server._forkserver_alive_fd = server._forkserver_address = server._forkserver_pid = None
 
 
+def _readable(pidfd: int, wait: float | None) -> bool:
+    """Wait until ``pidfd`` turns readable (its process exited), at most ``wait`` s."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(None if wait is None else int(wait * 1000)))
+
+
 def _end_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -118,7 +125,7 @@ def _watch(owner: int) -> None:
 
     def wait() -> None:
         if fd is not None:
-            select.select([fd], [], [])  # a pidfd turns readable when its process exits
+            _readable(fd, None)
         else:
             while True:
                 try:
@@ -164,7 +171,7 @@ def _owner_exited(owner: int, pidfd: int | None, wait: float) -> bool:
     """Whether ``owner`` exits within ``wait`` seconds. The forkserver sees EOF on its
     alive pipe when the owner's files close, a moment before the owner has exited."""
     if pidfd is not None:
-        return bool(select.select([pidfd], [], [], wait)[0])
+        return _readable(pidfd, wait)
     deadline = time.monotonic() + wait
     while os.getppid() == owner:  # re-parented once the owner has exited
         if time.monotonic() > deadline:
