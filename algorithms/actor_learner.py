@@ -38,11 +38,14 @@ class Adder(Protocol):
     *true* successor (the final observation where an episode ended), ``reset_obs``
     what the env returned (same-step autoreset: the next episode's first observation
     there), ``extras`` what the behaviour policy said besides its actions (e.g.
-    log-probs); it returns the items completed by this step (possibly none)."""
+    log-probs), ``cut`` (None, or a bool per env) the envs whose step never happened
+    (their worker process died and was replaced: ``reset_obs`` is a fresh reset and
+    the last observation they reached is ``obs``); it returns the items completed by
+    this step (possibly none)."""
 
     def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
             reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            extras: Mapping[str, np.ndarray]) -> list[Batch]: ...
+            extras: Mapping[str, np.ndarray], cut: np.ndarray | None) -> list[Batch]: ...
 
 
 class Acting(Protocol):
@@ -57,7 +60,9 @@ Behave = Callable[[np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]
 
 class Actor:
     """One actor on a gymnasium ``VectorEnv`` in same-step autoreset mode (the true
-    last observation of an episode is in ``infos["final_obs"]``).
+    last observation of an episode is in ``infos["final_obs"]``). Envs flagged in
+    ``infos["env_restarted"]`` (their worker process was replaced) lost that step:
+    the adder is told, their cut episode is not reported, the step is not counted.
 
     ``behave(obs) -> (actions, extras)`` is the exploring policy of ``acting`` (the
     builder's, with this actor's exploration); ``adder`` makes items of the steps;
@@ -89,6 +94,7 @@ class Actor:
         obs = self._obs
         action, extras = self.behave(obs)
         reset_obs, reward, terminated, truncated, infos = self.env.step(action)
+        cut = infos.get("env_restarted")  # a subprocess vector env's restart_on_crash
         done = np.logical_or(terminated, truncated)
         next_obs = reset_obs
         if done.any() and "final_obs" in infos:
@@ -97,12 +103,12 @@ class Actor:
                 next_obs[i] = infos["final_obs"][i]
         for item in self.adder.add(obs=obs, action=action, reward=reward, next_obs=next_obs,
                                    reset_obs=reset_obs, terminated=terminated, truncated=truncated,
-                                   extras=extras):
+                                   extras=extras, cut=cut):
             if len(next(iter(item.values()))) > 0:
                 self._pending.append(item)
-        self._track_episodes(reward, done)
+        self._track_episodes(reward, done, cut)
         self._obs = reset_obs
-        n = self.env.num_envs
+        n = self.env.num_envs - (0 if cut is None else int(np.count_nonzero(cut)))
         self.env_steps += n
         self._steps_since_pull += n
         if len(self._pending) >= self.add_every:
@@ -111,9 +117,12 @@ class Actor:
             self.sync()
         return n
 
-    def _track_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
+    def _track_episodes(self, reward: np.ndarray, done: np.ndarray, cut: np.ndarray | None) -> None:
         self._returns += reward
         self._lengths += 1
+        if cut is not None:  # a cut episode is dropped: its return was never made
+            done = done & ~cut
+            self._returns[cut], self._lengths[cut] = 0.0, 0
         for i in np.flatnonzero(done):
             self.finished_episodes.append((float(self._returns[i]), int(self._lengths[i])))
             self._returns[i] = 0.0

@@ -28,7 +28,7 @@ class NStepAdder:
 
     def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
             reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            extras: Mapping[str, np.ndarray]) -> list[Batch]:
+            extras: Mapping[str, np.ndarray], cut: np.ndarray | None = None) -> list[Batch]:
         completed = self.assembler.step(obs=obs, action=action, reward=reward, next_obs=next_obs,
-                                        terminated=terminated, truncated=truncated)
+                                        terminated=terminated, truncated=truncated, cut=cut)
         return [completed] if len(completed["reward"]) else []

@@ -93,7 +93,9 @@ class ApexActor(Actor):
     """One Ape-X actor (:class:`~algorithms.actor_learner.Actor`) with a DQN copy:
     epsilon-greedy at its ``eps_i`` (per env copy), n-step transitions, initial
     priorities from its own Q estimates; ``dqn.act`` is its behaviour, so a DQN
-    subclass that explores otherwise (e.g. Boltzmann) changes what it does."""
+    subclass that explores otherwise (e.g. Boltzmann) changes what it does. Envs
+    whose worker process was replaced lost their step (see ``Actor``): their n-step
+    windows end at the last observation they reached."""
 
     def __init__(
         self,

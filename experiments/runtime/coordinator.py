@@ -28,7 +28,9 @@ counts the rejoins and ``actors/lost_transitions`` estimates what the dead proce
 took with them: for each, the env steps it had reported minus the transitions it had
 reported adding, i.e. the steps whose transitions were still in its n-step window or
 add batch at its last report (steps after that report were never counted, so the
-budget does not include them either).
+budget does not include them either). Env worker processes a source's vector env
+replaced (killed from outside, e.g. by the OOM killer) are counted as reported
+(``env_worker_restarts``, ``actors/env_worker_restarts``).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class Coordinator:
         self._silent: set[int] = set()
         self.source_restarts = 0
         self.lost_transitions = 0
+        self.env_worker_restarts = 0
         self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
         self._window: list[Any] = []  # episodes since the last tick
@@ -126,6 +129,7 @@ class Coordinator:
                 if report.source in self._silent:
                     self._silent.discard(report.source)
                     self._say(f"actor {report.source} reports again")
+            self.env_worker_restarts += report.env_worker_restarts
             self._window.extend(report.episodes)
             self._recent.extend(e.ret for e in report.episodes)
             for key, value in report.metric_sums.items():
@@ -135,8 +139,12 @@ class Coordinator:
                 self._finished.add(report.source)
             self._check_budgets()
             evaluate = (report.source == self.evaluator and self._claim_eval())
-            return Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
-                             updates=self.updates, evaluate=evaluate)
+            directive = Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
+                                  updates=self.updates, evaluate=evaluate)
+        if report.env_worker_restarts:
+            self._say(f"actor {report.source}: {report.env_worker_restarts} env worker(s) died and "
+                      f"were replaced ({self.env_worker_restarts} in all)")
+        return directive
 
     def rejoin(self, rejoin: Rejoin) -> None:
         """A source that died was restarted and rejoined (before its first report)."""
@@ -288,6 +296,7 @@ class Coordinator:
         log.scalar("actors/silent", len(silent), step)
         log.scalar("actors/restarts", self.source_restarts, step)
         log.scalar("actors/lost_transitions", self.lost_transitions, step)
+        log.scalar("actors/env_worker_restarts", self.env_worker_restarts, step)
         live = [v for v in versions if v >= 0]
         lag = updates - min(live) if live else 0
         if live:
@@ -324,7 +333,8 @@ class Coordinator:
                     "next_eval": self._next_eval,
                     "solved": list(self.solved) if self.solved else [],
                     "elapsed_s": time.time() - self.started,
-                    "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions}
+                    "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
+                    "env_worker_restarts": self.env_worker_restarts}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint: the time budget counts the earlier run's time.
@@ -339,6 +349,7 @@ class Coordinator:
             self._next_eval = loaded["next_eval"]
             self.started = time.time() - loaded["elapsed_s"]
             self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
+            self.env_worker_restarts = loaded["env_worker_restarts"]
 
     # ---------------------------------------------------------------- the end
 
@@ -372,14 +383,16 @@ class Coordinator:
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,
                 "actor_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
+                "env_worker_restarts": self.env_worker_restarts,
                 "silent_sources": sorted(self._silent),
                 "run_dir": run_dir, **extra,
             }
 
 
 _COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
-# Checkpoints from before sources could rejoin have neither.
-_REJOIN_COUNTS = ("source_restarts", "lost_transitions")
+# Checkpoints from before sources could rejoin have neither; from before env workers
+# were restarted, no count of those.
+_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts")
 
 
 def _checked_progress(state: Any, where: StatePath) -> dict[str, Any]:
