@@ -9,9 +9,10 @@ or whole unrolls with the behaviour policy's log-probs into a FIFO queue (IMPALA
 An algorithm's :class:`~algorithms.builder.Builder` says which; :class:`Actor` and
 :class:`Learner` below run either, and only see
 
-- a :class:`~rlpar.protocols.Buffer`-like sink/source (``add(batch, priorities)``,
-  ``sample(n) -> Sample``, ``update_priorities``): a local replay or queue in one
-  process, an RPC accessor in many, the same semantics;
+- a sink: a :class:`~rlpar.protocols.Buffer` (``add(batch, priorities)``) for
+  prioritized transitions, an :class:`~rlpar.protocols.ItemSink` (``put(item)``)
+  for unrolls; a source with ``sample(n) -> Sample`` and ``update_priorities``: a
+  local replay or queue in one process, an RPC accessor in many, the same semantics;
 - a :class:`~rlpar.protocols.ParameterStore` (``push``/``pull(newer_than=)``).
 
 So the same objects run in one process (tests, ``--serial``) and distributed
@@ -65,20 +66,24 @@ class Actor:
     the adder is told, their cut episode is not reported, the step is not counted.
 
     ``behave(obs) -> (actions, extras)`` is the exploring policy of ``acting`` (the
-    builder's, with this actor's exploration); ``adder`` makes items of the steps;
-    every ``add_every`` items are sent to ``sink`` together, with priorities from
-    :meth:`initial_priorities` when ``prioritized``; every ``pull_every`` env steps
-    the newest parameters are pulled from ``params``.
+    builder's, with this actor's exploration); ``adder`` makes items of the steps.
+    ``prioritized``: every ``add_every`` items (one per vector step) go to ``sink``
+    as one ``add``, with priorities from :meth:`initial_priorities`; else each item
+    (an unroll) is ``put`` whole, in order, and while the sink has no room for one
+    (``put`` gives False after ``put_timeout`` seconds) the actor takes no step:
+    back-pressure, with the caller's loop still turning (reports, stop). Every
+    ``pull_every`` env steps the newest parameters are pulled from ``params``.
     """
 
     def __init__(self, *, acting: Any, behave: Behave, adder: Adder, env: Any, sink: Buffer,
                  params: ParameterStore, add_every: int, pull_every: int, prioritized: bool,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, put_timeout: float = 0.05) -> None:
         if add_every < 1 or pull_every < 1:
             raise ValueError(f"add_every and pull_every must be >= 1, got {add_every}, {pull_every}")
         self.acting, self.behave, self.adder, self.env = acting, behave, adder, env
         self.sink, self.params = sink, params
         self.add_every, self.pull_every, self.prioritized = add_every, pull_every, prioritized
+        self.put_timeout = put_timeout
         self.version = -1
         self.env_steps = 0
         self.transitions_added = 0  # rows sent to the sink (transitions, or unroll steps)
@@ -89,8 +94,18 @@ class Actor:
         self._returns = np.zeros(env.num_envs)
         self._lengths = np.zeros(env.num_envs, dtype=np.int64)
 
+    @property
+    def waiting(self) -> bool:
+        """Unrolls are waiting for room in the sink: no step until they are sent."""
+        return bool(self._pending) and not self.prioritized
+
     def step(self) -> int:
-        """One vector step of every env; returns the number of env steps taken."""
+        """One vector step of every env; returns the number of env steps taken (0
+        while :attr:`waiting` and the sink still has no room)."""
+        if self.waiting:
+            self.flush()
+            if self.waiting:
+                return 0
         obs = self._obs
         action, extras = self.behave(obs)
         reset_obs, reward, terminated, truncated, infos = self.env.step(action)
@@ -111,7 +126,7 @@ class Actor:
         n = self.env.num_envs - (0 if cut is None else int(np.count_nonzero(cut)))
         self.env_steps += n
         self._steps_since_pull += n
-        if len(self._pending) >= self.add_every:
+        if len(self._pending) >= (self.add_every if self.prioritized else 1):
             self.flush()
         if self._steps_since_pull >= self.pull_every:
             self.sync()
@@ -129,7 +144,8 @@ class Actor:
             self._lengths[i] = 0
 
     def flush(self) -> None:
-        """Send the pending items (with priorities from this actor's parameters)."""
+        """Send the pending items: transitions with priorities from this actor's
+        parameters; unrolls in order, as far as the sink has room."""
         if not self._pending:
             return
         pending, self._pending = self._pending, []
@@ -139,8 +155,10 @@ class Actor:
             self.sink.add(batch, priorities)
             self.transitions_added += len(priorities)
             return
-        for item in pending:  # unrolls: each one whole, in order
-            self.sink.add(item)
+        for i, item in enumerate(pending):  # unrolls: each one whole, in order
+            if not self.sink.put(item, timeout=self.put_timeout):
+                self._pending = pending[i:]  # no room yet: sent before the next step
+                return
             self.transitions_added += _steps_of(item)
 
     def initial_priorities(self, batch: Batch) -> np.ndarray:
