@@ -17,6 +17,7 @@ import os
 import sys
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
@@ -86,7 +87,7 @@ def main(store_port: int, rpc_port: int) -> dict:
     os.environ["TP_SOCKET_IFNAME"] = "lo"
     out = {}
     _agent(PointedStore(rpc_port))
-    fake = EvalResult(env_steps=1, version=0, returns=[1e9])
+    fake = EvalResult(env_steps=1, version=0, returns=[1e9], seed=0, policy={"w": torch.zeros(1)})
     out["fake_eval"] = _outcome(lambda: rpc.rpc_sync(
         "rank0", _dispatch, args=(_sid("apex", "coord/eval"), fake), timeout=TIMEOUT))
     out["run_code"] = _outcome(lambda: rpc.rpc_sync("rank0", os.getpid, timeout=TIMEOUT))
