@@ -51,17 +51,18 @@ def _bytes(value) -> bytes:
 
 
 class SealedStore(dist.Store):
-    """``inner`` with every key hashed and every value sealed under ``secret``.
+    """``inner`` with every key hashed and every value sealed under ``secret`` (None
+    only with ``_keys``: :meth:`clone` hands over the derived keys, not the secret).
 
     Only the operations torch's RPC, gloo and rlpar use; C++ callers (TensorPipe,
     gloo) reach them through torch's Python-store trampoline."""
 
-    def __init__(self, inner: dist.Store, secret: str) -> None:
+    def __init__(self, inner: dist.Store, secret: str | None, *, _keys: tuple | None = None) -> None:
         super().__init__()
         self._inner = inner
-        self._names = derive(secret, "store names")
-        self._mac = derive(secret, "store mac")
-        self._enc = derive(secret, "store encryption")
+        self._keys = _keys or tuple(derive(secret, use) for use in ("store names", "store mac",
+                                                                   "store encryption"))
+        self._names, self._mac, self._enc = self._keys
         super().set_timeout(inner.timeout)
         _kept.append(self)
 
@@ -131,6 +132,10 @@ class SealedStore(dist.Store):
     def set_timeout(self, timeout) -> None:
         super().set_timeout(timeout)
         self._inner.set_timeout(timeout)
+
+    def clone(self) -> SealedStore:
+        # A second connection to the same store (torch's process groups may ask).
+        return SealedStore(self._inner.clone(), None, _keys=self._keys)
 
     # torch's trampoline looks these two up by their C++ names (a PrefixStore over
     # this store calls them so); the rest by their Python names.

@@ -69,9 +69,9 @@ class PointedStore(dist.Store):
         pass
 
 
-def _agent(store: dist.Store) -> None:
+def _agent(store: dist.Store, timeout: float = TIMEOUT) -> None:
     options = rpc.TensorPipeRpcBackendOptions(init_method=rpc_init_method(store, 1, 2),
-                                              rpc_timeout=TIMEOUT, _transports=["uv"])
+                                              rpc_timeout=timeout, _transports=["uv"])
     rpc.init_rpc("intruder", rank=1, world_size=2, rpc_backend_options=options,
                  backend=rejoin_backend())
 
@@ -93,13 +93,13 @@ def main(store_port: int, rpc_port: int) -> dict:
     out["run_code"] = _outcome(lambda: rpc.rpc_sync("rank0", os.getpid, timeout=TIMEOUT))
     rpc.shutdown(graceful=False)
 
-    store = dist.TCPStore("127.0.0.1", store_port, 1, False, timedelta(seconds=2))
+    store = dist.TCPStore("127.0.0.1", store_port, 1, False, timedelta(seconds=TIMEOUT))
     fixed = {"world name": ("rlpar/", "world/name/0"), "eval service": ("rlpar/", "svc/apex/s/coord/eval"),
              "rpc name": ("rpc_prefix_0", "names/0"), "rpc address": ("rpc_prefix_0", "addrs/rank0")}
     out["found"] = sorted(what for what, (prefix, key) in fixed.items()
                           if dist.PrefixStore(prefix, store).check([key]))
     # The agent would wait for rank 0's name under torch's fixed key: it never comes.
-    out["join"] = _outcome(lambda: _agent(store))
+    out["join"] = _outcome(lambda: _agent(store, timeout=2.0))
     return out
 
 

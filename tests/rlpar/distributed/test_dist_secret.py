@@ -134,6 +134,8 @@ def test_the_operations_torch_and_rlpar_use_behave_as_on_the_plain_store(tcp):
     assert store.delete_key("k") and not store.check(["k"])
     with pytest.raises(dist.DistStoreError):
         store.wait(["absent"], timedelta(milliseconds=100))
+    twin = store.clone()  # through torch's C++ PrefixStore, as a process group clones
+    assert twin.get("big") == big and twin.get("n") == b"5"
 
 
 def _unsigned(obj):
