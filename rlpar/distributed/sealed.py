@@ -16,7 +16,7 @@ handed this store), the World's names and groups, RpcGroup's services and barrie
 **RPC.** TensorPipe runs whatever a connection to a rank's port sends, store or not:
 a process that finds the port (``ss -ltn``) can make its own agent and call any
 picklable function in a rank. :func:`seal_rpc` makes torch's RPC pickler append an
-HMAC-SHA256 of every pickled payload (requests, replies, RRef values) and refuse one
+HMAC-SHA256 of every pickled payload (requests, replies, exceptions) and refuse one
 without a valid tag before unpickling it: the caller gets an error, the rank goes on.
 Tensors travel beside the pickle and are not covered: they are data, not code, and
 swapping them needs a man in the middle (README, Security, for what stays open).

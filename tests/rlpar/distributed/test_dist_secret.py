@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 from datetime import timedelta
 
 import pytest
@@ -73,9 +74,8 @@ def test_a_world_with_a_bad_or_missing_secret_fails_before_it_listens(monkeypatc
     monkeypatch.delenv("RLPAR_ALLOW_NO_SECRET", raising=False)
     with pytest.raises(ValueError, match="RLPAR_RUN_SECRET is not set"):
         World(rank=0, world_size=1, master_port=port)
-    free = __import__("socket").socket()
-    free.bind(("127.0.0.1", port))  # nothing was left listening on it
-    free.close()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", port))  # nothing was left listening on it
 
 
 def test_a_stranger_finds_no_key_by_name_nor_anything_readable(tcp):
