@@ -20,7 +20,8 @@ arrived whole, so a producer killed mid-send leaves no part of an item anywhere;
 queue, its other producers and their lines go on. Puts of one producer may be run by
 RPC threads in any order: each carries the producer's sequence number, and the host
 enqueues them in that order, so each producer's items come out in the order it put
-them. Arrays travel as tensors (TensorPipe moves their bytes without pickling).
+them (puts that arrived after one lost with its dead producer are never enqueued).
+Arrays travel as tensors (TensorPipe moves their bytes without pickling).
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ class HostedQueue:
         fut: torch.futures.Future = torch.futures.Future()
         item = from_wire(item)
         answers = []
-        if self.queue.closed:
-            fut.set_result(False)
-            return fut
         with self._lock:
+            if self.queue.closed:  # under the lock: close() answers what is parked here
+                fut.set_result(False)
+                return fut
             stream = self._streams.get(producer)
             if stream is None:
                 stream = self._streams[producer] = _Stream()
