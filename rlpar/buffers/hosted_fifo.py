@@ -12,8 +12,13 @@ back to the pool at once; the answer leaves when a get makes room. The alternati
 were worse: a handler that waits holds one of the host's RPC threads (16 by default)
 per waiting put, so 4 actors with 4 puts in flight would leave none for the host's
 other services (parameters, coordinator); a bounded wait then "retry" makes producers
-send whole items again and again while the consumer is the bottleneck. The cost here:
-items in line are held by the host, at most ``max_in_flight`` per producer.
+send whole items again and again while the consumer is the bottleneck. The costs here:
+items in line are held by the host, at most ``max_in_flight`` per producer, and a put
+that waits longer than the producer's RPC timeout fails there (a consumer that takes
+nothing for that long is taken for hung). Answering a waiting put costs the get that
+makes room little: an always-full queue moved as many unrolls as a roomy one
+(``python -m experiments.bench.trajectory_queue``: 1.3-1.8K unrolls of 396 KB a
+second, 500-700 MB/s, with 1-2 producers on a busy 2-core machine).
 
 An item is one RPC message, and TensorPipe hands a message to the service only once it
 arrived whole, so a producer killed mid-send leaves no part of an item anywhere; the
@@ -51,14 +56,14 @@ class _Stream:
 class HostedQueue:
     """The host's handle of a :class:`TrajectoryQueue` that remote producers fill."""
 
-    def __init__(self, queue: TrajectoryQueue) -> None:
+    def __init__(self, *, queue: TrajectoryQueue) -> None:
         self.queue = queue
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()  # orders each stream's offers; taken before the queue's
 
     @classmethod
     def host(cls, group: Any, name: str, queue: TrajectoryQueue) -> HostedQueue:
-        hosted = cls(queue)
+        hosted = cls(queue=queue)
         group.register(f"{name}/put", hosted._put_wired, deferred=True)
         group.register(f"{name}/stats", queue.stats)
         return hosted
@@ -66,7 +71,7 @@ class HostedQueue:
     @staticmethod
     def connect(group: Any, name: str, *, max_in_flight: int = 4,
                 timeout: float | None = None) -> RemoteQueue:
-        return RemoteQueue(group, name, max_in_flight=max_in_flight, timeout=timeout)
+        return RemoteQueue(group=group, name=name, max_in_flight=max_in_flight, timeout=timeout)
 
     def put(self, item: Item, *, timeout: float | None = None) -> bool:
         """A producer in the host's own process: :meth:`TrajectoryQueue.put`."""
@@ -136,7 +141,7 @@ class RemoteQueue:
     :meth:`wait` returns (an unroll adder makes new arrays per unroll).
     """
 
-    def __init__(self, group: Any, name: str, *, max_in_flight: int = 4,
+    def __init__(self, *, group: Any, name: str, max_in_flight: int = 4,
                  timeout: float | None = None) -> None:
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")

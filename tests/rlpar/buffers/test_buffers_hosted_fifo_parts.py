@@ -50,7 +50,7 @@ class DirectGroup:
 
 @pytest.mark.timeout(10)
 def test_puts_run_out_of_order_are_enqueued_in_each_producers_order():
-    hosted = HostedQueue(TrajectoryQueue(capacity=8))
+    hosted = HostedQueue(queue=TrajectoryQueue(capacity=8))
     assert isinstance(hosted, ItemSink) and isinstance(hosted, ItemSource)
     later = [hosted._put_wired("a", seq, to_wire(item(seq))) for seq in (2, 1)]
     other = hosted._put_wired("b", 0, to_wire(item(10)))
@@ -64,7 +64,7 @@ def test_puts_run_out_of_order_are_enqueued_in_each_producers_order():
 
 @pytest.mark.timeout(10)
 def test_close_answers_puts_waiting_for_room_or_for_an_earlier_put():
-    hosted = HostedQueue(TrajectoryQueue(capacity=1))
+    hosted = HostedQueue(queue=TrajectoryQueue(capacity=1))
     assert hosted._put_wired("a", 0, to_wire(item(0))).wait() is True
     waits_for_room = hosted._put_wired("a", 1, to_wire(item(1)))
     waits_for_seq = hosted._put_wired("b", 1, to_wire(item(2)))
@@ -77,8 +77,8 @@ def test_close_answers_puts_waiting_for_room_or_for_an_earlier_put():
 
 @pytest.mark.timeout(10)
 def test_a_producer_holds_at_most_max_in_flight_unanswered_puts():
-    hosted = HostedQueue(TrajectoryQueue(capacity=1))
-    remote = RemoteQueue(DirectGroup(hosted), "traj", max_in_flight=2)
+    hosted = HostedQueue(queue=TrajectoryQueue(capacity=1))
+    remote = RemoteQueue(group=DirectGroup(hosted), name="traj", max_in_flight=2)
     assert isinstance(remote, ItemSink)
     assert remote.put(item(0)) is True  # enqueued at once: answered
     assert remote.put(item(1)) and remote.put(item(2))  # both wait for room
@@ -96,14 +96,14 @@ def test_a_producer_holds_at_most_max_in_flight_unanswered_puts():
 
 @pytest.mark.timeout(10)
 def test_a_closed_queue_refuses_and_a_failed_put_is_raised_by_every_later_call():
-    hosted = HostedQueue(TrajectoryQueue(capacity=1))
+    hosted = HostedQueue(queue=TrajectoryQueue(capacity=1))
     group = DirectGroup(hosted)
-    remote = RemoteQueue(group, "traj", max_in_flight=2)
+    remote = RemoteQueue(group=group, name="traj", max_in_flight=2)
     remote.put(item(0)), remote.put(item(1))
     hosted.close()
     assert remote.closed and remote.put(item(2)) is False and remote.dropped == 2
 
-    failing = RemoteQueue(group, "traj")
+    failing = RemoteQueue(group=group, name="traj")
     group.fail = PeerUnavailable("host gone")
     assert failing.put(item(3)) is True  # sent; the failure comes back later
     for call in (lambda: failing.put(item(4)), failing.wait):
@@ -112,9 +112,9 @@ def test_a_closed_queue_refuses_and_a_failed_put_is_raised_by_every_later_call()
 
 
 def test_bad_producer_arguments_are_refused():
-    group = DirectGroup(HostedQueue(TrajectoryQueue(capacity=1)))
+    group = DirectGroup(HostedQueue(queue=TrajectoryQueue(capacity=1)))
     for bad in (0, True, 1.5):
         with pytest.raises(ValueError, match="max_in_flight"):
-            RemoteQueue(group, "traj", max_in_flight=bad)
+            RemoteQueue(group=group, name="traj", max_in_flight=bad)
     with pytest.raises(ValueError, match="timeout"):
-        RemoteQueue(group, "traj", timeout=0)
+        RemoteQueue(group=group, name="traj", timeout=0)
