@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import subprocess
 import sys
 
@@ -28,7 +29,8 @@ def world_results(tmp_path_factory):
         pickle.dump(list(sys.path), f)
         cloudpickle.dump((programs.hosted_queue_world, (10.0,)), f)
     env = dict(os.environ, WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
+               RLPAR_RUN_SECRET=secrets.token_hex(16))  # what launch() would give them
     zygote = subprocess.Popen([sys.executable, "-m", "rlpar.distributed._zygote", str(payload),
                                str(tmp), "3", "torch"], env=env)
     try:
