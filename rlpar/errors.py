@@ -104,3 +104,7 @@ class NonFiniteGradients(RlparError, FloatingPointError):
 
     def __reduce__(self):
         return (type(self), (self.count, self.limit))
+
+
+class QueueClosed(RlparError):
+    """A closed queue cannot hand out the items asked for (fewer are left)."""
