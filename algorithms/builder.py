@@ -55,7 +55,8 @@ class Flow:
     ``held_steps``: vector steps an actor holds back before they reach the data path
     (n-step window plus add buffer; an unroll), so pacing leaves room for them.
     ``push_every``: learner updates between publications; ``pull_every``: actor env
-    steps between pulls."""
+    steps between pulls. ``n_step``: how many steps a transition's ``next_obs`` is
+    after its ``obs`` (a replay of frame stacks stores their overlap once)."""
 
     data: Literal["replay", "queue"]
     batch_size: int
@@ -64,11 +65,12 @@ class Flow:
     held_steps: int
     learning_starts: int = 0
     updates_per_step: float | None = None
+    n_step: int = 1
 
     def __post_init__(self) -> None:
         if self.data not in ("replay", "queue"):
             raise ValueError(f"data must be 'replay' or 'queue', got {self.data!r}")
-        for name in ("batch_size", "push_every", "pull_every", "held_steps"):
+        for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_starts < 0:
@@ -88,6 +90,8 @@ class Builder(abc.ABC):
     algorithm_base: ClassVar[type]
     actor_base: ClassVar[type] = Actor
     learner_base: ClassVar[type] = Learner
+    # The key of the algorithm's state in a checkpoint (Ape-X DQN's are "dqn").
+    state_key: ClassVar[str] = "algorithm"
 
     def __init__(self, *, spec: EnvSpec, network: Callable[[Any, Any], Any] | None = None,
                  algorithm: type | None = None, actor: type | None = None,
@@ -124,6 +128,10 @@ class Builder(abc.ABC):
     def greedy(self, algorithm: Any) -> Callable[[np.ndarray], np.ndarray]:
         """The evaluation policy: ``act(obs batch) -> actions`` without exploration."""
         return functools.partial(algorithm.act, explore=False)
+
+    def network_of(self, algorithm: Any) -> Any:
+        """The module the evaluation policy runs (its ReLUs are watched for dead units)."""
+        return algorithm.network
 
     def collate(self, items: Sequence[Batch]) -> Batch:
         """A queue's items (unrolls) as one learner batch; replay builders have none."""

@@ -66,8 +66,7 @@ def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
 
 
 def test_pacing_needs_the_filled_family_defaults():
-    from experiments.apex import ApexJobConfig
-    from experiments.roles.apex import pacing
+    from experiments.apex import ApexJobConfig, pacing
 
     with pytest.raises(ValueError, match="--n-step"):
         pacing(ApexJobConfig())
