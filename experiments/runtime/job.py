@@ -285,19 +285,22 @@ def main_for(job: Job, config_cls: type, format_summary: Callable[[dict], str],
     """``python -m experiments.<job>``: parse flags, run, print the summary."""
     from experiments.runtime.cli import parse_config
 
-    if not under_launcher():
-        # From now on a Ctrl-C/SIGTERM is a stop request, even before the world runs
-        # (the launch asks the ranks at once, serial mode's StopSignals picks it up).
-        # Under torchrun a rank's SIGTERM before its role handles stops still kills it:
-        # a world that has not started has nothing to save, and may wait on a dead peer.
-        stops.record((signal.SIGINT, signal.SIGTERM))
-    config = parse_config(config_cls, argv)
+    # From now on a Ctrl-C/SIGTERM is a stop request, even before the world runs (the
+    # launch asks the ranks at once, serial mode's StopSignals picks it up). Not under
+    # torchrun: there a rank's SIGTERM before its role handles stops still kills it,
+    # since a world that has not started has nothing to save and may wait on a dead peer.
+    noted = {} if under_launcher() else stops.record((signal.SIGINT, signal.SIGTERM))
     try:
-        ctx = prepare(job, config, parts=parts)
-    except ValueError as exc:  # a check that needed the env: same form as a flag error
-        print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
-        return 2
-    summary = execute(job, ctx)
+        config = parse_config(config_cls, argv)
+        try:
+            ctx = prepare(job, config, parts=parts)
+        except ValueError as exc:  # a check that needed the env: same form as a flag error
+            print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
+            return 2
+        summary = execute(job, ctx)
+    finally:
+        if noted:
+            stops.restore(noted)  # called in-process (tests): as it was before
     if summary:
         print(format_summary(summary), flush=True)
     return 0

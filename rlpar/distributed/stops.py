@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from typing import Any
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
 REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
@@ -77,11 +78,21 @@ def _handle(signum: int, frame: object) -> None:
     note(signum)
 
 
-def record(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)) -> None:
-    """Note stop requests from now on (main thread only; elsewhere a no-op)."""
+def record(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)) -> dict[int, Any]:
+    """Note stop requests from now on (main thread only; elsewhere a no-op); returns
+    the handlers replaced, for :func:`restore`."""
+    old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in signals:
-            signal.signal(sig, _handle)
+            old[sig] = signal.signal(sig, _handle)
+    return old
+
+
+def restore(old: dict[int, Any]) -> None:
+    """Put back the handlers :func:`record` replaced, and forget the request."""
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+    forget()
 
 
 def recording(signum: int) -> bool:

@@ -359,16 +359,18 @@ class World:
             return
         self._alive = False
         timeout = self.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
-        if stops.requested() is not None:
-            # This process was asked to stop (under torchrun so was every rank, and a
-            # peer may be dead): do not wait for the peers past a few seconds.
+        # This process was asked to stop (under torchrun so was every rank, after a
+        # rank died): meet the peers in the store for a few seconds at most. torch's
+        # graceful shutdown would wait for a dead peer forever (its agent's join).
+        stopping = stops.requested() is not None
+        if stopping:
             timeout = min(timeout, stops.LEAVE_S)
         try:
             if graceful and self.unreachable:
                 log.warning("%r: peers %s are unreachable; shutting down without waiting",
                             self.name, sorted(self.unreachable))
                 graceful = False
-            if graceful and self.rejoinable:
+            if graceful and (self.rejoinable or stopping):
                 self._leave_through_store(timeout)
                 rpc.shutdown(graceful=False)
             elif graceful:
