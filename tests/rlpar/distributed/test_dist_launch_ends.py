@@ -17,7 +17,7 @@ import time
 import dist_launch_programs as programs
 import pytest
 
-from rlpar.distributed import launch, stops
+from rlpar.distributed import launch
 from tests.procs import wait_until_dead
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,15 +41,18 @@ def test_a_rank_still_running_after_the_lead_returned_is_killed_and_named(tmp_pa
 
 
 @pytest.fixture
-def no_stop_noted():
+def stops():
+    """This process's stop request (rlpar.distributed.stops), none before and after."""
+    from rlpar.distributed import stops
+
     stops.forget()
-    yield
+    yield stops
     stops.forget()
 
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("when", ["before the launch", "while the ranks start"])
-def test_a_stop_asked_before_the_ranks_handle_it_reaches_them(tmp_path, no_stop_noted, when):
+def test_a_stop_asked_before_the_ranks_handle_it_reaches_them(tmp_path, stops, when):
     if when == "before the launch":
         stops.note(signal.SIGINT)  # what python -m experiments.<job> notes while it prepares
     else:
