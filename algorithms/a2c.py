@@ -251,11 +251,11 @@ class A2C(Algorithm):
         return metrics
 
     # ----------------------------------------------------------------- state
-    def parameters_state(self) -> dict[str, torch.Tensor]:
+    def policy_state(self) -> dict[str, torch.Tensor]:
         """The model's state dict (what a parameter server holds)."""
         return self.model.state_dict()
 
-    def load_parameters(self, state: Mapping[str, Any]) -> None:
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
         """Copy ``state`` (a ``model.state_dict()``, e.g. pulled from a server) in place.
         A worker does this after every push, so the common case (same keys) skips
         ``load_state_dict``'s per-module bookkeeping."""

@@ -57,7 +57,7 @@ class A3C(Algorithm):
         if pulled is None:
             return False
         state, version = pulled
-        self.agent.load_parameters(state)
+        self.agent.load_policy_state(state)
         self.version = int(version)
         return True
 

@@ -207,8 +207,7 @@ class ApexLearner:
         t1 = time.perf_counter()
         batch = dict(sample.batch)
         batch["weights"] = sample.weights
-        metrics = self.dqn.update(batch)
-        priorities = metrics.pop("priorities")
+        metrics, priorities = self.dqn.learn(batch)
         self.buffer.update_priorities(sample.indices, priorities)
         metrics["priority_mean"] = float(priorities.mean())
         metrics["priority_max"] = float(priorities.max())

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+
+
+class Learned(NamedTuple):
+    """What one learning step gives back: scalar ``metrics`` for logging and, for an
+    algorithm learning from prioritized replay, the batch's new ``priorities`` (one
+    per transition, float64), kept beside the metrics so neither side pops the other."""
+
+    metrics: dict[str, float]
+    priorities: np.ndarray | None = None
 
 
 class Algorithm(abc.ABC):
@@ -33,6 +42,12 @@ class Algorithm(abc.ABC):
     @abc.abstractmethod
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
         """One learning step on ``batch``; returns scalar metrics for logging."""
+
+    def learn(self, batch: Mapping[str, Any]) -> Learned:
+        """One learning step as a learner role drives it: the metrics and, where the
+        algorithm has them, new priorities (an algorithm with priorities overrides
+        this and makes ``update`` return ``learn(batch).metrics``)."""
+        return Learned(self.update(batch))
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:

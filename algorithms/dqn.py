@@ -12,8 +12,8 @@ Mnih et al. 2015, "Human-level control through deep reinforcement learning"
   n-step reward sum and its ``discount = gamma ** k``, so the same update serves
   any n;
 - prioritized replay (Schaul et al. 2016, "Prioritized Experience Replay", ICLR):
-  the loss is weighted by the batch's importance ``weights`` and ``update`` returns
-  new priorities ``|TD error|``;
+  the loss is weighted by the batch's importance ``weights`` and ``learn`` returns
+  new priorities ``|TD error|`` beside the metrics;
 - recycling dormant units (ReDo, Sokar et al. 2023, "The Dormant Neuron Phenomenon
   in Deep Reinforcement Learning", ICML): every ``recycle_every`` updates, units whose
   relative activation on the batch is at most ``recycle_tau`` get fresh incoming and
@@ -27,7 +27,7 @@ terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
 
 with ``a* = argmax_a Q_online(next_obs, a)`` (double) or ``argmax_a Q_target``.
 
-``update`` is a template method; override one hook to try an idea:
+``learn`` (``update``) is a template method; override one hook to try an idea:
 ``preprocess -> target -> compute_loss -> optimize -> postprocess -> recycle``.
 """
 
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.base import Algorithm, as_tensor
+from algorithms.base import Algorithm, Learned, as_tensor
 from algorithms.optim import EagerAdam, clip_grad_norm
 from algorithms.recycling import DormantRecycler
 
@@ -100,10 +100,10 @@ _METRICS = ("loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm")
 class DQN(Algorithm):
     """DQN on any ``network: obs -> Q values of shape (batch, num_actions)``.
 
-    ``update(batch)`` returns scalar metrics and, under the key ``"priorities"``,
-    a float64 array of new replay priorities (one per transition). With recycling on,
-    the metrics add ``dormant_share`` (at the last recycling) and ``recycled_units``
-    (so far).
+    ``learn(batch)`` returns scalar metrics and, beside them, a float64 array of new
+    replay priorities (one per transition); ``update(batch)`` the metrics alone. With
+    recycling on, the metrics add ``dormant_share`` (at the last recycling) and
+    ``recycled_units`` (so far).
     """
 
     def __init__(
@@ -165,7 +165,10 @@ class DQN(Algorithm):
 
     # ---- learning: the template method and its hooks --------------------------
 
-    def update(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+    def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        return self.learn(batch).metrics
+
+    def learn(self, batch: Mapping[str, Any]) -> Learned:
         tensors = self.preprocess(batch)
         with torch.no_grad():
             target = self.target(tensors)
@@ -179,12 +182,11 @@ class DQN(Algorithm):
         # the update is a few hundred tiny ops, and each one costs microseconds.
         values = torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(),
                               td_abs.mean(), grad_norm]).tolist()
-        metrics: dict[str, Any] = dict(zip(_METRICS, values))
+        metrics: dict[str, float] = dict(zip(_METRICS, values))
         if self.recycler is not None:
             metrics["dormant_share"] = self.recycler.dormant_share
             metrics["recycled_units"] = float(self.recycler.recycled)
-        metrics["priorities"] = self.priorities(td_abs)
-        return metrics
+        return Learned(metrics, self.priorities(td_abs))
 
     def target(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Hook: the regression target ``y`` (no gradient flows through it)."""

@@ -31,7 +31,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.job import main_for, run_job
@@ -227,6 +227,11 @@ class ServerConfig:
 class A3CJobConfig:
     """A3C (Mnih et al. 2016) on one machine or, under torchrun, a cluster."""
 
+    # What the checkpoint's state (the server's network and optimizer) is shaped by:
+    # --resume may not change these (experiments.runtime.resume).
+    fixed_on_resume: ClassVar[tuple[str, ...]] = (
+        "env_id", "hidden", "shared_network", "state_dependent_std", "optimizer")
+
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
     env: A3CEnvConfig = section(A3CEnvConfig)
     learn: A3CLearnConfig = section(A3CLearnConfig)
@@ -250,7 +255,9 @@ def job():
 def run(config: A3CJobConfig, *, parts: Parts | None = None, quiet: bool = False,
         started: float | None = None) -> dict[str, Any]:
     """Run the job (serial, a local world, or this rank under torchrun); returns rank
-    0's summary (``{}`` on other ranks under torchrun)."""
+    0's summary (``{}`` on other ranks under torchrun). With ``config.run.resume = DIR``
+    the run in DIR goes on with its saved config; each field of ``config`` that differs
+    from ``A3CJobConfig()`` overrides it (``experiments.runtime.resume``)."""
     return run_job(job(), config, parts=parts, quiet=quiet, started=started)
 
 

@@ -27,7 +27,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.job import main_for, run_job
@@ -333,6 +333,12 @@ class LearnConfig:
 class ApexJobConfig:
     """Ape-X DQN (Horgan et al. 2018) on one machine or, under torchrun, a cluster."""
 
+    # What the checkpoint's state is shaped by: --resume may not change these
+    # (experiments.runtime.resume). The shard count of a sharded replay is checked
+    # against the checkpoint's parts instead (roles.apex_parts.check_resume).
+    fixed_on_resume: ClassVar[tuple[str, ...]] = (
+        "env_id", "hidden", "dueling", "replay_capacity", "replay_placement", "share_frames")
+
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
@@ -360,7 +366,10 @@ def job():
 def run(config: ApexJobConfig, *, parts: Parts | None = None, quiet: bool = False,
         started: float | None = None) -> dict[str, Any]:
     """Run the job (serial, a local world, or this rank under torchrun); returns the
-    learner's summary (``{}`` on other ranks under torchrun)."""
+    learner's summary (``{}`` on other ranks under torchrun). With
+    ``config.run.resume = DIR`` the run in DIR goes on with its saved config; each field
+    of ``config`` that differs from ``ApexJobConfig()`` overrides it
+    (``experiments.runtime.resume``)."""
     return run_job(job(), config, parts=parts, quiet=quiet, started=started)
 
 

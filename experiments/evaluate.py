@@ -1,15 +1,26 @@
 """Play a run's trained policy: ``python -m experiments.evaluate RUN_DIR``.
 
-Loads ``RUN_DIR/config.json`` and ``policy.pt`` (or ``policy-best.pt`` with
-``--policy best``), rebuilds the env and the network the run used, and runs
-``--episodes`` greedy episodes (each on its own env copy, so short episodes do not
+Loads ``RUN_DIR/config.json`` and ``policy.pt`` (the final parameters) or, with
+``--policy best``, ``policy-best.pt`` (the very network the run's best evaluation
+played), rebuilds the env and the network the run used, and runs greedy episodes
+(each on its own env copy, episode ``j`` seeded ``seed + j``, so short episodes do not
 count more), printing their mean and standard deviation and one JSON line.
+
+By default it replays the evaluation the file records of its own network: the same
+seed and number of episodes, so the same episodes, and it prints the recorded return
+beside the replayed one (they are equal where the env and the network's arithmetic
+are deterministic, e.g. CPU). ``policy-best.pt`` always records one; ``policy.pt``
+only when the run's last evaluation was of its final parameters (else it names that
+evaluation's version, an earlier network's). ``--seed`` / ``--episodes`` play other
+episodes instead (a file that records no evaluation: 10 episodes from seed 0).
 ``--video DIR`` also records ``--video-episodes`` episodes with gymnasium's
 ``RecordVideo`` (the ``video`` extra: ``pip install 'rlpar[video]'``).
 
 Works for every job's run directory (Ape-X, A3C, MADDPG). A run whose env or
 network came from Python objects (``Parts``) is evaluated from Python:
-``evaluate_run(run_dir, parts=Parts(env=..., network=...))``.
+``evaluate_run(run_dir, parts=Parts(env=..., network=...))``. (MADDPG with
+``--ensemble-size`` above 1 draws each episode's sub-policies at random, so its
+replay plays other draws than the run's.)
 """
 
 from __future__ import annotations
@@ -52,9 +63,17 @@ def job_of(run_dir: str) -> tuple[Any, Any, dict[str, Any]]:
     return roles.JOB, load_config(config_cls, os.path.join(run_dir, "config.json")), payload
 
 
+DEFAULT_EPISODES, DEFAULT_SEED = 10, 0  # for a file that records no evaluation of its network
+
+
 def load_run_policy(run_dir: str, *, which: str = "final", parts: Parts | None = None):
     """``(policy, ctx, job)``: the run's greedy policy (``act(obs batch)`` for
     gymnasium envs, the job's own object for others), its job context and job."""
+    act, ctx, job, _ = _load(run_dir, which=which, parts=parts)
+    return act, ctx, job
+
+
+def _load(run_dir: str, *, which: str, parts: Parts | None):
     import torch
 
     from experiments.runtime.job import JobContext
@@ -76,16 +95,25 @@ def load_run_policy(run_dir: str, *, which: str = "final", parts: Parts | None =
         raise ValueError(f"{run_dir}: the saved policy does not fit the job's default network "
                          f"({str(exc).splitlines()[0]}); a run trained with a network factory is "
                          "evaluated with evaluate_run(run_dir, parts=Parts(network=...))") from None
-    return act, ctx, job
+    return act, ctx, job, payload
 
 
-def evaluate_run(run_dir: str, *, episodes: int = 10, which: str = "final", seed: int = 0,
+def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str = "final", seed: int | None = None,
                  parts: Parts | None = None, video: str | None = None, video_episodes: int = 1) -> dict:
-    """Mean and std of ``episodes`` greedy episodes of a run's policy."""
+    """Returns of ``episodes`` greedy episodes of a run's policy (``which``: "final" or
+    "best") on envs seeded ``seed + j``, and what the file records. ``episodes`` and
+    ``seed`` left None replay the file's recorded evaluation of its network (see the
+    module docstring); ``recorded``: that evaluation (None if the file has none),
+    ``replays_recorded``: whether these are its episodes, ``matches_recorded``: then,
+    whether the returns are the same (else None)."""
     from algorithms.rollout import evaluate
     from envs import make_vector_env
 
-    act, ctx, job = load_run_policy(run_dir, which=which, parts=parts)
+    act, ctx, job, payload = _load(run_dir, which=which, parts=parts)
+    recorded = payload.get("evaluation")  # files from before it was recorded have none
+    replayable = recorded is not None and recorded.get("seed") is not None
+    episodes = episodes if episodes is not None else recorded["episodes"] if replayable else DEFAULT_EPISODES
+    seed = seed if seed is not None else recorded["seed"] if replayable else DEFAULT_SEED
     if job.play is not None:
         if video:
             raise ValueError(f"--video: not available for {job.name} runs")
@@ -96,12 +124,43 @@ def evaluate_run(run_dir: str, *, episodes: int = 10, which: str = "final", seed
             returns = evaluate(act, env, episodes=episodes, seed=seed)
         finally:
             env.close()
-    result = {"run_dir": run_dir, "job": job.name, "policy": which, "episodes": episodes,
+    replays = replayable and (seed, episodes) == (recorded["seed"], recorded["episodes"])
+    result = {"run_dir": run_dir, "job": job.name, "policy": which, "episodes": episodes, "seed": seed,
+              "version": payload.get("version"), "env_steps": payload.get("env_steps"),
               "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-              "min_return": float(np.min(returns)), "max_return": float(np.max(returns))}
+              "min_return": float(np.min(returns)), "max_return": float(np.max(returns)),
+              "returns": [float(r) for r in returns], "recorded": recorded,
+              "last_evaluation": payload.get("last_evaluation"), "replays_recorded": replays,
+              "matches_recorded": [float(r) for r in returns] == recorded["returns"] if replays else None}
     if video:
         result["videos"] = record_video(act, ctx.env_fn, video, episodes=video_episodes, seed=seed)
     return result
+
+
+def describe(result: dict[str, Any]) -> list[str]:
+    """The lines ``main`` prints: the returns played, then what the file records."""
+    version = f", version {result['version']}" if result["version"] is not None else ""
+    lines = [f"{result['job']} policy ({result['policy']}{version}) of {result['run_dir']}: mean return "
+             f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} over {result['episodes']} "
+             f"episodes from seed {result['seed']}"]
+    recorded, last = result["recorded"], result["last_evaluation"]
+    if recorded is not None:
+        head = (f"recorded in the run (at {recorded['env_steps']:,} env steps): mean return "
+                f"{recorded['mean']:.2f} +/- {recorded['std']:.2f}")
+        if result["matches_recorded"]:
+            lines.append(f"{head} over the same episodes: replayed exactly")
+        elif result["replays_recorded"]:
+            lines.append(f"{head} over the same episodes: NOT reproduced (the env or the network's "
+                         "arithmetic is not deterministic here, e.g. on a GPU)")
+        elif recorded.get("seed") is not None:
+            lines.append(f"{head} over {recorded['episodes']} episodes from seed {recorded['seed']} "
+                         "(not the same set of episodes; leave out --seed and --episodes to replay them)")
+        else:
+            lines.append(head)
+    elif last is not None:
+        lines.append(f"not evaluated in the run; its last evaluation (mean return {last['mean']:.2f}) "
+                     f"played version {last['version']}, an earlier network")
+    return lines
 
 
 def record_video(act, env_fn, folder: str, *, episodes: int, seed: int) -> list[str]:
@@ -144,25 +203,27 @@ def _rgb_env(env_fn):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a run directory (runs/<job>-<date>-<time>-<id>)")
-    parser.add_argument("--episodes", type=int, default=10, help="greedy episodes to average")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="greedy episodes to average (default: the recorded evaluation's, else "
+                             f"{DEFAULT_EPISODES})")
     parser.add_argument("--policy", choices=["final", "best"], default="final",
-                        help="policy.pt (end of the run) or policy-best.pt (best evaluation)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the episodes")
+                        help="policy.pt (end of the run, the default) or policy-best.pt (the best evaluation's "
+                             "network)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"seed of the episodes (default: the recorded evaluation's, else {DEFAULT_SEED})")
     parser.add_argument("--video", metavar="DIR", default=None, help="also record episodes as MP4 here")
-    parser.add_argument("--video-episodes", type=int, default=1, help="episodes to record with --video")
+    parser.add_argument("--video-episodes", type=int, default=1, help="episodes to record with --video (default: 1)")
     args = parser.parse_args(argv)
-    if args.episodes < 1 or args.video_episodes < 1:
+    if (args.episodes is not None and args.episodes < 1) or args.video_episodes < 1:
         parser.error("--episodes and --video-episodes must be >= 1")
     try:
         result = evaluate_run(args.run_dir, episodes=args.episodes, which=args.policy, seed=args.seed,
                               video=args.video, video_episodes=args.video_episodes)
     except ValueError as exc:
         parser.error(str(exc))
-    print(f"{result['job']} policy ({args.policy}) of {args.run_dir}: mean return "
-          f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} over {args.episodes} episodes")
+    print("\n".join(describe(result)))
     print(json.dumps(result), flush=True)
     return 0
 

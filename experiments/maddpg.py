@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from experiments.runtime import Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.job import main_for, run_job
@@ -169,6 +169,12 @@ class LearnConfig:
 class MADDPGJobConfig:
     """MADDPG (Lowe et al. 2017) on a PettingZoo parallel env, in one process."""
 
+    # What the checkpoint's state (networks per agent and sub-policy, replay buffers)
+    # is shaped by: --resume may not change these (experiments.runtime.resume).
+    fixed_on_resume: ClassVar[tuple[str, ...]] = (
+        "env_id", "n_agents", "continuous", "hidden", "ensemble_size", "ensemble_buffers",
+        "critic_observes", "replay_capacity")
+
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=25_000,
                                                eval_episodes=10))
     env: MultiAgentEnvConfig = section(MultiAgentEnvConfig)
@@ -195,7 +201,9 @@ def run(config: MADDPGJobConfig, *, parts: Parts | None = None, quiet: bool = Fa
         started: float | None = None) -> dict[str, Any]:
     """Run the job in this process; returns its summary (also in the run
     directory's ``summary.json``). ValueError naming a flag, or TypeError naming a
-    part, before anything starts."""
+    part, before anything starts. With ``config.run.resume = DIR`` the run in DIR goes
+    on with its saved config; each field of ``config`` that differs from
+    ``MADDPGJobConfig()`` overrides it (``experiments.runtime.resume``)."""
     return run_job(job(), config, parts=parts, quiet=quiet, started=started)
 
 

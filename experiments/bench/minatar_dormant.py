@@ -66,7 +66,7 @@ def network(impl: str, game: str, *, ours_flags: str, a3c_flags: str) -> tuple[A
         net = apex_network(ours_flags, game)
         return net, net.load_state_dict, lambda obs: net(torch.as_tensor(obs))
     agent = a3c_agent(a3c_flags, game)
-    return agent.model, agent.load_parameters, lambda obs: agent.model.value(torch.as_tensor(obs).float())
+    return agent.model, agent.load_policy_state, lambda obs: agent.model.value(torch.as_tensor(obs).float())
 
 
 def main(argv: list[str] | None = None) -> int:

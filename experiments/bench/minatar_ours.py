@@ -99,12 +99,12 @@ class SnapshottingA2C(A2C):
         self.rollouts += 1
         return super().compute_gradients(batch)
 
-    def load_parameters(self, state: Any) -> None:
-        super().load_parameters(state)
+    def load_policy_state(self, state: Any) -> None:
+        super().load_policy_state(state)
         if self.rollouts and self.env_steps >= self._next:  # the server's parameters after that rollout
             while self._next <= self.env_steps:
                 self._next += self.every
-            write_snapshot(self.run_dir, self.parameters_state(), env_steps=self.env_steps,
+            write_snapshot(self.run_dir, self.policy_state(), env_steps=self.env_steps,
                            wall_s=time.time() - self.started, updates=self.rollouts)
 
 
@@ -234,4 +234,4 @@ def a3c_policy(flags: str, game: str):
     import torch
 
     agent = a3c_agent(flags, game)
-    return agent.load_parameters, lambda obs: agent.model.policy(torch.as_tensor(np.asarray(obs)).float())
+    return agent.load_policy_state, lambda obs: agent.model.policy(torch.as_tensor(np.asarray(obs)).float())

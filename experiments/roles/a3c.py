@@ -226,7 +226,7 @@ class Lead:
                     self.tick(grads)
                     if coordinator.eval_due():
                         self.evaluate(grads, evaluator)
-                    keeper.poll(version=int(server.metrics()["version"]))
+                    keeper.poll()
             finally:
                 coordinator.stop("finished")
                 for shell in shells:
@@ -244,14 +244,17 @@ class Lead:
     def evaluate(self, grads: Any, evaluator: Any) -> None:
         from algorithms.rollout import evaluate
 
+        # The pulled version, not the server's model: workers go on pushing gradients
+        # while this evaluates, so the result carries the parameters it played.
         state, version = grads.pull()
-        self.eval_agent.load_parameters(state)
+        self.eval_agent.load_policy_state(state)
         steps = self.coordinator.env_steps
+        seed = self.ctx.config.run.seed + 7 + steps
         self.coordinator.eval_result(evaluation(
             self.eval_agent.model, functools.partial(
                 evaluate, functools.partial(self.eval_agent.act, explore=False), evaluator,
-                episodes=self.ctx.config.run.eval_episodes, seed=self.ctx.config.run.seed + 7 + steps),
-            env_steps=steps, version=version))
+                episodes=self.ctx.config.run.eval_episodes, seed=seed),
+            env_steps=steps, version=version, policy=state, seed=seed))
 
     def tick(self, grads: Any, *, force: bool = False) -> None:
         server = grads.metrics()

@@ -106,5 +106,5 @@ def load_policy(ctx: Any, state: dict[str, Any]):
     import functools
 
     agent = build_agent(ctx, device="cpu")
-    agent.load_parameters(state)
+    agent.load_policy_state(state)
     return functools.partial(agent.act, explore=False)

@@ -59,7 +59,7 @@ from experiments.runtime.job import (
     last_call,
 )
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
-from experiments.runtime.messages import Episode, Rejoin, Report
+from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 
 GROUP, REPLAY, PARAMS = "apex", "replay", "params"
 REPORT_EVERY_S = 0.02
@@ -328,7 +328,7 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
             while not coordinator.should_stop():
                 loop.step()
                 loop.tick(held())
-                keeper.poll(version=learner.updates)
+                keeper.poll()
         finally:
             coordinator.stop("finished")
             replay.close()
@@ -450,9 +450,20 @@ class ActorShell:
         self.env.close()
 
 
+def evaluate_dqn(ctx: JobContext, dqn: Any, envs: Any, *, env_steps: int, version: int) -> EvalResult:
+    """A greedy evaluation of ``dqn`` (parameters ``version``) on ``envs`` (the
+    evaluator's, one per episode), on episodes seeded by the run's seed and
+    ``env_steps``; the result holds ``dqn``'s parameters and that seed, so the run
+    keeps the network that scored and ``experiments.evaluate`` can replay it."""
+    from algorithms.apex import evaluate
+
+    seed, episodes = ctx.config.run.seed + 7 + env_steps, ctx.config.run.eval_episodes
+    return evaluation(dqn.network, functools.partial(evaluate, dqn, envs, episodes=episodes, seed=seed),
+                      env_steps=env_steps, version=version, policy=dqn.policy_state(), seed=seed)
+
+
 def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shards: list[str],
               signals: Any = None) -> None:
-    from algorithms.apex import evaluate
     from rlpar.distributed import current_world
     from rlpar.servers import PushPullModelServer
 
@@ -479,11 +490,11 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 if directive.evaluate and evaluator is not None:
                     shell.actor.sync()
-                    dqn, steps = shell.actor.dqn, directive.env_steps
-                    group.call("coord/eval", evaluation(
-                        dqn.network, functools.partial(evaluate, dqn, evaluator, episodes=config.run.eval_episodes,
-                                                       seed=config.run.seed + 7 + steps),
-                        env_steps=steps, version=shell.actor.version))
+                    # The result carries the parameters it played: the learner is many
+                    # updates past this version by the time the result reaches it.
+                    group.call("coord/eval", evaluate_dqn(ctx, shell.actor.dqn, evaluator,
+                                                          env_steps=directive.env_steps,
+                                                          version=shell.actor.version))
             elif paced.actor_may_step(env_steps=directive.env_steps + shell.actor.env_steps - shell._steps,
                                       updates=directive.updates):
                 shell.actor.step()
@@ -521,7 +532,6 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
     learner runs the updates pacing owes after each, the lead evaluates on schedule."""
     import torch
 
-    from algorithms.apex import evaluate
     from rlpar.servers.model import ModelStore
 
     config = ctx.config
@@ -553,14 +563,11 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                                                          updates=learner.updates, started_at=since)):
                             loop.update()
                 if coordinator.eval_due():
-                    steps = coordinator.env_steps
-                    coordinator.eval_result(evaluation(
-                        learner.dqn.network, functools.partial(
-                            evaluate, learner.dqn, evaluator, episodes=config.run.eval_episodes,
-                            seed=config.run.seed + 7 + steps),
-                        env_steps=steps, version=learner.updates))
+                    coordinator.eval_result(evaluate_dqn(ctx, learner.dqn, evaluator,
+                                                         env_steps=coordinator.env_steps,
+                                                         version=learner.updates))
                 loop.tick(len(replay))
-                keeper.poll(version=learner.updates)
+                keeper.poll()
         finally:
             coordinator.stop("finished")
             for shell in shells:

@@ -44,6 +44,7 @@ from experiments.roles.maddpg_parts import (
     target,
     teams_of,
 )
+from experiments.runtime.evaluation import frozen
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import finish_lead, start_lead
 from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
@@ -209,12 +210,12 @@ class Trainer:
     def evaluate(self) -> None:
         config = self.ctx.config
         # The same episodes every time (fixed seeds), so the curve compares policies.
-        result = evaluate(self.algo, self.env_fn, episodes=config.run.eval_episodes,
-                          seed=config.run.seed + 10_000)
+        seed, policy = config.run.seed + 10_000, frozen(actors_state(self.algo))
+        result = evaluate(self.algo, self.env_fn, episodes=config.run.eval_episodes, seed=seed)
         self.last_eval = result
         steps = self.coordinator.env_steps
         self.coordinator.eval_result(EvalResult(env_steps=steps, version=self.algo.updates,
-                                                returns=result["returns"]))
+                                                returns=result["returns"], seed=seed, policy=policy))
         for key in ("landmark_distance", "collisions_per_episode"):
             if np.isfinite(result[key]):
                 self.coordinator.logger.scalar(f"eval/{key}", result[key], steps)
@@ -286,7 +287,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                     if coordinator.eval_due():
                         trainer.evaluate()
                     trainer.tick()
-                    keeper.poll(version=algo.updates)
+                    keeper.poll()
             finally:
                 coordinator.stop("finished")
                 coordinator.report(Report(source=0, env_steps=0, version=algo.updates, final=True))

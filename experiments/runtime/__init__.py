@@ -6,8 +6,8 @@ A job is its algorithm (``algorithms/``), its roles' wiring
 their command line (:mod:`.cli`, :mod:`.config`), the user's parts (:mod:`.parts`),
 the env in every rank (:mod:`.envs`), typed messages (:mod:`.messages`), the
 coordinator (:mod:`.coordinator`), the lead's start and end (:mod:`.lead`), the run
-directory (:mod:`.rundir`), the summary (:mod:`.summary`) and running a job in any
-mode (:mod:`.job`). Pacing is :class:`algorithms.pacing.Pacing` (the one-process
+directory (:mod:`.rundir`), resuming a run (:mod:`.resume`), the summary
+(:mod:`.summary`) and running a job in any mode (:mod:`.job`). Pacing is :class:`algorithms.pacing.Pacing` (the one-process
 algorithms use it too).
 """
 

@@ -5,9 +5,12 @@ The lead saves ``<run>/checkpoints/ckpt-<env steps>.pt`` (atomic, the newest
 Ctrl-C/SIGTERM: what the job puts in (networks, optimizers, counters, replay with
 priorities) plus the coordinator's progress and the lead's RNG states.
 ``--resume RUN_DIR`` continues such a run in the same directory: counters and
-curves go on from the checkpoint. ``policy.pt`` (final) and ``policy-best.pt``
-(best evaluation) hold what ``python -m experiments.evaluate RUN_DIR`` needs to
-play the policy. Every file loads with ``torch.load(weights_only=True)``.
+curves go on from the checkpoint. ``policy.pt`` (the final parameters) and
+``policy-best.pt`` (the network the best evaluation played, sent with its result)
+hold what ``python -m experiments.evaluate RUN_DIR`` needs to play the policy, with
+their version, env steps and, where it was of that very network, the evaluation
+(returns, seed, episodes) that evaluate replays. Every file loads with
+``torch.load(weights_only=True)``.
 
 State held in other processes (Ape-X's replay shards) is saved as **parts** of the
 same checkpoint, each written by its holder (``save_parts(directory, step)``) before
@@ -101,15 +104,44 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         restore_rng_state(state["rng"])
 
 
-def save_policy(ctx: Any, state: Mapping[str, Any], *, best: bool = False, **info: Any) -> None:
-    """``policy.pt`` / ``policy-best.pt``: the acting network's parameters and what
-    the evaluator needs besides the run's config.json (``info``: version, eval return)."""
+def evaluation_record(result: Any) -> dict[str, Any]:
+    """What a policy file says of an evaluation (an ``EvalResult``): mean, std,
+    returns, the seed and episodes that replay it, its version and env steps."""
+    import numpy as np
+
+    return {"mean": float(np.mean(result.returns)), "std": float(np.std(result.returns)),
+            "returns": [float(r) for r in result.returns], "seed": int(result.seed),
+            "episodes": result.episodes, "version": int(result.version), "env_steps": int(result.env_steps)}
+
+
+def row_record(row: Sequence[Any]) -> dict[str, Any]:
+    """The same for an evaluation known only as a coordinator's row (one of the run a
+    resumed run continues): its numbers, without returns or seed."""
+    _, env_steps, mean, std, version = row
+    return {"mean": float(mean), "std": float(std), "returns": None, "seed": None, "episodes": None,
+            "version": int(version), "env_steps": int(env_steps)}
+
+
+def save_policy(ctx: Any, state: Mapping[str, Any], *, best: bool, version: int, env_steps: int,
+                evaluation: Mapping[str, Any] | None, last_evaluation: Mapping[str, Any] | None = None
+                ) -> None:
+    """``policy.pt`` / ``policy-best.pt``: a network's parameters (``state``) and what
+    the evaluator needs besides the run's config.json, each label true of *this*
+    network: its ``version`` and the ``env_steps`` it stands for; ``evaluation``: the
+    in-run evaluation of exactly these parameters (:func:`evaluation_record`), or None;
+    ``last_evaluation``: the run's last evaluation when it was of another version
+    (recorded beside, never as this file's return). ``eval_return`` repeats
+    ``evaluation``'s mean for readers of the older files that had only it."""
     if ctx.run_dir is None:
         return
     import torch
 
     path = os.path.join(ctx.run_dir, BEST_POLICY if best else POLICY)
-    payload = {"job": ctx.job, "state": {k: v.detach().cpu() for k, v in state.items()}, **info}
+    payload = {"job": ctx.job, "state": {k: v.detach().cpu() for k, v in state.items()},
+               "version": int(version), "env_steps": int(env_steps),
+               "evaluation": dict(evaluation) if evaluation is not None else None,
+               "eval_return": evaluation["mean"] if evaluation is not None else None,
+               "last_evaluation": dict(last_evaluation) if last_evaluation is not None else None}
     tmp = path + ".tmp"
     torch.save(payload, tmp)
     os.replace(tmp, path)
@@ -119,7 +151,13 @@ class RunKeeper:
     """What the lead keeps of a run, polled from its loop: checkpoints on schedule,
     ``policy-best.pt`` when an evaluation beats the best so far, and at the end the
     last checkpoint and ``policy.pt``. ``snapshot()`` returns the job's state (the
-    coordinator's is added here); ``policy()`` the acting network's parameters."""
+    coordinator's is added here); ``policy()`` the acting network's parameters now.
+
+    ``policy-best.pt`` is the network the best evaluation played (the coordinator's
+    ``best_result``, sent by the evaluator with its returns), never ``policy()`` at
+    the time the result arrives: with actors evaluating the version they last pulled,
+    that is a later network than the one that scored. ``policy.pt`` is ``policy()``
+    at the end, labelled with the last evaluation only if it was of that version."""
 
     def __init__(self, ctx: Any, coordinator: Any, *, snapshot: Any, policy: Any,
                  meta: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
@@ -127,8 +165,7 @@ class RunKeeper:
         self.ctx, self.coordinator = ctx, coordinator
         self.snapshot, self.policy = snapshot, policy
         self.checkpointer = Checkpointer(ctx, meta=meta, parts=parts, save_parts=save_parts)
-        self._evals_seen = 0
-        self._best = float("-inf")
+        self._saved_best: Any = None  # the EvalResult policy-best.pt holds
 
     @property
     def resumed(self) -> dict[str, Any] | None:
@@ -136,25 +173,22 @@ class RunKeeper:
 
     def restore(self, restore_job: Any) -> bool:
         """Load the resumed checkpoint into the coordinator and (``restore_job(state)``)
-        the job's parts; False for a fresh run."""
+        the job's parts; False for a fresh run. The resumed run's policy-best.pt stays
+        until an evaluation beats every one of the checkpoint's (the coordinator's rule)."""
         state = self.checkpointer.resumed
         if state is None:
             return False
         self.coordinator.load_state_dict(state["coordinator"])
         restore_job(state)
         restore_rng(state)
-        self._evals_seen = len(self.coordinator.evals)
-        self._best = max((e[2] for e in self.coordinator.evals), default=float("-inf"))
         return True
 
-    def poll(self, *, version: int) -> None:
-        evals = self.coordinator.evals
-        if len(evals) > self._evals_seen:
-            newest = max(e[2] for e in evals[self._evals_seen:])
-            self._evals_seen = len(evals)
-            if newest > self._best:
-                self._best = newest
-                save_policy(self.ctx, self.policy(), best=True, version=version, eval_return=newest)
+    def poll(self) -> None:
+        best = self.coordinator.best_result  # set on an RPC thread; one read of a reference
+        if best is not None and best is not self._saved_best:
+            save_policy(self.ctx, best.policy, best=True, version=best.version, env_steps=best.env_steps,
+                        evaluation=evaluation_record(best))
+            self._saved_best = best
         if self.checkpointer.due():
             self.save()
 
@@ -163,9 +197,20 @@ class RunKeeper:
                                step=self.coordinator.env_steps)
 
     def finish(self, *, version: int) -> dict[str, Any]:
-        """The last checkpoint and ``policy.pt``; returns the summary's checkpoint fields."""
-        self.poll(version=version)
+        """The last checkpoint and ``policy.pt`` (``policy()``, parameters ``version``);
+        returns the summary's checkpoint fields."""
+        self.poll()
         self.save()
-        save_policy(self.ctx, self.policy(), version=version,
-                    eval_return=self.coordinator.evals[-1][2] if self.coordinator.evals else None)
+        last = self.last_evaluation()
+        of_this = last is not None and last["version"] == version
+        save_policy(self.ctx, self.policy(), best=False, version=version, env_steps=self.coordinator.env_steps,
+                    evaluation=last if of_this else None, last_evaluation=None if of_this else last)
         return {**self.checkpointer.stats(), "resumed_from_step": self.checkpointer.resumed_step}
+
+    def last_evaluation(self) -> dict[str, Any] | None:
+        """The run's last evaluation: this process's (with its returns and seed), else
+        the resumed checkpoint's last row, else None."""
+        coordinator = self.coordinator
+        if coordinator.last_result is not None:
+            return evaluation_record(coordinator.last_result)
+        return row_record(coordinator.evals[-1]) if coordinator.evals else None

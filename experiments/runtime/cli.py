@@ -9,7 +9,12 @@ its ``metadata["help"]``; ``Literal`` choices are listed; booleans get
 ``--x/--no-x``.
 
 ``--config FILE`` starts from a saved ``config.json`` (a run directory's) and the
-flags given on the command line override it. After parsing, every section's
+flags given on the command line override it; so does ``--resume DIR`` (a job's
+``run.resume``), from ``DIR/config.json``. A per-launch field (``per_launch``
+metadata: ``resume``) directs one launch and is not part of a run's config: no
+``config.json`` holds it and one read ignores it (files written before this rule
+did hold it), so ``--config`` of any run, a resumed one too, starts a new run
+rather than continuing the old one in place. After parsing, every section's
 ``validate()`` runs, so a bad value is reported with its flag's name, exit 2,
 before any process starts. NaN is refused in every float flag, and so is an
 infinity unless the field's metadata says ``allow_inf``.
@@ -35,6 +40,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 CONFIG_FLAG = "--config"
+RESUME = "resume"  # the field (``RunConfig.resume``) whose run directory a job continues
 
 
 def flag(name: str) -> str:
@@ -43,9 +49,10 @@ def flag(name: str) -> str:
 
 
 def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
-          allow_inf: bool = False) -> Any:
-    """A config field with its help text (every flag has help)."""
-    metadata = {"help": help, "allow_inf": allow_inf}
+          allow_inf: bool = False, per_launch: bool = False) -> Any:
+    """A config field with its help text (every flag has help). ``per_launch``: a
+    directive of this launch, never saved in (and ignored when read from) a config file."""
+    metadata = {"help": help, "allow_inf": allow_inf, "per_launch": per_launch}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -84,10 +91,15 @@ def parse_config(config_cls: type[T], argv: Sequence[str] | None = None, *, desc
     parser = build_parser(config_cls, description=description)
     namespace = vars(parser.parse_args(argv))
     path = namespace.pop("config", None)
-    if not path and namespace.get("resume"):  # a resumed run starts from its own config
-        path = os.path.join(namespace["resume"], "config.json")
+    resume = namespace.get(RESUME)
+    if path and resume:
+        parser.error(f"{CONFIG_FLAG} and {flag(RESUME)}: give one ({flag(RESUME)} goes on with "
+                     "the run's own config.json; flags given with it override that)")
     try:
-        config = load_config(config_cls, path) if path else config_cls()
+        if resume:  # a resumed run goes on with its own config
+            config = load_run_config(config_cls, resume)
+        else:
+            config = load_config(config_cls, path) if path else config_cls()
         apply_overrides(config, namespace)
         validate(config)
     except (TypeError, ValueError) as exc:
@@ -102,7 +114,8 @@ def build_parser(config_cls: type, *, description: str = "") -> argparse.Argumen
         description=description or (config_cls.__doc__ or "").strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     parser.add_argument(CONFIG_FLAG, metavar="FILE", default=None, help=(
-        "start from a saved config.json (e.g. runs/<run>/config.json); flags given here override it"))
+        "start a new run from a saved config.json (e.g. runs/<run>/config.json); flags given here "
+        "override it"))
     seen: dict[str, str] = {}
     for owner, f, hint in leaves(config_cls()):
         if f.name in seen:
@@ -168,42 +181,76 @@ def validate(config: Any) -> None:
             check()
 
 
+def changed_fields(config: Any, reference: Any) -> dict[str, Any]:
+    """The plain fields of ``config`` whose value differs from ``reference``'s (a config
+    of the same class), by name: what ``apply_overrides`` would carry over."""
+    ours = {f.name: getattr(owner, f.name) for owner, f, _ in leaves(config)}
+    theirs = {f.name: getattr(owner, f.name) for owner, f, _ in leaves(reference)}
+    return {name: value for name, value in ours.items() if value != theirs[name]}
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
 def save_config(config: Any, path: str) -> None:
+    """``config`` as JSON, without its per-launch fields (a re-run never inherits them)."""
     with open(path, "w") as f:
-        json.dump(config_to_dict(config), f, indent=2, sort_keys=True)
+        json.dump(_saved(config), f, indent=2, sort_keys=True)
         f.write("\n")
 
 
-def load_config(config_cls: type[T], path: str) -> T:
-    """A config from a saved ``config.json``; unknown or missing keys are errors."""
+def load_config(config_cls: type[T], path: str, *, source: str = CONFIG_FLAG) -> T:
+    """A config from a saved ``config.json``; unknown keys are errors (naming ``source``,
+    the flag that named the file), missing ones keep their defaults, per-launch ones
+    are ignored."""
     try:
         with open(path) as f:
             data = json.load(f)
     except OSError as exc:
-        raise ValueError(f"{CONFIG_FLAG}: cannot read {path!r} ({exc.strerror})") from None
+        raise ValueError(f"{source}: cannot read {path!r} ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{CONFIG_FLAG}: {path!r} is not JSON ({exc})") from None
-    return from_dict(config_cls, data, where=path)
+        raise ValueError(f"{source}: {path!r} is not JSON ({exc})") from None
+    return from_dict(config_cls, data, where=path, source=source)
 
 
-def from_dict(config_cls: type[T], data: Any, *, where: str) -> T:
+def load_run_config(config_cls: type[T], run_dir: str) -> T:
+    """The config a run directory was run with (``--resume DIR``); errors name ``--resume``."""
+    if not os.path.isdir(run_dir):
+        raise ValueError(f"{flag(RESUME)} {run_dir!r}: no such directory")
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{flag(RESUME)} {run_dir!r} is not a run directory (it has no config.json)")
+    return load_config(config_cls, path, source=flag(RESUME))
+
+
+def from_dict(config_cls: type[T], data: Any, *, where: str, source: str = CONFIG_FLAG) -> T:
     if not isinstance(data, dict):
-        raise ValueError(f"{CONFIG_FLAG}: {where}: expected an object for {config_cls.__name__}")
+        raise ValueError(f"{source}: {where}: expected an object for {config_cls.__name__}")
     config = config_cls()
     known = {f.name: f for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ValueError(f"{CONFIG_FLAG}: {where}: unknown field(s) {unknown} for {config_cls.__name__}")
+        raise ValueError(f"{source}: {where}: unknown field(s) {unknown} for {config_cls.__name__}")
     for name, value in data.items():
+        if known[name].metadata.get("per_launch"):  # a file written before they were left out
+            continue
         current = getattr(config, name)
         if dataclasses.is_dataclass(current):
-            value = from_dict(type(current), value, where=f"{where}:{name}")
+            value = from_dict(type(current), value, where=f"{where}:{name}", source=source)
         setattr(config, name, value)
     return config
+
+
+def _saved(config: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out[f.name] = _saved(value)
+        elif not f.metadata.get("per_launch"):
+            out[f.name] = value  # plain fields hold immutable values
+    return out
 
 
 def _sections(config: Any) -> Iterator[Any]:

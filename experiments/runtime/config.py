@@ -39,9 +39,10 @@ class RunConfig:
         "times a local run is restarted from its newest checkpoint after a rank dies (killed, "
         "aborted), and times each expendable actor is restarted alone (it rejoins the running "
         "job); an exception in a rank is a bug that would repeat and ends the run at once"))
-    resume: str = field("", help=(
-        "continue the run in this run directory from its newest checkpoint (its config.json is the "
-        "starting point; flags given here override it)"))
+    resume: str = field("", per_launch=True, help=(
+        "continue the run in this run directory from its newest checkpoint, with its own config.json "
+        "(flags given here override it; what shapes the checkpoint, e.g. the networks, may not "
+        "change); never saved in a config.json, so --config of a run always starts a new one"))
     listen_address: str = field("", help=(
         f"address RPC and the store listen on (empty: ${LISTEN_ENV}, else 127.0.0.1); "
         "anything but loopback only on a trusted network"))
@@ -58,11 +59,17 @@ class RunConfig:
         if self.resume:
             from experiments.runtime.rundir import RunDir
 
+            if not os.path.isdir(self.resume):
+                raise ValueError(f"{flag('resume')} {self.resume!r}: no such directory")
+            if not os.path.isfile(os.path.join(self.resume, "config.json")):
+                raise ValueError(f"{flag('resume')} {self.resume!r} is not a run directory "
+                                 "(it has no config.json)")
             if not RunDir(self.resume).has_checkpoint():
                 raise ValueError(f"{flag('resume')} {self.resume!r} holds no checkpoint "
                                  f"(expected {os.path.join(self.resume, 'checkpoints')}/ckpt-*.pt)")
             if not self.files():
-                raise ValueError(f"{flag('resume')} needs a run directory: drop --log-dir none")
+                raise ValueError(f"{flag('resume')} writes on in the run directory it continues: "
+                                 f"{flag('log_dir')} none cannot go with it")
         for name in ("max_seconds", "rpc_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be > 0, got {getattr(self, name)}")

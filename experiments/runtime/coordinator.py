@@ -15,7 +15,10 @@ per second), ``charts/updates_per_s``, ``losses/<metric>``, ``eval/return``,
 ``actors/sps_max``, ``actors/version_lag_max``; multi-agent jobs add
 ``agents/<agent>/episodic_return`` and ``teams/<team>/episodic_return``.
 An evaluation is written (and flushed) when it arrives, so the one that decides a
-stop is on the curve before the job ends.
+stop is on the curve before the job ends. Each is kept as a row (seconds, env steps,
+mean, std, version: checkpointed, in the summary's ``evals``), and this process's
+newest and best as the :class:`~experiments.runtime.messages.EvalResult` itself, with
+the network it evaluated, which the lead's RunKeeper saves as ``policy-best.pt``.
 
 Sources are expendable (a dead actor is restarted alone and rejoins, see
 ``rlpar.distributed.launch``): a source with no report for ``silent_after`` seconds
@@ -89,7 +92,13 @@ class Coordinator:
         self._finished: set[int] = set()
         self._next_eval = run.eval_every
         self._eval_pending = False
-        self.evals: list[tuple[float, int, float, float]] = []  # (seconds, env steps, mean, std)
+        # (seconds, env steps, mean, std, version): one row per evaluation, checkpointed.
+        self.evals: list[tuple[float, int, float, float, int]] = []
+        # This process's evaluations with the networks they evaluated (EvalResult.policy):
+        # the newest, and the best, i.e. one that beat every earlier evaluation, those of
+        # the run it resumes included. RunKeeper saves these networks, not its own.
+        self.last_result: EvalResult | None = None
+        self.best_result: EvalResult | None = None
         self.solved: tuple[float, int, float] | None = None  # (seconds, env steps, mean)
         every = run.status_every if run.status_every > 0 and not quiet else math.inf
         self._progress = Progress(every=every, prefix=f"[{job}] ")
@@ -174,7 +183,10 @@ class Coordinator:
         with self._lock:
             elapsed = time.time() - self.started
             self._eval_pending = False
-            self.evals.append((elapsed, result.env_steps, mean, std))
+            if mean > max((e[2] for e in self.evals), default=-math.inf):
+                self.best_result = result
+            self.last_result = result
+            self.evals.append((elapsed, result.env_steps, mean, std, result.version))
             if mean >= self.target and self.solved is None:
                 self.solved = (elapsed, result.env_steps, mean)
                 self._stop_reason = self._stop_reason or "solved"
@@ -339,7 +351,7 @@ class Coordinator:
             self.episodes, self.updates = int(state["episodes"]), int(state["updates"])
             self._ticked_updates = self.updates
             self._recent.extend(float(r) for r in state["recent"])
-            self.evals = [tuple(e) for e in state["evals"]]
+            self.evals = [eval_row(e) for e in state["evals"]]
             self._next_eval = int(state["next_eval"])
             self.solved = tuple(state["solved"]) if state["solved"] else None
             self.started = time.time() - float(state["elapsed_s"])
@@ -382,3 +394,11 @@ class Coordinator:
                 "silent_sources": sorted(self._silent),
                 "run_dir": run_dir, **extra,
             }
+
+
+def eval_row(saved: Sequence[Any]) -> tuple[float, int, float, float, int]:
+    """A checkpointed evaluation row. Checkpoints from before evaluations kept their
+    version have 4 fields: their version is unknown, -1 (no saved policy claims it)."""
+    seconds, env_steps, mean, std, *rest = saved
+    version = int(rest[0]) if rest else -1
+    return float(seconds), int(env_steps), float(mean), float(std), version

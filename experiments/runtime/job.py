@@ -35,6 +35,7 @@ from typing import Any
 
 from experiments.runtime.cli import validate
 from experiments.runtime.parts import Parts
+from experiments.runtime.resume import check_fixed, resumed_config
 from experiments.runtime.rundir import RunDir
 from rlpar.distributed import stops
 
@@ -115,18 +116,28 @@ def run_job(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
             started: float | None = None) -> dict[str, Any]:
     """Run ``job`` with ``config``; returns the lead's summary (``{}`` on other ranks
     under torchrun). Times count from ``started`` (``time.time()``; default now).
-    ValueError (naming a flag) or TypeError (naming a part) before anything starts."""
+    ValueError (naming a flag) or TypeError (naming a part) before anything starts.
+
+    With ``config.run.resume = DIR`` the run in DIR goes on with its saved config,
+    overridden by each field of ``config`` that differs from the job's default (a
+    field left at its default keeps the run's value; :mod:`.resume`)."""
     started = time.time() if started is None else float(started)
+    if config.run.resume:
+        config = resumed_config(config)
     return execute(job, prepare(job, config, parts=parts, quiet=quiet, started=started))
 
 
 def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = False,
             started: float | None = None) -> JobContext:
     """Everything that can fail on bad input, before any process starts; then the
-    run directory with its ``config.json`` (the resolved config)."""
+    run directory with its ``config.json`` (the resolved config). ``config`` is taken
+    as it is: a resumed run's is its saved one with the changes wanted
+    (``cli.parse_config``, :func:`run_job`)."""
     parts = parts or Parts()
     config = copy.deepcopy(config)
     validate(config)
+    if config.run.resume:
+        check_fixed(config)
     launched = under_launcher()
     nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
     job.check(config, parts)

@@ -34,13 +34,18 @@ def finish_lead(ctx: Any, coordinator: Coordinator, summary: dict[str, Any]) -> 
 
 def announce_compile(ctx: Any) -> None:
     """The replay's compiled kernels (numba) take 10-20 s to build on a machine's
-    first run and load from a disk cache after that: say so instead of going silent."""
-    from rlpar.buffers import tree_kernels
+    first run and load from a disk cache after that (``rlpar.buffers.jit``: under
+    ``~/.cache/rlpar/numba`` by default): say so instead of going silent."""
+    import rlpar.buffers
+    from rlpar.buffers.jit import cache_dir
 
-    cache = os.path.join(os.path.dirname(tree_kernels.__file__), "__pycache__")
+    # The kernels' source path without importing them (that would compile nothing
+    # yet but set up their cache).
+    source = os.path.join(os.path.dirname(rlpar.buffers.__file__), "tree_kernels.py")
+    cache = cache_dir(source)
     if not glob.glob(os.path.join(cache, "tree_kernels.*.nbi")) and not ctx.quiet:
         print(f"[{ctx.job}] compiling the replay's kernels (first run on this machine; "
-              "cached afterwards) ...", file=sys.stderr, flush=True)
+              f"cached in {cache}) ...", file=sys.stderr, flush=True)
 
 
 def _flat(config: Mapping[str, Any]) -> dict[str, Any]:

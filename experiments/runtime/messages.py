@@ -8,6 +8,7 @@ misspelled one fails where it is written.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass
@@ -54,11 +55,33 @@ class Directive:
 
 @dataclasses.dataclass
 class EvalResult:
-    """Returns of one greedy evaluation, made at ``env_steps`` with parameters ``version``;
-    ``dead_units``: per ReLU of the policy's network, the share of its units that were
-    zero on every state of the evaluation (:class:`algorithms.diagnostics.DeadUnits`)."""
+    """One greedy evaluation: ``returns`` of its episodes (episode ``j`` on an env
+    seeded ``seed + j``), made at ``env_steps`` with parameters ``version``, and
+    ``policy``: those very parameters (the acting network's state, CPU tensors).
+
+    The policy rides along because the evaluated network is the one worth keeping:
+    an actor evaluates the version it last pulled, and by the time its result
+    reaches the lead the learner has moved on by hundreds of updates, so the lead's
+    own parameters are not what scored ``returns``. Evaluations are rare; the copy
+    is cheap. ``dead_units``: per ReLU of the policy's network, the share of its
+    units that were zero on every state of the evaluation
+    (:class:`algorithms.diagnostics.DeadUnits`)."""
 
     env_steps: int
     version: int
     returns: list[float]
+    seed: int
+    policy: dict[str, Any]
     dead_units: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Required, not defaulted: a job (or one added later) that forgets to send the
+        # evaluated network fails here, not by saving another network under its score.
+        if not self.policy:
+            raise ValueError("EvalResult.policy is empty: send the state of the network evaluated")
+        if not self.returns:
+            raise ValueError("EvalResult.returns is empty: an evaluation has at least one episode")
+
+    @property
+    def episodes(self) -> int:
+        return len(self.returns)

@@ -1,6 +1,6 @@
 """Compiled kernels behind ``stream_copy`` and frame sharing (imported on first use).
 
-Module-level, so numba caches them on disk (``tree_kernels._jit``): compiling the
+Module-level, so numba caches them on disk (:mod:`rlpar.buffers.jit`): compiling the
 copy took about 0.9 s, paid by every process on its first frame-sized insert.
 """
 
@@ -11,7 +11,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rlpar.buffers.tree_kernels import _jit
+from rlpar.buffers.jit import jit
 
 _VECTOR = 16  # bytes per streaming store (SSE2 width: every x86-64 has it)
 
@@ -113,7 +113,7 @@ def _fence(typingctx):
     return sig, codegen
 
 
-@_jit
+@jit
 def stream_copy_bytes(dst, src):
     """``dst[:] = src`` for equal-length contiguous uint8 arrays, streaming stores."""
     _copy(dst.ctypes.data, src.ctypes.data, dst.shape[0])
@@ -134,7 +134,7 @@ def _memcmp(typingctx, a_addr, b_addr, nbytes):
     return sig, codegen
 
 
-@_jit
+@jit
 def rows_differ(a, b, out):
     """``out[r] = a[r] != b[r]`` (any byte) for equal-shape 2-D uint8 arrays with
     contiguous rows. libc's memcmp: a byte loop over numba's strided rows did not
@@ -143,7 +143,7 @@ def rows_differ(a, b, out):
         out[r] = _memcmp(a[r].ctypes.data, b[r].ctypes.data, a.shape[1]) != 0
 
 
-@_jit
+@jit
 def write_shared_frames(col, first, obs, nxt, frame_bytes, shift, steps):
     """Row ``r`` of ``obs``/``nxt`` (2-D uint8, rows contiguous: ``k`` frames of
     ``frame_bytes``) into row ``(first + r) % len(col)`` of ``col``: obs, then the

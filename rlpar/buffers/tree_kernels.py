@@ -11,31 +11,21 @@ per-call dispatch (about a microsecond) is paid once and the loops run at C
 speed. Parents are always recomputed from their children (never patched with
 ``+= new - old``), so sums accumulate no drift over millions of updates.
 
-Compiled lazily on first call and cached on disk (``cache=True``: next to this
-file, or in numba's per-user cache directory when the package is read-only, or
-not at all when neither is writable).
+Compiled lazily on first call and cached on disk in the user's cache directory
+(:mod:`rlpar.buffers.jit`: ``~/.cache/rlpar/numba`` by default, never the package
+directory), or not at all where that is not writable.
 ``nogil`` lets a prefetching thread sample while another thread holds the GIL.
 No ``parallel=True``: the batches are small and it would fight torch's threads.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-
-def _jit(fn):
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError as exc:
-        if "no locator available" not in str(exc):
-            raise
-        # Nowhere writable to cache (read-only package and home directory): compile
-        # in every process instead of failing.
-        return numba.njit(nogil=True)(fn)
+from rlpar.buffers.jit import jit
 
 
-@_jit
+@jit
 def _sum_block(flat, base, k):
     # Four independent accumulators: a fixed summation order (deterministic
     # rounding) that still overlaps the additions' latency.
@@ -50,7 +40,7 @@ def _sum_block(flat, base, k):
     return (a0 + a1) + (a2 + a3)
 
 
-@_jit
+@jit
 def _min_block(flat, base, k):
     if k < 4:
         return min(flat[base], flat[base + 1])
@@ -68,7 +58,7 @@ def _min_block(flat, base, k):
 # and fewer specializations mean a shorter first compile.
 
 
-@_jit
+@jit
 def _walk(flat, offs, shift, slots, n, first_level, is_min):
     """Recompute the sums (mins if ``is_min``) above the leaves ``slots[:n]``, level
     by level, starting ``first_level`` levels above the leaves (1 = the leaves'
@@ -94,7 +84,7 @@ def _walk(flat, offs, shift, slots, n, first_level, is_min):
                     flat[parent + j] = _sum_block(flat, child + j * k, k)
 
 
-@_jit
+@jit
 def tree_update(flat, offs, shift, slots, values, is_min):
     """``leaves[slots] = values`` (the last value wins for a repeated slot), then
     the ancestors."""
@@ -104,7 +94,7 @@ def tree_update(flat, offs, shift, slots, values, is_min):
     _walk(flat, offs, shift, slots, slots.size, 1, is_min)
 
 
-@_jit
+@jit
 def sum_min_update(sflat, mflat, offs, shift, slots, values, n):
     """Set ``slots[:n]`` to ``values[:n]`` in a sum and a min tree of equal shape."""
     leaf = offs[offs.size - 2]
@@ -133,7 +123,7 @@ def sum_min_update(sflat, mflat, offs, shift, slots, values, n):
     _walk(mflat, offs, shift, slots, n, 2, True)
 
 
-@_jit
+@jit
 def fix_range(flat, offs, shift, lo, hi, is_min):
     """Recompute the ancestors of the contiguous leaves ``[lo, hi)``."""
     k = 1 << shift
@@ -149,7 +139,7 @@ def fix_range(flat, offs, shift, lo, hi, is_min):
                 flat[parent + j] = _sum_block(flat, child + j * k, k)
 
 
-@_jit
+@jit
 def _descend_many(flat, offs, shift, v, nodes):
     """``nodes[i]`` = the leaf j with S(j) <= v[i] < S(j + 1) (S = sum of the leaves
     before j), for every i; ``v`` is used up.
@@ -199,12 +189,12 @@ def _descend_many(flat, offs, shift, v, nodes):
     return touched  # returned so that the compiler keeps the touching loads
 
 
-@_jit
+@jit
 def find_prefix(flat, offs, shift, values, out):
     _descend_many(flat, offs, shift, values.copy(), out)
 
 
-@_jit
+@jit
 def stratified_sample(
     sflat, mflat, offs, shift, u, beta, last_serial, capacity, slots, serials, weights
 ):
@@ -228,7 +218,7 @@ def stratified_sample(
         weights[i] = (sflat[leaf + slot] / min_leaf) ** -beta
 
 
-@_jit
+@jit
 def prioritized_update(
     sflat,
     mflat,

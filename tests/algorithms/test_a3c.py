@@ -59,7 +59,7 @@ def test_pushed_gradient_is_the_gradient_of_the_rollout_loss_on_the_pulled_param
     for step in range(3):
         if step == 0:
             worker.sync()
-        reference.load_parameters(server.pull()[0])
+        reference.load_policy_state(server.pull()[0])
         rollout = collector.collect()
         metrics = worker.update(rollout)
         loss = reference.compute_loss(reference.compute_advantages(reference.preprocess(rollout)))[0]

@@ -94,14 +94,15 @@ def test_squared_loss_when_huber_disabled():
     assert float(loss.detach()) == pytest.approx(np.mean(0.5 * np.array([2.5, 7.0]) ** 2))
 
 
-def test_update_returns_metrics_and_priorities_and_moves_towards_target():
+def test_learn_returns_metrics_and_priorities_beside_them_and_moves_towards_target():
     dqn = table_dqn(gamma=0.5, lr=0.1, target_update_interval=1000)
     b = batch()
     before = dqn.q_values(b["obs"]).numpy()[[0, 1], [1, 0]]
-    metrics = dqn.update(b)
-    assert set(metrics) >= {"loss", "q_mean", "td_abs_mean", "grad_norm", "priorities"}
-    assert metrics["priorities"].shape == (2,) and metrics["priorities"].dtype == np.float64
-    np.testing.assert_allclose(metrics["priorities"], [2.5, 7.0], rtol=1e-5)
+    metrics, priorities = dqn.learn(b)
+    assert set(metrics) >= {"loss", "q_mean", "td_abs_mean", "grad_norm"}
+    assert "priorities" not in metrics and all(isinstance(v, float) for v in metrics.values())
+    assert priorities.shape == (2,) and priorities.dtype == np.float64
+    np.testing.assert_allclose(priorities, [2.5, 7.0], rtol=1e-5)
     after = dqn.q_values(b["obs"]).numpy()[[0, 1], [1, 0]]
     assert np.all(after > before)  # both targets are above the current estimates
     assert dqn.updates == 1

@@ -60,8 +60,8 @@ class DiesOnceA2C(A2C):
                 os.kill(os.getpid(), signal.SIGKILL)
         return super().sample_actions(obs)
 
-    def load_parameters(self, state):
-        super().load_parameters(state)
+    def load_policy_state(self, state):
+        super().load_policy_state(state)
         if os.environ.get("RANK") == os.environ["DIE_RANK"]:
             total = sum(float(v.double().sum()) for v in state.values())
             with open(os.environ["LOADS"], "a") as f:

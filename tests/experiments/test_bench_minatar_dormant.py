@@ -37,7 +37,7 @@ def test_a_killed_dense_layer_reads_all_dead_and_snapshots_come_in_env_step_orde
 
 def test_an_a3c_run_is_measured_on_its_actor_critic(tmp_path, capsys):
     run = tmp_path / "SpaceInvaders" / "rlpar-a3c-seed1"
-    write_snapshot(str(run), a3c_agent("", "SpaceInvaders").parameters_state(), env_steps=10, wall_s=1.0,
+    write_snapshot(str(run), a3c_agent("", "SpaceInvaders").policy_state(), env_steps=10, wall_s=1.0,
                    updates=1)
     assert main([str(run), "--states", "100"]) == 0
     (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

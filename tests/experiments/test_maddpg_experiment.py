@@ -312,5 +312,5 @@ def test_a_seed_gives_the_same_run():
     assert first["updates"] > 0 and first["evaluations"] == 1
     for key in ("updates", "episodes", "train_return", "agent_return_last100"):
         assert first[key] == second[key], key
-    # evals: (seconds, env steps, mean, std); only the wall-clock may differ
+    # evals: (seconds, env steps, mean, std, version); only the wall-clock may differ
     assert [e[1:] for e in first["evals"]] == [e[1:] for e in second["evals"]]

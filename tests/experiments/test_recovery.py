@@ -119,7 +119,7 @@ def test_resume_refuses_a_directory_without_checkpoints_or_of_another_job(tmp_pa
 
     with pytest.raises(SystemExit):
         apex.main(["--resume", str(tmp_path)])
-    assert "cannot read" in capsys.readouterr().err  # no config.json there
+    assert "is not a run directory (it has no config.json)" in capsys.readouterr().err
     a3c_run = a3c.run(a3c_config(str(tmp_path), max_env_steps=200), quiet=True)["run_dir"]
     with pytest.raises(SystemExit):
         apex.main(["--resume", a3c_run])

@@ -8,6 +8,7 @@ import pytest
 
 from experiments.runtime.cli import (
     build_parser,
+    changed_fields,
     field,
     load_config,
     parse_config,
@@ -74,6 +75,30 @@ def test_a_saved_config_reruns_and_flags_override_it(tmp_path):
     assert load_config(Outer, str(path)).num_actors == 7
     cfg = parse_config(Outer, ["--config", str(path), "--num-actors", "4"])
     assert (cfg.num_actors, cfg.inner.lr) == (4, 0.125)
+
+
+@dataclasses.dataclass
+class Launch:
+    inner: Inner = section(Inner)
+    resume: str = field("", per_launch=True, help="continue this run")
+
+
+def test_a_per_launch_field_is_never_saved_and_ignored_when_read(tmp_path):
+    path = tmp_path / "config.json"
+    config = Launch(resume="runs/x")
+    config.inner.lr = 0.5
+    save_config(config, str(path))
+    assert json.loads(path.read_text()) == {"inner": dataclasses.asdict(Inner(lr=0.5))}
+    # A file written before per-launch fields were left out still reads, without it.
+    path.write_text(json.dumps({"inner": {"lr": 0.5}, "resume": "runs/x"}))
+    assert load_config(Launch, str(path)) == Launch(inner=Inner(lr=0.5))
+
+
+def test_changed_fields_are_those_that_differ_from_the_reference():
+    config = Launch(resume="runs/x")
+    config.inner.budget = 3.0
+    assert changed_fields(config, Launch()) == {"resume": "runs/x", "budget": 3.0}
+    assert changed_fields(Launch(), Launch()) == {}
 
 
 def test_a_config_file_with_an_unknown_field_is_refused(tmp_path, capsys):

@@ -1,13 +1,9 @@
 """The compiled (numba) prioritized-replay paths against plain numpy references:
-stratified sampling, fused priority updates, bad values, tiny totals, pickling,
-and the disk cache when the package directory cannot be written."""
+stratified sampling, fused priority updates, bad values, tiny totals, pickling
+(where the disk cache goes: test_jit_cache.py)."""
 
 import copy
-import os
 import pickle
-import subprocess
-import sys
-from pathlib import Path
 
 import cloudpickle
 import numpy as np
@@ -16,8 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlpar.buffers import MinTree, PrioritizedReplayBuffer, SumTree
-
-ROOT = Path(__file__).resolve().parents[3]
 
 # The buffer's leaves (p + eps) ** alpha come from np.power's SIMD loop (add; AVX-512
 # where the CPU has it) and from numba's pow, i.e. libm (update); the references below
@@ -198,57 +192,6 @@ def test_pickled_buffer_samples_and_updates_the_same(dumps):
     np.testing.assert_array_equal(a.weights, c.weights)
     np.testing.assert_array_equal(buf.sum_tree.leaves, clone.sum_tree.leaves)
     assert buf.sum_tree.total == clone.sum_tree.total and buf.min_tree.min == clone.min_tree.min
-
-
-# Loads tree_kernels.py by path (not through the package, which imports torch) and
-# compiles one kernel: enough to see where numba caches it, at a fraction of the
-# cost of compiling them all.
-_ONE_KERNEL = """
-import importlib.util, sys
-import numpy as np
-spec = importlib.util.spec_from_file_location("tree_kernels", sys.argv[1])
-tk = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tk)
-out = np.empty(2, dtype=np.int64)
-tk.find_prefix(np.array([3.0, 0.0, 1.0, 2.0]), np.array([0, 2, 4]), 1, np.array([0.5, 1.5]), out)
-print(out.tolist(), type(tk.find_prefix._cache).__name__)
-"""
-
-
-@pytest.mark.timeout(120)
-def test_kernels_work_without_a_writable_package_dir(tmp_path):
-    # NUMBA_CACHE_LOCATOR_CLASSES stands in for file permissions (root ignores
-    # them): "UserWideCacheLocator" is what numba falls back to when the package's
-    # __pycache__ is read-only; "IPythonCacheLocator" never applies outside
-    # IPython, i.e. nowhere is writable, and the kernels must still compile.
-    source = ROOT / "rlpar" / "buffers" / "tree_kernels.py"
-    procs = {}
-    for locator in ("UserWideCacheLocator", "IPythonCacheLocator"):
-        env = {
-            **os.environ,
-            "NUMBA_CACHE_LOCATOR_CLASSES": locator,
-            "XDG_CACHE_HOME": str(tmp_path / locator),
-            "PYTHONWARNINGS": "default",
-        }
-        env.pop("NUMBA_CACHE_DIR", None)
-        procs[locator] = subprocess.Popen(
-            [sys.executable, "-c", _ONE_KERNEL, str(source)],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    outs = {}
-    for locator, proc in procs.items():
-        out, err = proc.communicate(timeout=110)
-        assert proc.returncode == 0, err[-3000:]
-        assert "Warning" not in err, err[-3000:]
-        outs[locator] = out.split()
-    assert outs["UserWideCacheLocator"] == ["[0,", "1]", "FunctionCache"]
-    assert outs["IPythonCacheLocator"] == ["[0,", "1]", "NullCache"]
-    assert list((tmp_path / "UserWideCacheLocator").rglob("tree_kernels.find_prefix*.nbi"))
-    assert not (tmp_path / "IPythonCacheLocator").exists()
 
 
 def assert_parents_consistent(tree, reduce):
