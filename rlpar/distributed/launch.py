@@ -18,6 +18,13 @@ then rejoins the running world instead of waiting for a start with every rank. O
 rank whose World had joined is restarted so: one that died during the start leaves the
 others waiting in the start's collective steps, which no replacement can complete, so
 its death ends the launch as any other.
+
+A launch ends with its lead where asked (``finish_grace``, see :mod:`._finish`): ranks
+still running that long after rank 0 returned are killed and named. A stop (Ctrl-C,
+SIGTERM) is noted by a rank from its fork on (:mod:`.stops`), so one that lands
+before the rank can act on it is not lost. The launch's files live in a private
+directory that also holds the ranks' TMPDIR; the next launch removes those of
+launchers that were SIGKILLed (:mod:`._launchdir`).
 """
 
 from __future__ import annotations
@@ -36,14 +43,8 @@ from typing import Any
 import cloudpickle
 
 from rlpar.distributed import _launchdir, stops
-from rlpar.distributed._child import (
-    DUMP_SIGNAL,
-    JOINED_FILE,
-    PID_FILE,
-    REJOINABLE_ENV,
-    RESTARTS_ENV,
-    STACK_FILE,
-)
+from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
+from rlpar.distributed._finish import Finish, read_result
 from rlpar.distributed.ports import free_port
 from rlpar.errors import ChildDied, ChildError, RankKeepsDying
 
@@ -70,14 +71,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # not Linux: the launcher's own teardown still applies
         pass
-
-
-def _read_result(path: str) -> tuple[str, Any] | None:
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError):
-        return None
 
 
 def launch(
@@ -186,7 +179,7 @@ def launch(
             stdin=subprocess.PIPE if restartable else subprocess.DEVNULL,
         )
         policy = _Restarts(restartable, max_restarts)
-        finish = _Finish(finish_grace, list(labels))
+        finish = Finish(finish_grace, list(labels))
         try:
             with _StopsAsInterrupt():
                 return _supervise(zygote, nprocs, tmp, timeout, stop_grace, policy, finish)
@@ -282,10 +275,10 @@ class _Restarts:
 
 def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None,
                stop_grace: float = 0.0, policy: _Restarts | None = None,
-               finish: _Finish | None = None) -> list:
+               finish: Finish | None = None) -> list:
     state = _Watch(deadline=None if timeout is None else time.monotonic() + timeout)
     policy = policy or _Restarts(frozenset(), 0)
-    finish = finish or _Finish(None, [])
+    finish = finish or Finish(None, [])
     early = stops.take()  # a stop asked before the launch: ask the ranks at once
     while True:
         try:
@@ -308,88 +301,6 @@ def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float |
             state.deadline = grace_end if state.deadline is None else min(state.deadline, grace_end)
 
 
-class _Finish:
-    """``finish_grace``: how long the other ranks may run once rank 0 returned."""
-
-    def __init__(self, grace: float | None, labels: list[str]) -> None:
-        self.grace, self.labels = grace, labels
-        self.lead_done: float | None = None  # when rank 0's result was first seen
-
-    def name(self, rank: int) -> str:
-        return f"rank {rank}" + (f" ({self.labels[rank]})" if rank < len(self.labels) else "")
-
-    def expired(self, tmp: str, results: dict[int, Any]) -> bool:
-        if self.grace is None:
-            return False
-        if self.lead_done is None:
-            # Its result file, not its exit: a lead leaving its world waits for the
-            # others, and the grace is theirs.
-            outcome = results.get(0) if 0 in results else _read_result(os.path.join(tmp, "result0.pkl"))
-            if 0 in results or (outcome is not None and outcome[0] == "ok"):
-                self.lead_done = time.monotonic()
-            return False
-        return time.monotonic() - self.lead_done > self.grace
-
-    def give_up(self, zygote: subprocess.Popen, tmp: str, nprocs: int, results: dict[int, Any]) -> list:
-        """Kill the ranks still running; the results of those that returned one."""
-        late = []
-        for rank in range(nprocs):
-            if rank in results:
-                continue
-            outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
-            if outcome is not None and outcome[0] == "ok":
-                results[rank] = outcome[1]  # returned, and was still leaving its world
-            else:
-                late.append(rank)
-        stacks = _dump_stacks(tmp, late)
-        _stop(zygote)
-        for rank in late:
-            results[rank] = None
-            log.warning("%s had not finished %g s after rank 0 returned; killed it. Its main thread "
-                        "was in: %s", self.name(rank), self.grace, stacks.get(rank) or "(no stack dump)")
-        return [results[r] for r in range(nprocs)]
-
-
-def _dump_stacks(tmp: str, ranks: list[int], wait: float = 1.0) -> dict[int, str]:
-    """Ask ``ranks`` to dump their threads' stacks (faulthandler, see _zygote) and
-    return each one's main thread, innermost frames first."""
-    asked = []
-    for rank in ranks:
-        try:
-            with open(os.path.join(tmp, PID_FILE.format(rank=rank))) as f:
-                os.kill(int(f.read()), DUMP_SIGNAL)  # not yet reaped: still this rank's pid
-            asked.append(rank)
-        except (OSError, ValueError):
-            pass
-    stacks: dict[int, str] = {}
-    deadline = time.monotonic() + wait
-    while asked and time.monotonic() < deadline:
-        time.sleep(0.05)  # faulthandler writes the whole dump at once, from the signal handler
-        for rank in list(asked):
-            try:
-                with open(os.path.join(tmp, STACK_FILE.format(rank=rank))) as f:
-                    text = f.read()
-            except OSError:
-                text = ""
-            if text:
-                stacks[rank] = _main_thread(text)
-                asked.remove(rank)
-    return stacks
-
-
-def _main_thread(dump: str, frames: int = 4) -> str:
-    """The innermost ``frames`` of the last thread in a faulthandler dump (CPython
-    lists threads newest first, so the main thread comes last)."""
-    import re
-
-    block = dump.strip().split("\n\n")[-1].splitlines()[1:]
-    shown = []
-    for line in block[:frames]:
-        match = re.match(r'\s*File "(.*)", line (\d+) in (.*)', line)
-        shown.append(f"{match[3]} ({os.path.basename(match[1])}:{match[2]})" if match else line.strip())
-    return " <- ".join(shown)
-
-
 class _Watch:
     def __init__(self, *, deadline: float | None) -> None:
         self.deadline = deadline
@@ -401,7 +312,7 @@ class _Watch:
 
 
 def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None, state: _Watch,
-           policy: _Restarts, finish: _Finish) -> list:
+           policy: _Restarts, finish: Finish) -> list:
     results, failures = state.results, state.failures
     while len(results) + len(failures) < nprocs:
         zygote_done = zygote.poll() is not None
@@ -414,7 +325,7 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
                             child_name=f"rank{rank}", exitcode=zygote.returncode)
         for rank in (r for r in exits if exits[r] is not None):
             code, when = exits[rank]
-            outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
+            outcome = read_result(os.path.join(tmp, f"result{rank}.pkl"))
             if outcome is not None and outcome[0] == "error":
                 kind, text = outcome[1]
                 failures[rank] = (when, ChildError(f"rank {rank} raised {kind}",
@@ -457,7 +368,7 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
             if zygote_done or time.monotonic() - state.echo_since > _ECHO_GRACE_S:
                 raise _earliest(failures)
         if not failures and finish.expired(tmp, results):
-            return finish.give_up(zygote, tmp, nprocs, results)
+            return finish.give_up(tmp, nprocs, results, stop=lambda: _stop(zygote))
         if state.deadline is not None and time.monotonic() > state.deadline:
             if state.interrupted:
                 raise KeyboardInterrupt("ranks did not stop within the grace period")
