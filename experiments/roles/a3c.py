@@ -156,20 +156,17 @@ class WorkerShell:
         self.env.close()
 
 
-def run_worker(ctx: JobContext, group: Any, shell: WorkerShell, signals: Any = None) -> None:
-    def signalled() -> bool:
-        return signals is not None and signals.received is not None
-
+def run_worker(ctx: JobContext, group: Any, shell: WorkerShell, signals: StopSignals) -> None:
     try:
         last = time.monotonic()
-        while not signalled():
+        while not signals.stopped:
             shell.step()
             if time.monotonic() - last >= ctx.config.server.report_every:
                 last = time.monotonic()
                 if group.call("coord/report", shell.report()).stop:
                     break
-        last_call(signalled(), lambda: group.call("coord/report", shell.report(final=True),
-                                                  timeout=STOP_CALL_S if signalled() else None))
+        last_call(signals.stopped, lambda: group.call("coord/report", shell.report(final=True),
+                                                      timeout=STOP_CALL_S if signals.stopped else None))
     finally:
         shell.close()
 
@@ -235,7 +232,7 @@ class Lead:
                 evaluator.close()
                 # Not for a source that stopped reporting (dead or hung); briefly after a signal.
                 coordinator.wait_for_sources(timeout=config.run.rpc_timeout,
-                                             quiet=STOP_QUIET_S if signals.received else None)
+                                             quiet=STOP_QUIET_S if signals.stopped else None)
                 self.tick(grads, force=True)
                 kept = keeper.finish(version=int(server.metrics()["version"]))
                 summary = self.summary(grads, interrupted=signals.received is not None) | kept

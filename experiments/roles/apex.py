@@ -51,6 +51,7 @@ from experiments.roles.apex_parts import (
 from experiments.runtime.cli import flag
 from experiments.runtime.evaluation import evaluation
 from experiments.runtime.job import (
+    STOP_CALL_S,
     STOP_HOLD_S,
     STOP_QUIET_S,
     Job,
@@ -197,14 +198,13 @@ def actor_replay(ctx: JobContext, group: Any, shards: list[str], *, rehosted: bo
     return HostedBuffer.connect(group, REPLAY)
 
 
-def hold_shard_until_saved(ctx: JobContext, group: Any, signals: Any = None) -> None:
+def hold_shard_until_saved(ctx: JobContext, group: Any, signals: StopSignals) -> None:
     """A rank that hosts a shard stays (serving it) until the learner has written its
     last checkpoint, which asks every shard for its part; after a stop by signal
     (the world is ending) at most ``STOP_HOLD_S``."""
     from rlpar.errors import PeerUnavailable
 
-    signalled = signals is not None and signals.received is not None
-    hold = STOP_HOLD_S if signalled else max(60.0, 2 * ctx.config.run.rpc_timeout)
+    hold = STOP_HOLD_S if signals.stopped else max(60.0, 2 * ctx.config.run.rpc_timeout)
     deadline = time.monotonic() + hold
     try:
         while (not group.call("coord/released", timeout=min(hold, ctx.config.run.rpc_timeout))
@@ -334,7 +334,7 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
             replay.close()
             # Not for a source that stopped reporting (dead or hung), and briefly after
             # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
-            coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signals.received else None)
+            coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signals.stopped else None)
             loop.tick(held(), force=True)
             try:
                 kept = keeper.finish(version=learner.updates)
@@ -400,7 +400,7 @@ def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | No
     return keeper
 
 
-def run_replay(ctx: JobContext, group: Any, *, shards: list[str], signals: Any = None) -> None:
+def run_replay(ctx: JobContext, group: Any, *, shards: list[str], signals: StopSignals) -> None:
     """A dedicated replay rank: hosts one shard (served on RPC threads) until the
     learner has written its last checkpoint."""
     sharded_replay(ctx, group, shards)
@@ -463,7 +463,7 @@ def evaluate_dqn(ctx: JobContext, dqn: Any, envs: Any, *, env_steps: int, versio
 
 
 def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shards: list[str],
-              signals: Any = None) -> None:
+              signals: StopSignals) -> None:
     from rlpar.distributed import current_world
     from rlpar.servers import PushPullModelServer
 
@@ -480,12 +480,8 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
     evaluator = eval_env(ctx, seed=shell.seed + 1) if index == num_actors - 1 else None
     paced, directive = pacing(config), group.call("coord/report", shell.report())
     last_report, every = time.monotonic(), report_every(num_actors)
-
-    def signalled() -> bool:
-        return signals is not None and signals.received is not None
-
     try:
-        while not directive.stop and not signalled():
+        while not directive.stop and not signals.stopped:
             if time.monotonic() - last_report >= every:
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 if directive.evaluate and evaluator is not None:
@@ -505,7 +501,7 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
                 time.sleep(max(0.0, last_report + every - time.monotonic()))
     finally:
         try:
-            last_call(signalled(), lambda: _send_final(group, shell, replay, signalled()))
+            last_call(signals.stopped, lambda: _send_final(group, shell, replay, signals.stopped))
         finally:
             shell.close()
             if evaluator is not None:
@@ -516,8 +512,6 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
 
 def _send_final(group: Any, shell: ActorShell, replay: Any, signalled: bool) -> None:
     """What an ending actor owes the learner: its buffered transitions, then its final report."""
-    from experiments.runtime.job import STOP_CALL_S
-
     shell.actor.flush()
     if hasattr(replay, "wait"):
         replay.wait()

@@ -39,7 +39,7 @@ from experiments.runtime.resume import check_fixed, resumed_config
 from experiments.runtime.rundir import RunDir
 from rlpar.distributed import stops
 
-# The bounded times of an ending run (README, "Faults"):
+# The bounded times of an ending run (README, "How a run ends"):
 # A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.
 STOP_GRACE_S = 60.0
 # Once the lead returned its summary, the other ranks have this long to exit; then they
@@ -266,6 +266,11 @@ class StopSignals:
             raise KeyboardInterrupt
         stops.acted(signum)
         self._stop(signum)
+
+    @property
+    def stopped(self) -> bool:
+        """A stop signal came (or had come before entry)."""
+        return self.received is not None
 
     def _stop(self, signum: int) -> None:
         self.received = signal.Signals(signum).name
