@@ -67,7 +67,7 @@ def rank_tmpdir(path: str) -> str | None:
     return private
 
 
-def _stale(path: str) -> bool:
+def _stale(path: str, mine: tuple[str, str]) -> bool:
     try:
         if os.stat(path).st_uid != os.getuid():
             return False
@@ -78,7 +78,6 @@ def _stale(path: str) -> bool:
         return False
     if pid == os.getpid():
         return False
-    mine = _identity(os.getpid()) or ("?", "?")
     if namespace != mine[1]:
         return False  # another pid namespace (a container sharing /tmp): cannot tell
     now = _identity(pid)
@@ -94,9 +93,10 @@ def sweep(root: str | None = None) -> list[str]:
     except OSError:
         return []
     removed = []
+    mine = _identity(os.getpid()) or ("?", "?")
     for name in names:
         path = os.path.join(root, name)
-        if _stale(path):
+        if _stale(path, mine):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     if removed:

@@ -5,9 +5,9 @@ SIGUSR2) can land before the code that acts on it is ready: a rank still importi
 joining its world. Ignored there, a Ctrl-C 2.5 s into a run was dropped and the run
 went on for its whole budget. :func:`record` installs handlers that only note the
 first request; the code that stops the work (``experiments.runtime.job.StopSignals``)
-picks up an early one with :func:`take` and notes its own with :func:`acted`. :class:`rlpar.distributed.World` leaves its world within
-:data:`LEAVE_S` once a stop was requested (a peer may be gone: under torchrun every
-rank gets the SIGTERM at once).
+picks up an early one with :func:`take` and notes its own with :func:`acted`.
+:class:`rlpar.distributed.World` leaves its world within :data:`LEAVE_S` once a stop
+was requested (a peer may be gone: under torchrun every rank gets the SIGTERM at once).
 
 A second request aborts (KeyboardInterrupt), except the duplicate of the first: a
 terminal's Ctrl-C reaches a local rank both directly and forwarded by the launcher.
