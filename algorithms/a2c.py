@@ -34,6 +34,7 @@ from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_criti
 from algorithms.base import Algorithm
 from algorithms.optim import EagerAdam, EagerRMSprop
 from algorithms.returns import gae, n_step_returns
+from rlpar.state import StatePath, integer, mapping, module_state, torch_loader
 
 __all__ = ["A2C", "A2CConfig", "make_optimizer"]
 
@@ -262,25 +263,33 @@ class A2C(Algorithm):
         targets = self._state_tensors
         if targets is None:
             targets = self._state_tensors = dict(self.model.state_dict(keep_vars=True))
-        if state.keys() != targets.keys():
-            self.model.load_state_dict(dict(state))
+        if state.keys() != targets.keys():  # StateError names the keys, then torch loads
+            self.model.load_state_dict(dict(module_state(state, StatePath.of(self, "load_policy_state"),
+                                                         self.model)))
             return
+        # Every shape first: a mismatch found mid-copy would leave half the model new.
+        for name, target in targets.items():
+            value = state[name]
+            if not isinstance(value, torch.Tensor) or value.shape != target.shape:
+                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"parameter {name!r} has shape {tuple(target.shape)}, got {got}")
         with torch.no_grad():
             for name, target in targets.items():
-                value = state[name]
-                if value.shape != target.shape:
-                    raise ValueError(f"parameter {name!r} has shape {tuple(target.shape)}, "
-                                     f"got {tuple(value.shape)}")
-                target.copy_(value)
+                target.copy_(state[name])
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "updates": self.updates}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        where = StatePath.of(self)
+        state = mapping(state, where, required=("model", "optimizer", "updates"))
+        load = torch_loader(state, where, modules={"model": self.model},
+                            optimizers={"optimizer": self.optimizer})
+        updates = integer(state["updates"], where["updates"])
+        load()
+        self.updates = updates
 
 
 def _module(name: str, value: Any) -> nn.Module:

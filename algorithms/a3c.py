@@ -27,6 +27,7 @@ import numpy as np
 from algorithms.a2c import A2C
 from algorithms.base import Algorithm
 from rlpar.protocols import GradientSink
+from rlpar.state import StatePath, integer, mapping
 
 
 class A3C(Algorithm):
@@ -101,9 +102,14 @@ class A3C(Algorithm):
                 "pushed": self.pushed, "accepted": self.accepted}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.agent.load_state_dict(state["agent"])
-        self.version = int(state["version"])
-        self.pushed, self.accepted = int(state["pushed"]), int(state["accepted"])
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        where = StatePath.of(self)
+        state = mapping(state, where, required=("agent", "version", "pushed", "accepted"))
+        # version -1: never synced with the sink yet.
+        counters = {k: integer(state[k], where[k], low=-1 if k == "version" else 0)
+                    for k in ("version", "pushed", "accepted")}
+        self.agent.load_state_dict(state["agent"])  # checks it whole before loading
+        self.version, self.pushed, self.accepted = (counters[k] for k in ("version", "pushed", "accepted"))
 
 
 def run_worker(

@@ -90,7 +90,10 @@ class ApexConfig:
 
 class ApexActor:
     """One Ape-X actor on a gymnasium ``VectorEnv`` in same-step autoreset mode
-    (the true last observation of an episode is in ``infos["final_obs"]``)."""
+    (the true last observation of an episode is in ``infos["final_obs"]``). Envs
+    flagged in ``infos["env_restarted"]`` (their worker process was replaced) lost
+    that step: their n-step windows end at the last observation they reached, and
+    the cut episode is not reported."""
 
     def __init__(
         self,
@@ -128,6 +131,9 @@ class ApexActor:
         obs = self._obs
         action = self.dqn.act(obs, explore=True)
         next_obs, reward, terminated, truncated, infos = self.env.step(action)
+        # Envs whose worker process died and was replaced (a subprocess vector env's
+        # restart_on_crash): their step never happened and next_obs is a fresh reset.
+        cut = infos.get("env_restarted")
         done = np.logical_or(terminated, truncated)
         true_next = next_obs
         if done.any() and "final_obs" in infos:
@@ -135,12 +141,12 @@ class ApexActor:
             for i in np.flatnonzero(infos["_final_obs"]):
                 true_next[i] = infos["final_obs"][i]
         completed = self.assembler.step(obs=obs, action=action, reward=reward, next_obs=true_next,
-                                        terminated=terminated, truncated=truncated)
+                                        terminated=terminated, truncated=truncated, cut=cut)
         if completed and len(completed["reward"]) > 0:
             self._pending.append(completed)
-        self._track_episodes(reward, done)
+        self._track_episodes(reward, done, cut)
         self._obs = next_obs
-        n = self.env.num_envs
+        n = self.env.num_envs - (0 if cut is None else int(np.count_nonzero(cut)))
         self.env_steps += n
         self._steps_since_pull += n
         if len(self._pending) >= self.config.add_every:
@@ -149,9 +155,12 @@ class ApexActor:
             self.sync()
         return n
 
-    def _track_episodes(self, reward: np.ndarray, done: np.ndarray) -> None:
+    def _track_episodes(self, reward: np.ndarray, done: np.ndarray, cut: np.ndarray | None = None) -> None:
         self._returns += reward
         self._lengths += 1
+        if cut is not None:  # a cut episode is dropped: its return was never made
+            done = done & ~cut
+            self._returns[cut], self._lengths[cut] = 0.0, 0
         for i in np.flatnonzero(done):
             self.finished_episodes.append((float(self._returns[i]), int(self._lengths[i])))
             self._returns[i] = 0.0

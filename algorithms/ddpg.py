@@ -31,6 +31,7 @@ from torch import nn
 from algorithms.base import Algorithm, as_tensor
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
+from rlpar.state import StatePath, integer, mapping, torch_loader
 
 
 @dataclasses.dataclass
@@ -205,6 +206,12 @@ class DDPG(Algorithm):
                     "updates": self.updates}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for name in ("actor", "critic", "target_actor", "target_critic", "actor_opt", "critic_opt"):
-            getattr(self, name).load_state_dict(state[name])
-        self.updates = int(state["updates"])
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        where = StatePath.of(self)
+        nets, opts = ("actor", "critic", "target_actor", "target_critic"), ("actor_opt", "critic_opt")
+        state = mapping(state, where, required=(*nets, *opts, "updates"))
+        load = torch_loader(state, where, modules={n: getattr(self, n) for n in nets},
+                            optimizers={n: getattr(self, n) for n in opts})
+        updates = integer(state["updates"], where["updates"])
+        load()
+        self.updates = updates

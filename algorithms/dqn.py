@@ -46,6 +46,7 @@ from torch import nn
 from algorithms.base import Algorithm, Learned, as_tensor
 from algorithms.optim import EagerAdam, clip_grad_norm
 from algorithms.recycling import DormantRecycler
+from rlpar.state import StatePath, integer, mapping, number, torch_loader
 
 
 @dataclasses.dataclass
@@ -297,11 +298,23 @@ class DQN(Algorithm):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.network.load_state_dict(state["network"])
-        self.target_network.load_state_dict(state["target_network"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        where = StatePath.of(self)
+        # Checkpoints from before ReDo have no recycled_units.
+        state = mapping(state, where, required=("network", "target_network", "optimizer", "updates",
+                                                "epsilon"), optional=("recycled_units",))
+        load = torch_loader(state, where, modules={"network": self.network,
+                                                   "target_network": self.target_network},
+                            optimizers={"optimizer": self.optimizer})
+        updates = integer(state["updates"], where["updates"])
+        recycled = integer(state.get("recycled_units", 0), where["recycled_units"])
+        eps = state["epsilon"]  # a rate, or one per env copy (state_dict saves a list)
+        if isinstance(eps, (list, tuple)):
+            epsilon = np.array([number(e, where["epsilon"][i], low=0.0, high=1.0)
+                                for i, e in enumerate(eps)], dtype=np.float64)
+        else:
+            epsilon = number(eps, where["epsilon"], low=0.0, high=1.0)
+        load()
+        self.updates, self.epsilon = updates, epsilon
         if self.recycler is not None:
-            self.recycler.recycled = int(state.get("recycled_units", 0))
-        eps = state["epsilon"]
-        self.epsilon = float(eps) if np.ndim(eps) == 0 else np.asarray(eps, dtype=np.float64)
+            self.recycler.recycled = recycled

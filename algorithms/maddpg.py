@@ -55,6 +55,7 @@ from algorithms.maddpg_stacked import can_stack, is_stacked_batch, stacked_act, 
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
 from algorithms.optim import EagerAdam
+from rlpar.state import StatePath, integer, mapping, torch_loader
 
 CRITIC_AUTO_MAX_PARAMS = 65_536
 
@@ -454,16 +455,17 @@ class MADDPG(Algorithm):
                        "updates": self.updates}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for name in ("actors", "critics", "target_actors", "target_critics"):
-            modules = getattr(self, name)
-            if len(state[name]) != len(modules):
-                raise ValueError(f"state has {len(state[name])} {name}, this MADDPG has {len(modules)}")
-            for module, sd in zip(modules, state[name]):
-                module.load_state_dict(sd)
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit
+        (one network per agent in each list)."""
+        where = StatePath.of(self)
+        nets, opts = ("actors", "critics", "target_actors", "target_critics"), ("actor_opt", "critic_opt")
+        state = mapping(state, where, required=(*nets, *opts, "updates"))
+        load = torch_loader(state, where, modules={n: list(getattr(self, n)) for n in nets},
+                            optimizers={n: getattr(self, n) for n in opts})
+        updates = integer(state["updates"], where["updates"])
+        load()
         self.refresh()
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.updates = int(state["updates"])
+        self.updates = updates
 
     def close(self) -> None:
         for ev in (self.actor_eval, self.target_actor_eval, self.critic_eval, self.target_critic_eval):

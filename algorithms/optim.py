@@ -13,11 +13,14 @@ undecorated methods and step with one fused kernel (Adam) or a few foreach ops
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from itertools import chain
 from typing import Any
 
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+from rlpar.state import StatePath, optimizer_state
 
 
 def _undecorated(name: str) -> Any:
@@ -108,7 +111,35 @@ class _EagerOptimizer(torch.optim.Optimizer):
         return _STATE_DICT(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # From a checkpoint: its layout and hyper-parameters are checked before torch
+        # replaces anything (StateError names what does not fit).
+        optimizer_state(state_dict, StatePath.of(self), self)
         _LOAD_STATE_DICT(self, state_dict)
+
+    def check_param_group(self, group: Mapping[str, Any]) -> None:
+        """Raise ValueError (or KeyError) for hyper-parameters this optimizer cannot
+        use; the constructor's arguments and a loaded state's groups alike."""
+
+    # The per-parameter tensors shaped like the parameter (besides the step count).
+    STATE_BUFFERS: tuple[str, ...] = ()
+
+    def check_param_state(self, entry: Mapping[str, Any], param: torch.Tensor) -> None:
+        """Raise ValueError for a loaded per-parameter state this optimizer cannot step
+        with: a step count (a one-element float tensor, >= 0) and STATE_BUFFERS."""
+        missing = [k for k in ("step", *self.STATE_BUFFERS) if k not in entry]
+        if missing:
+            raise ValueError(f"has no {missing}")
+        step = entry["step"]
+        if not (isinstance(step, torch.Tensor) and step.numel() == 1 and step.is_floating_point()
+                and bool(step >= 0)):
+            raise ValueError(f"['step'] must be a one-element float tensor >= 0, got {step!r}")
+        for name in self.STATE_BUFFERS:
+            buffer = entry[name]
+            if not (isinstance(buffer, torch.Tensor) and buffer.is_floating_point()
+                    and buffer.shape == param.shape):
+                got = tuple(buffer.shape) if isinstance(buffer, torch.Tensor) else type(buffer).__name__
+                raise ValueError(f"[{name!r}] must be a float tensor of its parameter's shape "
+                                 f"{tuple(param.shape)}, got {got}")
 
     def _state_of(self, p: torch.Tensor, buffers: tuple[str, ...], *,
                   step_device: torch.device | None = None) -> dict[str, Any]:
@@ -139,17 +170,23 @@ class EagerRMSprop(_EagerOptimizer):
     """RMSProp as in torch (non-centred, no momentum): ``v = alpha v + (1 - alpha) g^2``,
     ``p -= lr g / (sqrt(v) + eps)``. Tieleman & Hinton 2012; the A3C paper's choice."""
 
+    STATE_BUFFERS = ("square_avg",)
+
     def __init__(self, params: Any, *, lr: float, alpha: float = 0.99, eps: float = 1e-8) -> None:
-        _check("lr", lr, 0.0)
-        _check("alpha", alpha, 0.0, 1.0)
-        _check("eps", eps, 0.0)
-        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+        defaults = {"lr": lr, "alpha": alpha, "eps": eps}
+        self.check_param_group(defaults)
+        super().__init__(params, defaults)
+
+    def check_param_group(self, group: Mapping[str, Any]) -> None:
+        _check("lr", group["lr"], 0.0)
+        _check("alpha", group["alpha"], 0.0, 1.0)
+        _check("eps", group["eps"], 0.0)
 
     def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
                       grads: list[torch.Tensor]) -> None:
         squares = []
         for p in params:
-            state = self._state_of(p, ("square_avg",))
+            state = self._state_of(p, self.STATE_BUFFERS)
             state["step"] += 1
             squares.append(state["square_avg"])
         alpha = group["alpha"]
@@ -166,14 +203,22 @@ class EagerAdam(_EagerOptimizer):
     on a small net torch.optim's per-step Python (grouping by device, hooks) costs
     several times that kernel."""
 
+    STATE_BUFFERS = ("exp_avg", "exp_avg_sq")
+
     def __init__(self, params: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
-        _check("lr", lr, 0.0)
-        _check("eps", eps, 0.0)
-        for i, beta in enumerate(betas):
-            _check(f"betas[{i}]", beta, 0.0, 1.0)
+        self.check_param_group({"lr": lr, "betas": betas, "eps": eps})
         super().__init__(params, {"lr": lr, "betas": (float(betas[0]), float(betas[1])),
                                   "eps": eps})
+
+    def check_param_group(self, group: Mapping[str, Any]) -> None:
+        _check("lr", group["lr"], 0.0)
+        _check("eps", group["eps"], 0.0)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be two numbers, got {betas!r}")
+        for i, beta in enumerate(betas):
+            _check(f"betas[{i}]", beta, 0.0, 1.0)
 
     def _update_group(self, group: dict[str, Any], params: list[torch.Tensor],
                       grads: list[torch.Tensor]) -> None:
@@ -181,7 +226,7 @@ class EagerAdam(_EagerOptimizer):
         batches: dict[tuple[torch.device, torch.dtype], list[list[torch.Tensor]]] = {}
         for p, g in zip(params, grads, strict=True):
             # The fused kernel wants the step on the parameter's device.
-            state = self._state_of(p, ("exp_avg", "exp_avg_sq"), step_device=p.device)
+            state = self._state_of(p, self.STATE_BUFFERS, step_device=p.device)
             if state["step"].device != p.device:  # loaded from a CPU state dict
                 state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
             lists = batches.setdefault((p.device, p.dtype), [[], [], [], [], []])

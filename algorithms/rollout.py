@@ -29,6 +29,10 @@ class RolloutCollector:
     Finished episodes' undiscounted returns and lengths accumulate in
     ``episode_returns`` / ``episode_lengths`` until :meth:`drain_episodes`.
     ``env_steps`` counts valid transitions (reset steps excluded).
+
+    Envs flagged in ``info["env_restarted"]`` (their worker process died and was
+    replaced) lost that step: it is stored with ``valid = False``, the step before it
+    bootstraps from the last state reached, and the cut episode is not reported.
     """
 
     def __init__(self, *, env: Any, sample_actions: SampleFn, n_steps: int, seed: int | None = None) -> None:
@@ -72,23 +76,29 @@ class RolloutCollector:
             next_obs = np.asarray(next_obs)
             term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
             done = term | trunc
-            ok = ~self._reset_next
+            # Envs whose worker process died and was replaced: the step never happened.
+            cut = np.asarray(info.get("env_restarted", np.zeros(n, dtype=bool)), dtype=bool)
+            ok = ~self._reset_next & ~cut
             true_next = next_obs
-            if done.any():
+            if (done & ~cut).any():
                 if self._same_step is None:
                     self._same_step = "final_obs" in info
                 if self._same_step:
-                    true_next = _with_final_obs(next_obs, info, done)
+                    true_next = _with_final_obs(next_obs, info, done & ~cut)
             obs_buf[t], next_buf[t], actions[t] = obs, true_next, raw
             rewards[t], terminated[t], truncated[t], valid[t] = reward, term, trunc, ok
-            self._track(np.asarray(reward, dtype=np.float64), done, ok)
+            if cut.any() and t > 0:
+                # The step before a cut one bootstraps from V(obs), the last state
+                # reached (a rollout's last step already does).
+                truncated[t - 1] |= cut
+            self._track(np.asarray(reward, dtype=np.float64), done, ok, cut)
             if not self._same_step:
-                self._reset_next = done & ok
+                self._reset_next = (done & ok) | cut  # a restarted env's next step is its reset
             self._obs = next_obs
         return {"obs": obs_buf, "actions": actions, "rewards": rewards, "next_obs": next_buf,
                 "terminated": terminated, "truncated": truncated, "valid": valid}
 
-    def _track(self, reward: np.ndarray, done: np.ndarray, ok: np.ndarray) -> None:
+    def _track(self, reward: np.ndarray, done: np.ndarray, ok: np.ndarray, cut: np.ndarray) -> None:
         self.env_steps += int(ok.sum())
         self._ep_return += np.where(ok, reward, 0.0)
         self._ep_length += ok
@@ -96,6 +106,7 @@ class RolloutCollector:
             self.episode_returns.append(float(self._ep_return[i]))
             self.episode_lengths.append(int(self._ep_length[i]))
             self._ep_return[i], self._ep_length[i] = 0.0, 0
+        self._ep_return[cut], self._ep_length[cut] = 0.0, 0  # a cut episode is dropped
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:
         """Returns and lengths of episodes finished since the last call."""

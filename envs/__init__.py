@@ -1,8 +1,9 @@
 """Vector environments (in-process and subprocess), multi-agent adapters, test envs.
 
 * ``SubprocVectorEnv(env_fns, *, num_workers=None, autoreset_mode=NEXT_STEP,
-  restart_on_crash=False, step_timeout=None, step_in_parent=None, copy=True,
-  context="forkserver", spin_us=None, check_values=True)``: a
+  restart_on_crash=False, max_restarts=None, step_timeout=None,
+  restart_on_timeout=None, step_in_parent=None, copy=True, context="forkserver",
+  spin_us=None, check_values=True)``: a
   ``gymnasium.vector.VectorEnv`` stepping W groups of K envs
   (W = CPU count by default; group 0 in this process when ``step_in_parent``) with the
   whole batch in one shared-memory block; hand-offs spin briefly before blocking when
@@ -26,7 +27,10 @@ raises becomes ``EnvError`` naming the env index with the env's traceback; a NaN
 observation or reward (``check_values``) or an observation of the wrong shape or dtype
 becomes ``EnvValueError`` naming the env, the field and its step in the episode; a
 worker that overruns ``step_timeout`` becomes ``EnvTimeout`` naming the env it was in,
-the worker and its pid; a worker that dies becomes ``rlpar.errors.ChildDied`` at once.
+the worker and its pid; a worker that dies becomes ``rlpar.errors.ChildDied`` at once
+(or, with ``restart_on_crash``, a replaced worker whose rows are flagged in
+``infos["env_restarted"]``). Workers, their forkserver and resource tracker never
+outlive the process that owns the vector env, however it dies (``envs.lifeline``).
 """
 
 from envs.atari import make_atari

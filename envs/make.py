@@ -27,7 +27,9 @@ def make_vector_env(
     seed: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
     restart_on_crash: bool = False,
+    max_restarts: int | None = None,
     step_timeout: float | None = None,
+    restart_on_timeout: bool | None = None,
     step_in_parent: bool | None = None,
     check_values: bool = True,
 ) -> BatchVectorEnv:
@@ -43,7 +45,9 @@ def make_vector_env(
     :class:`envs.errors.EnvTimeout`; it needs worker processes (an env stepped in this
     process cannot be interrupted), so it is refused with ``num_workers=0``.
     ``check_values`` turns NaN/inf observations and rewards into
-    :class:`envs.errors.EnvValueError`. See :class:`SubprocVectorEnv` for both.
+    :class:`envs.errors.EnvValueError`. ``restart_on_crash``, ``max_restarts`` and
+    ``restart_on_timeout`` replace dead or hung workers (ignored in-process: an env in
+    this process dies with it). See :class:`SubprocVectorEnv` for all of them.
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -70,7 +74,9 @@ def make_vector_env(
             num_workers=num_workers,
             autoreset_mode=autoreset_mode,
             restart_on_crash=restart_on_crash,
+            max_restarts=max_restarts,
             step_timeout=step_timeout,
+            restart_on_timeout=restart_on_timeout,
             step_in_parent=step_in_parent,
             check_values=check_values,
         )

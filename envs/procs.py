@@ -64,8 +64,8 @@ def _main_module_hidden() -> Iterator[None]:
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
     # A daemonic process (e.g. an actor started by a pool) may not start children;
-    # env workers are still tied to it: daemonic themselves, and they exit on EOF of
-    # their pipe when it dies.
+    # env workers are still tied to it: daemonic themselves, and they die with it
+    # (envs.lifeline).
     config = mp.current_process()._config
     daemon = config.get("daemon", False)
     config["daemon"] = False
@@ -141,6 +141,7 @@ class WorkerProcs:
                 Fd(to_worker),
                 Fd(to_parent),
                 Fd(dump),
+                os.getpid(),
             ),
             name=f"rlpar-env-worker-{w}",
             daemon=True,

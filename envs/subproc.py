@@ -16,7 +16,8 @@ killed by a signal or ``os._exit`` is noticed at once (never a hang) and becomes
 whose envs were reset and are flagged in ``infos['env_restarted']``. A worker that
 hangs is noticed after ``step_timeout`` and becomes :class:`envs.errors.EnvTimeout`
 (or a restart); an env that raises or returns a bad value becomes
-:class:`envs.errors.EnvError` / :class:`envs.errors.EnvValueError`.
+:class:`envs.errors.EnvError` / :class:`envs.errors.EnvValueError`. The other way
+round, workers die with this process however it dies (:mod:`envs.lifeline`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gymnasium.vector import AutoresetMode
 from envs import worker as W
 from envs.base import BatchVectorEnv
 from envs.errors import EnvTimeout
+from envs.lifeline import prepare_forkserver
 from envs.procs import START_TIMEOUT, WorkerProcs, default_num_workers, split_envs
 from envs.runner import EnvFailure, EnvRunner
 from envs.spin import auto_spin_us
@@ -98,6 +100,11 @@ class SubprocVectorEnv(BatchVectorEnv):
             processes only, so it implies ``step_in_parent=False``: an env stepped in
             this process cannot be interrupted. ``call``/``get_attr``/``set_attr``
             are not timed (a user method may legitimately take long).
+        restart_on_timeout: whether a worker killed for overrunning ``step_timeout``
+            is restarted rather than raising :class:`envs.errors.EnvTimeout`. None
+            (default): as ``restart_on_crash``. False with ``restart_on_crash`` suits a
+            job: a worker killed from outside (the OOM killer) is replaced, while an
+            env that hangs, likely again, is named.
         step_in_parent: let this process step group 0 during ``step_wait`` (fastest
             for synchronous use; set False to keep every env out of the parent, e.g.
             for crash isolation or to overlap inference with stepping). Envs stepped by
@@ -127,6 +134,7 @@ class SubprocVectorEnv(BatchVectorEnv):
         restart_on_crash: bool = False,
         max_restarts: int | None = None,
         step_timeout: float | None = None,
+        restart_on_timeout: bool | None = None,
         step_in_parent: bool | None = None,
         copy: bool = True,
         context: str = "forkserver",
@@ -166,12 +174,13 @@ class SubprocVectorEnv(BatchVectorEnv):
         self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.check_values = bool(check_values)
         self.restart_on_crash = restart_on_crash
+        self.restart_on_timeout = restart_on_crash if restart_on_timeout is None else restart_on_timeout
         self.max_restarts = max_restarts
         self.crash_count = 0
         self.last_crash: str | None = None
         self._ctx = mp.get_context(context)
         if context == "forkserver":
-            self._ctx.set_forkserver_preload(["envs.worker", "envs.runner"])
+            prepare_forkserver(self._ctx)  # workers and forkserver die with this process
         self.groups = split_envs(len(fns), num_groups)
         self._all_workers = tuple(range(num_groups))
         self._all_rows = [slice(lo, hi) for lo, hi in self.groups]
@@ -373,7 +382,7 @@ class SubprocVectorEnv(BatchVectorEnv):
                 if hung is not None and now >= hung:
                     for w in sorted(p.waiting):
                         error = self._timed_out(w, "step")
-                        if self.restart_on_crash:
+                        if self.restart_on_timeout:
                             self._restart(w, cause=str(error))
                             p.restarted.append(w)
                         else:
@@ -458,7 +467,7 @@ class SubprocVectorEnv(BatchVectorEnv):
             except TimeoutError:
                 for w in sorted(waiting):
                     hung = self._timed_out(w, what)
-                    if self.restart_on_crash and w not in retried:
+                    if self.restart_on_timeout and w not in retried:
                         self._restart(w, reset=False, cause=str(hung))
                         retried.add(w)
                         self._workers.send(w, op + pickle.dumps(per_worker(w), protocol=5))

@@ -24,6 +24,7 @@ import sys
 import traceback
 from typing import Any
 
+from envs.lifeline import tie_to_owner
 from envs.spin import Spinner
 from envs.wire import Channel, Fd
 
@@ -50,12 +51,16 @@ def _limit_threads() -> None:
 
 
 def worker_main(
-    payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent: Fd, dump: Fd
+    payload: bytes, buffer: Any, conn: Any, to_worker: Fd, to_parent: Fd, dump: Fd, owner: int
 ) -> None:
     """Entry point of one worker process. ``payload`` is the cloudpickled
     (env_fns, lo, block_spec, num_obs, num_act, obs_space, act_space, autoreset_mode,
     spin_us, check_values); ``conn`` carries the messages, the eventfds their wake-ups
-    (envs.wire); on DUMP_SIGNAL the worker writes its threads' stacks to ``dump``."""
+    (envs.wire); on DUMP_SIGNAL the worker writes its threads' stacks to ``dump``.
+    ``owner``: the pid of the vector env's process, which this one must not outlive
+    (envs.lifeline)."""
+    # First: an env factory may hang too, and the owner may die meanwhile.
+    tie_to_owner(owner)
     channel = Channel(conn.fileno(), send_efd=to_parent.fd, recv_efd=to_worker.fd)
     # The parent owns shutdown; a Ctrl-C in the terminal must not kill workers mid-step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from experiments.runtime import Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime.config import DEFAULT_ENV_STEP_TIMEOUT, check_step_timeout
 from experiments.runtime.job import main_for, run_job
 
 Mode = Literal["auto", "jit_fork", "threads", "batched", "loop"]
@@ -63,7 +64,15 @@ class MultiAgentEnvConfig:
         "simple_tag, simple_push, simple_reference, simple_speaker_listener, ...), 'module:factory' "
         "(a callable returning a ParallelEnv), or the built-in cooperative / cooperative_hetero"))
     num_envs: int = field(8, help="env copies stepped side by side (one batched forward per step)")
-    env_workers: int = field(2, help="subprocesses stepping the env copies (0: in this process)")
+    env_workers: int = field(2, help=(
+        "subprocesses stepping the env copies, each a share of them (at most one per copy); 0: in this "
+        "process. A worker killed by a signal (e.g. the OOM killer) is replaced, the episodes it cut "
+        "dropped (dropped_episodes), and counted (env_worker_restarts), at most --max-restarts times "
+        "per worker; an env that raises or hangs ends the run naming it"))
+    env_step_timeout: float | None = field(None, allow_inf=True, help=(
+        "seconds an env step or reset may take in an env worker before the run stops with an error "
+        f"naming the env and its worker; none: {DEFAULT_ENV_STEP_TIMEOUT:g} with --env-workers >= 1; "
+        "inf: no limit. An env in this process (--env-workers 0) cannot be interrupted"))
     n_agents: int | None = field(None, help=(
         "number of agents, for envs that take N (simple_spread, simple_adversary) or n_agents "
         "(cooperative); none: the env's default"))
@@ -77,6 +86,7 @@ class MultiAgentEnvConfig:
     def validate(self) -> None:
         _at_least(self, ("num_envs", "n_agents", "episode_steps"), 1)
         _at_least(self, ("env_workers",), 0)
+        check_step_timeout(self.env_step_timeout, self.env_workers)
         if not self.env_id.strip():
             raise ValueError(f"{flag('env_id')} may not be empty")
 

@@ -16,6 +16,8 @@ in the state, not discovered when a job tries to resume.
 Every checkpoint carries a header (format version, ``kind``, ``step``, creation
 time, torch version, ``meta``) so that a loader refuses another job's checkpoint,
 or one saved for another layout, with :class:`~rlpar.errors.CheckpointMismatch`.
+What a loaded state holds is checked by the object it is loaded into (its
+``load_state_dict``, with :mod:`rlpar.state`): :class:`~rlpar.errors.StateError`.
 
 A checkpoint may have **parts**, written by other processes for the same step (e.g.
 each replay shard its own): ``ckpt-<step:012d>.<part>.pt``, each atomic, with its own
@@ -46,6 +48,7 @@ import numpy as np
 import torch
 
 from rlpar.errors import CheckpointError, CheckpointMismatch
+from rlpar.state import StatePath, generator_state, mapping, sequence
 
 log = logging.getLogger(__name__)
 
@@ -480,15 +483,33 @@ def restore_rng_state(
     numpy_generators: Mapping[str, np.random.Generator] | None = None,
 ) -> None:
     """Put back what :func:`rng_state` captured. CUDA states are restored for the
-    devices present (none on a CPU-only resume of a GPU run)."""
+    devices present (none on a CPU-only resume of a GPU run). Every state is tried on
+    a scratch generator first: StateError, and no RNG changed, if one is not a state."""
+    where = StatePath("restore_rng_state")
+    state = mapping(state, where, required=("python", "numpy", "torch"), optional=("cuda", "generators"))
+    for key, scratch in (("python", random.Random().setstate),
+                         ("numpy", np.random.RandomState().set_state),
+                         ("torch", torch.Generator().set_state)):
+        try:
+            scratch(state[key])
+        except Exception as exc:  # TypeError, ValueError, RuntimeError, depending on the library
+            raise where[key].error(f"is not a {key} RNG state ({type(exc).__name__}: {exc})") from None
+    cuda = sequence(state.get("cuda", []), where["cuda"])
+    for i, cuda_state in enumerate(cuda):
+        if not isinstance(cuda_state, torch.Tensor) or cuda_state.dtype != torch.uint8:
+            raise where["cuda"][i].error("must be a uint8 tensor (a CUDA RNG state)")
+    saved = mapping(state.get("generators", {}), where["generators"], optional=None)
+    generators = {}
+    for name, generator in (numpy_generators or {}).items():
+        if name not in saved:
+            raise where["generators"].error(
+                f"has no state for numpy generator {name!r}; saved: {sorted(saved)}")
+        generators[name] = generator_state(saved[name], where["generators"][name], generator)
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        for device, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+    if torch.cuda.is_available():
+        for device, cuda_state in enumerate(cuda[: torch.cuda.device_count()]):
             torch.cuda.set_rng_state(cuda_state.cpu(), device)
-    saved = state.get("generators", {})
     for name, generator in (numpy_generators or {}).items():
-        if name not in saved:
-            raise KeyError(f"no saved state for numpy generator {name!r}; saved: {sorted(saved)}")
-        generator.bit_generator.state = saved[name]
+        generator.bit_generator.state = generators[name]

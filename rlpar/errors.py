@@ -77,6 +77,19 @@ class CheckpointMismatch(CheckpointError, ValueError):
         return (type(self), (self.path, self.field, self.expected, self.found))
 
 
+class StateError(CheckpointError, ValueError):
+    """A state dict does not fit what it is loaded into: ``owner`` (who loads it)
+    found ``problem`` at ``path`` (e.g. ``state['hyper']['alpha']``). Raised before
+    anything is changed, so the object keeps its state."""
+
+    def __init__(self, owner: str, path: str, problem: str) -> None:
+        super().__init__(f"{owner}: {path} {problem}")
+        self.owner, self.path, self.problem = owner, path, problem
+
+    def __reduce__(self):  # crosses RPC (a replay shard's load) with its type
+        return (type(self), (self.owner, self.path, self.problem))
+
+
 class NonFiniteGradients(RlparError, FloatingPointError):
     """A gradient server rejected ``count`` pushes in a row for NaN or inf values
     (its bound is ``limit``): training has diverged."""
@@ -91,3 +104,7 @@ class NonFiniteGradients(RlparError, FloatingPointError):
 
     def __reduce__(self):
         return (type(self), (self.count, self.limit))
+
+
+class QueueClosed(RlparError):
+    """A closed queue cannot hand out the items asked for (fewer are left)."""

@@ -49,3 +49,19 @@ class GradientSink(ParameterStore, Protocol):
     """A parameter store that also applies gradients computed on version ``version``."""
 
     def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool: ...
+
+
+@runtime_checkable
+class ItemSink(Protocol):
+    """Takes whole items (mappings of arrays, e.g. one unroll): ``put`` is False when
+    the item was not taken (timed out waiting for room, or the sink is closed)."""
+
+    def put(self, item: Mapping[str, Any], *, timeout: float | None = None) -> bool: ...
+
+
+@runtime_checkable
+class ItemSource(Protocol):
+    """Hands out items in the order they were put: ``get(n)`` waits for ``n`` of them
+    (TimeoutError after ``timeout``)."""
+
+    def get(self, n: int = 1, *, timeout: float | None = None) -> list[Mapping[str, Any]]: ...

@@ -119,6 +119,12 @@ class MultiAgentVectorEnv:
         restart_on_crash: replace a dead worker instead of raising (needs workers).
         max_restarts: with ``restart_on_crash``, restarts allowed per worker (None:
             no limit).
+        step_timeout: seconds a worker may take for a step or reset before it is
+            killed and :class:`envs.errors.EnvTimeout` names the env (None: no limit;
+            needs workers).
+        restart_on_timeout / step_in_parent: as in SubprocVectorEnv (restart a hung
+            worker, default: as ``restart_on_crash``; step group 0 in this process,
+            default: unless ``step_timeout``).
         stack / reward: see ParallelEnvAdapter.
     """
 
@@ -130,7 +136,9 @@ class MultiAgentVectorEnv:
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         restart_on_crash: bool = False,
         max_restarts: int | None = None,
-        step_in_parent: bool = True,
+        step_timeout: float | None = None,
+        restart_on_timeout: bool | None = None,
+        step_in_parent: bool | None = None,
         stack: bool | None = None,
         reward: str = "mean",
     ) -> None:
@@ -151,6 +159,8 @@ class MultiAgentVectorEnv:
                 autoreset_mode=autoreset_mode,
                 restart_on_crash=restart_on_crash,
                 max_restarts=max_restarts,
+                step_timeout=step_timeout,
+                restart_on_timeout=restart_on_timeout,
                 step_in_parent=step_in_parent,
             )
         self.dropped_episodes = 0

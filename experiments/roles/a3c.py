@@ -11,7 +11,8 @@ in :func:`serial_main`.
 Workers are expendable (:func:`restartable`): a worker rank that dies is restarted
 alone by the local launcher, rejoins the running world, pulls the newest parameters
 and goes on with its index (so its seeds); the coordinator counts it
-(``actor_restarts``, ``actors/restarts``).
+(``actor_restarts``, ``actors/restarts``). A dead env worker (``--env-workers``), rank
+0's too, is replaced inside its vector env and counted (``env_worker_restarts``).
 """
 
 from __future__ import annotations
@@ -118,22 +119,24 @@ class WorkerShell:
         from algorithms.a3c import A3C
         from algorithms.rollout import RolloutCollector
         from envs import make_vector_env
+        from experiments.runtime.envs import vector_env_options
 
         config = ctx.config
         fill_unset(ctx)
         seed = config.run.seed + 1000 * (index + 1)
         torch.manual_seed(seed)
         self.index = index
+        # A dead env worker is replaced inside the vector env (in rank 0's worker too);
+        # the collector drops what it cut.
         self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
-                                   num_workers=config.env.env_workers,
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=seed,
-                                   step_timeout=config.env.env_step_timeout)
+                                   **vector_env_options(config))
         self.worker = A3C(agent=build_agent(ctx, device=resolve_device(config.run.device)), sink=sink)
         self.worker.sync()
         self.collector = RolloutCollector(env=self.env, sample_actions=self.worker.sample_actions,
                                           n_steps=config.learn.n_steps, seed=seed)
         self._sums: dict[str, float] = {}
-        self._count = self._reported = 0
+        self._count = self._reported = self._env_restarts = 0
 
     def step(self) -> None:
         for key, value in self.worker.update(self.collector.collect()).items():
@@ -143,13 +146,15 @@ class WorkerShell:
     def report(self, *, final: bool = False) -> Report:
         returns, lengths = self.collector.drain_episodes()
         steps = self.collector.env_steps - self._reported
+        env_restarts = getattr(self.env, "crash_count", 0)
         # Every reported step is in a gradient already pushed (a report follows whole
         # rollouts), so a worker that dies loses none of them: transitions == steps.
         report = Report(source=self.index, env_steps=steps, transitions=steps,
                         episodes=[Episode(ret=float(r), length=int(n)) for r, n in zip(returns, lengths)],
                         version=self.worker.version, metric_sums=self._sums, metric_count=self._count,
-                        final=final)
+                        final=final, env_worker_restarts=env_restarts - self._env_restarts)
         self._reported, self._sums, self._count = self.collector.env_steps, {}, 0
+        self._env_restarts = env_restarts
         return report
 
     def close(self) -> None:
@@ -200,7 +205,7 @@ class Lead:
 
         keeper = RunKeeper(self.ctx, self.coordinator, snapshot=lambda: {"server": server.state_dict()},
                            policy=self.model.state_dict)
-        keeper.restore(lambda state: server.load_state_dict(state["server"]))
+        keeper.restore(lambda state: server.load_state_dict(state["server"]), keys=("server",))
         return keeper
 
     def run(self, grads: Any, *, server: Any, shells: list[WorkerShell]) -> dict[str, Any]:

@@ -15,8 +15,9 @@ buffer in the learner's file, or each shard's own part beside it, written by its
 host for the same step (:func:`run_keeper`). Faults: a dead actor is restarted alone
 and rejoins (:func:`restartable`); with ``actors`` placement its shard is dropped
 from sampling when it dies, and the learner hosts a fresh, empty one for its
-replacement (see ``DistributedReplayBuffer.rehost``). Any other death restarts the
-world from the newest complete checkpoint.
+replacement (see ``DistributedReplayBuffer.rehost``). A dead env worker is replaced
+inside the actor's vector env and counted (``env_worker_restarts``). Any other death
+restarts the world from the newest complete checkpoint.
 
 :class:`~algorithms.apex.ApexActor` and :class:`~algorithms.apex.ApexLearner` (or
 the user's subclasses) see only a Buffer and a ParameterStore, as in the
@@ -396,7 +397,7 @@ def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | No
     keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=learner.dqn.policy_state, meta=meta,
                        parts=sharded.part_names() if sharded is not None else (),
                        save_parts=save_parts if sharded is not None else None)
-    keeper.restore(restore)
+    keeper.restore(restore, keys=("dqn",))
     return keeper
 
 
@@ -420,30 +421,34 @@ class ActorShell:
 
         from algorithms.apex import ApexActor
         from envs import make_vector_env
+        from experiments.runtime.envs import vector_env_options
 
         config = ctx.config
         # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
         self.seed = actor_seed(config.run.seed, index, restarts)
         self.index = index
+        # A dead env worker is replaced inside the vector env; ApexActor drops what it cut.
         self.env = make_vector_env(env_fn(ctx), num_envs=config.env.num_envs,
-                                   num_workers=config.env.env_workers,
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
-                                   step_timeout=config.env.env_step_timeout)
+                                   **vector_env_options(config))
         dqn = build_dqn(ctx, device="cpu", seed=self.seed)
         self.actor = (ctx.parts.actor or ApexActor)(
             dqn=dqn, env=self.env, buffer=buffer, params=params, index=index, num_actors=num_actors,
             config=config.learn.apex_config(), seed=self.seed)
         self.actor.sync()
-        self._steps = self._transitions = 0
+        self._steps = self._transitions = self._env_restarts = 0
 
     def report(self, *, final: bool = False) -> Report:
         actor = self.actor
         episodes = [Episode(ret=r, length=n) for r, n in actor.finished_episodes]
         actor.finished_episodes = []
+        env_restarts = getattr(self.env, "crash_count", 0)
         report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
                         transitions=actor.transitions_added - self._transitions, episodes=episodes,
-                        version=actor.version, final=final)
+                        version=actor.version, final=final,
+                        env_worker_restarts=env_restarts - self._env_restarts)
         self._steps, self._transitions = actor.env_steps, actor.transitions_added
+        self._env_restarts = env_restarts
         return report
 
     def close(self) -> None:

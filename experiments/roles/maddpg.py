@@ -48,6 +48,7 @@ from experiments.runtime.evaluation import frozen
 from experiments.runtime.job import Job, JobContext, StopSignals
 from experiments.runtime.lead import finish_lead, start_lead
 from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
+from rlpar.state import StatePath, integer, mapping, sequence
 
 
 def _rows(value: Any, rows: np.ndarray) -> Any:
@@ -159,8 +160,12 @@ class Trainer:
     def restore_counters(self, saved: Mapping[str, Any]) -> None:
         """Go on from a checkpoint's :meth:`counters`; a checkpoint written before
         they were saved has none, which counts as 0."""
-        self._earlier_dropped = int(saved.get("dropped_episodes", 0))
-        self._earlier_worker_restarts = tuple(int(n) for n in saved.get("env_worker_restarts", ()))
+        where = StatePath.of(self, "restore_counters")
+        saved = mapping(saved, where, optional=("dropped_episodes", "env_worker_restarts"))
+        dropped = integer(saved.get("dropped_episodes", 0), where["dropped_episodes"])
+        restarts = sequence(saved.get("env_worker_restarts", ()), where["env_worker_restarts"])
+        restarts = tuple(integer(n, where["env_worker_restarts"][i]) for i, n in enumerate(restarts))
+        self._earlier_dropped, self._earlier_worker_restarts = dropped, restarts
 
     def step(self) -> None:
         """One vector step of every env copy, its report, and the updates it makes due."""
@@ -190,7 +195,8 @@ class Trainer:
         # NEXT_STEP autoreset: the next step of an ended row (a cut one too) is its reset.
         self.skip, self.obs = ended, next_obs
         self.coordinator.report(Report(source=0, env_steps=int(live.size), transitions=int(live.size),
-                                       episodes=episodes, version=algo.updates))
+                                       episodes=episodes, version=algo.updates,
+                                       env_worker_restarts=venv.restarts - self.restarts))
         while self.restarts < venv.restarts:
             self.restarts += 1
             self.coordinator.rejoin(Rejoin(source=0, restarts=self.restarts))
@@ -251,7 +257,7 @@ class Trainer:
             critic_observes=self.ctx.config.learn.critic_observes,
             critic_inputs=[algo.critic_input_dim(i) for i in range(algo.n_agents)],
             mode=algo.mode, batch_size=self.batch_size, replay_size=len(self.replay),
-            dropped_episodes=self.dropped_episodes, env_worker_restarts=self.env_worker_restarts,
+            dropped_episodes=self.dropped_episodes, env_worker_restarts_by_worker=self.env_worker_restarts,
             landmark_distance=self.last_eval.get("landmark_distance", float("nan")),
             collisions_per_episode=self.last_eval.get("collisions_per_episode", float("nan")))
 
@@ -264,14 +270,14 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
     from envs.multiagent import MultiAgentVectorEnv
     from experiments.runtime.config import resolve_device
+    from experiments.runtime.envs import vector_env_options
 
     config = ctx.config
     torch.set_num_threads(config.run.torch_threads)
     env_fn = env_factory(config.env, ctx.parts.env)
-    # Env workers are expendable: a dead one is restarted (bounded by --max-restarts).
-    workers = config.env.env_workers
-    venv = MultiAgentVectorEnv([env_fn] * config.env.num_envs, num_workers=workers,
-                               restart_on_crash=workers > 0, max_restarts=config.run.max_restarts)
+    # Env workers are expendable: a dead one is restarted (bounded by --max-restarts);
+    # one that hangs is named.
+    venv = MultiAgentVectorEnv([env_fn] * config.env.num_envs, **vector_env_options(config))
     algo = coordinator = None
     try:
         algo = build_maddpg(ctx, agents=venv.agents, obs_spaces=venv.agent_observation_spaces,
@@ -319,13 +325,14 @@ def run_keeper(ctx: JobContext, coordinator: Any, trainer: Trainer):
 
     def restore(state: dict[str, Any]) -> None:
         algo.load_state_dict(state["maddpg"])
-        for buffer, saved in zip(buffers, state["replay"], strict=True):
+        replay = sequence(state["replay"], StatePath("maddpg checkpoint")["replay"], length=len(buffers))
+        for buffer, saved in zip(buffers, replay, strict=True):
             buffer.load_state_dict(saved)
         trainer.restore_counters(state.get("counters", {}))
 
     keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=lambda: actors_state(algo),
                        meta={"agents": list(trainer.venv.agents), "buffers": len(buffers)})
-    keeper.restore(restore)
+    keeper.restore(restore, keys=("maddpg", "replay"))
     return keeper
 
 

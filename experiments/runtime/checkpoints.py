@@ -29,6 +29,7 @@ from typing import Any
 
 from experiments.runtime.rundir import RunDir
 from rlpar.checkpoint import load_checkpoint, rng_state, save_checkpoint
+from rlpar.state import StatePath, mapping
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +172,17 @@ class RunKeeper:
     def resumed(self) -> dict[str, Any] | None:
         return self.checkpointer.resumed
 
-    def restore(self, restore_job: Any) -> bool:
+    def restore(self, restore_job: Any, *, keys: Sequence[str] = ()) -> bool:
         """Load the resumed checkpoint into the coordinator and (``restore_job(state)``)
-        the job's parts; False for a fresh run. The resumed run's policy-best.pt stays
-        until an evaluation beats every one of the checkpoint's (the coordinator's rule)."""
+        the job's parts, which read ``keys`` of it (checked first: StateError names a
+        missing one, not a KeyError from inside the job); False for a fresh run. The
+        resumed run's policy-best.pt stays until an evaluation beats every one of the
+        checkpoint's (the coordinator's rule)."""
         state = self.checkpointer.resumed
         if state is None:
             return False
+        where = StatePath(f"{self.ctx.job} checkpoint {self.checkpointer.resumed_path}")
+        state = mapping(state, where, required=("coordinator", *keys), optional=None)
         self.coordinator.load_state_dict(state["coordinator"])
         restore_job(state)
         restore_rng(state)

@@ -5,6 +5,7 @@ job-specific defaults (``section(lambda: RunConfig(eval_every=...))``)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
 
@@ -90,6 +91,18 @@ class RunConfig:
         return self.log_dir.lower() != "none"
 
 
+# Seconds an env step or reset in an env worker may take by default: sane envs take
+# micro- to milliseconds (an Atari reset ~0.1 s), so a minute is far beyond any of
+# them yet still names a hang within a minute, with the run's summary.
+DEFAULT_ENV_STEP_TIMEOUT = 60.0
+
+ENV_WORKERS_HELP = (
+    "subprocesses stepping an actor's (worker's) env copies, each a share of them (at most one per "
+    "copy); 0: in the actor's own process. A worker killed by a signal (e.g. the OOM killer) is "
+    "replaced, its cut episodes dropped, and counted (env_worker_restarts), at most --max-restarts "
+    "times per worker; an env that raises, returns NaN/inf or hangs ends the run naming it")
+
+
 @dataclasses.dataclass
 class EnvConfig:
     """The env each actor (worker) steps, as a vector of copies."""
@@ -98,23 +111,41 @@ class EnvConfig:
         "gymnasium id, 'module:EnvId' (the module is imported in every rank first), "
         "ALE/<Game>-v5 or MinAtar/<Game>-v0"))
     num_envs: int = field(8, help="env copies stepped by each actor (worker)")
-    env_workers: int = field(0, help="subprocesses stepping an actor's envs (0: in the actor's process)")
-    env_step_timeout: float | None = field(None, help=(
-        "seconds an env step or reset may take before the job stops with an error naming the env "
-        "and its worker (needs --env-workers >= 1: an env in the actor's own process cannot be "
-        "interrupted; none: no limit)"))
+    env_workers: int = field(0, help=ENV_WORKERS_HELP)
+    env_step_timeout: float | None = field(None, allow_inf=True, help=(
+        "seconds an env step or reset may take in an env worker before the run stops with an error "
+        f"naming the env and its worker; none: {DEFAULT_ENV_STEP_TIMEOUT:g} with --env-workers >= 1; "
+        "inf: no limit. An env in the actor's own process (--env-workers 0) cannot be interrupted: "
+        "in a local run the launcher names a rank still stuck when the run ends (--max-seconds); "
+        "--serial waits for it"))
 
     def validate(self) -> None:
         _at_least(self, "num_envs", 1)
         _at_least(self, "env_workers", 0)
-        if self.env_step_timeout is not None:
-            if not self.env_step_timeout > 0:
-                raise ValueError(f"{flag('env_step_timeout')} must be > 0, got {self.env_step_timeout}")
-            if self.env_workers < 1:
-                raise ValueError(f"{flag('env_step_timeout')} needs {flag('env_workers')} >= 1 "
-                                 "(an env stepped in the actor's own process cannot be interrupted)")
+        check_step_timeout(self.env_step_timeout, self.env_workers)
         if not self.env_id.strip():
             raise ValueError(f"{flag('env_id')} may not be empty")
+
+
+def check_step_timeout(timeout: float | None, workers: int) -> None:
+    """ValueError naming --env-step-timeout unless it is > 0 and, when finite, has env
+    workers to apply to."""
+    if timeout is None:
+        return
+    if not timeout > 0:
+        raise ValueError(f"{flag('env_step_timeout')} must be > 0, got {timeout}")
+    if workers < 1 and math.isfinite(timeout):
+        raise ValueError(f"{flag('env_step_timeout')} needs {flag('env_workers')} >= 1 "
+                         "(an env stepped in the actor's own process cannot be interrupted)")
+
+
+def effective_step_timeout(timeout: float | None, workers: int) -> float | None:
+    """What ``--env-step-timeout`` means with ``--env-workers``: seconds, or None (no limit)."""
+    if workers < 1:
+        return None
+    if timeout is None:
+        return DEFAULT_ENV_STEP_TIMEOUT
+    return timeout if math.isfinite(timeout) else None
 
 
 def _at_least(config, name: str, low: int) -> None:

@@ -28,7 +28,9 @@ counts the rejoins and ``actors/lost_transitions`` estimates what the dead proce
 took with them: for each, the env steps it had reported minus the transitions it had
 reported adding, i.e. the steps whose transitions were still in its n-step window or
 add batch at its last report (steps after that report were never counted, so the
-budget does not include them either).
+budget does not include them either). Env worker processes a source's vector env
+replaced (killed from outside, e.g. by the OOM killer) are counted as reported
+(``env_worker_restarts``, ``actors/env_worker_restarts``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import numpy as np
 
 from experiments.runtime.messages import Directive, EvalResult, Rejoin, Report
 from rlpar.logging import MetricLogger, Progress, RateMeter
+from rlpar.state import StatePath, integer, mapping, number, sequence
 
 
 class Coordinator:
@@ -83,6 +86,7 @@ class Coordinator:
         self._silent: set[int] = set()
         self.source_restarts = 0
         self.lost_transitions = 0
+        self.env_worker_restarts = 0
         self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
         self._window: list[Any] = []  # episodes since the last tick
@@ -125,6 +129,7 @@ class Coordinator:
                 if report.source in self._silent:
                     self._silent.discard(report.source)
                     self._say(f"actor {report.source} reports again")
+            self.env_worker_restarts += report.env_worker_restarts
             self._window.extend(report.episodes)
             self._recent.extend(e.ret for e in report.episodes)
             for key, value in report.metric_sums.items():
@@ -134,8 +139,12 @@ class Coordinator:
                 self._finished.add(report.source)
             self._check_budgets()
             evaluate = (report.source == self.evaluator and self._claim_eval())
-            return Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
-                             updates=self.updates, evaluate=evaluate)
+            directive = Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
+                                  updates=self.updates, evaluate=evaluate)
+        if report.env_worker_restarts:
+            self._say(f"actor {report.source}: {report.env_worker_restarts} env worker(s) died and "
+                      f"were replaced ({self.env_worker_restarts} in all)")
+        return directive
 
     def rejoin(self, rejoin: Rejoin) -> None:
         """A source that died was restarted and rejoined (before its first report)."""
@@ -306,6 +315,7 @@ class Coordinator:
         log.scalar("actors/silent", len(silent), step)
         log.scalar("actors/restarts", self.source_restarts, step)
         log.scalar("actors/lost_transitions", self.lost_transitions, step)
+        log.scalar("actors/env_worker_restarts", self.env_worker_restarts, step)
         live = [v for v in versions if v >= 0]
         lag = updates - min(live) if live else 0
         if live:
@@ -342,22 +352,23 @@ class Coordinator:
                     "next_eval": self._next_eval,
                     "solved": list(self.solved) if self.solved else [],
                     "elapsed_s": time.time() - self.started,
-                    "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions}
+                    "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
+                    "env_worker_restarts": self.env_worker_restarts}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from a checkpoint: the time budget counts the earlier run's time."""
+        """Continue from a checkpoint: the time budget counts the earlier run's time.
+        StateError (nothing changed) for a state that does not fit."""
+        loaded = _checked_progress(state, StatePath.of(self))
         with self._lock:
-            self.env_steps, self.transitions = int(state["env_steps"]), int(state["transitions"])
-            self.episodes, self.updates = int(state["episodes"]), int(state["updates"])
+            self.env_steps, self.transitions = loaded["env_steps"], loaded["transitions"]
+            self.episodes, self.updates = loaded["episodes"], loaded["updates"]
             self._ticked_updates = self.updates
-            self._recent.extend(float(r) for r in state["recent"])
-            self.evals = [eval_row(e) for e in state["evals"]]
-            self._next_eval = int(state["next_eval"])
-            self.solved = tuple(state["solved"]) if state["solved"] else None
-            self.started = time.time() - float(state["elapsed_s"])
-            # Checkpoints from before sources could rejoin have neither.
-            self.source_restarts = int(state.get("source_restarts", 0))
-            self.lost_transitions = int(state.get("lost_transitions", 0))
+            self._recent.extend(loaded["recent"])
+            self.evals, self.solved = loaded["evals"], loaded["solved"]
+            self._next_eval = loaded["next_eval"]
+            self.started = time.time() - loaded["elapsed_s"]
+            self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
+            self.env_worker_restarts = loaded["env_worker_restarts"]
 
     # ---------------------------------------------------------------- the end
 
@@ -391,14 +402,56 @@ class Coordinator:
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,
                 "actor_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
+                "env_worker_restarts": self.env_worker_restarts,
                 "silent_sources": sorted(self._silent),
                 "run_dir": run_dir, **extra,
             }
 
 
-def eval_row(saved: Sequence[Any]) -> tuple[float, int, float, float, int]:
-    """A checkpointed evaluation row. Checkpoints from before evaluations kept their
-    version have 4 fields: their version is unknown, -1 (no saved policy claims it)."""
-    seconds, env_steps, mean, std, *rest = saved
-    version = int(rest[0]) if rest else -1
-    return float(seconds), int(env_steps), float(mean), float(std), version
+_COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
+# Checkpoints from before sources could rejoin have neither; from before env workers
+# were restarted, no count of those.
+_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts")
+
+
+def _checked_progress(state: Any, where: StatePath) -> dict[str, Any]:
+    """:meth:`Coordinator.state_dict`'s values, checked: counts are ints >= 0, every
+    evaluation is (seconds, env steps, mean, std), ``solved`` is [] or (seconds, env
+    steps, mean), returns are numbers."""
+    state = mapping(state, where, required=(*_COUNTS, "recent", "evals", "solved", "elapsed_s"),
+                    optional=_REJOIN_COUNTS)
+    out: dict[str, Any] = {k: integer(state[k], where[k]) for k in _COUNTS}
+    out.update({k: integer(state.get(k, 0), where[k]) for k in _REJOIN_COUNTS})
+    out["elapsed_s"] = number(state["elapsed_s"], where["elapsed_s"])
+    out["recent"] = [_value(r, where["recent"][i])
+                     for i, r in enumerate(sequence(state["recent"], where["recent"]))]
+    out["evals"] = [_eval_row(e, where["evals"][i])
+                    for i, e in enumerate(sequence(state["evals"], where["evals"]))]
+    solved = sequence(state["solved"], where["solved"])
+    out["solved"] = _record(solved, where["solved"], 3) if solved else None
+    return out
+
+
+def _eval_row(value: Any, where: StatePath) -> tuple[float, int, float, float, int]:
+    """(seconds, env steps, mean, std, version) of an evaluation. Checkpoints from before
+    evaluations kept their version have 4 fields: their version is unknown, -1 (no
+    saved policy claims it)."""
+    row = sequence(value, where)
+    if len(row) not in (4, 5):
+        raise where.error(f"must hold 4 or 5 items (seconds, env steps, mean, std[, version]), got {len(row)}")
+    version = integer(row[4], where[4], low=-1) if len(row) == 5 else -1
+    return (*_record(row[:4], where, 4), version)
+
+
+def _record(value: Any, where: StatePath, size: int) -> tuple[Any, ...]:
+    """(seconds, env steps, mean[, std]) of an evaluation (or of the solve)."""
+    value = sequence(value, where, length=size)
+    return (number(value[0], where[0]), integer(value[1], where[1]),
+            *(_value(v, where[i]) for i, v in enumerate(value[2:], 2)))
+
+
+def _value(value: Any, where: StatePath) -> float:
+    """A return or its spread: a number, NaN included (the mean of no episodes)."""
+    if isinstance(value, float) and math.isnan(value):
+        return value
+    return number(value, where)

@@ -140,6 +140,12 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
         check_fixed(config)
     launched = under_launcher()
     nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
+    if launched and nprocs > 1:
+        # Before the run directory: a world without its run secret would be refused by
+        # World.from_env in every rank (a local world gets one from launch()).
+        from rlpar.distributed.secret import secret_from_env
+
+        secret_from_env()
     job.check(config, parts)
     if job.env_defaults is not None:
         job.env_defaults(config, parts)

@@ -32,6 +32,7 @@ class Report:
     metric_sums: dict[str, float] = dataclasses.field(default_factory=dict)
     metric_count: int = 0
     final: bool = False
+    env_worker_restarts: int = 0  # env worker processes replaced since the previous report
 
 
 @dataclasses.dataclass

@@ -7,12 +7,16 @@ stores stacked ``obs``/``next_obs`` once. Distributed (Ape-X):
 :class:`DistributedReplayBuffer`, :class:`DistributedPrioritizedReplayBuffer`
 shard over an RpcGroup and sample through a :class:`ShardedSampler`;
 :class:`HostedBuffer` serves one buffer to other processes;
+:class:`TrajectoryQueue` is the bounded FIFO of unrolls between actors and a learner
+(IMPALA), :class:`HostedQueue` serves one to producers over RPC;
 :class:`PrefetchingSampler` / :class:`PrefetchingBuffer` keep batches in flight.
 """
 
 from rlpar.buffers.distributed import DistributedPrioritizedReplayBuffer, DistributedReplayBuffer
+from rlpar.buffers.fifo import QueueStats, TrajectoryQueue
 from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.hosted import HostedBuffer, RemoteAdder
+from rlpar.buffers.hosted_fifo import HostedQueue, RemoteQueue
 from rlpar.buffers.nstep import NStepAssembler
 from rlpar.buffers.prefetch import PrefetchingBuffer, PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
@@ -28,19 +32,23 @@ __all__ = [
     "DistributedReplayBuffer",
     "FieldSpec",
     "HostedBuffer",
+    "HostedQueue",
     "LocalShardClient",
     "MinTree",
     "NStepAssembler",
     "PrefetchingBuffer",
     "PrefetchingSampler",
     "PrioritizedReplayBuffer",
+    "QueueStats",
     "ReplayBuffer",
     "RemoteAdder",
+    "RemoteQueue",
     "ReplayShard",
     "RingStorage",
     "RpcShardClient",
     "ShardedSampler",
     "SharedFrames",
     "SumTree",
+    "TrajectoryQueue",
     "importance_weights",
 ]

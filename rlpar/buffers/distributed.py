@@ -39,7 +39,7 @@ from rlpar.buffers.sharded_sampler import (
     SHARD_SHIFT,
     ShardedSampler,
 )
-from rlpar.errors import PeerUnavailable
+from rlpar.errors import PeerUnavailable, StateError
 from rlpar.protocols import Sample
 
 log = logging.getLogger(__name__)
@@ -268,9 +268,14 @@ class DistributedReplayBuffer:
             return self.shard.buffer.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """This member's shard from :meth:`state_dict` (``{}`` for a member without one)."""
         if self.shard is not None:
             with self.shard.lock:
                 self.shard.buffer.load_state_dict(state)
+        elif not isinstance(state, Mapping) or state:  # another member's shard: loading nothing would lose it
+            raise StateError(f"{type(self).__name__}.load_state_dict", "state",
+                             f"holds a shard, but {self.group.current_member!r} hosts none "
+                             f"of {self.name!r} (shards: {self.shard_members})")
 
 
 class DistributedPrioritizedReplayBuffer(DistributedReplayBuffer):

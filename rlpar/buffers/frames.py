@@ -57,8 +57,14 @@ class SharedFrames:
 
     @classmethod
     def from_state(cls, state: Any) -> SharedFrames:
+        """The inverse of :meth:`to_state`; ValueError for anything else (it comes
+        from a checkpoint, and str()/int() would turn junk into a layout)."""
+        if not isinstance(state, (list, tuple)) or len(state) != 3:
+            raise ValueError(f"must be [obs, next_obs, shift], got {state!r}")
         obs, next_obs, shift = state
-        return cls(str(obs), str(next_obs), int(shift))
+        if not isinstance(obs, str) or not isinstance(next_obs, str) or not isinstance(shift, int):
+            raise ValueError(f"must be [obs, next_obs, shift] (str, str, int), got {state!r}")
+        return cls(obs, next_obs, shift)
 
     @property
     def steps_field(self) -> str:

@@ -13,6 +13,9 @@ observation, with ``discount = gamma**k`` for the ``k`` steps actually summed.
 Pass only real transitions: under gymnasium's NEXT_STEP autoreset the step that
 follows a done is a reset, not a transition, and must not be given to ``step``
 (SAME_STEP autoreset with ``infos["final_obs"]`` as ``next_obs`` needs no care).
+A step that never happened for some envs (``cut``: their env process died and was
+replaced, so there is no true next observation) ends their windows at the last
+observation they did reach, flushed like a truncation.
 """
 
 from __future__ import annotations
@@ -68,9 +71,13 @@ class NStepAssembler:
         return arr
 
     def step(
-        self, *, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+        self, *, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+        cut: Any = None,
     ) -> dict[str, np.ndarray]:
-        """Record one step of every env; return the transitions completed by it."""
+        """Record one step of every env; return the transitions completed by it.
+        ``cut`` (optional bool per env): envs whose step was lost; their pending
+        windows are flushed as truncated at ``obs`` (bootstrapping from it) and this
+        step of theirs is not recorded."""
         obs = self._check("obs", obs)
         next_obs = self._check("next_obs", next_obs, obs.shape[1:])
         action = self._check("action", action)
@@ -86,12 +93,21 @@ class NStepAssembler:
                 f"expected {self._obs.shape[1:]}/{self._act.shape[1:]}"
             )
         p, n = self.pos, self.n
+        parts = []
+        lost = np.empty(0, dtype=np.int64)
+        if cut is not None:
+            lost = np.flatnonzero(self._check("cut", cut, ()).astype(bool, copy=False))
+            for e in lost:
+                if self.count[e]:  # the newest step held is in the previous slot
+                    parts.append(self._flush(e, obs[e], False, newest=(p - 1) % n))
         self._obs[p] = obs
         self._act[p] = action
         self._rew[p] = reward
         self.count += 1
         done = term | trunc
-        parts = []
+        if lost.size:
+            self.count[lost] = 0
+            done[lost] = False
         full = (self.count == n) & ~done
         if full.any():
             oldest = (p + 1) % n
@@ -110,13 +126,15 @@ class NStepAssembler:
             )
             self.count[envs] = n - 1
         for e in np.flatnonzero(done):
-            parts.append(self._flush(e, next_obs[e], bool(term[e])))
+            parts.append(self._flush(e, next_obs[e], bool(term[e]), newest=p))
         self.pos = (p + 1) % n
         return self._concat(parts, obs, action)
 
-    def _flush(self, e: int, final_obs: np.ndarray, terminated: bool) -> tuple:
+    def _flush(self, e: int, final_obs: np.ndarray, terminated: bool, *, newest: int) -> tuple:
+        """Env ``e``'s window (its newest step in ring slot ``newest``) as transitions
+        ending at ``final_obs``."""
         c, n = int(self.count[e]), self.n
-        slots = (self.pos - c + 1 + np.arange(c)) % n  # this env's window, oldest first
+        slots = (newest - c + 1 + np.arange(c)) % n  # this env's window, oldest first
         rew = self._rew[slots, e]
         # ret[j] = sum_{i >= j} gamma^(i-j) r_i, computed backwards over the window.
         ret = np.empty(c)

@@ -27,7 +27,9 @@ from rlpar.buffers.replay import (
 )
 from rlpar.buffers.spec import as_array
 from rlpar.buffers.trees import MinTree, SumTree, kernels
+from rlpar.errors import StateError
 from rlpar.protocols import Sample
+from rlpar.state import StatePath, array, integer, mapping, number
 
 
 def annealed_beta(beta0: float, beta_final: float, steps: int, anneal_steps: int) -> float:
@@ -75,16 +77,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         shared_frames: SharedFrames | None = None,
     ) -> None:
         super().__init__(capacity=capacity, spec=spec, seed=seed, shared_frames=shared_frames)
-        for name, value in (("alpha", alpha), ("beta", beta), ("beta_final", beta_final)):
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-        if not np.isfinite(eps) or eps < 0:
-            raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
-        if beta_anneal_steps < 0:
-            raise ValueError(f"beta_anneal_steps must be >= 0, got {beta_anneal_steps!r}")
-        self.alpha, self.eps = float(alpha), float(eps)
-        self.beta0, self.beta_final = float(beta), float(beta_final)
-        self.beta_anneal_steps = int(beta_anneal_steps)
+        hyper = {"alpha": alpha, "beta": beta, "beta_final": beta_final,
+                 "beta_anneal_steps": beta_anneal_steps, "eps": eps}
+        try:
+            self._set_hyper(check_hyper(hyper, StatePath(f"{type(self).__name__}()", "arguments")))
+        except StateError as exc:  # not a state: a plain ValueError, same words
+            raise ValueError(str(exc)) from None
         self.sample_steps = 0
         self.max_priority = 1.0  # largest p = |delta| + eps seen; priority of new items
         self.sum_tree = SumTree(capacity=self.capacity, arity=tree_arity)
@@ -102,6 +100,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._tree_lock = threading.Lock()
+
+    def _set_hyper(self, hyper: Mapping[str, Any]) -> None:
+        self.alpha, self.eps = hyper["alpha"], hyper["eps"]
+        self.beta0, self.beta_final = hyper["beta"], hyper["beta_final"]
+        self.beta_anneal_steps = hyper["beta_anneal_steps"]
 
     @property
     def beta(self) -> float:
@@ -252,15 +255,50 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         )
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        hyper = state["hyper"]
-        self.alpha, self.eps = float(hyper["alpha"]), float(hyper["eps"])
-        self.beta0, self.beta_final = float(hyper["beta"]), float(hyper["beta_final"])
-        self.beta_anneal_steps = int(hyper["beta_anneal_steps"])
-        self.max_priority = float(state["max_priority"])
-        self.sample_steps = int(state["sample_steps"])
-        leaves = np.asarray(state["leaves"], dtype=np.float64)
-        for tree in (self.sum_tree, self.min_tree):
-            tree.clear()
-            tree.set_range(0, leaves, leaves.shape[0])
+    STATE_KEYS = (*ReplayBuffer.STATE_KEYS, "leaves", "max_priority", "sample_steps", "hyper")
+
+    def _kind_hint(self, state: Mapping[str, Any]) -> str:
+        if "leaves" not in state:
+            return " (a uniform ReplayBuffer's state? it holds no priorities)"
+        return ""
+
+    def _check_state(self, state: Any, where: StatePath) -> dict[str, Any]:
+        checked = super()._check_state(state, where)
+        n = min(checked["storage"].next_serial, self.capacity)
+        leaves = array(state["leaves"], where["leaves"], ndim=1, kinds="f")
+        if leaves.shape[0] != n:
+            raise where["leaves"].error(f"holds {leaves.shape[0]} priorities for the {n} items stored")
+        # Every stored item has a positive, finite mass (add and update_priorities
+        # refuse others): a NaN or negative one would break the trees' search.
+        if n and not (leaves.min() > 0.0 and leaves.max() < np.inf):
+            raise where["leaves"].error(
+                f"must be finite and > 0, got {leaves[~((leaves > 0) & (leaves < np.inf))][:5]}")
+        checked.update(
+            hyper=check_hyper(state["hyper"], where["hyper"]),
+            leaves=leaves.astype(np.float64, copy=False),
+            max_priority=number(state["max_priority"], where["max_priority"], low=0.0, open_low=True),
+            sample_steps=integer(state["sample_steps"], where["sample_steps"]),
+        )
+        return checked
+
+    def _restore(self, checked: Mapping[str, Any]) -> None:
+        super()._restore(checked)
+        self._set_hyper(checked["hyper"])
+        self.max_priority, self.sample_steps = checked["max_priority"], checked["sample_steps"]
+        leaves = checked["leaves"]
+        with self._tree_lock:
+            for tree in (self.sum_tree, self.min_tree):
+                tree.clear()
+                tree.set_range(0, leaves, leaves.shape[0])
+
+
+def check_hyper(value: Any, where: StatePath) -> dict[str, Any]:
+    """PER's hyper-parameters (a constructor's or a loaded state's), checked: alpha
+    and eps finite and >= 0, beta and beta_final in [0, 1] (Schaul et al. anneal b
+    to 1: full correction), beta_anneal_steps an int >= 0."""
+    hyper = mapping(value, where, required=("alpha", "beta", "beta_final", "beta_anneal_steps", "eps"))
+    out: dict[str, Any] = {name: number(hyper[name], where[name], low=0.0) for name in ("alpha", "eps")}
+    for name in ("beta", "beta_final"):
+        out[name] = number(hyper[name], where[name], low=0.0, high=1.0)
+    out["beta_anneal_steps"] = integer(hyper["beta_anneal_steps"], where["beta_anneal_steps"])
+    return out

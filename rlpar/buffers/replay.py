@@ -12,6 +12,7 @@ from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.spec import as_array
 from rlpar.buffers.storage import RingStorage
 from rlpar.protocols import Sample
+from rlpar.state import StatePath, generator_state, mapping
 
 
 def check_batch_size(batch_size: Any, stored: int) -> int:
@@ -138,6 +139,26 @@ class ReplayBuffer:
             {"storage": self.storage.state_dict(), "rng": self.rng.bit_generator.state}
         )
 
+    # The keys of state_dict(); a prioritized buffer's add its priorities.
+    STATE_KEYS: tuple[str, ...] = ("storage", "rng")
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.storage.load_state_dict(state["storage"])
-        self.rng.bit_generator.state = state["rng"]
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        self._restore(self._check_state(state, StatePath.of(self)))
+
+    def _check_state(self, state: Any, where: StatePath) -> dict[str, Any]:
+        """The parts of ``state`` checked, ready for :meth:`_restore` (which cannot fail)."""
+        hint = self._kind_hint(state) if isinstance(state, Mapping) else ""
+        state = mapping(state, where, required=self.STATE_KEYS, hint=hint)
+        return {"storage": self.storage.check_state(state["storage"], where=where["storage"]),
+                "rng": generator_state(state["rng"], where["rng"], self.rng)}
+
+    def _kind_hint(self, state: Mapping[str, Any]) -> str:
+        """Why the keys may not fit: a state of the other kind of buffer."""
+        if "leaves" in state:
+            return " (a prioritized buffer's state: load it into a PrioritizedReplayBuffer)"
+        return ""
+
+    def _restore(self, checked: Mapping[str, Any]) -> None:
+        self.storage.restore(checked["storage"])
+        self.rng.bit_generator.state = checked["rng"]

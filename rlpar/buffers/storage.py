@@ -16,13 +16,14 @@ import math
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
 from rlpar.buffers.stream_copy import stream_copy
+from rlpar.state import StatePath, array, describe, integer, mapping, sequence
 
 _POOL_MIN_BYTES = 1 << 18  # below this, a fresh np.empty is as cheap as reuse
 _POOL_PER_SHAPE = 4
@@ -241,33 +242,110 @@ class RingStorage:
         return [slice(start, len(col)), slice(0, start + n - len(col))]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if int(state["capacity"]) != self.capacity:
-            raise ValueError(
-                f"state has capacity {state['capacity']}, this storage has {self.capacity}"
-            )
+        self.restore(self.check_state(state, where=StatePath.of(self)))
+
+    def check_state(self, state: Any, *, where: StatePath) -> Restore:
+        """What :meth:`state_dict` returned, checked against this storage (capacity,
+        layout, declared spec) without changing it; StateError names what is wrong."""
+        state = mapping(state, where, required=("capacity", "next_serial", "spec", "columns"),
+                        optional=("shared_frames",))  # older states have no shared_frames
+        capacity = integer(state["capacity"], where["capacity"], low=1)
+        if capacity != self.capacity:
+            raise where["capacity"].error(f"is {capacity}, this storage's capacity is {self.capacity}")
         saved = state.get("shared_frames")
-        saved = None if saved is None else SharedFrames.from_state(saved)
+        try:
+            saved = None if saved is None else SharedFrames.from_state(saved)
+        except ValueError as exc:
+            raise where["shared_frames"].error(str(exc)) from None
         if saved != self.shared:
-            raise ValueError(
-                f"state was saved with shared_frames={saved}, this storage has {self.shared}"
-            )
-        spec = state["spec"]
+            raise where["shared_frames"].error(
+                f"was saved with shared_frames={saved}, this storage has {self.shared}")
+        # Serials are int64 (the sampler's index arithmetic): a larger one cannot be used.
+        next_serial = integer(state["next_serial"], where["next_serial"], low=0, high=2**62)
+        spec = self._check_spec(state["spec"], where["spec"])
+        columns = mapping(state["columns"], where["columns"], optional=None)
         if spec is None:
-            self.spec, self.columns = None, {}
-        else:
-            self._allocate({k: FieldSpec(tuple(s), np.dtype(d)) for k, (s, d) in spec.items()})
-        n = min(int(state["next_serial"]), self.capacity)
-        parts = {k: [np.asarray(p) for p in state["columns"][k]] for k in self.columns}
+            # No spec: nothing was ever added (the declared spec, if any, stays).
+            if next_serial or columns:
+                raise where["spec"].error(
+                    f"is None (nothing added), but next_serial is {next_serial} and "
+                    f"columns {list(columns)}")
+            return Restore(None, 0, {})
+        stored = spec if self.shared is None else self.shared.stored_spec(spec)
+        columns = mapping(columns, where["columns"], required=list(stored))
+        n = min(next_serial, self.capacity)
+        parts = {k: self._check_column(columns[k], where["columns"][k], field, n)
+                 for k, field in stored.items()}
+        if self.shared is not None and n:
+            # The step count of each row picks next_obs's frames when sampling.
+            steps = np.concatenate(parts[self.shared.steps_field])
+            if steps.min() < 1 or steps.max() > self.shared.shift:
+                raise where["columns"][self.shared.steps_field].error(
+                    f"must hold step counts in [1, {self.shared.shift}], got "
+                    f"[{steps.min()}, {steps.max()}]")
+        return Restore(spec, next_serial, parts)
+
+    def _check_spec(self, value: Any, where: StatePath) -> dict[str, FieldSpec] | None:
+        if value is None:
+            return None
+        spec = {}
+        for name, field in mapping(value, where, optional=None).items():
+            if not isinstance(name, str):
+                raise where.error(f"has a field name {name!r} that is not a str")
+            shape, dtype = sequence(field, where[name], length=2)
+            dims = [integer(s, where[name][0][i]) for i, s in enumerate(sequence(shape, where[name][0]))]
+            try:  # state_dict saves dtype.str; np.dtype(None) would be float64
+                dtype = np.dtype(dtype) if isinstance(dtype, str) else None
+            except (TypeError, ValueError, KeyError):
+                dtype = None
+            if dtype is None:
+                raise where[name][1].error(f"is not a numpy dtype string, got {describe(field[1])}")
+            if dtype.kind not in "biuf":
+                raise where[name][1].error(f"is dtype {dtype}; only numeric/bool columns are stored")
+            spec[name] = FieldSpec(tuple(dims), dtype)
+        if not spec:
+            raise where.error("holds no field (a spec has at least one)")
+        if self.spec is not None and spec != self.spec:
+            differ = sorted(set(spec) ^ set(self.spec)) or [k for k in spec if spec[k] != self.spec[k]]
+            saved = {k: spec.get(k) for k in differ}
+            raise where.error(f"differs from this storage's spec at {differ}: saved {saved}, "
+                              f"this storage has { {k: self.spec.get(k) for k in differ} }")
+        if self.shared is not None:
+            try:
+                self.shared.stored_spec(spec)
+            except ValueError as exc:
+                raise where.error(f"does not fit shared_frames={self.shared}: {exc}") from None
+        return spec
+
+    def _check_column(self, value: Any, where: StatePath, field: FieldSpec, n: int) -> list[np.ndarray]:
+        """A column's saved rows: arrays of ``field``'s item shape and dtype, ``n`` rows in all."""
+        parts = [array(p, where[i], ndim=len(field.shape) + 1, dtype=field.dtype)
+                 for i, p in enumerate(sequence(value, where))]
+        for i, p in enumerate(parts):
+            if p.shape[1:] != field.shape:
+                raise where[i].error(f"holds rows of shape {p.shape[1:]}; expected {field.shape}")
+        rows = sum(len(p) for p in parts)
+        if rows != n:
+            raise where.error(f"holds {rows} rows; expected {n} (min(next_serial, capacity))")
+        return parts
+
+    def restore(self, checked: Restore) -> None:
+        """Put in a state that :meth:`check_state` accepted (nothing here can fail)."""
+        if checked.spec is not None and checked.spec != self.spec:
+            self._allocate(checked.spec)
+        self.next_serial = checked.next_serial  # before _serial_rows, which reads it
+        n = len(self)
         for k, col in self.columns.items():
-            rows = sum(len(p) for p in parts[k])
-            if rows != n or any(p.shape[1:] != col.shape[1:] for p in parts[k]):
-                raise ValueError(
-                    f"state column {k!r} holds {rows} rows of shapes "
-                    f"{sorted({p.shape[1:] for p in parts[k]})}; expected {n} of {col.shape[1:]}"
-                )
-        self.next_serial = int(state["next_serial"])  # before _serial_rows, which reads it
-        for k, col in self.columns.items():
-            _copy_rows([col[rows] for rows in self._serial_rows(col, n)], parts[k])
+            if n:
+                _copy_rows([col[rows] for rows in self._serial_rows(col, n)], checked.parts[k])
+
+
+class Restore(NamedTuple):
+    """A checked storage state: its spec (None: nothing added), serial, rows per column."""
+
+    spec: dict[str, FieldSpec] | None
+    next_serial: int
+    parts: dict[str, list[np.ndarray]]
 
 
 def _copy_rows(dst: list[np.ndarray], src: list[np.ndarray]) -> None:

@@ -46,6 +46,7 @@ from rlpar.distributed import _launchdir, stops
 from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
 from rlpar.distributed._finish import Finish, read_result
 from rlpar.distributed.ports import free_port
+from rlpar.distributed.secret import SECRET_ENV, new_secret
 from rlpar.errors import ChildDied, ChildError, RankKeepsDying
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,10 @@ def launch(
         child_env.update(env or {})
         child_env.update(WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        # The run secret (rlpar.distributed.secret), in the environment only, never on a
+        # command line: fresh per launch, not one inherited from this process (e.g. a
+        # torchrun secret exported in the shell); only ``env`` may choose it.
+        child_env[SECRET_ENV] = (env or {}).get(SECRET_ENV) or new_secret()
         child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         child_env.pop(RESTARTS_ENV, None)
         child_env.pop(REJOINABLE_ENV, None)

@@ -6,7 +6,9 @@ already hosts the store and every rank is a client, as torch.distributed does it
 
 ``torch.distributed.rpc.init_rpc`` builds its store from a URL; a registered
 rendezvous scheme lets it reuse ours, so RPC, our service names and the process group
-all live in one store.
+all live in one store, which the World seals with the run secret
+(:class:`rlpar.distributed.sealed.SealedStore`): no key name or value in it is readable
+or writable without the secret.
 
 torchrun's agent keeps its store across ``--max-restarts`` restarts, so the keys of a
 failed attempt (peers' old addresses: RPC's and gloo's, our names) are still there

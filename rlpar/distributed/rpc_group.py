@@ -4,6 +4,11 @@ A service ``key`` is a callable registered by the one member that hosts it; its 
 name is written to the c10d store under the group's namespace. Callers read the store
 once per key and cache the host, so a call is one RPC round trip to a module-level
 dispatcher that looks the callable up in a process-local table.
+
+A *deferred* service returns a ``torch.futures.Future`` and is answered when that
+completes (torch's ``async_execution``): while it is pending no RPC thread waits, so a
+service that must wait for something (room in a queue) cannot starve the host's RPC
+thread pool. The store entry says which dispatcher a caller must use.
 """
 
 from __future__ import annotations
@@ -52,6 +57,41 @@ def _dispatch(sid: str, /, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except BaseException as exc:  # noqa: B036 - every failure goes back to the caller
         return _Failure(rpc.get_worker_info().name, type(exc).__name__, traceback.format_exc())
+
+
+def _failed_now(failure: _Failure) -> torch.futures.Future:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(failure)
+    return fut
+
+
+def _deferred_outcome(fut: torch.futures.Future) -> Any:
+    try:
+        return fut.value()
+    except BaseException as exc:  # noqa: B036 - the caller gets it as a RemoteError
+        text = "".join(traceback.format_exception(exc))
+        return _Failure(rpc.get_worker_info().name, type(exc).__name__, text)
+
+
+@rpc.functions.async_execution
+def _dispatch_deferred(sid: str, /, *args: Any, **kwargs: Any) -> torch.futures.Future:
+    # The service returns a Future; torch answers the caller when it completes and
+    # frees this RPC thread at once.
+    fn = _services_by_sid.get(sid)
+    if fn is None:
+        return _failed_now(_Failure(rpc.get_worker_info().name, "ServiceNotFound", ""))
+    try:
+        fut = fn(*args, **kwargs)
+        if not isinstance(fut, torch.futures.Future):
+            raise TypeError(f"a deferred service must return a torch Future, got {type(fut).__name__}")
+    except BaseException as exc:  # noqa: B036 - every failure goes back to the caller
+        return _failed_now(_Failure(rpc.get_worker_info().name, type(exc).__name__,
+                                    traceback.format_exc()))
+    return fut.then(_deferred_outcome)
+
+
+# Store value of a deferred service: its host's name then this marker.
+_DEFERRED = "\x00deferred"
 
 
 def _sid(group: str, key: str) -> str:
@@ -140,8 +180,9 @@ class RpcGroup:
         self.members = list(members)
         self.size = len(self.members)
         self.current_member = world.name
-        # key -> (host, service id, then-callback of call_async), built once per key.
-        self._hosts: dict[str, tuple[str, str, Callable]] = {}
+        # key -> (host, service id, then-callback of call_async, dispatcher), built
+        # once per key.
+        self._hosts: dict[str, tuple[str, str, Callable, Callable]] = {}
         self._prefix = f"svc/{name}/"
 
     def __reduce__(self):
@@ -159,29 +200,33 @@ class RpcGroup:
                 f"({self.members})"
             )
 
-    def _claim(self, slot: str, key: str, replace: bool = False) -> None:
+    def _claim(self, slot: str, key: str, replace: bool = False, deferred: bool = False) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"key must be a non-empty string, got {key!r}")
-        me = self.current_member.encode()
+        me = (self.current_member + (_DEFERRED if deferred else "")).encode()
         if replace:
             self._world.store.set(self._prefix + slot + key, me)
             return
         holder = self._world.store.compare_set(self._prefix + slot + key, b"", me)
         if holder != me or (self.name, key) in (_services if slot == "s/" else _paired):
             raise ValueError(
-                f"key {key!r} is already registered in group {self.name!r} by {holder.decode()!r}"
+                f"key {key!r} is already registered in group {self.name!r} by "
+                f"{holder.decode().removesuffix(_DEFERRED)!r}"
             )
 
-    def register(self, key: str, fn: Callable, *, replace: bool = False) -> None:
+    def register(self, key: str, fn: Callable, *, replace: bool = False,
+                 deferred: bool = False) -> None:
         """Host service ``key`` in this process; a key already hosted in the group is a
         ValueError unless ``replace`` (e.g. a restarted process taking over the key of
         one that died). Register before others call (then :meth:`barrier`, or callers
-        use :meth:`wait_registered`)."""
+        use :meth:`wait_registered`). ``deferred``: ``fn`` returns a
+        ``torch.futures.Future`` whose value answers the call, and no RPC thread waits
+        for it meanwhile (callers call it as any other service)."""
         if not callable(fn):
             raise TypeError(f"service {key!r}: fn must be callable, got {fn!r}")
         self._require_member(f"register({key!r})")
         with _table_lock:
-            self._claim("s/", key, replace)
+            self._claim("s/", key, replace, deferred)
             _services[(self.name, key)] = fn
             _services_by_sid[_sid(self.name, key)] = fn
         self._hosts.pop(key, None)
@@ -240,10 +285,12 @@ class RpcGroup:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         return timeout
 
-    def _route(self, key: str) -> tuple[str, str, Callable]:
-        host = self._host_of("s/", key)
+    def _route(self, key: str) -> tuple[str, str, Callable, Callable]:
+        entry = self._host_of("s/", key)
+        host = entry.removesuffix(_DEFERRED)
         route = self._hosts[key] = (host, _sid(self.name, key),
-                                    functools.partial(_settle, self, key, host))
+                                    functools.partial(_settle, self, key, host),
+                                    _dispatch if host == entry else _dispatch_deferred)
         return route
 
     def call_async(self, key: str, *args: Any, timeout: float | None = None,
@@ -251,7 +298,7 @@ class RpcGroup:
         """Start a call of service ``key``; the Future's ``wait()`` returns its result or
         raises RemoteError / PeerUnavailable / ServiceNotFound like :meth:`call`."""
         route = self._hosts.get(key) or self._route(key)
-        raw = rpc.rpc_async(route[0], _dispatch, args=(route[1], *args), kwargs=kwargs,
+        raw = rpc.rpc_async(route[0], route[3], args=(route[1], *args), kwargs=kwargs,
                             timeout=self._world.rpc_timeout if timeout is None
                             else self._timeout(timeout))
         # One C++-made child future and no Python Future/closure per call; a failure
@@ -262,8 +309,8 @@ class RpcGroup:
 
     def call(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call service ``key`` with ``args``/``kwargs`` on its host; one round trip."""
-        host, sid, _ = self._hosts.get(key) or self._route(key)
-        fut = rpc.rpc_async(host, _dispatch, args=(sid, *args), kwargs=kwargs,
+        host, sid, _, dispatch = self._hosts.get(key) or self._route(key)
+        fut = rpc.rpc_async(host, dispatch, args=(sid, *args), kwargs=kwargs,
                             timeout=self._world.rpc_timeout if timeout is None else self._timeout(timeout))
         try:
             value = fut.wait()

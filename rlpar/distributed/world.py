@@ -7,7 +7,10 @@ gloo/nccl process group for collectives, and hands out :class:`RpcGroup` and
 
 Security: RPC executes functions sent by peers. By default every socket TensorPipe and
 gloo open is bound to the loopback interface; listening anywhere else needs an explicit
-``listen_address`` and is logged as a warning.
+``listen_address`` and is logged as a warning. Every rank holds the run's secret
+(:mod:`rlpar.distributed.secret`): the store's entries are sealed with it and RPC
+messages signed with it (:mod:`rlpar.distributed.sealed`), so a process without it
+finds nothing in the store to read, join or call, and its RPC messages are refused.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from rlpar.distributed.rendezvous import (
     restart_count,
     rpc_init_method,
 )
+from rlpar.distributed.sealed import SealedStore, seal_rpc
+from rlpar.distributed.secret import SECRET_ENV, check_secret, secret_from_env
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,11 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
+
+
+def _note(exc: BaseException, text: str) -> None:
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(text)
 
 
 def _check_timeout(name: str, value: float) -> float:
@@ -101,6 +111,11 @@ class World:
     replayed. ``rejoinable``: ranks of this world may be replaced, so :meth:`shutdown`
     cannot use torch's graceful shutdown (an all-gather over connections a replacement
     does not have) and meets the other ranks in the store instead.
+
+    ``secret``: the run's secret, shared by every rank (default: $RLPAR_RUN_SECRET,
+    which :func:`launch` sets; see :func:`rlpar.distributed.secret.secret_from_env` for
+    when it may be missing). Ranks with different secrets never meet. It is not kept
+    on the World.
     """
 
     def __init__(
@@ -119,6 +134,7 @@ class World:
         device_maps: dict[str, dict] | None = None,
         rank_restarts: int = 0,
         rejoinable: bool = False,
+        secret: str | None = None,
     ) -> None:
         for arg, value in (("rank", rank), ("world_size", world_size), ("master_port", master_port),
                            ("num_worker_threads", num_worker_threads), ("rank_restarts", rank_restarts)):
@@ -151,6 +167,7 @@ class World:
         name = f"rank{rank}" if name is None else name
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
+        secret = secret_from_env() if secret is None else check_secret(secret, origin="secret")
 
         self.rank = rank
         self.world_size = world_size
@@ -176,7 +193,7 @@ class World:
 
         current.join(self)
         try:
-            self._start(num_worker_threads)
+            self._start(num_worker_threads, secret)
         except BaseException:
             current.leave(self)
             raise
@@ -194,8 +211,10 @@ class World:
     ) -> World:
         """Join the world described by torchrun's (or :func:`launch`'s) environment.
 
-        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, and :func:`launch`'s
-        RLPAR_RANK_RESTARTS (this rank was restarted: rejoin) and RLPAR_REJOINABLE.
+        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, RLPAR_RUN_SECRET
+        (the run's secret: :func:`launch` makes one, under torchrun the user sets it on
+        every node), and :func:`launch`'s RLPAR_RANK_RESTARTS (this rank was restarted:
+        rejoin) and RLPAR_REJOINABLE.
         ``listen_address`` defaults to $RLPAR_LISTEN_ADDRESS, else 127.0.0.1 (multi-node
         runs must set one).
         """
@@ -226,11 +245,14 @@ class World:
 
     # ------------------------------------------------------------------ setup
 
-    def _start(self, num_worker_threads: int) -> None:
+    def _start(self, num_worker_threads: int, secret: str | None) -> None:
         self._pin_interfaces()
         raw = attempt_store(connect_store(
             rank=self.rank, world_size=self.world_size, master_addr=self.master_addr,
             master_port=self.master_port, timeout=self.rpc_timeout))
+        if secret is not None:
+            # Everything below, RPC's and gloo's rendezvous included, uses this store.
+            raw = SealedStore(raw, secret)
         options = rpc.TensorPipeRpcBackendOptions(
             init_method=rpc_init_method(raw, self.rank, self.world_size),
             rpc_timeout=self.rpc_timeout,
@@ -238,12 +260,20 @@ class World:
             device_maps=self._device_maps,
             _transports=list(TRANSPORTS),
         )
-        with warnings.catch_warnings():
-            # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
-            warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
-            rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
-                         rpc_backend_options=options,
-                         **({"backend": rejoin_backend()} if self.rejoined else {}))
+        seal_rpc(secret)
+        try:
+            with warnings.catch_warnings():
+                # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
+                warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
+                rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
+                             rpc_backend_options=options,
+                             **({"backend": rejoin_backend()} if self.rejoined else {}))
+        except BaseException as exc:
+            seal_rpc(None)
+            if "timeout" in str(exc).lower() or "timed out" in str(exc).lower():
+                _note(exc, f"(ranks whose {SECRET_ENV} differ never meet: every rank of the world "
+                           f"needs the same one)")
+            raise
         self._alive = True
         # A script that never calls shutdown (run under torchrun) still leaves cleanly.
         atexit.register(self._shutdown_at_exit)
@@ -266,6 +296,7 @@ class World:
         except BaseException:
             self._alive = False
             rpc.shutdown(graceful=False)
+            seal_rpc(None)
             raise
         marks = os.environ.get(REJOINABLE_ENV)
         if self.rejoinable and marks:
@@ -388,6 +419,7 @@ class World:
                     log.warning("destroying the process group of %r failed: %s", self.name, exc)
             from rlpar.distributed.rpc_group import forget_world
 
+            seal_rpc(None)  # RPC is down: nothing more is signed with this run's secret
             forget_world(self)
             current.leave(self)
             atexit.unregister(self._shutdown_at_exit)

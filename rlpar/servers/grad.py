@@ -36,6 +36,7 @@ from torch import nn
 from rlpar.errors import NonFiniteGradients
 from rlpar.servers.model import check_newer_than, check_push_version
 from rlpar.servers.tensors import snapshot
+from rlpar.state import StatePath, integer, mapping, torch_loader
 
 MODES = ("async", "reduce")
 POLICIES = ("drop", "downweight")
@@ -316,13 +317,27 @@ class GradServer:
             return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit.
+        A saved schedule is ignored by a server without one (as before)."""
+        where = StatePath.of(self)
+        state = mapping(state, where, required=("model", "optimizer", "counters"),
+                        optional=("lr_scheduler",))
+        load = torch_loader(state, where, modules={"model": self.model},
+                            optimizers={"optimizer": self.optimizer})
+        names = [name.lstrip("_") for name in self._COUNTERS]
+        saved = mapping(state["counters"], where["counters"], required=names)
+        counters = {name: integer(saved[name], where["counters"][name]) for name in names}
+        schedule = None
+        if "lr_scheduler" in state and self.scheduler is not None:
+            # torch's schedulers take any dict (__dict__.update): its own keys at least.
+            schedule = mapping(state["lr_scheduler"], where["lr_scheduler"],
+                               required=list(self.scheduler.state_dict()), optional=None)
         with self._lock:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            if "lr_scheduler" in state and self.scheduler is not None:
-                self.scheduler.load_state_dict(state["lr_scheduler"])
+            load()
+            if schedule is not None:
+                self.scheduler.load_state_dict(dict(schedule))
             for name in self._COUNTERS:
-                setattr(self, name, int(state["counters"][name.lstrip("_")]))
+                setattr(self, name, counters[name.lstrip("_")])
             self._pending, self._pending_count, self._cache = {}, 0, None
 
     def metrics(self) -> dict[str, float]:

@@ -8,7 +8,9 @@ from torch import nn
 from algorithms.a2c import A2C, A2CConfig
 from algorithms.returns import gae, n_step_returns
 from algorithms.rollout import RolloutCollector
+from envs import SubprocVectorEnv
 from envs.testing import CountingEnv
+from tests.procs import kill_and_wait
 
 
 class BitEnv(gym.Env):
@@ -80,6 +82,32 @@ def test_collector_stores_true_successors_under_both_autoreset_modes():
     np.testing.assert_array_equal(roll["valid"][:, 0], [1, 1, 1, 0, 1])  # the reset step
     assert nxt.env_steps == 4
     assert nxt.drain_episodes() == ([2.0], [3])  # action 0 pays on even counts 0 and 2
+
+
+@pytest.mark.timeout(30)
+def test_collector_drops_the_step_and_episode_a_restarted_env_worker_cut():
+    venv = SubprocVectorEnv([CountingEnv] * 2, num_workers=2, step_in_parent=False, restart_on_crash=True,
+                            autoreset_mode=AutoresetMode.SAME_STEP)
+    calls = []
+
+    def act(obs):
+        calls.append(obs)
+        if len(calls) == 3:  # env 1's worker is killed before the third step
+            kill_and_wait(venv._workers.procs[1].pid)
+        return (np.zeros(2, np.int64),) * 2
+
+    try:
+        collector = RolloutCollector(env=venv, sample_actions=act, n_steps=4, seed=0)
+        roll = collector.collect()
+    finally:
+        venv.close()
+    np.testing.assert_array_equal(roll["obs"][:, 1, 0], [0, 1, 2, 0])  # a fresh episode after
+    np.testing.assert_array_equal(roll["valid"][:, 1], [1, 1, 0, 1])
+    # Step 1 bootstraps from obs 2, the last state reached; step 2 never happened.
+    np.testing.assert_array_equal(roll["truncated"][:, 1], [0, 1, 1, 0])
+    assert roll["next_obs"][1, 1, 0] == 2
+    assert roll["valid"][:, 0].all() and not roll["truncated"][:, 0].any()
+    assert collector.env_steps == 7 and collector.drain_episodes() == ([], [])
 
 
 class Linear1(nn.Module):

@@ -116,6 +116,40 @@ def test_actor_adds_n_step_transitions_with_its_own_priorities():
     assert buffer.max_priority >= before  # learner sent priorities back
 
 
+@pytest.mark.timeout(30)
+def test_actor_drops_the_step_and_episode_a_restarted_env_worker_cut():
+    from envs import SubprocVectorEnv
+    from rlpar.servers import ModelStore
+    from tests.procs import kill_and_wait
+
+    class Recorder:
+        def __init__(self):
+            self.batches = []
+
+        def add(self, batch, priorities):
+            self.batches.append(batch)
+
+    env = SubprocVectorEnv([lambda: CountingEnv(episode_length=50)], num_workers=1, restart_on_crash=True,
+                           autoreset_mode=AutoresetMode.SAME_STEP)
+    buffer = Recorder()
+    actor = ApexActor(dqn=make_dqn(), env=env, buffer=buffer, params=ModelStore(), index=0, num_actors=1,
+                      config=ApexConfig(n_step=2, add_every=1, pull_every=1000))
+    try:
+        for _ in range(3):
+            actor.step()
+        kill_and_wait(env._workers.procs[0].pid)
+        assert actor.step() == 0 and actor.env_steps == 3  # the cut step never happened
+        actor.step()  # the fresh env's first step
+    finally:
+        env.close()
+    next_obs = [float(x) for b in buffer.batches for x in b["next_obs"][:, 0]]
+    # Windows 0-2 and 1-3, then the pending one (obs 2) ends at obs 3, the last reached;
+    # nothing bootstraps from the fresh env's reset observation.
+    assert next_obs == [2.0, 3.0, 3.0] and actor.transitions_added == 3
+    assert not any(b["terminated"].any() for b in buffer.batches)
+    assert actor.finished_episodes == []
+
+
 def test_learner_publishes_every_push_every_updates():
     from rlpar.buffers import PrioritizedReplayBuffer
     from rlpar.servers import ModelStore

@@ -303,3 +303,46 @@ def test_workers_exit_when_the_parent_is_killed(spin_us):
     assert pids
     alive = wait_until_dead(pids, timeout=10)
     assert not alive, f"workers {alive} of {pids} outlived their parent"
+
+
+_HUNG_OWNER_SCRIPT = """
+import os, signal, time
+import numpy as np
+from functools import partial
+from multiprocessing import forkserver, resource_tracker
+from envs import SubprocVectorEnv
+from envs.testing import FaultyEnv
+venv = SubprocVectorEnv([partial(FaultyEnv, fault="hang", fault_at=1)] * 2, num_workers=2,
+                        step_in_parent=False, context=%r)
+venv.reset(seed=0)
+venv.step_async(np.zeros(2, dtype=np.int64))
+while not all(venv._progress[lo] for lo, _ in venv.groups):  # both asleep inside env.step
+    time.sleep(0.01)
+pids = [p.pid for p in venv._workers.procs]
+pids += [forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid]
+print(" ".join(str(p) for p in pids if p is not None), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("context", ["forkserver", "fork"])
+def test_workers_asleep_in_step_die_with_their_killed_owner(tmp_path, context):
+    # The forkserver is the workers' parent, so they are tied to the owner by their
+    # watchdog and by the forkserver's own exit (envs.lifeline); fork children by the
+    # watchdog. Nothing of theirs may be left running or in the temp dir.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", _HUNG_OWNER_SCRIPT % context],
+        cwd=root,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),  # multiprocessing's pymp-* dirs go here
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == (4 if context == "forkserver" else 2), proc.stdout
+    alive = wait_until_dead(pids, timeout=10)
+    assert not alive, f"processes {alive} of {pids} outlived their owner"
+    assert not list(tmp_path.glob("pymp-*"))

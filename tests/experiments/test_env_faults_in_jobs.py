@@ -1,15 +1,22 @@
-"""An env that hangs, returns NaN or returns the wrong shape stops a job with an
-error naming the env, not a hang or a misleading error elsewhere (replay priorities,
-NaN losses)."""
+"""An env that hangs, raises, returns NaN or returns the wrong shape stops a job with
+an error naming the env, not a hang or a misleading error elsewhere (replay priorities,
+NaN losses); an env worker killed from outside (the OOM killer) is replaced and
+counted, and the run goes on."""
 
 import functools
+import math
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
 import time
 
 import pytest
-from jobs import a3c_config, apex_config
+from jobs import a3c_config, apex_config, scalars
 
-from envs.errors import EnvTimeout, EnvValueError
-from envs.testing import FaultyEnv
+from envs.errors import EnvError, EnvTimeout, EnvValueError
+from envs.testing import CountingEnv, FaultyEnv
 from experiments import a3c, apex
 from experiments.runtime import Parts
 from rlpar.errors import ChildError
@@ -55,3 +62,93 @@ def test_the_step_timeout_needs_env_workers(capsys):
         apex.main(["--env-step-timeout", "5"])
     assert exc.value.code == 2
     assert "--env-step-timeout needs --env-workers >= 1" in capsys.readouterr().err
+
+
+class KillsItsWorkerOnce(FaultyEnv):
+    """FaultyEnv that SIGKILLs the env worker process stepping it at step ``at`` of an
+    episode (never a rank's own process: its evaluation envs step there), once in all:
+    the first env to create ``marker`` does it."""
+
+    def __init__(self, *, marker: str, at: int = 20) -> None:
+        super().__init__(episode_length=50)
+        self.marker, self.at = marker, at
+
+    def step(self, action):
+        if self.count + 1 == self.at and multiprocessing.current_process().name.startswith("rlpar-env-worker"):
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+@pytest.fixture
+def killed_once(tmp_path, monkeypatch):
+    """Parts whose env kills its worker once; the ranks' temp dir (short: a Unix
+    socket's path has 108 bytes), which must hold no pymp-* dir at the end."""
+    tmp = tempfile.mkdtemp(prefix="ef-", dir="/tmp")
+    monkeypatch.setenv("TMPDIR", tmp)
+    yield Parts(env=functools.partial(KillsItsWorkerOnce, marker=str(tmp_path / "killed"))), tmp
+    shutil.rmtree(tmp)
+
+
+def check_replaced_once(tmp_path, tmp, summary):
+    assert (tmp_path / "killed").exists()
+    assert summary["stop_reason"] == "env step budget"
+    # The vector env replaced its worker: no rank and no world was restarted.
+    assert summary["env_worker_restarts"] == 1 and summary["actor_restarts"] == 0
+    assert max(value for _, value in scalars(summary["run_dir"])["actors/env_worker_restarts"]) == 1
+    assert not os.listdir(tmp)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_env_worker_is_replaced_and_counted_in_an_apex_local_run(tmp_path, killed_once):
+    parts, tmp = killed_once
+    config = apex_config(str(tmp_path / "runs"), num_actors=1, env_workers=1, max_env_steps=400)
+    check_replaced_once(tmp_path, tmp, apex.run(config, parts=parts, quiet=True))
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_env_worker_of_the_lead_is_replaced_and_counted_in_a3c(tmp_path, killed_once):
+    # One worker: rank 0's own, in the process that hosts the gradient server.
+    parts, tmp = killed_once
+    config = a3c_config(str(tmp_path / "runs"), env_workers=1, max_env_steps=400)
+    check_replaced_once(tmp_path, tmp, a3c.run(config, parts=parts, quiet=True))
+
+
+@pytest.mark.timeout(60)
+def test_an_env_that_raises_in_a_worker_still_ends_the_run_naming_it():
+    # Restarting the worker would hide the bug: it is raised, not replaced.
+    with pytest.raises(EnvError, match=r"env 0 raised in step \(env worker 0"):
+        apex.run(apex_config(serial=True, num_actors=1, env_workers=1),
+                 parts=Parts(env=functools.partial(CountingEnv, fail_at=3)), quiet=True)
+
+
+@pytest.mark.timeout(60)
+def test_env_workers_n_is_n_subprocesses_in_every_job():
+    from envs import make_vector_env
+    from envs.multiagent import CooperativeEnv, MultiAgentVectorEnv
+    from experiments.maddpg import MADDPGJobConfig
+    from experiments.runtime.config import DEFAULT_ENV_STEP_TIMEOUT
+    from experiments.runtime.envs import vector_env_options
+
+    maddpg = MADDPGJobConfig()
+    maddpg.env.num_envs = 4
+    for config in (apex_config(env_workers=2, num_envs=4), a3c_config(env_workers=2, num_envs=4), maddpg):
+        options = vector_env_options(config)
+        assert options["step_timeout"] == DEFAULT_ENV_STEP_TIMEOUT  # a hang is named by default
+        if config is maddpg:
+            venv = MultiAgentVectorEnv([CooperativeEnv] * 4, **options).venv
+        else:
+            venv = make_vector_env(CountingEnv, num_envs=4, **options)
+        try:
+            assert venv._local is None and sum(p is not None for p in venv._workers.procs) == 2
+        finally:
+            venv.close()
+    config = apex_config(env_workers=1, env_step_timeout=math.inf)
+    assert vector_env_options(config)["step_timeout"] is None
+    config = apex_config()  # in-process envs: nothing to time out or restart
+    assert vector_env_options(config)["step_timeout"] is None
+    assert not vector_env_options(config)["restart_on_crash"]

@@ -74,3 +74,24 @@ def test_the_listen_address_comes_from_the_environment(monkeypatch, capsys):
     config = ApexJobConfig()
     config.run.listen_address = "127.0.0.1"
     assert config.run.resolved_listen_address() == "127.0.0.1"
+
+
+@pytest.mark.parametrize("main", [apex.main, a3c.main], ids=["apex", "a3c"])
+@pytest.mark.parametrize("secret, message", [
+    (None, "RLPAR_RUN_SECRET is not set"),
+    ("0123", "RLPAR_RUN_SECRET must be 32 to 128 hex digits"),
+])
+def test_a_launcher_world_without_a_good_run_secret_exits_2_before_its_run_directory(
+        main, secret, message, capsys, monkeypatch):
+    monkeypatch.setattr("experiments.runtime.rundir.RunDir.create", _no_run_dir)
+    monkeypatch.setattr("experiments.runtime.rundir.RunDir.for_elastic", _no_run_dir)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("RLPAR_ALLOW_NO_SECRET", raising=False)
+    if secret is None:
+        monkeypatch.delenv("RLPAR_RUN_SECRET", raising=False)
+    else:
+        monkeypatch.setenv("RLPAR_RUN_SECRET", secret)
+    assert _exit_code(main, ["--max-env-steps", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err and "export RLPAR_RUN_SECRET=$(python -c" in err

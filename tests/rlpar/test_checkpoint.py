@@ -22,7 +22,7 @@ from rlpar.checkpoint import (
     save_checkpoint,
     save_part,
 )
-from rlpar.errors import CheckpointError, CheckpointMismatch
+from rlpar.errors import CheckpointError, CheckpointMismatch, StateError
 
 STACK = 4
 
@@ -174,7 +174,7 @@ def test_rng_states_round_trip_and_replay_the_same_numbers(tmp_path):
     state, _ = load_checkpoint(tmp_path, kind="job")
     restore_rng_state(state["rng"], gens)
     assert draw() == expected
-    with pytest.raises(KeyError, match="no saved state for numpy generator 'other'"):
+    with pytest.raises(StateError, match=r"state\['generators'\] has no state for numpy generator 'other'"):
         restore_rng_state(state["rng"], {"other": np.random.default_rng()})
     with pytest.raises(TypeError, match="must be a numpy Generator"):
         rng_state({"env": np.random.RandomState(0)})
@@ -308,3 +308,24 @@ def test_pruning_keeps_the_newest_complete_checkpoints_and_their_parts(tmp_path)
                      "ckpt-000000000003.pt", "ckpt-000000000004.pt", "ckpt-000000000005.pt",
                      "ckpt-000000000006.pt"]
     assert load_checkpoint(tmp_path, kind="job", parts=parts)[1]["step"] == 3
+
+
+def test_a_bad_rng_state_is_named_and_no_rng_is_changed():
+    gens = {"env": np.random.default_rng(4)}
+    good = rng_state(gens)
+    expected = (random.random(), np.random.rand(), torch.rand(1).item(), gens["env"].random())
+    cases = [
+        ({**good, "python": (3, (1, 2), None)}, r"state\['python'\] is not a python RNG state"),
+        ({**good, "numpy": {"bit_generator": "nonsense"}}, r"state\['numpy'\] is not a numpy RNG state"),
+        ({**good, "torch": torch.zeros(3, dtype=torch.uint8)}, r"state\['torch'\] is not a torch RNG state"),
+        ({**good, "cuda": [None]}, r"state\['cuda'\]\[0\] must be a uint8 tensor"),
+        ({**good, "generators": {"env": {"bit_generator": "PCG64"}}},
+         r"state\['generators'\]\['env'\] is not a PCG64 state"),
+        ({k: v for k, v in good.items() if k != "torch"}, r"state is missing key\(s\) \['torch'\]"),
+    ]
+    for bad, match in cases:
+        restore_rng_state(good, gens)
+        with pytest.raises(StateError, match=f"restore_rng_state: {match}"):
+            restore_rng_state(bad, gens)
+        # Every stream is where the good state left it: nothing was half-restored.
+        assert (random.random(), np.random.rand(), torch.rand(1).item(), gens["env"].random()) == expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import subprocess
 import sys
 
@@ -24,7 +25,7 @@ def _spawn(tmp_path, entry, args, nprocs):
     with open(payload, "wb") as f:
         pickle.dump(list(sys.path), f)
         cloudpickle.dump((entry, args), f)
-    port = free_port()
+    port, secret = free_port(), secrets.token_hex(16)  # what launch() would give them
     procs = []
     for rank in range(nprocs):
         env = dict(
@@ -35,6 +36,7 @@ def _spawn(tmp_path, entry, args, nprocs):
             MASTER_PORT=str(port),
             LOCAL_RANK=str(rank),
             OMP_NUM_THREADS="1",
+            RLPAR_RUN_SECRET=secret,
         )
         procs.append(
             subprocess.Popen(

@@ -6,7 +6,7 @@ import pytest
 from rlpar.buffers import NStepAssembler
 
 
-def step(asm, t, rewards, terminated=(0, 0), truncated=(0, 0)):
+def step(asm, t, rewards, terminated=(0, 0), truncated=(0, 0), cut=None):
     return asm.step(
         obs=np.array([[t], [100 + t]], np.float32),
         action=np.array([t, 100 + t]),
@@ -14,6 +14,7 @@ def step(asm, t, rewards, terminated=(0, 0), truncated=(0, 0)):
         next_obs=np.array([[t + 1], [100 + t + 1]], np.float32),
         terminated=np.array(terminated, bool),
         truncated=np.array(truncated, bool),
+        cut=None if cut is None else np.array(cut, bool),
     )
 
 
@@ -40,6 +41,29 @@ def test_full_windows_then_truncation_bootstraps():
     np.testing.assert_allclose(out["discount"], [g**3, g**2, g])
     np.testing.assert_array_equal(out["next_obs"][:, 0], [4, 4, 4])
     assert not out["terminated"].any()
+
+
+def test_a_cut_step_ends_the_window_at_the_last_real_observation():
+    # Env 1's step 2 was lost (its env process died): steps 0 and 1 bootstrap from
+    # obs 102, the last it reached; step 2 is not a transition; env 0 goes on.
+    g = 0.5
+    asm = NStepAssembler(num_envs=2, n=3, gamma=g)
+    step(asm, 0, [1, 1])
+    step(asm, 1, [2, 2])
+    out = step(asm, 2, [3, 0], truncated=(0, 1), cut=(0, 1))
+    env0, env1 = rows_of(out, 0), rows_of(out, 100)
+    np.testing.assert_array_equal(env1["obs"][:, 0], [100, 101])
+    np.testing.assert_allclose(env1["reward"], [1 + g * 2, 2])
+    np.testing.assert_allclose(env1["discount"], [g**2, g])
+    np.testing.assert_array_equal(env1["next_obs"][:, 0], [102, 102])
+    assert not env1["terminated"].any()
+    np.testing.assert_array_equal(env0["obs"][:, 0], [0])
+    # Env 1 starts a fresh window at step 3: its first full one completes at step 5.
+    assert len(rows_of(step(asm, 3, [4, 4]), 100)["obs"]) == 0
+    assert len(rows_of(step(asm, 4, [5, 5]), 100)["obs"]) == 0
+    np.testing.assert_array_equal(rows_of(step(asm, 5, [6, 6]), 100)["obs"][:, 0], [103])
+    # A cut with nothing pending emits nothing.
+    assert len(step(NStepAssembler(num_envs=2, n=3, gamma=g), 0, [1, 1], cut=(1, 1))["obs"]) == 0
 
 
 def test_termination_does_not_bootstrap_and_envs_are_independent():

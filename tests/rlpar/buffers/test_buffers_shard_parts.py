@@ -7,8 +7,8 @@ import torch
 
 from rlpar.buffers import DistributedPrioritizedReplayBuffer
 from rlpar.buffers.distributed import SHARD_SHIFT
-from rlpar.checkpoint import load_checkpoint, save_checkpoint
-from rlpar.errors import CheckpointMismatch, PeerUnavailable
+from rlpar.checkpoint import load_checkpoint, save_checkpoint, save_part
+from rlpar.errors import CheckpointMismatch, PeerUnavailable, StateError
 
 
 class FakeGroup:
@@ -123,3 +123,30 @@ def test_a_dead_members_shard_is_skipped_then_rehosted_empty_and_sampled_again(t
     assert len(state["leaves"]) == 30  # the rehosted shard wrote actor1's part
     with pytest.raises(ValueError, match="hosts no shard"):
         sampler.rehost("learner")
+
+
+def test_a_corrupt_part_is_named_and_leaves_that_shard_as_it_was(tmp_path):
+    buffers = world(dead=set())
+    fill(buffers)
+    good = buffers["actor0"].shard.buffer
+    names = buffers["learner"].part_names()
+    bad = buffers["actor1"].state_dict()
+    bad["hyper"]["alpha"] = -1.0
+    save_part(tmp_path, buffers["actor0"].state_dict(), kind="t", step=3, part=names[0],
+              meta={"shard": 0, "shards": 2})
+    save_part(tmp_path, bad, kind="t", step=3, part=names[1], meta={"shard": 1, "shards": 2})
+    main = save_checkpoint(tmp_path, {}, kind="t", step=3, parts=names)
+    again = world(dead=set())
+    again["actor1"].add({"obs": np.ones((5, 1), np.float32), "action": np.arange(5)})
+    with pytest.raises(StateError, match=r"state\['hyper'\]\['alpha'\] must be a finite number"):
+        again["learner"].load_parts(str(main), kind="t")
+    assert len(again["actor1"].shard) == 5  # the failed load changed nothing
+    assert len(again["actor0"].shard) == len(good)  # the good part loaded
+
+
+def test_a_member_without_a_shard_refuses_a_shards_state():
+    buffers = world(dead=set())
+    fill(buffers)
+    buffers["learner"].load_state_dict({})  # what it saves: nothing
+    with pytest.raises(StateError, match="'learner' hosts none of 'replay'"):
+        buffers["learner"].load_state_dict(buffers["actor0"].state_dict())

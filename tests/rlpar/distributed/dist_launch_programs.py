@@ -8,7 +8,8 @@ import time
 
 
 def rank_and_env(offset):
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
+            "RLPAR_RUN_SECRET")
     return int(os.environ["RANK"]) + offset, {k: os.environ[k] for k in keys}
 
 

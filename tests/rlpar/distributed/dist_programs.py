@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 import time
 
 import torch
@@ -25,6 +26,19 @@ def slow(seconds):
 
 def fail_with_key_error(x):
     raise KeyError(f"missing thing {x}")
+
+
+def later_square(x):
+    """A deferred service: the answer comes from another thread after the call returned."""
+    fut = torch.futures.Future()
+    threading.Timer(0.01, fut.set_result, (x * x,)).start()
+    return fut
+
+
+def later_fail(x):
+    fut = torch.futures.Future()
+    fut.set_exception(KeyError(f"missing later {x}"))
+    return fut
 
 
 def _caught(fn, *args, **kwargs):
@@ -70,6 +84,9 @@ def rpc_roundtrips():
             g.register("square", square)
             g.register("fail", fail_with_key_error)
             g.register("slow", slow)
+            g.register("later", later_square, deferred=True)
+            g.register("later_fail", later_fail, deferred=True)
+            g.register("not_a_future", square, deferred=True)
             out["dup"] = _caught(g.register, "square", square)
             g.pair("weights", torch.arange(4.0))
         g.barrier(timeout=20)
@@ -89,6 +106,9 @@ def rpc_roundtrips():
             except RemoteError as exc:
                 out["remote_async"] = exc.child_traceback
             out["async_futures"] = async_future_semantics(g)
+            out["deferred"] = [g.call("later", 3), g.call_async("later", 4).wait()]
+            out["deferred_fail"] = _caught(g.call, "later_fail", 5)
+            out["not_a_future"] = _caught(g.call_async("not_a_future", 2).wait)
             out["missing"] = _caught(g.call, "nobody", 1)
             out["bad_timeout"] = _caught(g.call, "square", 1, timeout=-1.0)
             out["is_registered"] = (g.is_registered("square"), g.is_registered("nobody"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import socket
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def _run_ranks(tmp_path, entry, args, nprocs, timeout):
         pickle.dump(list(sys.path), f)
         cloudpickle.dump((entry, args), f)
     env = dict(os.environ, WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", RLPAR_RUN_SECRET=secrets.token_hex(16))
     zygote = subprocess.Popen([sys.executable, "-m", "rlpar.distributed._zygote", str(payload),
                                str(tmp_path), str(nprocs), "torch"], env=env)
     try:

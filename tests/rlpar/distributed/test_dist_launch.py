@@ -24,7 +24,8 @@ def _gone(pid_dir):
 
 
 @pytest.mark.timeout(30)
-def test_results_come_back_in_rank_order_with_torchrun_style_environment():
+def test_results_come_back_in_rank_order_with_torchrun_style_environment(monkeypatch):
+    monkeypatch.setenv("RLPAR_RUN_SECRET", "f" * 32)  # e.g. exported for torchrun: not reused
     results = launch(programs.rank_and_env, nprocs=3, args=(10,), timeout=25, preload=())
     assert [r[0] for r in results] == [10, 11, 12]
     envs = [r[1] for r in results]
@@ -34,6 +35,14 @@ def test_results_come_back_in_rank_order_with_torchrun_style_environment():
     assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
     assert len({e["MASTER_PORT"] for e in envs}) == 1
     assert {e["OMP_NUM_THREADS"] for e in envs} == {os.environ.get("OMP_NUM_THREADS", "1")}
+    # One fresh run secret for all ranks of a launch (in their environment only).
+    (secret,) = {e["RLPAR_RUN_SECRET"] for e in envs}
+    assert len(secret) == 32 and int(secret, 16) and secret != "f" * 32
+    again = launch(programs.rank_and_env, nprocs=1, args=(0,), timeout=25, preload=())
+    assert again[0][1]["RLPAR_RUN_SECRET"] not in (secret, "f" * 32)
+    chosen = launch(programs.rank_and_env, nprocs=1, args=(0,), timeout=25, preload=(),
+                    env={"RLPAR_RUN_SECRET": "0123456789abcdef" * 2})
+    assert chosen[0][1]["RLPAR_RUN_SECRET"] == "0123456789abcdef" * 2
 
 
 @pytest.mark.timeout(30)

@@ -49,14 +49,20 @@ def _world_keys(key: str):
     import os
 
     from rlpar.distributed import World
+    from rlpar.distributed.sealed import SealedStore
 
     with World.from_env(rpc_timeout=20) as world:
         raw = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), 1, False,
                             timedelta(seconds=10))
+        secret = os.environ["RLPAR_RUN_SECRET"]
+
+        def world_view(store):  # how the World sees ``store``: sealed with the run secret
+            return dist.PrefixStore("rlpar/", SealedStore(store, secret))
+
         return {
             "restart_count": world.restart_count,
-            "scoped": dist.PrefixStore("rlpar/", dist.PrefixStore("restart3", raw)).check([key]),
-            "unscoped": dist.PrefixStore("rlpar/", raw).check([key]),
+            "scoped": world_view(dist.PrefixStore("restart3", raw)).check([key]),
+            "unscoped": world_view(raw).check([key]),
         }
 
 

@@ -32,6 +32,10 @@ def test_services_errors_pickling_pairs_and_barriers_across_three_ranks(three_ra
     assert fut["value_error"][0] == "RemoteError" and "missing thing 8" in fut["traceback"]
     assert fut["wait_all"] == [4, 9] and fut["collect_all"] == [16, 25] and fut["then"] == 37
     assert fut["missing"][0] == "ServiceNotFound"
+    # Deferred services answer when their Future completes, with the same errors.
+    assert r0["deferred"] == [9, 16]
+    assert r0["deferred_fail"][0] == "RemoteError" and "KeyError" in r0["deferred_fail"][1]
+    assert r0["not_a_future"][0] == "RemoteError" and "TypeError" in r0["not_a_future"][1]
     assert r0["missing"][0] == "ServiceNotFound" and "'nobody'" in r0["missing"][1]
     assert "'svc'" in r0["missing"][1]
     assert r0["bad_timeout"][0] == "ValueError"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -15,12 +16,16 @@ PROGRAM = Path(__file__).with_name("dist_torchrun_program.py")
 RESTART_PROGRAM = Path(__file__).with_name("dist_torchrun_restart_program.py")
 
 
-def torchrun(program: Path, *options: str) -> str:
+def torchrun(program: Path, *options: str, secret: str | None = None, ok: bool = True) -> str:
     """Output of ``torchrun --standalone --nproc-per-node 2 [options] program``, which
-    must succeed."""
+    must succeed (fail if not ``ok``); the ranks get a fresh run secret, or ``secret``
+    ("" for none)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            *options, str(program)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path),
+               RLPAR_RUN_SECRET=secrets.token_hex(16) if secret is None else secret)
+    if not env["RLPAR_RUN_SECRET"]:
+        del env["RLPAR_RUN_SECRET"]
     # Own session, so a timeout can take torchrun and its workers down together.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -30,7 +35,7 @@ def torchrun(program: Path, *options: str) -> str:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
         pytest.fail(f"torchrun did not finish:\n{output[-3000:]}")
-    assert proc.returncode == 0, output[-3000:]
+    assert (proc.returncode == 0) == ok, output[-3000:]
     return output
 
 
@@ -53,6 +58,15 @@ def test_a_restarted_world_does_not_meet_the_failed_attempts_keys():
     assert [(r["name"], r["restart"]) for r in results] == [("rank0", 1), ("rank1", 1)], output[-3000:]
     assert [r["doubled"] for r in results] == [40, 42]
     assert {r["total"] for r in results} == {3.0}
+
+
+@pytest.mark.timeout(60)
+def test_a_world_under_torchrun_without_a_run_secret_is_refused_with_the_recipe(monkeypatch):
+    monkeypatch.delenv("RLPAR_ALLOW_NO_SECRET", raising=False)
+    output = torchrun(PROGRAM, "--max-restarts", "0", secret="", ok=False)
+    assert "RLPAR_RUN_SECRET is not set" in output
+    assert "export RLPAR_RUN_SECRET=$(python -c 'import secrets; print(secrets.token_hex(16))')" in output
+    assert "RESULT" not in output.replace('print("RESULT "', "")
 
 
 def parse_results(output: str) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -72,14 +73,14 @@ def test_errors_and_staleness_behave_as_locally(results):
 
 @pytest.mark.timeout(90)
 def test_dead_host_gives_peer_unavailable_within_timeout(tmp_path):
-    timeout, port = 3.0, free_port()
+    timeout, port, secret = 3.0, free_port(), secrets.token_hex(16)
     here = os.path.dirname(os.path.abspath(__file__))
     code = "import sys, server_programs as p; p.dead_host(sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))"
     procs = {
         role: subprocess.Popen(
             [sys.executable, "-c", code, role, str(port), str(tmp_path), str(timeout)],
             cwd=here,
-            env={**os.environ, "PYTHONPATH": here},
+            env={**os.environ, "PYTHONPATH": here, "RLPAR_RUN_SECRET": secret},
         )
         for role in ("host", "client")
     }

@@ -235,3 +235,37 @@ def test_all_finite_looks_at_every_floating_tensor_once():
     # The 2-norm overflows on the first tensor; the exact check still finds the -inf.
     assert not all_finite([torch.full((10,), 3e38), torch.tensor([1.0, float("-inf")])])
     assert not all_finite([torch.full((10,), 3e38), torch.tensor([float("nan")], dtype=torch.float16)])
+
+
+def _trained_server(**kwargs) -> GradServer:
+    srv = server(lr_scheduler_factory=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2),
+                 **kwargs)
+    srv.push_gradients(g(1, 2, 3), version=0)
+    return srv
+
+
+def test_a_loaded_state_is_checked_whole_before_anything_changes():
+    from rlpar.errors import StateError
+
+    state = _trained_server().state_dict()
+    srv = server(lr_scheduler_factory=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2))
+    srv.load_state_dict(state)  # the round trip
+    assert srv.version == 1 and torch.equal(srv.pull()[0]["w"], torch.tensor([-1.0, -2.0, -3.0]))
+    before = srv.state_dict()
+    counters = {k: v for k, v in state["counters"].items() if k != "rejected"}
+    cases = [
+        ({k: v for k, v in state.items() if k != "counters"}, r"state is missing key\(s\) \['counters'\]"),
+        ({**state, "counters": counters}, r"state\['counters'\] is missing key\(s\) \['rejected'\]"),
+        ({**state, "counters": {**state["counters"], "version": "1"}},
+         r"state\['counters'\]\['version'\] must be an int, got str"),
+        ({**state, "model": {"w": torch.zeros(4), "b": torch.zeros(1)}},
+         r"state\['model'\]\['w'\] has shape \(4,\), the module's is \(3,\)"),
+        ({**state, "lr_scheduler": {"junk": 1}}, r"state\['lr_scheduler'\] is missing key"),
+    ]
+    for bad, match in cases:
+        with pytest.raises(StateError, match=f"GradServer.load_state_dict: {match}"):
+            srv.load_state_dict(bad)
+        after = srv.state_dict()
+        assert torch.equal(after["model"]["w"], before["model"]["w"])
+        assert after["counters"] == before["counters"]
+        assert after["lr_scheduler"] == before["lr_scheduler"]
