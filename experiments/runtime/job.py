@@ -302,9 +302,10 @@ def last_call(signalled: bool, send: Callable[[], None]) -> None:
               f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
 
-def main_for(job: Job, config_cls: type, format_summary: Callable[[dict], str],
+def main_for(job: Job | Callable[[], Job], config_cls: type, format_summary: Callable[[dict], str],
              argv: list[str] | None = None, *, parts: Parts | None = None) -> int:
-    """``python -m experiments.<job>``: parse flags, run, print the summary."""
+    """``python -m experiments.<job>``: parse flags, run, print the summary. ``job``
+    may be a function returning the Job (importing the roles takes a second)."""
     from experiments.runtime.cli import parse_config
 
     # From now on a Ctrl-C/SIGTERM is a stop request, even before the world runs (the
@@ -313,6 +314,7 @@ def main_for(job: Job, config_cls: type, format_summary: Callable[[dict], str],
     # since a world that has not started has nothing to save and may wait on a dead peer.
     noted = {} if under_launcher() else stops.record((signal.SIGINT, signal.SIGTERM))
     try:
+        job = job if isinstance(job, Job) else job()
         config = parse_config(config_cls, argv)
         try:
             ctx = prepare(job, config, parts=parts)
