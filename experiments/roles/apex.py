@@ -51,7 +51,15 @@ from experiments.roles.apex_parts import (
 )
 from experiments.runtime.cli import flag
 from experiments.runtime.evaluation import evaluation
-from experiments.runtime.job import Job, JobContext, StopSignals
+from experiments.runtime.job import (
+    STOP_CALL_S,
+    STOP_HOLD_S,
+    STOP_QUIET_S,
+    Job,
+    JobContext,
+    StopSignals,
+    last_call,
+)
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
 from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 
@@ -84,6 +92,12 @@ def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
     if rank <= replay:
         return "replay", rank - 1
     return "actor", rank - 1 - replay
+
+
+def role_names(config: Any, nprocs: int) -> list[str]:
+    """Each rank's role in words, for the launcher's warnings."""
+    named = (role_of(r, nprocs, config) for r in range(nprocs))
+    return [role if role == "learner" else f"{role} {index}" for role, index in named]
 
 
 def restartable(config: Any, nprocs: int) -> list[int]:
@@ -138,11 +152,13 @@ def rank_main(ctx: JobContext) -> dict[str, Any]:
     num_actors = roles.count("actor")
     if role == "learner":
         return run_learner(ctx, group, num_actors=num_actors, shards=shards)
-    with StopSignals(lambda reason: None):  # the learner decides when to stop
+    # Stopped by the learner's directive, or by a signal of its own: under torchrun
+    # every rank gets the SIGTERM, and the learner may be gone.
+    with StopSignals(lambda reason: None) as signals:
         if role == "replay":
-            run_replay(ctx, group, shards=shards)
+            run_replay(ctx, group, shards=shards, signals=signals)
         else:
-            run_actor(ctx, group, index=index, num_actors=num_actors, shards=shards)
+            run_actor(ctx, group, index=index, num_actors=num_actors, shards=shards, signals=signals)
     return {}
 
 
@@ -183,14 +199,17 @@ def actor_replay(ctx: JobContext, group: Any, shards: list[str], *, rehosted: bo
     return HostedBuffer.connect(group, REPLAY)
 
 
-def hold_shard_until_saved(ctx: JobContext, group: Any) -> None:
+def hold_shard_until_saved(ctx: JobContext, group: Any, signals: StopSignals) -> None:
     """A rank that hosts a shard stays (serving it) until the learner has written its
-    last checkpoint, which asks every shard for its part."""
+    last checkpoint, which asks every shard for its part; after a stop by signal
+    (the world is ending) at most ``STOP_HOLD_S``."""
     from rlpar.errors import PeerUnavailable
 
-    deadline = time.monotonic() + max(60.0, 2 * ctx.config.run.rpc_timeout)
+    hold = STOP_HOLD_S if signals.stopped else max(60.0, 2 * ctx.config.run.rpc_timeout)
+    deadline = time.monotonic() + hold
     try:
-        while not group.call("coord/released") and time.monotonic() < deadline:
+        while (not group.call("coord/released", timeout=min(hold, ctx.config.run.rpc_timeout))
+               and time.monotonic() < deadline):
             time.sleep(0.05)
     except PeerUnavailable:  # the learner is gone: nothing left to save for it
         pass
@@ -314,7 +333,9 @@ def run_learner(ctx: JobContext, group: Any, *, num_actors: int, shards: list[st
         finally:
             coordinator.stop("finished")
             replay.close()
-            coordinator.wait_for_sources(timeout=30.0)
+            # Not for a source that stopped reporting (dead or hung), and briefly after
+            # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
+            coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signals.stopped else None)
             loop.tick(held(), force=True)
             try:
                 kept = keeper.finish(version=learner.updates)
@@ -380,12 +401,12 @@ def run_keeper(ctx: JobContext, coordinator: Any, learner: Any, replay: Any | No
     return keeper
 
 
-def run_replay(ctx: JobContext, group: Any, *, shards: list[str]) -> None:
+def run_replay(ctx: JobContext, group: Any, *, shards: list[str], signals: StopSignals) -> None:
     """A dedicated replay rank: hosts one shard (served on RPC threads) until the
     learner has written its last checkpoint."""
     sharded_replay(ctx, group, shards)
     group.barrier()
-    hold_shard_until_saved(ctx, group)
+    hold_shard_until_saved(ctx, group, signals)
 
 
 # ---------------------------------------------------------------------- actor
@@ -446,7 +467,8 @@ def evaluate_dqn(ctx: JobContext, dqn: Any, envs: Any, *, env_steps: int, versio
                       env_steps=env_steps, version=version, policy=dqn.policy_state(), seed=seed)
 
 
-def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shards: list[str]) -> None:
+def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shards: list[str],
+              signals: StopSignals) -> None:
     from rlpar.distributed import current_world
     from rlpar.servers import PushPullModelServer
 
@@ -464,7 +486,7 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
     paced, directive = pacing(config), group.call("coord/report", shell.report())
     last_report, every = time.monotonic(), report_every(num_actors)
     try:
-        while not directive.stop:
+        while not directive.stop and not signals.stopped:
             if time.monotonic() - last_report >= every:
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 if directive.evaluate and evaluator is not None:
@@ -483,17 +505,22 @@ def run_actor(ctx: JobContext, group: Any, *, index: int, num_actors: int, shard
                 # throttled actor that polls slows the very learner it waits for.
                 time.sleep(max(0.0, last_report + every - time.monotonic()))
     finally:
-        shell.actor.flush()
-        if hasattr(replay, "wait"):
-            replay.wait()
         try:
-            group.call("coord/report", shell.report(final=True))
+            last_call(signals.stopped, lambda: _send_final(group, shell, replay, signals.stopped))
         finally:
             shell.close()
             if evaluator is not None:
                 evaluator.close()
     if holds_shard:
-        hold_shard_until_saved(ctx, group)
+        hold_shard_until_saved(ctx, group, signals)
+
+
+def _send_final(group: Any, shell: ActorShell, replay: Any, signalled: bool) -> None:
+    """What an ending actor owes the learner: its buffered transitions, then its final report."""
+    shell.actor.flush()
+    if hasattr(replay, "wait"):
+        replay.wait()
+    group.call("coord/report", shell.report(final=True), timeout=STOP_CALL_S if signalled else None)
 
 
 # --------------------------------------------------------------------- serial
@@ -556,7 +583,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 JOB = Job(name="apex", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
           describe=describe, env_fn=job_env_fn,
-          load_policy=load_policy, restartable=restartable, env_defaults=env_defaults)
+          load_policy=load_policy, restartable=restartable, env_defaults=env_defaults, roles=role_names)
 
 
 def _warm_replay_kernels() -> None:
