@@ -33,9 +33,9 @@ class KilledOnceDQN(DQN):
             self._maybe_die()
         return super().act(obs, explore=explore)
 
-    def update(self, batch):
+    def learn(self, batch):  # what the learner calls for each update
         self._maybe_die()
-        return super().update(batch)
+        return super().learn(batch)
 
 
 @pytest.mark.timeout(240)
