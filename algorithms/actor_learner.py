@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from algorithms.base import Learned
 from rlpar.protocols import Buffer, ParameterStore
+
+if TYPE_CHECKING:  # torch is imported by the algorithms, not by the program's plumbing
+    from algorithms.base import Learned
 
 Batch = dict[str, np.ndarray]
 

@@ -24,13 +24,12 @@ Multi-node: ``torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from experiments.builders.dqn import DQNBuilder
-from experiments.roles.actor_learner import make_job
 from experiments.roles.program import Program
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.data import ReplayConfig
@@ -182,8 +181,10 @@ class ApexJobConfig:
 # ------------------------------------------------------------ the job's hooks
 
 
-def builder(config: ApexJobConfig, parts: Parts, spec: Any) -> DQNBuilder:
+def builder(config: ApexJobConfig, parts: Parts, spec: Any):
     """The algorithm's builder for this config (the Program's ``builder``)."""
+    from experiments.builders.dqn import DQNBuilder
+
     return DQNBuilder(learn=config.learn, spec=spec, network=parts.network, algorithm=parts.algorithm,
                       actor=parts.actor, learner=parts.learner)
 
@@ -208,6 +209,8 @@ def job_env_fn(config: ApexJobConfig, parts: Parts):
 
 def check(config: ApexJobConfig, parts: Parts) -> None:
     from gymnasium import spaces
+
+    from experiments.builders.dqn import DQNBuilder
 
     parts.check(algorithm=DQNBuilder.algorithm_base, actor=DQNBuilder.actor_base,
                 learner=DQNBuilder.learner_base)
@@ -250,6 +253,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
 def pacing(config: ApexJobConfig):
     """The replay ratio the job's actors and learner hold (see
     :func:`experiments.roles.program.pacing`); the family defaults must be filled."""
+    from experiments.builders.dqn import DQNBuilder
     from experiments.roles.program import pacing as program_pacing
 
     for name in ("n_step", "updates_per_step"):
@@ -264,8 +268,15 @@ def extra_ranks(config: ApexJobConfig) -> int:
 
 
 PROGRAM = Program(name="apex", builder=builder)
-JOB = make_job(PROGRAM, resolve=resolve, check=check, describe=describe, env_fn=job_env_fn,
-               env_defaults=env_defaults, extra_ranks=extra_ranks)
+
+
+@functools.cache
+def job():
+    """The runtime's Job (built on first use: the roles import torch)."""
+    from experiments.roles.actor_learner import make_job
+
+    return make_job(PROGRAM, resolve=resolve, check=check, describe=describe, env_fn=job_env_fn,
+                    env_defaults=env_defaults, extra_ranks=extra_ranks)
 
 
 def run(config: ApexJobConfig, *, parts: Parts | None = None, quiet: bool = False,
@@ -275,7 +286,7 @@ def run(config: ApexJobConfig, *, parts: Parts | None = None, quiet: bool = Fals
     ``config.run.resume = DIR`` the run in DIR goes on with its saved config; each field
     of ``config`` that differs from ``ApexJobConfig()`` overrides it
     (``experiments.runtime.resume``)."""
-    return run_job(JOB, config, parts=parts, quiet=quiet, started=started)
+    return run_job(job(), config, parts=parts, quiet=quiet, started=started)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -285,7 +296,9 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return main_for(JOB, ApexJobConfig, format_summary, list(argv) if argv is not None else None)
+    # The job function, not the job: building it imports the roles (torch), and a
+    # Ctrl-C in that first second is a stop too.
+    return main_for(job, ApexJobConfig, format_summary, list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

@@ -225,7 +225,8 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return main_for(job(), MADDPGJobConfig, format_summary, list(argv) if argv is not None else None)
+    # The job itself, not job(): its roles import torch, and a Ctrl-C then is a stop too.
+    return main_for(job, MADDPGJobConfig, format_summary, list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":

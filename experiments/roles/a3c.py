@@ -37,7 +37,14 @@ from experiments.roles.a3c_parts import (
 )
 from experiments.runtime.config import resolve_device
 from experiments.runtime.evaluation import evaluation
-from experiments.runtime.job import Job, JobContext, StopSignals
+from experiments.runtime.job import (
+    STOP_CALL_S,
+    STOP_QUIET_S,
+    Job,
+    JobContext,
+    StopSignals,
+    last_call,
+)
 from experiments.runtime.lead import finish_lead, start_lead
 from experiments.runtime.messages import Episode, Rejoin, Report
 
@@ -52,6 +59,13 @@ def role_of(rank: int, world_size: int, config: Any) -> tuple[str, int]:
     if rank == 0:
         return ("server+worker", 0) if config.server_acts else ("server", -1)
     return "worker", rank if config.server_acts else rank - 1
+
+
+def role_names(config: Any, nprocs: int) -> list[str]:
+    """Each rank's role in words, for the launcher's warnings."""
+    named = (role_of(r, nprocs, config) for r in range(nprocs))
+    return [{"server": "server", "server+worker": "server (worker 0)"}.get(role, f"{role} {index}")
+            for role, index in named]
 
 
 def restartable(config: Any, nprocs: int) -> list[int]:
@@ -83,13 +97,15 @@ def rank_main(ctx: JobContext) -> dict[str, Any]:
                         shells=[WorkerShell(ctx, grads, index=0)] if role == "server+worker" else [])
     group.barrier()  # a restarted worker passes at once (the round is complete)
     sink = PushPullGradServer.connect(group, SERVER, timeout=config.run.rpc_timeout)
-    with StopSignals(lambda reason: None):  # the lead decides when to stop
+    # Stopped by the lead's directive, or by a signal of its own: under torchrun every
+    # rank gets the SIGTERM, and the lead may be gone.
+    with StopSignals(lambda reason: None) as signals:
         # Same index, so the same seeds; the shell pulls the newest parameters.
         shell = WorkerShell(ctx, sink, index=index)
         restarts = current_world().rank_restarts
         if restarts:
             group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
-        run_worker(ctx, group, shell)
+        run_worker(ctx, group, shell, signals)
     return {}
 
 
@@ -145,16 +161,17 @@ class WorkerShell:
         self.env.close()
 
 
-def run_worker(ctx: JobContext, group: Any, shell: WorkerShell) -> None:
+def run_worker(ctx: JobContext, group: Any, shell: WorkerShell, signals: StopSignals) -> None:
     try:
         last = time.monotonic()
-        while True:
+        while not signals.stopped:
             shell.step()
             if time.monotonic() - last >= ctx.config.server.report_every:
                 last = time.monotonic()
                 if group.call("coord/report", shell.report()).stop:
                     break
-        group.call("coord/report", shell.report(final=True))
+        last_call(signals.stopped, lambda: group.call("coord/report", shell.report(final=True),
+                                                      timeout=STOP_CALL_S if signals.stopped else None))
     finally:
         shell.close()
 
@@ -218,7 +235,9 @@ class Lead:
                     coordinator.report(shell.report(final=True))
                     shell.close()
                 evaluator.close()
-                coordinator.wait_for_sources(timeout=config.run.rpc_timeout)
+                # Not for a source that stopped reporting (dead or hung); briefly after a signal.
+                coordinator.wait_for_sources(timeout=config.run.rpc_timeout,
+                                             quiet=STOP_QUIET_S if signals.stopped else None)
                 self.tick(grads, force=True)
                 kept = keeper.finish(version=int(server.metrics()["version"]))
                 summary = self.summary(grads, interrupted=signals.received is not None) | kept
@@ -273,6 +292,6 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
 JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,
           describe=describe, env_fn=job_env_fn,
-          load_policy=load_policy, restartable=restartable, env_defaults=env_defaults)
+          load_policy=load_policy, restartable=restartable, env_defaults=env_defaults, roles=role_names)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from experiments.roles.data import actor_sink, hold_shard_until_saved
 from experiments.roles.learner import PARAMS
 from experiments.roles.program import Setup, actor_seed, eval_env, evaluate, pacing, report_every
+from experiments.runtime.job import last_call
 from experiments.runtime.messages import Episode, Rejoin, Report
 
 
@@ -67,7 +68,9 @@ class ActorShell:
         self.env.close()
 
 
-def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str]) -> None:
+def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signals: Any) -> None:
+    """Actor ``index`` until the learner's directive says stop, or a signal of its
+    own does (under torchrun every rank gets the SIGTERM, and the learner may be gone)."""
     from rlpar.distributed import current_world
     from rlpar.servers import PushPullModelServer
 
@@ -85,7 +88,7 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str]) -> Non
     directive = group.call("coord/report", shell.report())
     last_report, every = time.monotonic(), report_every(setup.num_actors)
     try:
-        while not directive.stop:
+        while not directive.stop and not signals.stopped:
             if time.monotonic() - last_report >= every:
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 if directive.evaluate and evaluator is not None:
@@ -104,14 +107,21 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str]) -> Non
                 # throttled actor that polls slows the very learner it waits for.
                 time.sleep(max(0.0, last_report + every - time.monotonic()))
     finally:
-        shell.actor.flush()
-        if hasattr(sink, "wait"):
-            sink.wait()
         try:
-            group.call("coord/report", shell.report(final=True))
+            last_call(signals.stopped, lambda: _send_final(group, shell, sink, signals.stopped))
         finally:
             shell.close()
             if evaluator is not None:
                 evaluator.close()
     if holds_shard:
-        hold_shard_until_saved(setup, group)
+        hold_shard_until_saved(setup, group, signals)
+
+
+def _send_final(group: Any, shell: ActorShell, sink: Any, signalled: bool) -> None:
+    """What an ending actor owes the learner: its buffered data, then its final report."""
+    from experiments.runtime.job import STOP_CALL_S
+
+    shell.actor.flush()
+    if hasattr(sink, "wait"):
+        sink.wait()
+    group.call("coord/report", shell.report(final=True), timeout=STOP_CALL_S if signalled else None)

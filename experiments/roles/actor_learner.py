@@ -25,7 +25,15 @@ from typing import Any
 
 from experiments.roles.data import LearnerData, run_replay, warm_in_background
 from experiments.roles.learner import LearnerLoop, run_keeper, run_learner, target
-from experiments.roles.program import Program, Setup, eval_env, evaluate, pacing, role_of
+from experiments.roles.program import (
+    Program,
+    Setup,
+    eval_env,
+    evaluate,
+    pacing,
+    role_names,
+    role_of,
+)
 from experiments.runtime.job import Job, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
 
@@ -52,11 +60,13 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     setup.num_actors = roles.count("actor")
     if role == "learner":
         return run_learner(setup, group, shards=shards)
-    with StopSignals(lambda reason: None):  # the learner decides when to stop
+    # Stopped by the learner's directive, or by a signal of its own: under torchrun
+    # every rank gets the SIGTERM, and the learner may be gone.
+    with StopSignals(lambda reason: None) as signals:
         if role == "replay":
-            run_replay(setup, group, shards=shards)
+            run_replay(setup, group, shards=shards, signals=signals)
         else:
-            run_actor(setup, group, index=index, shards=shards)
+            run_actor(setup, group, index=index, shards=shards, signals=signals)
     return {}
 
 
@@ -160,4 +170,9 @@ def make_job(program: Program, *, resolve: Callable, check: Callable, describe: 
     return Job(name=program.name, rank_main=functools.partial(rank_main, program),
                serial_main=functools.partial(serial_main, program), resolve=resolve, check=check,
                describe=describe, env_fn=env_fn, load_policy=functools.partial(load_policy, program),
-               restartable=functools.partial(restartable, extra_ranks), env_defaults=env_defaults)
+               restartable=functools.partial(restartable, extra_ranks), env_defaults=env_defaults,
+               roles=functools.partial(_role_names, extra_ranks))
+
+
+def _role_names(extra_ranks: Callable[[Any], int], config: Any, nprocs: int) -> list[str]:
+    return role_names(extra_ranks(config), nprocs)

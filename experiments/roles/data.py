@@ -154,25 +154,29 @@ def actor_sink(setup: Setup, group: Any, shards: list[str], *, rehosted: bool = 
     return HostedBuffer.connect(group, REPLAY)
 
 
-def hold_shard_until_saved(setup: Setup, group: Any) -> None:
+def hold_shard_until_saved(setup: Setup, group: Any, signals: Any) -> None:
     """A rank that hosts a shard stays (serving it) until the learner has written its
-    last checkpoint, which asks every shard for its part."""
+    last checkpoint, which asks every shard for its part; after a stop by signal
+    (the world is ending) at most ``STOP_HOLD_S``."""
+    from experiments.runtime.job import STOP_HOLD_S
     from rlpar.errors import PeerUnavailable
 
-    deadline = time.monotonic() + max(60.0, 2 * setup.run.rpc_timeout)
+    hold = STOP_HOLD_S if signals.stopped else max(60.0, 2 * setup.run.rpc_timeout)
+    deadline = time.monotonic() + hold
     try:
-        while not group.call("coord/released") and time.monotonic() < deadline:
+        while (not group.call("coord/released", timeout=min(hold, setup.run.rpc_timeout))
+               and time.monotonic() < deadline):
             time.sleep(0.05)
     except PeerUnavailable:  # the learner is gone: nothing left to save for it
         pass
 
 
-def run_replay(setup: Setup, group: Any, *, shards: list[str]) -> None:
+def run_replay(setup: Setup, group: Any, *, shards: list[str], signals: Any) -> None:
     """A dedicated replay rank: hosts one shard (served on RPC threads) until the
     learner has written its last checkpoint."""
     sharded_replay(setup, group, shards)
     group.barrier()
-    hold_shard_until_saved(setup, group)
+    hold_shard_until_saved(setup, group, signals)
 
 
 def _warm_replay_kernels() -> None:

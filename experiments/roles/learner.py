@@ -16,7 +16,7 @@ from typing import Any
 from algorithms.pacing import Pacing
 from experiments.roles.data import REPLAY, LearnerData
 from experiments.roles.program import Setup, pacing
-from experiments.runtime.job import StopSignals
+from experiments.runtime.job import STOP_QUIET_S, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
 from experiments.runtime.messages import Rejoin
 
@@ -129,7 +129,9 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
         finally:
             coordinator.stop("finished")
             data.close()
-            coordinator.wait_for_sources(timeout=30.0)
+            # Not for a source that stopped reporting (dead or hung), and briefly after
+            # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
+            coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signals.stopped else None)
             loop.tick(held(), force=True)
             try:
                 kept = keeper.finish(version=learner.updates)

@@ -247,12 +247,31 @@ class Coordinator:
         if self._stop_reason is None:
             self._stop_reason = reason
 
-    def wait_for_sources(self, *, timeout: float, expected: int | None = None) -> bool:
-        """Wait until every source sent its final report (or ``timeout`` passed)."""
+    def wait_for_sources(self, *, timeout: float, expected: int | None = None,
+                         quiet: float | None = None) -> bool:
+        """Wait until every source sent its final report (or ``timeout`` passed);
+        True if all did. A source with no report for ``quiet`` seconds (default
+        ``silent_after``; counted from the wait's start for one that never reported)
+        is not waited for: a live one reports several times a second, so it is dead,
+        hung or cut off, and the end must not wait on it. Those are named silent."""
         want = self.num_sources if expected is None else expected
-        deadline = time.monotonic() + timeout
+        quiet = self.silent_after if quiet is None else float(quiet)
+        start = time.monotonic()
+        deadline = start + timeout
         while len(self._finished) < want and time.monotonic() < deadline:
+            now = time.monotonic()
+            with self._lock:
+                missing = [s for s in range(self.num_sources) if s not in self._finished]
+                seen = [start if self._seen[s] is None else self._seen[s] for s in missing]
+                if all(now - t > quiet for t in seen):
+                    newly = sorted(set(missing) - self._silent)
+                    self._silent.update(missing)
+                    break
             time.sleep(0.01)
+        else:
+            newly = []
+        if newly:
+            self._say(f"not waiting for actor(s) {newly}: no report for {quiet:g} s")
         return len(self._finished) >= want
 
     def tick(self, *, updates: int, learner_metrics: Mapping[str, float] | None = None,

@@ -12,9 +12,14 @@ user's parts and the env before any process starts, creates the run directory
   times), and a raise or a rank that keeps dying ends the job with its cause;
 - under ``torchrun`` (RANK and WORLD_SIZE set): this process is one rank.
 
-Ctrl-C or SIGTERM stops a run cleanly in every mode: the lead (rank 0) is told
-to stop, finishes like a budget stop (final curves, summary) and the other ranks
-follow its stop directive; a second Ctrl-C aborts.
+Ctrl-C or SIGTERM stops a run cleanly in every mode and at any moment (one that
+lands before the world runs is kept for it): the lead (rank 0) finishes like a budget
+stop (final curves, checkpoint, summary), every other rank sends what it owes and
+leaves, and the lead does not wait for a source that has stopped reporting; a second
+Ctrl-C aborts. Under torchrun, whose SIGTERM reaches every rank at once (a rank died and
+the world restarts, say), that takes a few seconds, well inside torchrun's 30 s before
+SIGKILL, so the restarted world resumes from this final checkpoint. The bounds are the
+``*_S`` constants below.
 """
 
 from __future__ import annotations
@@ -32,6 +37,23 @@ from experiments.runtime.cli import validate
 from experiments.runtime.parts import Parts
 from experiments.runtime.resume import check_fixed, resumed_config
 from experiments.runtime.rundir import RunDir
+from rlpar.distributed import stops
+
+# The bounded times of an ending run (README, "How a run ends"):
+# A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.
+STOP_GRACE_S = 60.0
+# Once the lead returned its summary, the other ranks have this long to exit; then they
+# are killed and named, and the run ends with the lead's summary.
+FINISH_GRACE_S = 15.0
+# A stop by signal: the lead waits at most this long for a source that does not report
+# (dead, hung or cut off; a live one reports several times a second), and a source's
+# last calls to the lead (its final report) wait at most STOP_CALL_S: under torchrun
+# every rank gets the SIGTERM at once, and the lead may be gone.
+STOP_QUIET_S = 2.0
+STOP_CALL_S = 5.0
+# A stop by signal: a rank hosting a replay shard serves it at most this long for the
+# lead's final checkpoint.
+STOP_HOLD_S = 15.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +88,9 @@ class Job:
     # depends on the env (e.g. a learning rate per observation family); runs after
     # ``check``, so the env is known to build, and before the config is saved.
     env_defaults: Callable[[Any, Parts], None] | None = None
+    # ``roles(config, nprocs)``: each rank's role in words ("learner", "actor 3"), for
+    # the warning that names a rank killed for not finishing (``FINISH_GRACE_S``).
+    roles: Callable[[Any, int], Sequence[str]] | None = None
 
 
 @dataclasses.dataclass
@@ -154,16 +179,19 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
 
     restarts, budget = 0, ctx.config.run.max_restarts
     alone = job.restartable(ctx.config, ctx.nprocs) if job.restartable is not None else ()
+    roles = job.roles(ctx.config, ctx.nprocs) if job.roles is not None else ()
     while True:
         try:
             results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
-                             timeout=ctx.config.run.max_seconds + 120.0, stop_grace=60.0,
-                             restartable=alone, max_restarts=budget)
+                             timeout=ctx.config.run.max_seconds + 120.0, stop_grace=STOP_GRACE_S,
+                             restartable=alone, max_restarts=budget, finish_grace=FINISH_GRACE_S,
+                             labels=roles)
             break
         except RankKeepsDying:  # restarted --max-restarts times already: its cause ends the job
             raise
         except ChildDied as exc:  # killed or aborted, not a bug in the code: go on
-            if restarts >= budget or ctx.run_dir is None:
+            # Not after a stop was asked: the world was ending anyway.
+            if restarts >= budget or ctx.run_dir is None or stops.requested() is not None:
                 raise
             restarts += 1
             ctx = _restarted(job, ctx)
@@ -210,12 +238,13 @@ class StopSignals:
     """While active, Ctrl-C and SIGTERM call ``on_stop`` instead of raising; a second
     one raises KeyboardInterrupt (abort). SIGUSR1/SIGUSR2 are the local launcher's
     forwarded Ctrl-C/SIGTERM (``rlpar.distributed.launch``): they stop, never abort,
-    since a terminal's Ctrl-C reaches a rank both directly and forwarded. Only in
-    the main thread. ``on_stop`` runs inside the handler, so it must not take a lock
-    the interrupted code may hold (see ``Coordinator.stop``)."""
+    since a terminal's Ctrl-C reaches a rank both directly and forwarded. A request
+    that came before (noted by ``rlpar.distributed.stops``, from the moment a local
+    rank is forked) calls ``on_stop`` on entry. Only in the main thread. ``on_stop``
+    runs inside the handler, so it must not take a lock the interrupted code may hold
+    (see ``Coordinator.stop``)."""
 
-    REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
-               signal.SIGUSR1: "interrupted", signal.SIGUSR2: "terminated"}
+    REASONS = stops.REASONS
 
     def __init__(self, on_stop: Callable[[str], None]) -> None:
         self.on_stop = on_stop
@@ -229,37 +258,73 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.REASONS:
                 self._old[sig] = signal.signal(sig, self._handle)
+        early = stops.take()
+        if early is not None:
+            self._stop(early)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        forwarded = signum in (signal.SIGUSR1, signal.SIGUSR2)
         if self.received is not None:
             # A forwarded request, or the terminal's own Ctrl-C landing just after
             # the forwarded one, is the same stop; only a later signal aborts.
-            if forwarded or (self._forwarded_first and time.monotonic() - self._at < 1.0):
+            if signum in stops.FORWARDED or (self._forwarded_first and time.monotonic() - self._at < 1.0):
                 return
             raise KeyboardInterrupt
+        stops.acted(signum)
+        self._stop(signum)
+
+    @property
+    def stopped(self) -> bool:
+        """A stop signal came (or had come before entry)."""
+        return self.received is not None
+
+    def _stop(self, signum: int) -> None:
         self.received = signal.Signals(signum).name
-        self._forwarded_first, self._at = forwarded, time.monotonic()
-        self.on_stop(self.REASONS[signum])
+        self._forwarded_first, self._at = signum in stops.FORWARDED, time.monotonic()
+        self.on_stop(stops.reason(signum))
 
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
 
 
-def main_for(job: Job, config_cls: type, format_summary: Callable[[dict], str],
+def last_call(signalled: bool, send: Callable[[], None]) -> None:
+    """A source's last calls to the lead (``send``: its final report, what it still
+    owes). After a stop by signal the lead may be gone, since torchrun stops every
+    rank at once: a failure is then only reported, and the source leaves."""
+    if not signalled:
+        send()
+        return
+    try:
+        send()
+    except Exception as exc:
+        print(f"[rank {os.environ.get('RANK', '?')}] stopping: the lead did not take its final report "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+
+def main_for(job: Job | Callable[[], Job], config_cls: type, format_summary: Callable[[dict], str],
              argv: list[str] | None = None, *, parts: Parts | None = None) -> int:
-    """``python -m experiments.<job>``: parse flags, run, print the summary."""
+    """``python -m experiments.<job>``: parse flags, run, print the summary. ``job``
+    may be a function returning the Job (importing the roles takes a second)."""
     from experiments.runtime.cli import parse_config
 
-    config = parse_config(config_cls, argv)
+    # From now on a Ctrl-C/SIGTERM is a stop request, even before the world runs (the
+    # launch asks the ranks at once, serial mode's StopSignals picks it up). Not under
+    # torchrun: there a rank's SIGTERM before its role handles stops still kills it,
+    # since a world that has not started has nothing to save and may wait on a dead peer.
+    noted = {} if under_launcher() else stops.record((signal.SIGINT, signal.SIGTERM))
     try:
-        ctx = prepare(job, config, parts=parts)
-    except ValueError as exc:  # a check that needed the env: same form as a flag error
-        print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
-        return 2
-    summary = execute(job, ctx)
+        job = job if isinstance(job, Job) else job()
+        config = parse_config(config_cls, argv)
+        try:
+            ctx = prepare(job, config, parts=parts)
+        except ValueError as exc:  # a check that needed the env: same form as a flag error
+            print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
+            return 2
+        summary = execute(job, ctx)
+    finally:
+        if noted:
+            stops.restore(noted)  # called in-process (tests): as it was before
     if summary:
         print(format_summary(summary), flush=True)
     return 0

@@ -16,6 +16,11 @@ import traceback
 # rank's World marks that it joined (JOINED_FILE). RESTARTS_ENV: a restarted rank's
 # count of restarts.
 REJOINABLE_ENV, RESTARTS_ENV, JOINED_FILE = "RLPAR_REJOINABLE", "RLPAR_RANK_RESTARTS", "joined{rank}"
+# Files the zygote and the launcher share about a rank: its pid, and where it dumps its
+# threads' stacks on DUMP_SIGNAL (faulthandler), so that a rank killed for not finishing
+# is named with what it was doing. A real-time signal: nothing else in a rank uses one.
+PID_FILE, STACK_FILE = "pid{rank}", "stack{rank}"
+DUMP_SIGNAL = getattr(signal, "SIGRTMIN", 34) + 1
 
 
 def _write(path: str, outcome: tuple) -> None:

@@ -13,6 +13,12 @@ reported), with ``RLPAR_RANK_RESTARTS`` counting its restarts, unless a stop was
 again instead, so the launcher sees the death and no rank starts into an ending world.
 It exits once every rank has exited and its stdin is closed (a launcher without
 restartable ranks gives it /dev/null, so it exits with its last rank as before).
+
+A rank notes stop requests (``rlpar.distributed.stops``) from the moment it is forked,
+one that reached the zygote before the fork included, so that the job's handler,
+installed once its world has joined, still acts on a Ctrl-C of the first seconds.
+The zygote writes each rank's pid to ``pid<rank>``; a rank dumps its threads' stacks
+to ``stack<rank>`` on the launcher's request (``DUMP_SIGNAL``).
 """
 
 from __future__ import annotations
@@ -41,18 +47,17 @@ def _write_exit(tmp: str, rank: int, code: int) -> None:
     os.replace(path + ".tmp", path)
 
 
+# The stop requests a rank notes from the moment it is forked (rlpar.distributed.stops).
+STOPS = frozenset({signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2})
+
+
 def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
-    import importlib
-
-    from rlpar.distributed import _child
-
-    for module in preload:  # the point of the zygote: imported once for all ranks
-        importlib.import_module(module)
-
     me = os.getpid()
     children: dict[int, int] = {}
     exit_codes: dict[int, int] = {}
-    stopping = False  # a stop was asked (Ctrl-C or the launcher's request): no more restarts
+    # The stop asked (a Ctrl-C reached this process, or the launcher forwarded one):
+    # no more restarts, and a rank forked after it starts with it noted.
+    asked: list[int] = []
 
     def stop(signum, frame):
         for pid in list(children):
@@ -68,8 +73,7 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
         os._exit(1)
 
     def note_stop(signum, frame):
-        nonlocal stopping
-        stopping = True
+        asked.append(signum)
 
     def forward_stop(signum, frame):
         # The launcher asks the ranks to stop cleanly: SIGUSR1 for its Ctrl-C,
@@ -88,29 +92,43 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
     signal.signal(signal.SIGINT, note_stop)
     signal.signal(signal.SIGUSR1, forward_stop)
     signal.signal(signal.SIGUSR2, forward_stop)
+    # The launcher started this process with the stop signals blocked, so that one
+    # sent while it was starting waits for the handlers above instead of killing it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+
+    import importlib
+
+    from rlpar.distributed import _child
+
+    for module in preload:  # the point of the zygote: imported once for all ranks
+        importlib.import_module(module)
+
     def fork(rank: int, restarts: int) -> None:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                # A rank that never asks for stop requests ignores them (a job's
-                # ranks install a handler; see experiments.runtime.job.StopSignals).
-                signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-                signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-                _die_with_parent()
-                if os.getppid() != me:  # the zygote died before prctl took effect
-                    os._exit(1)
-                os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
-                if restarts:
-                    os.environ[_child.RESTARTS_ENV] = str(restarts)
-                code = _child.main(payload, os.path.join(tmp, f"result{rank}.pkl"))
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        children[pid] = rank
+        # Blocked until the new rank is in ``children``: a stop forwarded in between
+        # would miss it. The child unblocks them once it notes stop requests.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    _rank_setup(tmp, rank, asked[0] if asked else None)
+                    _die_with_parent()
+                    if os.getppid() != me:  # the zygote died before prctl took effect
+                        os._exit(1)
+                    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+                    if restarts:
+                        os.environ[_child.RESTARTS_ENV] = str(restarts)
+                    code = _child.main(payload, os.path.join(tmp, f"result{rank}.pkl"))
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            children[pid] = rank
+            _write_text(os.path.join(tmp, _child.PID_FILE.format(rank=rank)), str(pid))
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
 
     for rank in range(nprocs):
         fork(rank, 0)
@@ -120,7 +138,7 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
         if requests.open:
             # Wait for a request or a rank's exit, whichever comes first.
             for rank in requests.poll(timeout=0.02):
-                if stopping:
+                if asked:
                     # The launcher asked before it saw the stop (a rank's death can
                     # reach it first): hand the death back rather than start a rank
                     # into a world that is ending.
@@ -145,6 +163,41 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
             if flags == 0:
                 break
     os._exit(0)
+
+
+_stack_file = None  # kept open for faulthandler, which writes to its descriptor
+
+
+def _rank_setup(tmp: str, rank: int, asked: int | None) -> None:
+    """A new rank's first steps, before its entry runs."""
+    import faulthandler
+    import tempfile
+
+    from rlpar.distributed import _child, stops
+
+    global _stack_file
+    # Stop requests are noted from now on, for the StopSignals the job installs
+    # later, and one that came before this rank existed is noted as its own.
+    stops.forget()
+    stops.record(tuple(STOPS))
+    if asked is not None:
+        stops.note(asked)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+    # What the launcher dumps when it gives up on this rank (see launch's finish_grace).
+    _stack_file = open(os.path.join(tmp, _child.STACK_FILE.format(rank=rank)), "w")
+    faulthandler.register(_child.DUMP_SIGNAL, file=_stack_file, all_threads=True)
+    # The temp dir (the launch's private one, see _launchdir) is looked up again in
+    # each rank: the zygote's cached copies would make the ranks share one folder.
+    tempfile.tempdir = None
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        process.current_process()._config.pop("tempdir", None)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 class _Requests:

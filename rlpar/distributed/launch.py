@@ -18,6 +18,13 @@ then rejoins the running world instead of waiting for a start with every rank. O
 rank whose World had joined is restarted so: one that died during the start leaves the
 others waiting in the start's collective steps, which no replacement can complete, so
 its death ends the launch as any other.
+
+A launch ends with its lead where asked (``finish_grace``, see :mod:`._finish`): ranks
+still running that long after rank 0 returned are killed and named. A stop (Ctrl-C,
+SIGTERM) is noted by a rank from its fork on (:mod:`.stops`), so one that lands
+before the rank can act on it is not lost. The launch's files live in a private
+directory that also holds the ranks' TMPDIR; the next launch removes those of
+launchers that were SIGKILLed (:mod:`._launchdir`).
 """
 
 from __future__ import annotations
@@ -25,17 +32,19 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import cloudpickle
 
+from rlpar.distributed import _launchdir, stops
 from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
+from rlpar.distributed._finish import Finish, read_result
 from rlpar.distributed.ports import free_port
 from rlpar.distributed.secret import SECRET_ENV, new_secret
 from rlpar.errors import ChildDied, ChildError, RankKeepsDying
@@ -47,23 +56,22 @@ _GRACE_S = 3.0
 _ECHO_GRACE_S = 5.0  # how long a PeerUnavailable waits for the failure it echoes
 
 
+def _start_zygote() -> None:
+    # Runs in the child between fork and exec. The stop signals are blocked until
+    # the zygote has its handlers (it unblocks them): a Ctrl-C forwarded while it
+    # starts would otherwise kill it (SIGUSR1's default) or be lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2})
+    _die_with_parent()
+
+
 def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: ask the kernel to SIGKILL it when the
-    # launcher thread that forked it exits.
+    # Ask the kernel to SIGKILL this child when the launcher thread that forked it exits.
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except Exception:  # not Linux: the launcher's own teardown still applies
         pass
-
-
-def _read_result(path: str) -> tuple[str, Any] | None:
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError):
-        return None
 
 
 def launch(
@@ -78,6 +86,8 @@ def launch(
     stop_grace: float = 0.0,
     restartable: Collection[int] = (),
     max_restarts: int = 0,
+    finish_grace: float | None = None,
+    labels: Sequence[str] = (),
 ) -> list:
     """Run ``entry(*args)`` in ``nprocs`` local ranks and return their results by rank.
 
@@ -87,13 +97,22 @@ def launch(
     to the children's environment; ``preload`` names the modules imported once before
     the ranks are forked (an entry that needs no torch can pass ``()``).
 
-    Ctrl-C or SIGTERM in this process: with ``stop_grace > 0`` every rank gets a
-    SIGINT (a rank that handles it can finish cleanly) and the ranks have
+    Ctrl-C or SIGTERM in this process: with ``stop_grace > 0`` every rank is asked to
+    stop (a rank that handles it can finish cleanly) and the ranks have
     ``stop_grace`` more seconds to exit before they are killed; a second signal, or
     ``stop_grace == 0``, kills them at once and raises KeyboardInterrupt. Either
     way the temporary files are removed. The ranks are asked with SIGUSR1 (this
-    process got Ctrl-C) or SIGUSR2 (it got SIGTERM), which they ignore unless they
-    install a handler for them.
+    process got Ctrl-C) or SIGUSR2 (it got SIGTERM), which a rank notes from the
+    moment it is forked (:mod:`rlpar.distributed.stops`) for the handler it may
+    install later. A stop this process noted before the launch (``stops.record``)
+    is asked of the ranks at once. While supervising, SIGINT raises
+    KeyboardInterrupt here unless this process ignores it or has its own handler.
+
+    ``finish_grace``: once rank 0 (the lead) has returned its result, the other ranks
+    have this many seconds to exit; those still running are then killed and named
+    in a warning (with ``labels[rank]``, e.g. its role, and the innermost frames of
+    its main thread), and their results are None. None: wait for them (up to
+    ``timeout``).
 
     ``restartable``: ranks that are restarted alone when they die after their World
     joined (see the module docstring), each at most ``max_restarts`` times; one that
@@ -120,11 +139,15 @@ def launch(
     bad = [r for r in restartable if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < nprocs]
     if bad:
         raise ValueError(f"restartable ranks must be in 0..{nprocs - 1}, got {sorted(bad, key=repr)}")
+    if finish_grace is not None and not finish_grace >= 0:
+        raise ValueError(f"finish_grace must be >= 0 seconds or None, got {finish_grace!r}")
     port = free_port() if master_port is None else master_port
     if not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"master_port must be in 1..65535, got {master_port!r}")
 
-    with tempfile.TemporaryDirectory(prefix="rlpar-launch-") as tmp:
+    _launchdir.sweep()  # what SIGKILLed launchers left
+    tmp = _launchdir.create()
+    try:
         payload = os.path.join(tmp, "entry.pkl")
         with open(payload, "wb") as f:
             # sys.path first, in plain pickle, so the child can import the modules the
@@ -150,41 +173,51 @@ def launch(
         # ranks' pipes close (dozens of lines after each job's summary); a rank's own
         # failure reaches the launcher as a Python traceback. Set it to WARNING to see them.
         child_env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        private = _launchdir.rank_tmpdir(tmp)
+        if private is not None:  # removed with the launch's directory, even after a SIGKILL
+            child_env["TMPDIR"] = private
         zygote = subprocess.Popen(
             [sys.executable, "-m", "rlpar.distributed._zygote", payload, tmp, str(nprocs),
              ",".join(preload)],
-            env=child_env, preexec_fn=_die_with_parent,
+            env=child_env, preexec_fn=_start_zygote,
             # The pipe for restart requests; /dev/null (at once EOF) when there are none.
             stdin=subprocess.PIPE if restartable else subprocess.DEVNULL,
         )
         policy = _Restarts(restartable, max_restarts)
+        finish = Finish(finish_grace, list(labels))
         try:
-            with _TermAsInterrupt():
-                return _supervise(zygote, nprocs, tmp, timeout, stop_grace, policy)
+            with _StopsAsInterrupt():
+                return _supervise(zygote, nprocs, tmp, timeout, stop_grace, policy, finish)
         finally:
             _stop(zygote)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-class _TermAsInterrupt:
+class _StopsAsInterrupt:
     """SIGTERM raises KeyboardInterrupt in the main thread while supervising, so the
     ranks are stopped and the temporary directory is removed (the default action
-    would end this process with both left behind)."""
+    would end this process with both left behind); so does SIGINT where this process
+    only noted stops so far (``stops.record``, as ``python -m experiments.<job>``)."""
 
     def __enter__(self):
         import threading
 
-        self._old = None
+        self._old = {}
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, self._raise)
+            self._old[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._raise)
+            if stops.recording(signal.SIGINT):
+                self._old[signal.SIGINT] = signal.signal(signal.SIGINT, self._raise)
         return self
 
     @staticmethod
     def _raise(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
+        stops.acted(signum)
+        raise KeyboardInterrupt("SIGTERM" if signum == signal.SIGTERM else "SIGINT")
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def _stop(zygote: subprocess.Popen) -> None:
@@ -246,13 +279,19 @@ class _Restarts:
 
 
 def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None,
-               stop_grace: float = 0.0, policy: _Restarts | None = None) -> list:
+               stop_grace: float = 0.0, policy: _Restarts | None = None,
+               finish: Finish | None = None) -> list:
     state = _Watch(deadline=None if timeout is None else time.monotonic() + timeout)
     policy = policy or _Restarts(frozenset(), 0)
+    finish = finish or Finish(None, [])
+    early = stops.take()  # a stop asked before the launch: ask the ranks at once
     while True:
         try:
-            return _watch(zygote, nprocs, tmp, timeout, state, policy)
+            if early is not None:
+                raise KeyboardInterrupt("SIGTERM" if early == signal.SIGTERM else "SIGINT")
+            return _watch(zygote, nprocs, tmp, timeout, state, policy, finish)
         except KeyboardInterrupt as exc:
+            early = None
             if stop_grace <= 0 or state.interrupted:
                 raise
             # First Ctrl-C/SIGTERM: ask every rank to stop (the zygote forwards the
@@ -278,7 +317,7 @@ class _Watch:
 
 
 def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None, state: _Watch,
-           policy: _Restarts) -> list:
+           policy: _Restarts, finish: Finish) -> list:
     results, failures = state.results, state.failures
     while len(results) + len(failures) < nprocs:
         zygote_done = zygote.poll() is not None
@@ -291,7 +330,7 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
                             child_name=f"rank{rank}", exitcode=zygote.returncode)
         for rank in (r for r in exits if exits[r] is not None):
             code, when = exits[rank]
-            outcome = _read_result(os.path.join(tmp, f"result{rank}.pkl"))
+            outcome = read_result(os.path.join(tmp, f"result{rank}.pkl"))
             if outcome is not None and outcome[0] == "error":
                 kind, text = outcome[1]
                 failures[rank] = (when, ChildError(f"rank {rank} raised {kind}",
@@ -333,6 +372,8 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
             state.echo_since = time.monotonic() if state.echo_since is None else state.echo_since
             if zygote_done or time.monotonic() - state.echo_since > _ECHO_GRACE_S:
                 raise _earliest(failures)
+        if not failures and finish.expired(tmp, results):
+            return finish.give_up(tmp, nprocs, results, stop=lambda: _stop(zygote))
         if state.deadline is not None and time.monotonic() > state.deadline:
             if state.interrupted:
                 raise KeyboardInterrupt("ranks did not stop within the grace period")

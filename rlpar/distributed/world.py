@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from rlpar.distributed import current
+from rlpar.distributed import current, stops
 from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
 from rlpar.distributed.netif import interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
@@ -380,8 +380,9 @@ class World:
     # ------------------------------------------------------------------ shutdown
 
     def shutdown(self, *, graceful: bool = True, timeout: float | None = None) -> None:
-        """Leave the world. Graceful waits (up to ``timeout``, default ``rpc_timeout``)
-        for every rank to shut down too, so ranks should agree on when to stop first
+        """Leave the world. Graceful waits (up to ``timeout``, default ``rpc_timeout``;
+        at most ``stops.LEAVE_S`` once this process was asked to stop, see
+        :mod:`rlpar.distributed.stops`) for every rank to shut down too, so ranks should agree on when to stop first
         (e.g. a group barrier): a rank that leaves early stops serving its services.
         On a timeout or a dead peer it falls back to a local shutdown, never hangs.
         Also runs at interpreter exit if the program did not call it."""
@@ -389,12 +390,18 @@ class World:
             return
         self._alive = False
         timeout = self.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
+        # This process was asked to stop (under torchrun so was every rank, after a
+        # rank died): meet the peers in the store for a few seconds at most. torch's
+        # graceful shutdown would wait for a dead peer forever (its agent's join).
+        stopping = stops.requested() is not None
+        if stopping:
+            timeout = min(timeout, stops.LEAVE_S)
         try:
             if graceful and self.unreachable:
                 log.warning("%r: peers %s are unreachable; shutting down without waiting",
                             self.name, sorted(self.unreachable))
                 graceful = False
-            if graceful and self.rejoinable:
+            if graceful and (self.rejoinable or stopping):
                 self._leave_through_store(timeout)
                 rpc.shutdown(graceful=False)
             elif graceful:

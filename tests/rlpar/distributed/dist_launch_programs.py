@@ -145,3 +145,41 @@ def returns_then_is_hit_while_leaving():
 
     current.join(_LeavesUnderCtrlC())
     return int(os.environ["RANK"]) + 100
+
+
+def lead_returns_while_rank1_hangs(pid_dir):
+    """Rank 0 (the lead) returns; rank 1 never finishes, as an actor stuck in a hung env."""
+    _record_pid(pid_dir)
+    if os.environ["RANK"] == "0":
+        return "summary"
+    _stuck_in_env_step()
+
+
+def _stuck_in_env_step():
+    time.sleep(3600)
+
+
+def reports_stop_request(pid_dir):
+    """A rank that looks for a stop request only after a second, as a job's rank
+    that installs its handler once its world has joined: what stop did it get?"""
+    from rlpar.distributed import stops
+
+    _record_pid(pid_dir)
+    time.sleep(1.0)
+    deadline = time.monotonic() + 10
+    while stops.requested() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    asked = stops.requested()
+    return None if asked is None else stops.reason(asked)
+
+
+def records_temp_dirs_then_sleeps(out):
+    """Writes its pid, its temp dir and multiprocessing's (created now, as an env
+    worker's start does) to ``out``, then sleeps until killed."""
+    import multiprocessing.util
+    import tempfile
+
+    with open(out + ".tmp", "w") as f:
+        f.write(f"{os.getpid()}\n{tempfile.gettempdir()}\n{multiprocessing.util.get_temp_dir()}\n")
+    os.replace(out + ".tmp", out)
+    time.sleep(60)
