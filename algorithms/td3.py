@@ -44,7 +44,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.ddpg import DDPG, DDPGConfig, polyak_update, q_value, seeded, weighted_mean
+from algorithms.continuous import polyak_update, q_value, seeded, weighted_mean
+from algorithms.ddpg import DDPG, DDPGConfig
 
 
 @dataclasses.dataclass
