@@ -12,10 +12,12 @@ Ornstein-Uhlenbeck noise to the actor's output.
 Ape-X DPG (Horgan et al. 2018, "Distributed Prioritized Experience Replay", ICLR,
 arXiv:1803.00933) feeds it n-step, prioritized batches, as :mod:`algorithms.dqn` does
 for DQN: ``discount`` is the batch's ``gamma ** k`` (``config.gamma`` when absent);
-the importance ``weights`` scale the critic loss (not the actor's: its gradient is
-no estimate of the sampled transition's TD error); ``learn`` returns priorities
-``|y - Q(obs, action)| + eps`` beside the metrics; ``initial_priorities`` scores new
-transitions on an actor through the same code; ``tie_target`` makes an acting copy.
+the importance ``weights`` scale the critic loss (the actor's stays unweighted, as in
+RLlib's Ape-X DDPG: transitions are picked by the critic's TD error, so the bias the
+weights undo is the critic's; the actor just sees more states the critic is still
+learning); ``learn`` returns priorities ``|y - Q(obs, action)| + eps`` beside the
+metrics; ``initial_priorities`` scores new transitions on an actor through the same
+code; ``tie_target`` makes an acting copy.
 ``policy_state`` is what an acting copy needs: the actor *and* the critic, since an
 Ape-X actor computes its transitions' initial priorities with the critic.
 
