@@ -1,7 +1,8 @@
-"""Exploration noise for continuous actions (DDPG, MADDPG).
+"""Exploration noise for continuous actions (DDPG, TD3, MADDPG).
 
 Both processes work in the actor's normalized action space ([-1, 1]); the
 algorithm adds the noise, clips, and only then scales to the environment's Box.
+:func:`exploration_scales` spreads Ape-X-style per-actor noise scales over env copies.
 """
 
 from __future__ import annotations
@@ -124,13 +125,16 @@ def exploration_scales(index: int, num_actors: int, num_envs: int, *, sigma: flo
     with ``per_env=False``, one scale for the whole actor. Set it as ``noise_scale``
     of :class:`algorithms.ddpg.DDPG` / :class:`algorithms.td3.TD3`.
 
-    Scales are standard deviations in the normalized action space [-1, 1]. The
-    defaults (0.5, 3) span 0.5 down to 0.5 ** 4 = 0.0625, a factor 8 around TD3's
-    fixed 0.1 (Fujimoto et al. 2018): a few copies explore widely, most stay near the
-    policy, whose own states the critic must value well. With 2 actors x 8 envs
+    Scales are standard deviations in the normalized action space [-1, 1]. The Ape-X
+    paper's DPG experiments give no per-actor noise rule that we could find; RLlib's
+    Ape-X DDPG (``PerWorkerGaussianNoise``) multiplies its base noise by the DQN
+    schedule ``0.4 ** (1 + 7 i / (N - 1))``. We keep that geometric form but choose
+    (0.5, 3): from 0.5 down to 0.5 ** 4 = 0.0625, a factor 8 around TD3's fixed 0.1
+    (Fujimoto et al. 2018), so the wide end explores and the narrow end acts nearly as
+    the policy, on whose states the critic must be accurate. With 2 actors x 8 envs
     (copy j of 16 gets ``0.5 ** (1 + 3 j / 15)``): actor 0 has 0.500, 0.435, 0.379,
     0.330, 0.287, 0.250, 0.218, 0.189; actor 1 has 0.165, 0.144, 0.125, 0.109, 0.095,
-    0.082, 0.072, 0.063. Ape-X DQN's own (0.4, 7) would leave half the copies below
+    0.082, 0.072, 0.0625. Ape-X DQN's own (0.4, 7) would leave half the copies below
     0.4 ** 4.5 = 0.016, effectively greedy: fine for epsilon-greedy Atari, where a
     greedy actor still meets new states, but wasteful for deterministic control.
     """
