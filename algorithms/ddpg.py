@@ -1,19 +1,35 @@
-"""Deep Deterministic Policy Gradient (Lillicrap et al. 2016, arXiv 1509.02971).
+"""Deep Deterministic Policy Gradient, ready for Ape-X.
 
-A deterministic actor ``mu(s)`` and a critic ``Q(s, a)``, each with a slowly
-tracking target copy (Polyak averaging). The critic regresses onto
-``r + gamma (1 - terminated) Q'(s', mu'(s'))``; the actor ascends ``Q(s, mu(s))``.
-Exploration adds Gaussian or Ornstein-Uhlenbeck noise to the actor's output.
+Lillicrap et al. 2016, "Continuous control with deep reinforcement learning" (ICLR,
+arXiv:1509.02971): a deterministic actor ``mu(s)`` and a critic ``Q(s, a)``, each
+with a slowly tracking target copy (Polyak averaging). The critic regresses onto
 
-Actions: the actor's raw output is squashed with ``tanh`` into [-1, 1] (the
-*normalized* space that the critic and the replay buffer's preprocessing use) and
-scaled to the environment's Box only when acting. Any ``nn.Module`` can stand in
-for the default MLPs: the actor maps ``obs (B, obs_dim) -> (B, action_dim)``, the
-critic maps ``cat([obs, action]) (B, obs_dim + action_dim) -> (B, 1)``.
+    y = reward + discount * (1 - terminated) * Q'(next_obs, mu'(next_obs))
 
-``update`` is a template method; subclasses override one hook at a time:
-``preprocess -> critic_target -> critic_loss -> optimize -> actor_loss ->
-optimize -> soft_update``.
+and the actor ascends ``Q(s, mu(s))``. Exploration adds Gaussian or
+Ornstein-Uhlenbeck noise to the actor's output.
+
+Ape-X DPG (Horgan et al. 2018, "Distributed Prioritized Experience Replay", ICLR,
+arXiv:1803.00933) feeds it n-step, prioritized batches, as :mod:`algorithms.dqn` does
+for DQN: ``discount`` is the batch's ``gamma ** k`` (``config.gamma`` when absent);
+the importance ``weights`` scale the critic loss (the actor's stays unweighted, as in
+RLlib's Ape-X DDPG: transitions are picked by the critic's TD error, so the bias the
+weights undo is the critic's; the actor just sees more states the critic is still
+learning); ``learn`` returns priorities ``|y - Q(obs, action)| + eps`` beside the
+metrics; ``initial_priorities`` scores new transitions on an actor through the same
+code; ``tie_target`` makes an acting copy.
+``policy_state`` is what an acting copy needs: the actor *and* the critic, since an
+Ape-X actor computes its transitions' initial priorities with the critic.
+
+Actions: the actor's raw output is squashed with ``tanh`` into [-1, 1], the
+*normalized* space that the critic, the noise and the targets work in; ``act``
+scales it to the environment's Box and ``preprocess`` scales replayed actions back.
+Any ``nn.Module`` can stand in for the default MLPs: the actor maps ``obs (B,
+obs_dim) -> (B, action_dim)``, the critic ``cat([obs, action]) -> (B, 1)``.
+
+``learn`` (``update``) is a template method; a subclass (:class:`algorithms.td3.TD3`)
+overrides hooks: ``preprocess -> critic_target -> critic_loss -> optimize ->
+[actor_due] actor_loss -> optimize -> soft_update``, then ``priorities``.
 """
 
 from __future__ import annotations
@@ -25,18 +41,21 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from algorithms.base import Algorithm, as_tensor
+from algorithms.base import Algorithm, Learned, as_tensor, no_grad_for
+from algorithms.continuous import action_scale, adam, polyak_update, q_value, seeded, weighted_mean
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
-from rlpar.state import StatePath, integer, mapping, torch_loader
+from algorithms.optim import clip_grad_norm
+from rlpar.state import StatePath, integer, mapping, number, sequence, torch_loader
+
+__all__ = ["DDPG", "DDPGConfig", "action_scale", "polyak_update"]
 
 
 @dataclasses.dataclass
 class DDPGConfig:
-    """Hyperparameters (defaults follow the paper where it gives them)."""
+    """Hyperparameters (defaults follow the DDPG paper where it gives them)."""
 
     gamma: float = 0.99
     tau: float = 0.001
@@ -45,8 +64,14 @@ class DDPGConfig:
     critic_weight_decay: float = 0.0
     hidden: tuple[int, ...] = (400, 300)
     noise: Literal["gaussian", "ou"] = "ou"
+    # Exploration noise scale in the normalized action space: the initial value of
+    # ``DDPG.noise_scale``, which an Ape-X actor replaces by one scale per env copy.
     noise_scale: float = 0.2
     grad_clip: float | None = None
+    # Added to |TD error| so that no transition's priority is ever exactly zero.
+    priority_eps: float = 1e-6
+    # Seeds the networks' initialization and the noise. Give every Ape-X actor its
+    # own (dataclasses.replace(config, seed=...)), or they all explore alike.
     seed: int | None = None
 
     def validate(self) -> None:
@@ -61,35 +86,27 @@ class DDPGConfig:
             raise ValueError(f"critic_weight_decay must be >= 0, got {self.critic_weight_decay}")
         if self.noise not in ("gaussian", "ou"):
             raise ValueError(f"noise must be 'gaussian' or 'ou', got {self.noise!r}")
-        if self.noise_scale < 0:
+        if not self.noise_scale >= 0:
             raise ValueError(f"noise_scale must be >= 0, got {self.noise_scale}")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
+        if not self.priority_eps >= 0:
+            raise ValueError(f"priority_eps must be >= 0, got {self.priority_eps}")
 
 
-@torch.no_grad()
-def polyak_update(target: Iterable[torch.Tensor], source: Iterable[torch.Tensor], tau: float) -> None:
-    """``target <- (1 - tau) target + tau source``, in place, for every pair."""
-    target, source = list(target), list(source)
-    if len(target) != len(source):
-        raise ValueError(f"polyak_update: {len(target)} target tensors vs {len(source)} source tensors")
-    if target:
-        torch._foreach_lerp_(target, source, tau)
-
-
-def action_scale(low: Any, high: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Center and half-range of a Box, validated (finite, low < high)."""
-    low = np.asarray(low, dtype=np.float32).reshape(-1)
-    high = np.asarray(high, dtype=np.float32).reshape(-1)
-    if low.shape != high.shape:
-        raise ValueError(f"action low {low.shape} and high {high.shape} differ in shape")
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
-        raise ValueError(f"action bounds must be finite with low < high, got low={low} high={high}")
-    return (high + low) / 2, (high - low) / 2
+_METRICS = ("critic_loss", "actor_loss", "q_mean", "target_mean", "td_abs")
 
 
 class DDPG(Algorithm):
-    """Single-agent DDPG with target networks and exploration noise."""
+    """Single-agent DDPG with target networks, exploration noise and priorities.
+
+    ``noise_scale`` (a float, or one scale per row of ``obs``, like
+    :attr:`algorithms.dqn.DQN.epsilon`) sets ``act``'s exploration.
+    """
+
+    # Everything ``state_dict`` saves besides counters; subclasses extend it.
+    state_modules: tuple[str, ...] = ("actor", "critic", "target_actor", "target_critic",
+                                      "actor_opt", "critic_opt")
 
     def __init__(
         self,
@@ -109,18 +126,36 @@ class DDPG(Algorithm):
         self.center, self.half_range = action_scale(action_low, action_high)
         self.obs_dim, self.action_dim = int(obs_dim), int(self.center.size)
         self.device = torch.device(device)
-        if config.seed is not None:
-            torch.manual_seed(config.seed)
-        self.actor = (actor or mlp(obs_dim, self.action_dim, hidden=config.hidden)).to(self.device)
-        self.critic = (critic or mlp(obs_dim + self.action_dim, 1, hidden=config.hidden)).to(self.device)
+        with seeded(config.seed):
+            self.actor = (actor or mlp(obs_dim, self.action_dim, hidden=config.hidden)).to(self.device)
+            self.critic = (critic or mlp(obs_dim + self.action_dim, 1, hidden=config.hidden)).to(self.device)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
-        self.critic_opt = torch.optim.Adam(
-            self.critic.parameters(), lr=config.critic_lr, weight_decay=config.critic_weight_decay
-        )
+        self._actor_opt: torch.optim.Optimizer | None = None
+        self._critic_opt: torch.optim.Optimizer | None = None
+        self.noise_scale: float | np.ndarray = config.noise_scale
         self.noise: ActionNoise | None = None
+        self._rng = np.random.default_rng(config.seed)  # seeds each noise process it makes
+        self._actor_loss = torch.zeros((), device=self.device)  # the last one, reported on steps without one
         self.updates = 0
+
+    # ----- optimizers: built on first use; acting copies never need them ----------------
+    @property
+    def actor_opt(self) -> torch.optim.Optimizer:
+        if self._actor_opt is None:
+            self._actor_opt = adam(self.actor.parameters(), lr=self.config.actor_lr)
+        return self._actor_opt
+
+    @property
+    def critic_opt(self) -> torch.optim.Optimizer:
+        if self._critic_opt is None:
+            self._critic_opt = adam(self.critic_parameters(), lr=self.config.critic_lr,
+                                    weight_decay=self.config.critic_weight_decay)
+        return self._critic_opt
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """Hook: the parameters the critic loss trains (TD3: both critics)."""
+        return list(self.critic.parameters())
 
     # ----- acting -----------------------------------------------------------------
     def policy(self, obs: torch.Tensor, *, target: bool = False) -> torch.Tensor:
@@ -129,14 +164,29 @@ class DDPG(Algorithm):
 
     @torch.no_grad()
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
+        """Actions in the environment's Box; with ``explore``, noisy (``noise_scale``)."""
         obs_t = as_tensor(obs, self.device).reshape(-1, self.obs_dim)
         action = self.policy(obs_t).cpu().numpy()
-        if explore and self.config.noise_scale > 0:
-            if self.noise is None or self.noise.shape != action.shape:
-                self.noise = make_noise(self.config.noise, shape=action.shape,
-                                        scale=self.config.noise_scale, seed=self.config.seed)
-            action = np.clip(action + self.noise.sample(), -1.0, 1.0)
+        if explore:
+            action = self.explore(action)
         return (self.center + self.half_range * action).astype(np.float32)
+
+    def explore(self, action: np.ndarray) -> np.ndarray:
+        """Hook: add noise of scale ``noise_scale`` (per row if an array) to normalized
+        actions and clip them to [-1, 1]. The process runs at unit scale and is scaled
+        after: both kinds are linear in their scale, and a row's scale may change."""
+        scale = np.asarray(self.noise_scale, dtype=np.float32)
+        if not np.any(scale > 0):
+            return action
+        if scale.ndim:
+            if scale.shape != (len(action),):
+                raise ValueError(f"noise_scale of shape {scale.shape}: expected a float or one scale "
+                                 f"per row of obs, ({len(action)},)")
+            scale = scale[:, None]
+        if self.noise is None or self.noise.shape != action.shape:
+            self.noise = make_noise(self.config.noise, shape=action.shape, scale=1.0,
+                                    seed=int(self._rng.integers(2**63)))
+        return np.clip(action + scale * self.noise.sample(), -1.0, 1.0)
 
     def reset_noise(self, mask: np.ndarray | None = None) -> None:
         """Restart correlated noise for the env copies whose episode ended."""
@@ -145,73 +195,137 @@ class DDPG(Algorithm):
 
     # ----- learning (template method and hooks) -------------------------------------
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        return self.learn(batch).metrics
+
+    def learn(self, batch: Mapping[str, Any]) -> Learned:
         data = self.preprocess(batch)
         with torch.no_grad():
             y = self.critic_target(data)
         critic_loss, td = self.critic_loss(data, y)
-        self.optimize(self.critic_opt, critic_loss, self.critic.parameters())
-        actor_loss = self.actor_loss(data)
-        self.optimize(self.actor_opt, actor_loss, self.actor.parameters())
-        self.soft_update()
+        self.optimize(self.critic_opt, critic_loss, self.critic_parameters())
+        if self.actor_due():
+            with no_grad_for([self.critic_parameters()]):  # the actor step leaves Q alone
+                actor_loss = self.actor_loss(data)
+            self.optimize(self.actor_opt, actor_loss, self.actor.parameters())
+            self.soft_update()
+            self._actor_loss = actor_loss.detach()
         self.updates += 1
-        return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(),
-                "q_mean": y.mean().item(), "td_abs": td.abs().mean().item()}
+        # One stack and one conversion: a sync per metric costs more than the math.
+        values = torch.stack([critic_loss.detach(), self._actor_loss, (y - td).mean(), y.mean(),
+                              td.abs().mean()]).tolist()
+        return Learned(dict(zip(_METRICS, values)), self.priorities(td))
 
     def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         missing = {"obs", "action", "reward", "next_obs", "terminated"} - set(batch)
         if missing:
-            raise KeyError(f"DDPG batch lacks {sorted(missing)}")
+            raise KeyError(f"{type(self).__name__} batch lacks {sorted(missing)}")
         data = super().preprocess(batch)
         center = torch.as_tensor(self.center, device=self.device)
         half = torch.as_tensor(self.half_range, device=self.device)
         data["action"] = (data["action"].float().reshape(-1, self.action_dim) - center) / half
-        data["reward"] = data["reward"].float().reshape(-1)
-        data["terminated"] = data["terminated"].float().reshape(-1)
-        if "weights" in data:
-            data["weights"] = data["weights"].float().reshape(-1)
+        for key in ("reward", "terminated", "discount", "weights"):
+            if key in data:
+                data[key] = data[key].float().reshape(-1)
         return data
 
     def critic_target(self, data: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Hook: the regression target ``y`` (called without gradients)."""
         next_action = self.policy(data["next_obs"], target=True)
-        next_q = self.target_critic(torch.cat([data["next_obs"], next_action], -1)).squeeze(-1)
-        return data["reward"] + self.config.gamma * (1.0 - data["terminated"]) * next_q
+        return self.bootstrap(data, q_value(self.target_critic, data["next_obs"], next_action))
+
+    def bootstrap(self, data: Mapping[str, torch.Tensor], next_value: torch.Tensor) -> torch.Tensor:
+        """``reward + discount * (1 - terminated) * next_value``, with the batch's n-step
+        ``discount`` (``gamma ** k``) or ``config.gamma`` for one-step batches."""
+        discount = data["discount"] if "discount" in data else self.config.gamma
+        return data["reward"] + discount * (1.0 - data["terminated"]) * next_value
 
     def critic_loss(self, data: Mapping[str, torch.Tensor], y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q = self.critic(torch.cat([data["obs"], data["action"]], -1)).squeeze(-1)
-        td = y - q
-        if "weights" in data:  # importance weights from prioritized replay
-            return (data["weights"] * td.pow(2)).mean(), td.detach()
-        return F.mse_loss(q, y), td.detach()
+        """Hook: ``(loss, td)``: the importance-weighted mean squared TD error and the
+        (detached) TD errors ``y - Q(obs, action)``."""
+        td = y - q_value(self.critic, data["obs"], data["action"])
+        return weighted_mean(td.pow(2), data.get("weights")), td.detach()
+
+    def actor_due(self) -> bool:
+        """Hook: whether this learning step also trains the actor (TD3 delays it)."""
+        return True
 
     def actor_loss(self, data: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        action = self.policy(data["obs"])
-        return -self.critic(torch.cat([data["obs"], action], -1)).mean()
+        return -q_value(self.critic, data["obs"], self.policy(data["obs"])).mean()
 
     def optimize(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                  params: Iterable[torch.Tensor]) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.grad_clip is not None:
-            nn.utils.clip_grad_norm_(list(params), self.config.grad_clip)
+            clip_grad_norm([p.grad for p in params if p.grad is not None], self.config.grad_clip)
         optimizer.step()
 
     def soft_update(self) -> None:
         polyak_update(self.target_actor.parameters(), self.actor.parameters(), self.config.tau)
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), self.config.tau)
 
+    def priorities(self, td: torch.Tensor) -> np.ndarray:
+        """Hook: replay priorities ``|td| + eps`` (float64, one per transition)."""
+        return np.abs(td.cpu().numpy()).astype(np.float64) + self.config.priority_eps
+
+    @torch.no_grad()
+    def initial_priorities(self, batch: Mapping[str, Any]) -> np.ndarray:
+        """Priorities of new transitions (Ape-X: computed by the actor that made them),
+        through ``preprocess``, ``critic_target``, ``critic_loss`` and ``priorities``,
+        the code ``learn`` runs, so a subclass that changes one changes both."""
+        data = self.preprocess(batch)
+        _, td = self.critic_loss(data, self.critic_target(data))
+        return self.priorities(td)
+
+    def tie_target(self) -> None:
+        """Make this an acting copy: its targets are its online networks. An Ape-X actor
+        only has the learner's online parameters; this also saves the copies' memory."""
+        self.target_actor, self.target_critic = self.actor, self.critic
+
     # ----- state --------------------------------------------------------------------
+    def acting_modules(self) -> dict[str, nn.Module]:
+        """Hook: the networks an acting copy needs: the actor to act, the critic for
+        initial priorities (a copy that only evaluates could do without it)."""
+        return {"actor": self.actor, "critic": self.critic}
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """A flat state dict of :meth:`acting_modules` (``actor.<name>``, ``critic.<name>``)."""
+        return {f"{prefix}.{key}": value for prefix, module in self.acting_modules().items()
+                for key, value in module.state_dict().items()}
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        modules = self.acting_modules()
+        unknown = {key.split(".", 1)[0] for key in state} - set(modules)
+        if unknown:
+            raise KeyError(f"policy state has entries for {sorted(unknown)}, not among {sorted(modules)}")
+        for prefix, module in modules.items():
+            module.load_state_dict({key[len(prefix) + 1:]: value for key, value in state.items()
+                                    if key.startswith(prefix + ".")})
+
     def state_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name).state_dict() for name in
-                ("actor", "critic", "target_actor", "target_critic", "actor_opt", "critic_opt")} | {
-                    "updates": self.updates}
+        return {name: getattr(self, name).state_dict() for name in self.state_modules} | {
+            "updates": self.updates, "actor_loss": float(self._actor_loss),
+            "noise_scale": np.array(self.noise_scale, dtype=np.float64).tolist()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit.
+        ``actor_loss`` and ``noise_scale`` are optional (older checkpoints)."""
         where = StatePath.of(self)
-        nets, opts = ("actor", "critic", "target_actor", "target_critic"), ("actor_opt", "critic_opt")
-        state = mapping(state, where, required=(*nets, *opts, "updates"))
+        opts = tuple(n for n in self.state_modules if n.endswith("_opt"))
+        nets = tuple(n for n in self.state_modules if n not in opts)
+        state = mapping(state, where, required=(*self.state_modules, "updates"),
+                        optional=("actor_loss", "noise_scale"))
         load = torch_loader(state, where, modules={n: getattr(self, n) for n in nets},
                             optimizers={n: getattr(self, n) for n in opts})
         updates = integer(state["updates"], where["updates"])
+        actor_loss = number(state.get("actor_loss", 0.0), where["actor_loss"])
+        scale = state.get("noise_scale", self.config.noise_scale)
+        if np.ndim(scale) == 0:
+            scale = number(scale, where["noise_scale"], low=0.0)
+        else:
+            scale = np.asarray([number(v, where["noise_scale"][i], low=0.0)
+                                for i, v in enumerate(sequence(list(scale), where["noise_scale"]))])
         load()
         self.updates = updates
+        self._actor_loss = torch.tensor(actor_loss, device=self.device)
+        self.noise_scale = scale

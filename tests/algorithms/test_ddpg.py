@@ -1,4 +1,5 @@
-"""DDPG: Polyak math, noise processes, action scaling, hooks, config validation."""
+"""DDPG: Polyak math, noise processes, action scaling, hooks, config validation, and
+what Ape-X needs: n-step discount, importance weights, priorities, acting copies."""
 
 import numpy as np
 import pytest
@@ -8,11 +9,15 @@ from algorithms.ddpg import DDPG, DDPGConfig, polyak_update
 from algorithms.noise import GaussianNoise, OrnsteinUhlenbeckNoise, make_noise
 
 
-def _batch(n=16, obs_dim=3, low=-2.0, high=2.0, seed=0):
+def _batch(n=16, obs_dim=3, low=-2.0, high=2.0, seed=0, **extra):
     rng = np.random.default_rng(seed)
     return {"obs": rng.standard_normal((n, obs_dim)), "action": rng.uniform(low, high, (n, 1)),
             "reward": rng.standard_normal(n), "next_obs": rng.standard_normal((n, obs_dim)),
-            "terminated": (rng.random(n) < 0.2).astype(np.float32)}
+            "terminated": (rng.random(n) < 0.2).astype(np.float32), **extra}
+
+
+def _ddpg(seed=0, **config):
+    return DDPG(obs_dim=3, action_low=[-2], action_high=[2], config=DDPGConfig(seed=seed, hidden=(16,), **config))
 
 
 def test_polyak_update_math():
@@ -116,6 +121,7 @@ def test_ou_noise_is_correlated_and_resets():
 @pytest.mark.parametrize("kwargs, match", [
     ({"gamma": 1.5}, "gamma"), ({"tau": 0.0}, "tau"), ({"actor_lr": -1.0}, "actor_lr"),
     ({"noise": "pink"}, "noise"), ({"grad_clip": 0.0}, "grad_clip"), ({"noise_scale": -0.1}, "noise_scale"),
+    ({"priority_eps": -1e-6}, "priority_eps"),
 ])
 def test_invalid_config_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -131,3 +137,81 @@ def test_invalid_construction_rejected():
         make_noise("uniform", shape=(1,), scale=0.1)
     with pytest.raises(KeyError, match="reward"):
         DDPG(obs_dim=3, action_low=[-2], action_high=[2]).update({k: v for k, v in _batch().items() if k != "reward"})
+
+
+def test_n_step_discount_from_the_batch_replaces_gamma():
+    algo = _ddpg(gamma=0.99)
+    one_step, three_step = algo.preprocess(_batch()), algo.preprocess(_batch(discount=np.full(16, 0.5**3)))
+    with torch.no_grad():
+        a = torch.tanh(algo.target_actor(one_step["next_obs"]))
+        next_q = algo.target_critic(torch.cat([one_step["next_obs"], a], -1)).squeeze(-1)
+        alive = 1 - one_step["terminated"]
+        torch.testing.assert_close(algo.critic_target(one_step), one_step["reward"] + 0.99 * alive * next_q)
+        torch.testing.assert_close(algo.critic_target(three_step), one_step["reward"] + 0.125 * alive * next_q)
+
+
+def test_importance_weights_scale_the_critic_loss():
+    algo = _ddpg()
+    data = algo.preprocess(_batch())
+    y = torch.randn(16)
+    plain, td = algo.critic_loss(data, y)
+    data["weights"] = torch.linspace(0.0, 1.0, 16)
+    torch.testing.assert_close(algo.critic_loss(data, y)[0], (data["weights"] * td.pow(2)).mean())
+    torch.testing.assert_close(plain, td.pow(2).mean())
+
+
+def test_learn_returns_priorities_abs_td_plus_eps_beside_the_metrics():
+    algo = _ddpg(priority_eps=1e-3)
+    batch = _batch(discount=np.full(16, 0.9), weights=np.ones(16))
+    data = algo.preprocess(batch)
+    with torch.no_grad():
+        y = algo.critic_target(data)
+        td = y - algo.critic(torch.cat([data["obs"], data["action"]], -1)).squeeze(-1)
+    metrics, priorities = algo.learn(batch)
+    assert priorities.shape == (16,) and priorities.dtype == np.float64 and (priorities > 0).all()
+    np.testing.assert_allclose(priorities, td.abs().numpy() + 1e-3, rtol=1e-5)
+    assert set(metrics) == {"critic_loss", "actor_loss", "q_mean", "target_mean", "td_abs"}
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_initial_priorities_of_a_tied_copy_equal_its_learned_priorities():
+    algo = _ddpg()
+    algo.tie_target()
+    assert algo.target_actor is algo.actor and algo.target_critic is algo.critic
+    batch = _batch(discount=np.full(16, 0.97))
+    np.testing.assert_allclose(algo.initial_priorities(batch), algo.learn(batch).priorities, rtol=1e-6)
+
+
+def test_policy_state_holds_actor_and_critic_and_round_trips():
+    learner, actor = _ddpg(seed=0), _ddpg(seed=1)
+    learner.learn(_batch())
+    state = learner.policy_state()
+    assert {key.split(".")[0] for key in state} == {"actor", "critic"}
+    actor.tie_target()
+    actor.load_policy_state(state)
+    obs = _batch()["obs"]
+    np.testing.assert_array_equal(actor.act(obs, explore=False), learner.act(obs, explore=False))
+    learner.tie_target()
+    np.testing.assert_allclose(actor.initial_priorities(_batch()), learner.initial_priorities(_batch()))
+    with pytest.raises(KeyError, match="critic2"):
+        actor.load_policy_state(state | {"critic2.weight": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "ou"])
+def test_noise_scale_per_row(kind):
+    algo = DDPG(obs_dim=2, action_low=[-1.0], action_high=[3.0], config=DDPGConfig(noise=kind, seed=0))
+    obs = np.random.default_rng(1).standard_normal((6, 2))
+    algo.noise_scale = np.array([0.0, 0.0, 0.0, 0.5, 0.5, 0.5])
+    explored, greedy = algo.act(obs), algo.act(obs, explore=False)
+    np.testing.assert_array_equal(explored[:3], greedy[:3])
+    assert (explored[3:] != greedy[3:]).all() and (explored >= -1).all() and (explored <= 3).all()
+    algo.noise_scale = 0.0  # a float: every row
+    np.testing.assert_array_equal(algo.act(obs), greedy)
+
+
+def test_acting_copies_build_no_optimizer():
+    algo = _ddpg()
+    algo.tie_target()
+    algo.act(np.zeros((2, 3)))
+    algo.initial_priorities(_batch())
+    assert algo._actor_opt is None and algo._critic_opt is None
