@@ -126,6 +126,30 @@ class ApexActor(Actor):
         return self.dqn.act(obs, explore=True), {}
 
 
+class ApexDPGActor(Actor):
+    """An Ape-X actor for continuous actions (Ape-X DPG, Horgan et al. 2018, with a
+    DDPG or TD3 copy): Gaussian exploration at its scales sigma_i
+    (:func:`algorithms.noise.exploration_scales`, per env copy), n-step transitions,
+    initial priorities from its own critic; ``ddpg.act`` is its behaviour."""
+
+    def __init__(self, *, ddpg: Any, env: Any, buffer: Buffer, params: ParameterStore, index: int,
+                 num_actors: int, config: ApexConfig, sigma: float, sigma_alpha: float,
+                 seed: int | None = None) -> None:
+        from algorithms.noise import exploration_scales
+
+        config.validate()
+        self.ddpg, self.config, self.index = ddpg, config, index
+        ddpg.tie_target()
+        ddpg.noise_scale = exploration_scales(index, num_actors, env.num_envs, sigma=sigma, alpha=sigma_alpha,
+                                              per_env=config.eps_per_env)
+        super().__init__(acting=ddpg, behave=self.behaviour, env=env, sink=buffer, params=params,
+                         adder=NStepAdder(num_envs=env.num_envs, n=config.n_step, gamma=ddpg.config.gamma),
+                         add_every=config.add_every, pull_every=config.pull_every, prioritized=True, seed=seed)
+
+    def behaviour(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.ddpg.act(obs, explore=True), {}
+
+
 class ApexLearner(Learner):
     """The Ape-X learner (:class:`~algorithms.actor_learner.Learner`) of a DQN:
     prioritized batches in, new priorities and parameters out."""

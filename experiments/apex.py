@@ -28,7 +28,7 @@ import functools
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from experiments.roles.program import Program
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
@@ -51,13 +51,22 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "frames": {"lr": 6.25e-5, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "other": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
 }
+# DQN's for every family, and TD3's and DDPG's (continuous actions, vector observations):
+# the authors' reference settings (lr 3e-4, tau 0.005, 256x256; Fujimoto et al. 2018,
+# sfujim/TD3) with Ape-X's n-step returns and a replay ratio of 0.25 updates of 256 per
+# env step, which solved Pendulum-v1 in 13-15K env steps in one process (seeds 0-2;
+# ratio 1: 6K; experiments/bench/td3_pendulum.py).
+DQN_DEFAULTS: dict[str, float | int | str] = {"tau": 1.0, "hidden": "128,128", "batch_size": 128}
+CONTINUOUS_DEFAULTS: dict[str, float | int | str] = {
+    "lr": 3e-4, "tau": 0.005, "hidden": "256,256", "batch_size": 256, "n_step": 3, "updates_per_step": 0.25}
 
 
 @dataclasses.dataclass
 class LearnConfig:
-    """DQN and Ape-X hyperparameters (defaults tuned for CartPole-v1; the learning
-    rate, exploration exponent and n-step length per observation family:
-    ``DEFAULTS_BY_FAMILY``)."""
+    """Ape-X hyperparameters, of the DQN learner and, where they say so, of TD3/DDPG
+    (defaults tuned for CartPole-v1; those left unset are filled by the algorithm and
+    the observation family: ``DEFAULTS_BY_FAMILY``, ``DQN_DEFAULTS``,
+    ``CONTINUOUS_DEFAULTS``)."""
 
     # Measured: env steps to solve CartPole with these defaults in one deterministic
     # process (greedy eval of 20 episodes every 5000 env steps, seeds 0-5): lr 2.5e-3:
@@ -66,14 +75,16 @@ class LearnConfig:
     # 500 solved 1/3 and 0/3; batch 256 at 0.125 updates/step 1/3; a 64x64 MLP without
     # dueling head 0/3.
     lr: float | None = field(None, help=(
-        "Adam learning rate (none: by observation family, 2.5e-3 for vectors, 2.5e-4 for "
-        "MinAtar-size images, 6.25e-5 for 84x84 frames)"))
+        "Adam learning rate (TD3/DDPG: the actor's; none: by algorithm and observation family, "
+        "DQN 2.5e-3 for vectors, 2.5e-4 for MinAtar-size images, 6.25e-5 for 84x84 frames; TD3 3e-4)"))
     gamma: float = field(0.99, help="discount")
     n_step: int | None = field(None, help=(
         "n-step return length (none: by observation family, 1 for MinAtar-size images, 3 otherwise)"))
-    batch_size: int = field(128, help="learner batch size")
-    target_update: int = field(500, help="learner updates between target network updates")
-    tau: float = field(1.0, help="Polyak coefficient of target updates (1.0 = hard copy)")
+    batch_size: int | None = field(None, help="learner batch size (none: 128 for DQN, 256 for TD3/DDPG)")
+    target_update: int = field(500, help="DQN: learner updates between target network updates")
+    tau: float | None = field(None, help=(
+        "Polyak coefficient of target updates (none: 1.0, a hard copy every --target-update, for DQN; "
+        "0.005 every update for TD3/DDPG)"))
     adam_eps: float = field(1e-8, help=(
         "Adam's epsilon (Rainbow: 1.5e-4): the gradient size below which Adam's steps shrink "
         "instead of being normalized to --lr"))
@@ -84,14 +95,16 @@ class LearnConfig:
         "ReDo's dormancy threshold: a unit's mean activation on the batch over its layer's mean"))
     double_q: bool = field(True, help="double Q-learning")
     dueling: bool = field(True, help="dueling head")
-    hidden: str = field("128,128", help="MLP hidden sizes for vector observations, comma separated")
+    hidden: str | None = field(None, help=(
+        "MLP hidden sizes for vector observations, comma separated (none: 128,128 for DQN, 256,256 "
+        "for TD3/DDPG)"))
     updates_per_step: float | None = field(None, help=(
         "learner updates per env step (replay ratio / batch size); actors throttle to hold it "
         "(none: by observation family, 0.0625 for MinAtar-size images, 0.25 otherwise)"))
     learning_starts: int = field(1000, help="env steps before learning starts")
     push_every: int = field(8, help="learner updates between parameter publications")
     pull_every: int = field(64, help="actor env steps between parameter pulls")
-    eps: float = field(0.4, help="Ape-X base exploration rate")
+    eps: float = field(0.4, help="DQN: Ape-X base exploration rate")
     eps_alpha: float | None = field(None, help=(
         "Ape-X exploration exponent (none: by observation family, 3 for MinAtar-size images, "
         "the paper's 7 otherwise)"))
@@ -112,7 +125,7 @@ class LearnConfig:
         for name in ("gamma", "eps"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{flag(name)} must be in [0, 1], got {getattr(self, name)}")
-        if not 0.0 < self.tau <= 1.0:
+        if self.tau is not None and not 0.0 < self.tau <= 1.0:
             raise ValueError(f"{flag('tau')} must be in (0, 1], got {self.tau}")
         if not self.adam_eps > 0:
             raise ValueError(f"{flag('adam_eps')} must be > 0, got {self.adam_eps}")
@@ -122,18 +135,24 @@ class LearnConfig:
             raise ValueError(f"{flag('recycle_tau')} must be in [0, 1), got {self.recycle_tau}")
         if self.eps_alpha is not None and self.eps_alpha < 0:
             raise ValueError(f"{flag('eps_alpha')} must be >= 0, got {self.eps_alpha}")
-        self.hidden_sizes()
+        if self.hidden is not None:
+            self.hidden_sizes()
 
     def hidden_sizes(self) -> tuple[int, ...]:
+        self.require("hidden")
         return layer_sizes(self.hidden, name="hidden")
+
+    def require(self, *names: str) -> None:
+        """ValueError naming the first of ``names`` left unset (None)."""
+        for name in names:
+            if getattr(self, name) is None:
+                raise ValueError(f"{flag(name)} is unset: the job fills it by algorithm and the env's "
+                                 "observations (env_defaults); set it to build Ape-X parts directly")
 
     def apex_config(self):
         from algorithms.apex import ApexConfig
 
-        for name in ("eps_alpha", "n_step"):
-            if getattr(self, name) is None:
-                raise ValueError(f"{flag(name)} is unset: the job fills it from the env's observations "
-                                 "(env_defaults); set it to build Ape-X parts directly")
+        self.require("eps_alpha", "n_step", "batch_size")
         return ApexConfig(n_step=self.n_step, batch_size=self.batch_size,
                           learning_starts=self.learning_starts, push_every=self.push_every,
                           pull_every=self.pull_every, eps=self.eps, eps_alpha=self.eps_alpha,
@@ -142,17 +161,42 @@ class LearnConfig:
     def dqn_config(self):
         from algorithms.dqn import DQNConfig
 
-        if self.lr is None:
-            raise ValueError(f"{flag('lr')} is unset: the job fills it from the env's observations "
-                             "(env_defaults); set it to build a DQN directly")
+        self.require("lr", "tau")
         return DQNConfig(gamma=self.gamma, lr=self.lr, double_q=self.double_q,
                          target_update_interval=self.target_update, tau=self.tau, adam_eps=self.adam_eps,
                          recycle_every=self.recycle_every, recycle_tau=self.recycle_tau)
 
 
 @dataclasses.dataclass
+class ContinuousConfig:
+    """Ape-X for continuous actions: TD3 (and DDPG) settings besides ``learn``'s."""
+
+    critic_lr: float | None = field(None, help="TD3/DDPG: the critics' learning rate (none: --lr)")
+    policy_delay: int = field(2, help="TD3: critic updates per actor and target update")
+    target_noise: float = field(0.2, help=(
+        "TD3: std of the target policy's smoothing noise, in actions normalized to [-1, 1]"))
+    target_noise_clip: float = field(0.5, help="TD3: the smoothing noise is clipped to +-this")
+    sigma: float = field(0.5, help=(
+        "TD3/DDPG actors' widest Gaussian exploration std (normalized actions): env copy j of J "
+        "explores at sigma^(1 + sigma_alpha j / (J - 1))"))
+    sigma_alpha: float = field(3.0, help="TD3/DDPG: the exponent of that schedule (0: every copy at sigma)")
+
+    def validate(self) -> None:
+        if self.critic_lr is not None and not self.critic_lr > 0:
+            raise ValueError(f"{flag('critic_lr')} must be > 0, got {self.critic_lr}")
+        if self.policy_delay < 1:
+            raise ValueError(f"{flag('policy_delay')} must be >= 1, got {self.policy_delay}")
+        for name in ("target_noise", "target_noise_clip", "sigma_alpha"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{flag(name)} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 < self.sigma <= 1.0:
+            raise ValueError(f"{flag('sigma')} must be in (0, 1], got {self.sigma}")
+
+
+@dataclasses.dataclass
 class ApexJobConfig:
-    """Ape-X DQN (Horgan et al. 2018) on one machine or, under torchrun, a cluster."""
+    """Ape-X (Horgan et al. 2018) on one machine or, under torchrun, a cluster: DQN for
+    discrete actions, TD3 (or DDPG) for continuous ones."""
 
     # What the checkpoint's state is shaped by: --resume may not change these
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
@@ -164,13 +208,16 @@ class ApexJobConfig:
     env: EnvConfig = section(EnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
     learn: LearnConfig = section(LearnConfig)
+    continuous: ContinuousConfig = section(ContinuousConfig)
+    algorithm: Literal["auto", "dqn", "td3", "ddpg"] = field("auto", help=(
+        "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3 or ddpg"))
     num_actors: int = field(0, help=(
         "actors of a local run (0: one per CPU core, at least 2); under torchrun the world size decides"))
 
     def validate(self) -> None:
         if self.num_actors < 0:
             raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
-        if self.learn.batch_size > self.replay.replay_capacity:
+        if self.learn.batch_size is not None and self.learn.batch_size > self.replay.replay_capacity:
             raise ValueError(f"{flag('batch_size')} {self.learn.batch_size} exceeds "
                              f"{flag('replay_capacity')} {self.replay.replay_capacity}")
         if self.run.serial and self.replay.replay_placement != "learner":
@@ -181,12 +228,34 @@ class ApexJobConfig:
 # ------------------------------------------------------------ the job's hooks
 
 
+def algorithm_of(config: ApexJobConfig, action_space: Any) -> str:
+    """``--algorithm``, with ``auto`` resolved by the action space."""
+    from gymnasium import spaces
+
+    if config.algorithm != "auto":
+        return config.algorithm
+    return "td3" if isinstance(action_space, spaces.Box) else "dqn"
+
+
+def builder_class(algorithm: str) -> type:
+    if algorithm == "dqn":
+        from experiments.builders.dqn import DQNBuilder
+
+        return DQNBuilder
+    from experiments.builders.td3 import TD3Builder
+
+    return TD3Builder
+
+
 def builder(config: ApexJobConfig, parts: Parts, spec: Any):
     """The algorithm's builder for this config (the Program's ``builder``)."""
-    from experiments.builders.dqn import DQNBuilder
-
-    return DQNBuilder(learn=config.learn, spec=spec, network=parts.network, algorithm=parts.algorithm,
-                      actor=parts.actor, learner=parts.learner)
+    name = algorithm_of(config, spec.action_space)
+    user = {"network": parts.network, "algorithm": parts.algorithm, "actor": parts.actor,
+            "learner": parts.learner}
+    if name == "dqn":
+        return builder_class(name)(learn=config.learn, spec=spec, **user)
+    return builder_class(name)(algorithm_name=name, learn=config.learn, continuous=config.continuous, spec=spec,
+                               **user)
 
 
 def resolve(config: ApexJobConfig, world_size: int | None) -> int:
@@ -210,12 +279,21 @@ def job_env_fn(config: ApexJobConfig, parts: Parts):
 def check(config: ApexJobConfig, parts: Parts) -> None:
     from gymnasium import spaces
 
-    from experiments.builders.dqn import DQNBuilder
+    from experiments.runtime.envs import env_spaces
 
-    parts.check(algorithm=DQNBuilder.algorithm_base, actor=DQNBuilder.actor_base,
-                learner=DQNBuilder.learner_base)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, actions=(spaces.Discrete,),
-              job="DQN")
+    factory = job_env_fn(config, parts)
+    check_env(lambda: factory, env_id=config.env.env_id, actions=(spaces.Discrete, spaces.Box), job="Ape-X")
+    obs_space, act_space = env_spaces(factory)
+    name = algorithm_of(config, act_space)
+    wanted = spaces.Discrete if name == "dqn" else spaces.Box
+    if not isinstance(act_space, wanted):
+        raise ValueError(f"{flag('algorithm')} {name} needs a {wanted.__name__} action space; "
+                         f"{config.env.env_id!r} has {act_space}")
+    if name != "dqn" and len(obs_space.shape or ()) != 1 and parts.network is None:
+        raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
+                         f"{config.env.env_id!r} has {obs_space.shape} (give a network factory)")
+    cls = builder_class(name)
+    parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base)
     if config.run.resume:
         check_resume(config)
 
@@ -235,9 +313,22 @@ def check_resume(config: ApexJobConfig) -> None:
 
 
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
-    """``--lr``, ``--eps-alpha``, ``--n-step`` and ``--updates-per-step`` when not given,
-    by the env's observation family (``DEFAULTS_BY_FAMILY``)."""
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+    """The one place unset values are resolved: ``--algorithm auto`` by the action
+    space, then every ``learn`` field left unset by the algorithm and, for DQN, the
+    env's observation family (``DEFAULTS_BY_FAMILY``, ``DQN_DEFAULTS``,
+    ``CONTINUOUS_DEFAULTS``). The config saved in the run directory holds the results."""
+    from experiments.runtime.envs import env_spaces
+
+    factory = job_env_fn(config, parts)
+    config.algorithm = algorithm_of(config, env_spaces(factory)[1])
+    if config.algorithm == "dqn":
+        fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
+        table = DQN_DEFAULTS
+    else:
+        table = CONTINUOUS_DEFAULTS
+    for name, value in table.items():
+        if getattr(config.learn, name) is None:
+            setattr(config.learn, name, value)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
@@ -256,7 +347,7 @@ def pacing(config: ApexJobConfig):
     from experiments.builders.dqn import DQNBuilder
     from experiments.roles.program import pacing as program_pacing
 
-    for name in ("n_step", "updates_per_step"):
+    for name in ("n_step", "updates_per_step", "batch_size"):
         if getattr(config.learn, name) is None:
             raise ValueError(f"pacing needs {flag(name)}: fill the family defaults first (env_defaults)")
     return program_pacing(DQNBuilder.flow_of(config.learn), num_actors=config.num_actors,
@@ -292,7 +383,8 @@ def run(config: ApexJobConfig, *, parts: Parts | None = None, quiet: bool = Fals
 def format_summary(summary: dict[str, Any]) -> str:
     from experiments.runtime.summary import format_summary as box
 
-    return box(summary, describe(summary), title="Ape-X DQN")
+    learner = summary.get("algorithm", "").rsplit(".", 1)[-1] or "DQN"
+    return box(summary, describe(summary), title=f"Ape-X {learner}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -75,4 +75,7 @@ def test_pacing_needs_the_filled_family_defaults():
     with pytest.raises(ValueError, match="--updates-per-step"):
         pacing(config)
     config.learn.updates_per_step = 0.5
+    with pytest.raises(ValueError, match="--batch-size"):
+        pacing(config)
+    config.learn.batch_size = 128
     assert pacing(config).updates_per_step == 0.5
