@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Literal
 from experiments.roles.program import Program
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.data import ReplayConfig
-from experiments.runtime.envs import check_env, env_factory, fill_by_family
+from experiments.runtime.envs import check_env, env_factory
 from experiments.runtime.job import main_for, run_job
 
 
@@ -281,9 +281,9 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 
     from experiments.runtime.envs import env_spaces
 
-    factory = job_env_fn(config, parts)
-    check_env(lambda: factory, env_id=config.env.env_id, actions=(spaces.Discrete, spaces.Box), job="Ape-X")
-    obs_space, act_space = env_spaces(factory)
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, actions=(spaces.Discrete, spaces.Box),
+              job="Ape-X")
+    obs_space, act_space = env_spaces(job_env_fn(config, parts))
     name = algorithm_of(config, act_space)
     wanted = spaces.Discrete if name == "dqn" else spaces.Box
     if not isinstance(act_space, wanted):
@@ -313,22 +313,31 @@ def check_resume(config: ApexJobConfig) -> None:
 
 
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
-    """The one place unset values are resolved: ``--algorithm auto`` by the action
-    space, then every ``learn`` field left unset by the algorithm and, for DQN, the
-    env's observation family (``DEFAULTS_BY_FAMILY``, ``DQN_DEFAULTS``,
-    ``CONTINUOUS_DEFAULTS``). The config saved in the run directory holds the results."""
+    """``--algorithm auto`` resolved by the action space, then every ``learn`` field left
+    unset filled by :func:`fill_learn`. The config saved in the run directory holds the
+    results."""
+    from algorithms.nets import observation_family
     from experiments.runtime.envs import env_spaces
 
-    factory = job_env_fn(config, parts)
-    config.algorithm = algorithm_of(config, env_spaces(factory)[1])
-    if config.algorithm == "dqn":
-        fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
-        table = DQN_DEFAULTS
+    obs_space, act_space = env_spaces(job_env_fn(config, parts))
+    config.algorithm = algorithm_of(config, act_space)
+    fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
+
+
+def fill_learn(learn: LearnConfig, *, algorithm: str, family: str) -> LearnConfig:
+    """The one place the ``learn`` fields left unset (None) get their value: by
+    ``algorithm`` and, for DQN, the observation ``family`` (``DEFAULTS_BY_FAMILY``,
+    ``DQN_DEFAULTS``; ``CONTINUOUS_DEFAULTS`` for TD3/DDPG). Returns ``learn``."""
+    if algorithm == "dqn":
+        table = {**DEFAULTS_BY_FAMILY[family], **DQN_DEFAULTS}
+    elif algorithm in ("td3", "ddpg"):
+        table = dict(CONTINUOUS_DEFAULTS)
     else:
-        table = CONTINUOUS_DEFAULTS
+        raise ValueError(f"{flag('algorithm')} must be resolved to dqn, td3 or ddpg, got {algorithm!r}")
     for name, value in table.items():
-        if getattr(config.learn, name) is None:
-            setattr(config.learn, name, value)
+        if getattr(learn, name) is None:
+            setattr(learn, name, value)
+    return learn
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -42,15 +42,19 @@ def test_every_family_has_every_default():
 def test_unresolved_family_defaults_are_a_clear_error():
     with pytest.raises(ValueError, match="--lr is unset"):
         LearnConfig().dqn_config()
-    assert LearnConfig(lr=1e-3).dqn_config().lr == 1e-3
+    with pytest.raises(ValueError, match="--tau is unset"):
+        LearnConfig(lr=1e-3).dqn_config()
+    assert LearnConfig(lr=1e-3, tau=1.0).dqn_config().lr == 1e-3
     with pytest.raises(ValueError, match="--eps-alpha is unset"):
         LearnConfig().apex_config()
     with pytest.raises(ValueError, match="--n-step is unset"):
         LearnConfig(eps_alpha=3.0).apex_config()
-    assert LearnConfig(eps_alpha=3.0, n_step=1).apex_config().eps_alpha == 3.0
+    with pytest.raises(ValueError, match="--batch-size is unset"):
+        LearnConfig(eps_alpha=3.0, n_step=1).apex_config()
+    assert LearnConfig(eps_alpha=3.0, n_step=1, batch_size=32).apex_config().eps_alpha == 3.0
     with pytest.raises(ValueError, match="--eps-alpha must be >= 0"):
         LearnConfig(eps_alpha=-1.0).validate()
-    assert LearnConfig(lr=1e-3, adam_eps=1.5e-4).dqn_config().adam_eps == 1.5e-4
+    assert LearnConfig(lr=1e-3, tau=1.0, adam_eps=1.5e-4).dqn_config().adam_eps == 1.5e-4
     with pytest.raises(ValueError, match="--adam-eps must be > 0"):
         LearnConfig(adam_eps=0.0).validate()
 
