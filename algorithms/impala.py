@@ -185,13 +185,11 @@ class IMPALA(Algorithm):
         policy_loss = -(data["log_prob"] * data["pg_advantages"]).sum()
         value_loss = 0.5 * (data["vs"] - data["values"]).pow(2).sum()
         entropy = data["entropy"].sum()
-        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        total = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
         count = data["reward"].numel()
-        if cfg.loss_reduction == "mean":
-            loss = loss / count
+        loss = total if cfg.loss_reduction == "sum" else total / count
         # Metrics are per-step means whatever the reduction, so runs compare.
-        metrics = {"loss": loss.item() / (count if cfg.loss_reduction == "sum" else 1),
-                   "policy_loss": policy_loss.item() / count,
+        metrics = {"loss": total.item() / count, "policy_loss": policy_loss.item() / count,
                    "value_loss": value_loss.item() / count, "entropy": entropy.item() / count}
         return loss, metrics
 
