@@ -185,6 +185,7 @@ class World:
         self.rejoinable = bool(rejoinable) or self.rejoined
         self._process_group_backend = process_group_backend
         self._rpc_groups: dict = {}
+        self._learner_groups: list = []
         self._groups_lock = threading.Lock()
         self._alive = False
         # Peers whose connection broke (seen by RpcGroup calls); a graceful shutdown
@@ -377,6 +378,41 @@ class World:
             )
         return CollectiveGroup(world=self, ranks=ranks)
 
+    def create_learner_group(self, name: str, ranks: Sequence[int], *, backend: str = "auto",
+                             timeout: float | None = None):
+        """A :class:`~rlpar.distributed.learner_group.LearnerGroup` named ``name`` over the
+        world ranks ``ranks``: called by every member at about the same time (it waits
+        up to ``timeout``, default ``rpc_timeout``, for the others) and by no other
+        rank, so actors never take part. Needs no ``process_group_backend``.
+        ``backend``: "auto" (NCCL when every member has a GPU, else gloo), "gloo" or
+        "nccl". ``timeout`` also bounds every operation of the group.
+        """
+        from rlpar.distributed.learner_group import BACKENDS, LearnerGroup
+
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"group name must be a non-empty string without '/', got {name!r}")
+        ranks = sorted(int(r) for r in ranks)
+        if not ranks or len(set(ranks)) != len(ranks):
+            raise ValueError(f"learner group {name!r} needs distinct ranks, got {ranks}")
+        if not all(0 <= r < self.world_size for r in ranks):
+            raise ValueError(f"learner group {name!r}: ranks {ranks} are not all in a world "
+                             f"of size {self.world_size}")
+        if self.rank not in ranks:
+            raise ValueError(f"learner group {name!r}: only its members {ranks} create it, "
+                             f"not rank {self.rank}")
+        timeout = self.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
+        # One name, one set of members, for the whole world (as for RPC groups).
+        encoded = ",".join(map(str, ranks)).encode()
+        stored = self.store.compare_set(f"learner/{name}", b"", encoded)
+        if stored != encoded:
+            raise ValueError(f"learner group {name!r} already exists with ranks {stored.decode()}")
+        group = LearnerGroup(world=self, name=name, ranks=ranks, backend=backend, timeout=timeout)
+        with self._groups_lock:
+            self._learner_groups.append(group)
+        return group
+
     # ------------------------------------------------------------------ shutdown
 
     def shutdown(self, *, graceful: bool = True, timeout: float | None = None) -> None:
@@ -412,6 +448,9 @@ class World:
             else:
                 rpc.shutdown(graceful=False)
         finally:
+            for group in self._learner_groups:
+                group.destroy()
+            self._learner_groups.clear()
             if self._process_group_backend is not None and dist.is_initialized():
                 try:
                     dist.destroy_process_group()
