@@ -34,6 +34,34 @@ from rlpar.errors import PeerUnavailable
 BACKENDS = ("auto", "gloo", "nccl")
 
 
+def create(world, name: str, ranks: Sequence[int], *, backend: str,
+           timeout: float | None) -> LearnerGroup:
+    """What :meth:`World.create_learner_group` does: arguments checked before anything
+    touches the store, then one set of members per name for the whole world (as for
+    RPC groups: a second creation with other ranks is a ValueError)."""
+    from rlpar.distributed.world import _check_timeout
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"group name must be a non-empty string without '/', got {name!r}")
+    ranks = sorted(int(r) for r in ranks)
+    if not ranks or len(set(ranks)) != len(ranks):
+        raise ValueError(f"learner group {name!r} needs distinct ranks, got {ranks}")
+    if not all(0 <= r < world.world_size for r in ranks):
+        raise ValueError(f"learner group {name!r}: ranks {ranks} are not all in a world "
+                         f"of size {world.world_size}")
+    if world.rank not in ranks:
+        raise ValueError(f"learner group {name!r}: only its members {ranks} create it, "
+                         f"not rank {world.rank}")
+    timeout = world.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
+    encoded = ",".join(map(str, ranks)).encode()
+    stored = world.store.compare_set(f"learner/{name}", b"", encoded)
+    if stored != encoded:
+        raise ValueError(f"learner group {name!r} already exists with ranks {stored.decode()}")
+    return LearnerGroup(world=world, name=name, ranks=ranks, backend=backend, timeout=timeout)
+
+
 def _has_gpu() -> bool:
     return torch.cuda.is_available() and dist.is_nccl_available()
 
@@ -90,6 +118,8 @@ class LearnerGroup:
         if backend == "nccl":
             # NCCL: one GPU per member, by the usual LOCAL_RANK rule.
             self.device = torch.device("cuda", world.local_rank % torch.cuda.device_count())
+            # NCCL makes its communicators lazily, on the current device.
+            torch.cuda.set_device(self.device)
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self._wait
             self._pg = dist.ProcessGroupNCCL(pg_store, self.rank, self.size, options)
@@ -142,13 +172,10 @@ class LearnerGroup:
                 f"died or did not take part within {self.timeout} s: {exc}") from exc
 
     def _run(self, what: str, start) -> None:
+        # What start() itself raises (a non-contiguous tensor, a dtype the backend
+        # lacks) is the caller's mistake, raised as is; peers fail only in the wait.
         self._check(what)
-        try:
-            work = start()
-        except Exception as exc:  # e.g. a closed connection seen when enqueueing
-            self._broken = f"{what}: {exc}"
-            raise PeerUnavailable(f"learner group {self.name!r}: {what} failed: {exc}") from exc
-        self._finish(work, what)
+        self._finish(start(), what)
 
     # ------------------------------------------------------------------ collectives
 

@@ -114,7 +114,7 @@ def _release(token: str) -> None:
 def _peek(token: str) -> bool:
     with _lock:
         entry = _kept.get(token)
-        return entry is None or entry.done()
+        return token in _gone if entry is None else entry.done()
 
 
 class Handle:

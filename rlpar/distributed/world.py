@@ -2,8 +2,10 @@
 
 One World per process. It initializes ``torch.distributed.rpc`` (TensorPipe), connects
 to the rendezvous c10d store (where service names are registered), optionally joins a
-gloo/nccl process group for collectives, and hands out :class:`RpcGroup` and
-:class:`CollectiveGroup` objects.
+gloo/nccl process group over every rank (only :class:`CollectiveGroup` needs it: no
+default group unless ``process_group_backend`` asks), and hands out :class:`RpcGroup`,
+:class:`LearnerGroup` (collectives among chosen ranks, built by them alone, so that
+actors may die and rejoin beside it) and :class:`CollectiveGroup` objects.
 
 Security: RPC executes functions sent by peers. By default every socket TensorPipe and
 gloo open is bound to the loopback interface; listening anywhere else needs an explicit
@@ -387,28 +389,9 @@ class World:
         ``backend``: "auto" (NCCL when every member has a GPU, else gloo), "gloo" or
         "nccl". ``timeout`` also bounds every operation of the group.
         """
-        from rlpar.distributed.learner_group import BACKENDS, LearnerGroup
+        from rlpar.distributed import learner_group
 
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if not isinstance(name, str) or not name or "/" in name:
-            raise ValueError(f"group name must be a non-empty string without '/', got {name!r}")
-        ranks = sorted(int(r) for r in ranks)
-        if not ranks or len(set(ranks)) != len(ranks):
-            raise ValueError(f"learner group {name!r} needs distinct ranks, got {ranks}")
-        if not all(0 <= r < self.world_size for r in ranks):
-            raise ValueError(f"learner group {name!r}: ranks {ranks} are not all in a world "
-                             f"of size {self.world_size}")
-        if self.rank not in ranks:
-            raise ValueError(f"learner group {name!r}: only its members {ranks} create it, "
-                             f"not rank {self.rank}")
-        timeout = self.rpc_timeout if timeout is None else _check_timeout("timeout", timeout)
-        # One name, one set of members, for the whole world (as for RPC groups).
-        encoded = ",".join(map(str, ranks)).encode()
-        stored = self.store.compare_set(f"learner/{name}", b"", encoded)
-        if stored != encoded:
-            raise ValueError(f"learner group {name!r} already exists with ranks {stored.decode()}")
-        group = LearnerGroup(world=self, name=name, ranks=ranks, backend=backend, timeout=timeout)
+        group = learner_group.create(self, name, ranks, backend=backend, timeout=timeout)
         with self._groups_lock:
             self._learner_groups.append(group)
         return group

@@ -80,8 +80,9 @@ def fail(x):
 
 
 def fetch(handle):
-    """Runs on a third rank: fetches a handle's value straight from its host."""
-    return handle.value()
+    """Runs on a third rank: asks the host whether the value is ready (a copy of a
+    handle does not know) and fetches it straight from the host."""
+    return handle.done(), handle.value()
 
 
 def _everyone(world, out):
@@ -219,6 +220,8 @@ def _handles(world, rpc, out):
     out["fail"] = _caught(rpc.remote("fail", 4).value)
     out["missing"] = _caught(rpc.remote, "nobody", 1)
     passed = rpc.remote("square", 6)
+    while not passed.done():
+        time.sleep(0.005)
     out["third_rank"] = rpc.call("fetch", passed)
     out["after_third"] = _caught(passed.value)
     released = rpc.remote("square", 8)

@@ -82,7 +82,7 @@ def test_remote_handles(world_of_four):
     kind, message, _ = l0["fail"]
     assert kind == "RemoteError" and "KeyError" in message and "no such thing 4" in message
     assert l0["missing"][0] == "ServiceNotFound"
-    assert l0["third_rank"] == 36  # rank 1 fetched it from rank 3 with a pickled handle
+    assert l0["third_rank"] == (True, 36)  # rank 1 fetched it from rank 3 with a pickled handle
     assert l0["after_third"][0] == "ValueError" and "already" in l0["after_third"][1]
     assert l0["released"] is True and l0["after_release"][0] == "ValueError"
     assert l0["dead_host_kept"][0] == "PeerUnavailable"  # its host died holding it
