@@ -91,8 +91,6 @@ class LearnerGroup:
 
     def __init__(self, *, world, name: str, ranks: Sequence[int], backend: str = "auto",
                  timeout: float) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.name = name
         self.ranks = sorted(ranks)
         self.size = len(self.ranks)
@@ -114,19 +112,24 @@ class LearnerGroup:
         if backend == "auto":
             backend = "nccl" if all(g == b"1" for g in gpus) else "gloo"
         self.backend = backend
-        pg_store = dist.PrefixStore(base + "pg/", store)
-        if backend == "nccl":
+        try:
+            self._pg = self._connect(world, dist.PrefixStore(base + "pg/", store))
+        except RuntimeError as exc:  # a member died between meeting and connecting
+            raise PeerUnavailable(f"learner group {self.name!r}: members did not connect "
+                                  f"within {self.timeout} s: {exc}") from exc
+
+    def _connect(self, world, pg_store):
+        if self.backend == "nccl":
             # NCCL: one GPU per member, by the usual LOCAL_RANK rule.
             self.device = torch.device("cuda", world.local_rank % torch.cuda.device_count())
             # NCCL makes its communicators lazily, on the current device.
             torch.cuda.set_device(self.device)
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self._wait
-            self._pg = dist.ProcessGroupNCCL(pg_store, self.rank, self.size, options)
-        else:
-            self.device = torch.device("cpu")
-            # Listens where the World pinned gloo (GLOO_SOCKET_IFNAME: loopback by default).
-            self._pg = dist.ProcessGroupGloo(pg_store, self.rank, self.size, self._wait)
+            return dist.ProcessGroupNCCL(pg_store, self.rank, self.size, options)
+        self.device = torch.device("cpu")
+        # Listens where the World pinned gloo (GLOO_SOCKET_IFNAME: loopback by default).
+        return dist.ProcessGroupGloo(pg_store, self.rank, self.size, self._wait)
 
     def _meet(self, store, keys: list[str]) -> list[bytes]:
         # Poll rather than store.wait: a blocking wait holds the store client's lock

@@ -124,6 +124,9 @@ def _learners(world, out):
     out["all_gather"] = [t.item() for t in group.all_gather(torch.tensor([10.0 * world.rank]))]
     group.barrier()
     out["conflict"] = _caught(world.create_learner_group, "learners", [0, 1, 2])
+    if not torch.cuda.is_available():
+        out["nccl_on_cpu"] = _caught(world.create_learner_group, f"gpus{world.rank}",
+                                     [world.rank], backend="nccl")
     # Different initial networks, then rank 1's everywhere.
     torch.manual_seed(world.rank)
     net = _Net()

@@ -44,6 +44,8 @@ def test_learner_collectives_and_parameters(world_of_four):
         assert r["params_equal"] and r["grads_mean"] and r["unused_grad_zero"]
         assert r["conflict"][0] == "ValueError" and "0,1" in r["conflict"][1]
         assert {host for host, _ in r["listening"]} == {"127.0.0.1"}
+        if "nccl_on_cpu" in r:  # CPU machines: "nccl" is refused, "auto" chose gloo
+            assert r["nccl_on_cpu"][0] == "ValueError" and "needs CUDA" in r["nccl_on_cpu"][1]
         assert r["learners_still"] == 2.0  # the quiet group's failure left this one alone
     for _, _, actor in world_of_four[2:]:  # the replacements (first lives' results died)
         assert actor["non_member"][0] == "ValueError" and "only its members" in actor["non_member"][1]
