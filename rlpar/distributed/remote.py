@@ -135,6 +135,7 @@ class Handle:
         return f"Handle(key={self.key!r}, host={self.host!r}, group={self.group.name!r})"
 
     def _error(self, exc: BaseException, what: str) -> BaseException:
+        self.group._hosts.pop(self.key, None)  # look the host up again next time
         return _transport_error(exc, self.host, f"{what} of {self.key!r}")
 
     def done(self) -> bool:

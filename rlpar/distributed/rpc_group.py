@@ -22,12 +22,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.rpc as rpc
 
 from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
+
+if TYPE_CHECKING:
+    from rlpar.distributed.remote import Handle
 
 # (group name, key) -> callable / RRef, for what this process hosts.
 _services: dict[tuple[str, str], Callable] = {}
@@ -328,7 +331,7 @@ class RpcGroup:
             raise self._failure(key, value)
         return value
 
-    def remote(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any):
+    def remote(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Handle:
         """Start service ``key`` like :meth:`call_async`, but leave its result with its
         host: the :class:`~rlpar.distributed.remote.Handle` returned at once fetches it
         later (``value()``), from any process it is passed to. ``timeout`` bounds
