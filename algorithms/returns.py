@@ -1,4 +1,5 @@
-"""Advantage and return estimators for on-policy actor-critic methods.
+"""Advantage and return estimators for actor-critic methods: GAE, n-step returns
+and V-trace (off-policy corrected, for IMPALA).
 
 All inputs are time-major ``(T, N)`` tensors: ``T`` steps of ``N`` parallel envs.
 Each step ``t`` is a transition ``s_t -> s'_t`` and ``next_values[t] = V(s'_t)``
@@ -17,6 +18,9 @@ from ``next_values[T - 1]``.
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import torch
 
@@ -75,6 +79,78 @@ def n_step_returns(
         running = rewards[t] + gamma * not_terminal[t] * running
         returns[t] = running
     return returns
+
+
+class VTraceReturns(NamedTuple):
+    """What :func:`vtrace` returns, all ``(T, N)`` and free of gradients.
+
+    ``vs``: the value targets; ``pg_advantages``: the policy-gradient advantages
+    ``min(pg_rho_bar, rho_t) * (r_t + gamma * v_{t+1} - V(x_t))``; ``rhos``: the
+    unclipped importance weights ``pi(a_t|x_t) / mu(a_t|x_t)`` (for diagnostics)."""
+
+    vs: torch.Tensor
+    pg_advantages: torch.Tensor
+    rhos: torch.Tensor
+
+
+@torch.no_grad()
+def vtrace(
+    *,
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float | None = None,
+    lam: float = 1.0,
+) -> VTraceReturns:
+    """V-trace targets (Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL
+    with Importance Weighted Actor-Learner Architectures", ICML, arXiv 1802.01561,
+    eq. 1 and Remark 1, with the paper's optional lambda in the trace coefficients).
+
+    ``log_rhos = log pi(a_t|x_t) - log mu(a_t|x_t)``: target minus behaviour policy.
+    With ``rho_t = min(rho_bar, e^log_rho_t)`` and ``c_t = lam * min(c_bar, e^log_rho_t)``
+    the recursion (Remark 1) runs backwards within an episode:
+
+        delta_t = rho_t * (r_t + gamma * (1 - terminated_t) * V(s'_t) - V(x_t))
+        v_t - V(x_t) = delta_t + gamma * c_t * (v_{t+1} - V(x_{t+1}))
+
+    and stops where the episode ends (terminated or truncated) or the unroll does,
+    exactly as :func:`gae`: with ``rho = c = 1`` (on-policy, not clipped) ``vs`` is
+    ``gae(lam) + values``. The advantage of the policy gradient uses ``v_{t+1}``
+    where step ``t + 1`` continues the episode, else ``V(s'_t)`` (zero if terminal).
+    ``rho_bar``, ``c_bar`` and ``pg_rho_bar`` (default ``rho_bar``) may be ``inf``
+    (no clipping). Computed without gradient: targets are constants to the loss.
+    """
+    _check(rewards=rewards, log_rhos=log_rhos, values=values, next_values=next_values,
+           terminated=terminated, truncated=truncated)
+    _check_discount(gamma=gamma, lam=lam)
+    pg_rho_bar = rho_bar if pg_rho_bar is None else pg_rho_bar
+    for name, bar in (("rho_bar", rho_bar), ("c_bar", c_bar), ("pg_rho_bar", pg_rho_bar)):
+        if math.isnan(bar) or bar <= 0:
+            raise ValueError(f"{name} must be > 0 (inf: no clipping), got {bar}")
+    rhos = log_rhos.exp()
+    clipped_rhos = rhos.clamp(max=rho_bar)
+    cs = lam * rhos.clamp(max=c_bar)
+    not_terminal = 1.0 - terminated.to(rewards.dtype)
+    continues = ~(terminated | truncated)
+    deltas = clipped_rhos * (rewards + gamma * not_terminal * next_values - values)
+    vs_minus_v = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * cs[t] * continues[t] * running
+        vs_minus_v[t] = running
+    vs = vs_minus_v + values
+    # The successor's target: v_{t+1} inside the episode, else V(s'_t) (the bootstrap
+    # at the unroll's end, or the true final observation's value at a truncation).
+    next_vs = next_values.clone()
+    next_vs[:-1] = torch.where(continues[:-1], vs[1:], next_values[:-1])
+    pg_advantages = rhos.clamp(max=pg_rho_bar) * (rewards + gamma * not_terminal * next_vs - values)
+    return VTraceReturns(vs=vs, pg_advantages=pg_advantages, rhos=rhos)
 
 
 def _check(**tensors: torch.Tensor) -> None:

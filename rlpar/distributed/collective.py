@@ -2,7 +2,11 @@
 
 Needs ``World(process_group_backend="gloo")`` (CPU tensors) or ``"nccl"`` (CUDA
 tensors). Creating one is collective: every rank of the world must create the same
-groups in the same order (a torch.distributed rule), members or not.
+groups in the same order (a torch.distributed rule), members or not. Beside the six
+collectives there are point-to-point ``send``/``recv``/``isend``/``irecv``.
+
+For collectives among chosen ranks beside actors that die and rejoin (which can never
+re-enter the default process group), use :meth:`World.create_learner_group` instead.
 """
 
 from __future__ import annotations
@@ -108,6 +112,34 @@ class CollectiveGroup:
             chunks = None
         dist.scatter(out, scatter_list=chunks, src=src, group=self._group)
         return out
+
+    def _check_peer(self, what: str, rank: int) -> None:
+        self._check(what)
+        self._check_src(what, rank)
+        if rank == self.current_rank:
+            raise ValueError(f"{what}: rank {rank} cannot exchange with itself")
+
+    def isend(self, tensor: torch.Tensor, dst: int):
+        """Start sending ``tensor`` to world rank ``dst``; returns torch's Work
+        (``.wait()``, within the world's rpc_timeout). Leave ``tensor`` alone until then."""
+        self._check_peer("isend", dst)
+        return dist.isend(tensor, dst=dst, group=self._group)
+
+    def irecv(self, tensor: torch.Tensor, src: int):
+        """Start receiving into ``tensor`` from world rank ``src``; returns torch's Work."""
+        self._check_peer("irecv", src)
+        return dist.irecv(tensor, src=src, group=self._group)
+
+    def send(self, tensor: torch.Tensor, dst: int) -> None:
+        """Send ``tensor`` to world rank ``dst``."""
+        self._check_peer("send", dst)
+        dist.send(tensor, dst=dst, group=self._group)
+
+    def recv(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        """Receive into ``tensor`` from world rank ``src``; returns it."""
+        self._check_peer("recv", src)
+        dist.recv(tensor, src=src, group=self._group)
+        return tensor
 
     def barrier(self) -> None:
         """Block until every member reached it (gloo: within the world's rpc_timeout)."""

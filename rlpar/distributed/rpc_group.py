@@ -1,5 +1,9 @@
 """RpcGroup: named services and paired values hosted by the members of a group.
 
+A service is called (:meth:`RpcGroup.call`, ``call_async``) or started remotely
+(:meth:`RpcGroup.remote`: its result stays with its host until fetched, see
+:mod:`rlpar.distributed.remote`).
+
 A service ``key`` is a callable registered by the one member that hosts it; its host's
 name is written to the c10d store under the group's namespace. Callers read the store
 once per key and cache the host, so a call is one RPC round trip to a module-level
@@ -18,12 +22,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.rpc as rpc
 
 from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
+
+if TYPE_CHECKING:
+    from rlpar.distributed.remote import Handle
 
 # (group name, key) -> callable / RRef, for what this process hosts.
 _services: dict[tuple[str, str], Callable] = {}
@@ -137,6 +144,9 @@ def _fetch_paired(group: str, key: str) -> rpc.RRef | _Failure:
 
 def forget_world(world) -> None:
     """Drop everything this process hosted (called by World.shutdown)."""
+    from rlpar.distributed import remote
+
+    remote.forget()
     with _table_lock:
         _services.clear()
         _services_by_sid.clear()
@@ -320,6 +330,18 @@ class RpcGroup:
         if type(value) is _Failure:
             raise self._failure(key, value)
         return value
+
+    def remote(self, key: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Handle:
+        """Start service ``key`` like :meth:`call_async`, but leave its result with its
+        host: the :class:`~rlpar.distributed.remote.Handle` returned at once fetches it
+        later (``value()``), from any process it is passed to. ``timeout`` bounds
+        the service's run. See :mod:`rlpar.distributed.remote` (Machin's
+        ``registered_remote``, without an RRef)."""
+        from rlpar.distributed import remote
+
+        route = self._hosts.get(key) or self._route(key)
+        return remote.start(self, route, key, args, kwargs,
+                            self._world.rpc_timeout if timeout is None else self._timeout(timeout))
 
     def _failure(self, key: str, failure: _Failure) -> Exception:
         if failure.kind == "ServiceNotFound" and not failure.text:

@@ -2,8 +2,10 @@
 
 One World per process. It initializes ``torch.distributed.rpc`` (TensorPipe), connects
 to the rendezvous c10d store (where service names are registered), optionally joins a
-gloo/nccl process group for collectives, and hands out :class:`RpcGroup` and
-:class:`CollectiveGroup` objects.
+gloo/nccl process group over every rank (only :class:`CollectiveGroup` needs it: no
+default group unless ``process_group_backend`` asks), and hands out :class:`RpcGroup`,
+:class:`LearnerGroup` (collectives among chosen ranks, built by them alone, so that
+actors may die and rejoin beside it) and :class:`CollectiveGroup` objects.
 
 Security: RPC executes functions sent by peers. By default every socket TensorPipe and
 gloo open is bound to the loopback interface; listening anywhere else needs an explicit
@@ -185,6 +187,7 @@ class World:
         self.rejoinable = bool(rejoinable) or self.rejoined
         self._process_group_backend = process_group_backend
         self._rpc_groups: dict = {}
+        self._learner_groups: list = []
         self._groups_lock = threading.Lock()
         self._alive = False
         # Peers whose connection broke (seen by RpcGroup calls); a graceful shutdown
@@ -377,6 +380,22 @@ class World:
             )
         return CollectiveGroup(world=self, ranks=ranks)
 
+    def create_learner_group(self, name: str, ranks: Sequence[int], *, backend: str = "auto",
+                             timeout: float | None = None):
+        """A :class:`~rlpar.distributed.learner_group.LearnerGroup` named ``name`` over the
+        world ranks ``ranks``: called by every member at about the same time (it waits
+        up to ``timeout``, default ``rpc_timeout``, for the others) and by no other
+        rank, so actors never take part. Needs no ``process_group_backend``.
+        ``backend``: "auto" (NCCL when every member has a GPU, else gloo), "gloo" or
+        "nccl". ``timeout`` also bounds every operation of the group.
+        """
+        from rlpar.distributed import learner_group
+
+        group = learner_group.create(self, name, ranks, backend=backend, timeout=timeout)
+        with self._groups_lock:
+            self._learner_groups.append(group)
+        return group
+
     # ------------------------------------------------------------------ shutdown
 
     def shutdown(self, *, graceful: bool = True, timeout: float | None = None) -> None:
@@ -412,6 +431,9 @@ class World:
             else:
                 rpc.shutdown(graceful=False)
         finally:
+            for group in self._learner_groups:
+                group.destroy()
+            self._learner_groups.clear()
             if self._process_group_backend is not None and dist.is_initialized():
                 try:
                     dist.destroy_process_group()

@@ -167,7 +167,32 @@ def collectives(world):
     else:
         out["non_member"] = _caught(pair.all_reduce, torch.zeros(1))
     out["world_sum"] = everyone.all_reduce(torch.tensor([me])).item()
+    out.update(point_to_point(world, everyone))
     everyone.barrier()
+    return out
+
+
+def point_to_point(world, everyone):
+    """send/recv/isend/irecv by world rank, and the ring all-reduce built from them."""
+    from dist_group_programs import ring_all_reduce
+
+    size, me = world.world_size, world.rank
+    right, left = (me + 1) % size, (me - 1) % size
+    out = {}
+    torch.manual_seed(10 + me)
+    data = torch.randn(3, 7)
+    out["ring"] = ring_all_reduce(everyone, data, me=me, size=size, left=left, right=right)
+    out["ring_reference"] = everyone.all_reduce(data.clone())
+    if me == 0:
+        everyone.send(torch.tensor([1.0, 2.0]), dst=2)
+        incoming = torch.zeros(1)
+        everyone.irecv(incoming, src=1).wait()
+        out["recv"] = incoming.tolist()
+    elif me == 1:
+        everyone.isend(torch.tensor([9.0]), dst=0).wait()
+    else:
+        out["recv"] = everyone.recv(torch.zeros(2), src=0).tolist()
+    out["self_send"] = _caught(everyone.send, torch.zeros(1), me)
     return out
 
 

@@ -1,5 +1,6 @@
 """Run by the torchrun restart test: rank 1 dies on the first attempt, after the
-world is up (its keys are in the agent's store); the restarted world must work."""
+world is up (its keys are in the agent's store); the restarted world must work, its
+learner group included."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ def entry():
             group.register("double", double)
         group.barrier(timeout=20)
         doubled = group.call("double", world.rank + 20)
+        # Built in both attempts under the same name: the first attempt's gloo
+        # addresses stay in the agent's store, and the second must not meet them.
+        learners = world.create_learner_group("learners", range(world.world_size))
         if world.restart_count == 0 and world.rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)  # a crash: no shutdown, nothing cleaned up
         total = world.create_collective_group(range(world.world_size)).all_reduce(
             torch.tensor([float(world.rank + 1)])).item()
+        learned = learners.all_reduce(torch.tensor([10.0 * (world.rank + 1)])).item()
         group.barrier(timeout=20)
         return {"name": world.name, "restart": world.restart_count, "doubled": doubled,
-                "total": total}
+                "total": total, "learned": learned}
 
 
 if __name__ == "__main__":

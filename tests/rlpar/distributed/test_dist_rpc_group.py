@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dist_programs as programs
 import pytest
+import torch
+from dist_group_programs import TOL
 
 from rlpar.distributed import launch
 
@@ -69,6 +71,15 @@ def test_collectives_on_a_subgroup_and_on_the_world_over_gloo(three_ranks):
     assert (r0["scatter"], r2["scatter"]) == (5.0, 7.0)
     assert r1["non_member"][0] == "RuntimeError"
     assert {r["world_sum"] for r in three_ranks} == {3.0}
+
+
+@pytest.mark.timeout(30)
+def test_point_to_point_and_the_ring_all_reduce_built_from_it(three_ranks):
+    for r in three_ranks:
+        torch.testing.assert_close(r["ring"], r["ring_reference"], **TOL)
+        assert r["self_send"][0] == "ValueError"
+    assert three_ranks[0]["recv"] == [9.0]  # irecv of rank 1's isend
+    assert three_ranks[2]["recv"] == [1.0, 2.0]  # recv of rank 0's send
 
 
 @pytest.mark.timeout(30)

@@ -58,6 +58,7 @@ def test_a_restarted_world_does_not_meet_the_failed_attempts_keys():
     assert [(r["name"], r["restart"]) for r in results] == [("rank0", 1), ("rank1", 1)], output[-3000:]
     assert [r["doubled"] for r in results] == [40, 42]
     assert {r["total"] for r in results} == {3.0}
+    assert {r["learned"] for r in results} == {30.0}
 
 
 @pytest.mark.timeout(60)
