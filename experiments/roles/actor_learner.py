@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from algorithms.builder import Builder, EnvSpec
 from experiments.roles.data import LearnerData, run_replay, warm_in_background
 from experiments.roles.learner import LearnerLoop, run_keeper, run_learner, target
 from experiments.roles.program import (
@@ -170,8 +171,26 @@ def make_job(program: Program, *, resolve: Callable, check: Callable, describe: 
     return Job(name=program.name, rank_main=functools.partial(rank_main, program),
                serial_main=functools.partial(serial_main, program), resolve=resolve, check=check,
                describe=describe, env_fn=env_fn, load_policy=functools.partial(load_policy, program),
-               restartable=functools.partial(restartable, extra_ranks), env_defaults=env_defaults,
+               restartable=functools.partial(restartable, extra_ranks),
+               env_defaults=functools.partial(_fill_and_probe, program, env_defaults, env_fn),
                roles=functools.partial(_role_names, extra_ranks))
+
+
+def _fill_and_probe(program: Program, env_defaults: Callable | None, env_fn: Callable, config: Any,
+                    parts: Any) -> None:
+    """The job's own defaults, then its builder (the user's, if given) made once here,
+    before any process starts: a builder that cannot be made for this config and env
+    fails now, with its own error, not in every rank."""
+    from experiments.runtime.envs import env_spaces
+
+    if env_defaults is not None:
+        env_defaults(config, parts)
+    make = parts.builder or program.builder
+    builder = make(config, parts, EnvSpec(*env_spaces(env_fn(config, parts))))
+    if not isinstance(builder, Builder):
+        raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
+                        "not an algorithms.builder.Builder")
+    builder.flow  # noqa: B018 (its checks: a flow that cannot run is refused here)
 
 
 def _role_names(extra_ranks: Callable[[Any], int], config: Any, nprocs: int) -> list[str]:

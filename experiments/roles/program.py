@@ -67,7 +67,11 @@ class Setup:
         config = ctx.config
         env_fn = ctx.env_fn if ctx.env_fn is not None else env_factory(config.env.env_id, ctx.parts.env)
         obs_space, act_space = env_spaces(env_fn)
-        builder = program.builder(config, ctx.parts, EnvSpec(obs_space, act_space))
+        make = ctx.parts.builder or program.builder  # the user's algorithm, or the job's
+        builder = make(config, ctx.parts, EnvSpec(obs_space, act_space))
+        if not isinstance(builder, Builder):
+            raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
+                            "not an algorithms.builder.Builder")
         flow = builder.flow
         replay = getattr(config, "replay", None) if flow.data == "replay" else None
         queue = getattr(config, "queue", None) if flow.data == "queue" else None
