@@ -192,11 +192,13 @@ def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: f
 
 def apex_network(flags: str, game: str):
     """Ours' Q network for ``game`` as ``experiments.apex`` with ``flags`` builds it."""
-    from algorithms.nets import q_network
+    from algorithms.nets import observation_family, q_network
     from envs.registry import EnvFactory
+    from experiments.apex import fill_learn
 
     config = apex_config(flags)
     env = EnvFactory.from_id(env_id(game))()
+    fill_learn(config.learn, algorithm="dqn", family=observation_family(env.observation_space.shape))
     net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden_sizes(),
                     dueling=config.learn.dueling)
     env.close()
