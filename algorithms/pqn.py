@@ -18,8 +18,8 @@ time-major ``(T, N)`` rollout collected epsilon-greedily (see
 
 A rollout maps to ``(T, N, ...)`` arrays as :class:`algorithms.rollout.RolloutCollector`
 makes them: ``obs, actions, rewards, next_obs`` (the true successor), ``terminated,
-truncated`` and optionally ``valid`` (False for the reset steps of a next-step
-autoreset env: no loss there).
+truncated``, optionally ``valid`` (False for the reset steps of a next-step
+autoreset env: no loss there) and ``max_q`` (see :meth:`PQN.act_and_max_q`).
 
 Synchronous data-parallel training (every member of a learner group updates on
 its own rollout, gradients averaged, parameters identical everywhere) reaches the
@@ -183,11 +183,17 @@ class PQN(Algorithm):
 
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``) or greedy."""
-        greedy = self.q_values(obs).argmax(dim=-1).cpu().numpy()
+        return self.act_and_max_q(obs, explore=explore)[0]
+
+    def act_and_max_q(self, obs: Any, *, explore: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`act`'s actions and ``max_a Q(obs, a)``: a rollout that carries the
+        latter as ``max_q`` spares the update most of the targets' forward pass."""
+        best, greedy = self.q_values(obs).max(dim=-1)
+        greedy, best = greedy.cpu().numpy(), best.float().cpu().numpy()
         if not explore or np.all(np.asarray(self.epsilon) <= 0.0):
-            return greedy
+            return greedy, best
         random = self._rng.integers(self.num_actions, size=greedy.shape)
-        return np.where(self._rng.random(greedy.shape) < self.epsilon, random, greedy)
+        return np.where(self._rng.random(greedy.shape) < self.epsilon, random, greedy), best
 
     # ---- learning: the template method and its hooks ---------------------------
 
@@ -220,12 +226,12 @@ class PQN(Algorithm):
         missing = [k for k in ROLLOUT_KEYS if k not in batch]
         if missing:
             raise KeyError(f"rollout is missing {missing} (has {sorted(batch)})")
-        data = super().preprocess({k: batch[k] for k in (*ROLLOUT_KEYS, "valid") if k in batch})
+        data = super().preprocess({k: batch[k] for k in (*ROLLOUT_KEYS, "valid", "max_q") if k in batch})
         rewards = data["rewards"]
         if rewards.dim() != 2:
             raise ValueError(f"rollout rewards must be time-major (T, N), got shape {tuple(rewards.shape)}")
         steps, envs = rewards.shape
-        for key in ("obs", "next_obs", "actions", "terminated", "truncated", "valid"):
+        for key in ("obs", "next_obs", "actions", "terminated", "truncated", "valid", "max_q"):
             if key in data and tuple(data[key].shape[:2]) != (steps, envs):
                 raise ValueError(f"rollout {key} must start with (T, N) = {(steps, envs)}, "
                                  f"got shape {tuple(data[key].shape)}")
@@ -252,13 +258,27 @@ class PQN(Algorithm):
     def targets(self, data: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Hook: the (T, N) Q(lambda) targets, from the current network (no target
         network; called under ``torch.no_grad``)."""
-        steps, envs = data["rewards"].shape
-        next_obs = data["next_obs"].flatten(0, 1)
-        best = torch.cat([self.network(chunk).max(dim=-1).values
-                          for chunk in next_obs.split(_TARGET_CHUNK)])
-        return q_lambda(rewards=data["rewards"], next_values=best.view(steps, envs).float(),
+        return q_lambda(rewards=data["rewards"], next_values=self.next_max_q(data),
                         terminated=data["terminated"], truncated=data["truncated"],
                         gamma=self.config.gamma, lam=self.config.lam)
+
+    def next_max_q(self, data: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``max_a Q(next_obs[t], a)``, (T, N), by the current network. Where the rollout
+        carries ``max_q`` (``max_a Q(obs[t], a)``, recorded while acting with these same
+        parameters) and ``next_obs[t]`` is ``obs[t + 1]`` (all steps but episode ends and
+        the last), the value is taken from there: checked row by row, not assumed."""
+        steps, envs = data["rewards"].shape
+        fresh = torch.ones(steps, envs, dtype=torch.bool, device=self.device)
+        best = torch.empty(steps, envs, device=self.device)
+        if "max_q" in data and steps > 1:
+            same = (data["next_obs"][:-1] == data["obs"][1:]).reshape(steps - 1, envs, -1).all(-1)
+            best[:-1] = data["max_q"][1:].float()
+            fresh[:-1] = ~same
+        rows = fresh.flatten().nonzero().squeeze(1)
+        next_obs = data["next_obs"].flatten(0, 1)
+        for chunk in rows.split(_TARGET_CHUNK):
+            best.view(-1)[chunk] = self.network(next_obs[chunk]).max(dim=-1).values.float()
+        return best
 
     def minibatch_indices(self, size: int) -> list[torch.Tensor]:
         """Hook: one epoch's minibatches, a shuffled partition of ``range(size)`` into

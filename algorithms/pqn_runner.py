@@ -32,9 +32,12 @@ class PQNRunner:
         self.collector = RolloutCollector(env=env, sample_actions=self._sample, n_steps=n_steps,
                                           seed=seed)
         self.rollouts = 0
+        self._max_q: list[np.ndarray] = []
 
     def _sample(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        actions = self.pqn.act(obs, explore=True)
+        # The Q values the policy computes anyway: the update reuses them for its targets.
+        actions, max_q = self.pqn.act_and_max_q(obs, explore=True)
+        self._max_q.append(max_q)
         return actions, actions
 
     def step(self) -> dict[str, float]:
@@ -45,7 +48,9 @@ class PQNRunner:
         pqn = self.pqn
         pqn.epsilon = epsilon = pqn.epsilon_at(pqn.env_steps)
         t0 = time.perf_counter()
+        self._max_q = []
         rollout = self.collector.collect()
+        rollout["max_q"] = np.stack(self._max_q)
         t1 = time.perf_counter()
         metrics = pqn.update(rollout)
         t2 = time.perf_counter()

@@ -61,6 +61,22 @@ def test_targets_are_q_lambda_over_the_current_networks_greedy_values():
         torch.testing.assert_close(pqn.targets(data), expected)
 
 
+def test_targets_reuse_the_acting_q_values_where_next_obs_is_the_next_obs():
+    pqn = make_pqn()
+    batch = rollout(steps=6, envs=3)
+    # As a vector env makes them: s'_t is s_{t+1} but where an episode ended at t.
+    ended = batch["terminated"] | batch["truncated"]
+    batch["next_obs"][:-1] = np.where(ended[:-1, :, None], batch["next_obs"][:-1], batch["obs"][1:])
+    _, max_q = pqn.act_and_max_q(batch["obs"].reshape(18, 3))
+    rows = []
+    pqn.network.register_forward_pre_hook(lambda module, args: rows.append(args[0].shape[0]))
+    with torch.no_grad():
+        plain = pqn.targets(pqn.preprocess(batch))
+        reused = pqn.targets(pqn.preprocess({**batch, "max_q": max_q.reshape(6, 3)}))
+    torch.testing.assert_close(reused, plain)
+    assert rows == [18, 3 + 2]  # all rows; then the last step's and the two episode ends'
+
+
 def test_update_moves_q_toward_fixed_targets():
     # gamma = 0: the targets are the rewards, whatever the network does.
     pqn = make_pqn(gamma=0.0, lr=1e-2, max_grad_norm=None)
