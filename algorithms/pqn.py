@@ -34,9 +34,8 @@ minibatch) compute_loss -> optimize (backward, reduce_gradients, clip, step)``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,69 +45,15 @@ from torch import nn
 from algorithms.base import Algorithm, as_tensor
 from algorithms.nets import q_network
 from algorithms.optim import EagerAdam, EagerRAdam, clip_grad_norm
+from algorithms.pqn_config import PQNConfig, linear_schedule
 from algorithms.returns import q_lambda
 from rlpar.state import StatePath, array, generator_state, integer, mapping, number, torch_loader
+
+__all__ = ["PQN", "PQNConfig", "linear_schedule", "pqn_network"]
 
 GradHook = Callable[[list[torch.Tensor]], None]
 ROLLOUT_KEYS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
 _TARGET_CHUNK = 2048  # rows per no-grad forward for the targets: bounded memory on images
-
-
-@dataclasses.dataclass
-class PQNConfig:
-    """Hyperparameters of :class:`PQN`; the defaults are the authors' MinAtar ones
-    (purejaxql ``pqn_minatar``: 128 envs x 32 steps per rollout). Schedules count env
-    steps, the steps of the rollouts this PQN has learned from."""
-
-    gamma: float = 0.99
-    lam: float = 0.65  # Q(lambda)'s lambda
-    lr: float = 5e-4
-    # Linear decay of lr to 0 over this many env steps (the authors decay it over the
-    # whole budget); 0 = a constant lr.
-    lr_decay_steps: int = 0
-    optimizer: Literal["radam", "adam"] = "radam"
-    adam_eps: float = 1e-8
-    max_grad_norm: float | None = 10.0
-    epochs: int = 2
-    minibatches: int = 32  # per epoch
-    huber_delta: float | None = None  # None: the authors' 0.5 * squared error
-    reward_scale: float = 1.0
-    # Epsilon-greedy: linear from start to end over the first decay_steps env steps
-    # (the authors: 1 -> 0.05 over 10% of 10M steps).
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_steps: int = 1_000_000
-    # The default network (pqn_network): LayerNorm on, hidden sizes of the vector MLP.
-    layer_norm: bool = True
-    hidden: tuple[int, ...] = (128, 128)
-
-    def validate(self) -> None:
-        for name in ("gamma", "lam", "epsilon_start", "epsilon_end"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("lr", "adam_eps", "reward_scale"):
-            if not (np.isfinite(getattr(self, name)) and getattr(self, name) > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
-        for name in ("epochs", "minibatches"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
-        for name in ("lr_decay_steps", "epsilon_decay_steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}")
-        if self.optimizer not in ("radam", "adam"):
-            raise ValueError(f"optimizer must be 'radam' or 'adam', got {self.optimizer!r}")
-        for name in ("max_grad_norm", "huber_delta"):
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)}")
-        if not self.hidden or any(not isinstance(h, int) or h < 1 for h in self.hidden):
-            raise ValueError(f"hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
-
-
-def linear_schedule(step: float, *, start: float, end: float, steps: int) -> float:
-    """``start`` at step 0, ``end`` from ``steps`` on, linear in between."""
-    if steps <= 0 or step >= steps:
-        return end
-    return start + (end - start) * max(step, 0) / steps
 
 
 def pqn_network(obs_shape: Sequence[int], num_actions: int, *, config: PQNConfig) -> nn.Module:
@@ -198,6 +143,10 @@ class PQN(Algorithm):
     # ---- learning: the template method and its hooks ---------------------------
 
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """One PQN update on a ``(T, N)`` rollout: targets, then ``epochs`` x
+        ``minibatches`` gradient steps. Metrics: mean ``loss``, ``q_mean`` (Q of the
+        taken actions) and ``grad_norm`` (before clipping) over the steps,
+        ``target_mean``, and the ``lr`` used."""
         data = self.preprocess(batch)
         with torch.no_grad():
             targets = self.targets(data)
@@ -232,9 +181,13 @@ class PQN(Algorithm):
             raise ValueError(f"rollout rewards must be time-major (T, N), got shape {tuple(rewards.shape)}")
         steps, envs = rewards.shape
         for key in ("obs", "next_obs", "actions", "terminated", "truncated", "valid", "max_q"):
-            if key in data and tuple(data[key].shape[:2]) != (steps, envs):
-                raise ValueError(f"rollout {key} must start with (T, N) = {(steps, envs)}, "
-                                 f"got shape {tuple(data[key].shape)}")
+            if key not in data:
+                continue
+            per_step = key in ("obs", "next_obs")  # (T, N, *obs_shape); the rest (T, N)
+            shape = tuple(data[key].shape)
+            if (shape[:2] if per_step else shape) != (steps, envs):
+                raise ValueError(f"rollout {key} must {'start with' if per_step else 'be'} (T, N) = "
+                                 f"{(steps, envs)}, got shape {shape}")
         if data["obs"].shape != data["next_obs"].shape:
             raise ValueError(f"obs {tuple(data['obs'].shape)} and next_obs "
                              f"{tuple(data['next_obs'].shape)} must have one shape")

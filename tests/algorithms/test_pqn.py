@@ -300,6 +300,7 @@ def test_bad_constructor_arguments():
     (lambda b: b.update(actions=b["actions"].astype(np.float32)), ValueError, "integers"),
     (lambda b: b.update(next_obs=b["next_obs"][:, :, :2]), ValueError, "one shape"),
     (lambda b: b.update(obs=b["obs"][:3]), ValueError, r"obs must start with \(T, N\)"),
+    (lambda b: b.update(max_q=np.zeros((4, 2, 1))), ValueError, r"max_q must be \(T, N\)"),
 ])
 def test_bad_rollout_is_named(change, error, message):
     batch = rollout()
