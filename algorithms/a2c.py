@@ -30,7 +30,13 @@ import torch
 from torch import nn
 
 from algorithms.a2c_config import A2CConfig
-from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_critic, make_head
+from algorithms.actor_critic import (
+    ActorCritic,
+    PolicyHead,
+    build_actor_critic,
+    make_head,
+    successor_values,
+)
 from algorithms.base import Algorithm
 from algorithms.optim import EagerAdam, EagerRMSprop
 from algorithms.returns import gae, n_step_returns
@@ -77,25 +83,12 @@ class A2C(Algorithm):
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
         self.observation_space, self.action_space = observation_space, action_space
         self.head: PolicyHead = make_head(action_space, config=self.config)
-        self.model: ActorCritic = self._build_model(model, actor, critic).to(self.device)
+        self.model: ActorCritic = build_actor_critic(
+            self.observation_space, head=self.head, config=self.config, model=model, actor=actor,
+            critic=critic).to(self.device)
         self._optimizer: torch.optim.Optimizer | None = None
         self.updates = 0
         self._state_tensors: dict[str, torch.Tensor] | None = None
-
-    def _build_model(self, model: nn.Module | None, actor: nn.Module | None,
-                     critic: nn.Module | None) -> ActorCritic:
-        log_std = self.head.make_log_std(self.config)
-        if model is not None:
-            if actor is not None or critic is not None:
-                raise ValueError("pass either model or actor/critic, not both")
-            return ActorCritic(shared=_module("model", model), log_std=log_std)
-        if (actor is None) != (critic is None):
-            raise ValueError("actor and critic must be given together (or pass model=)")
-        if actor is not None:
-            return ActorCritic(actor=_module("actor", actor), critic=_module("critic", critic),
-                               log_std=log_std)
-        return default_actor_critic(self.observation_space, policy_dim=self.head.policy_dim,
-                                    config=self.config, log_std=log_std)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -183,23 +176,10 @@ class A2C(Algorithm):
         data["advantages"], data["returns"] = advantages, returns
         return data
 
-    @torch.no_grad()
     def _next_values(self, obs: torch.Tensor, next_obs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """``V(next_obs)``, (T, N). Within a rollout ``next_obs[t]`` is ``obs[t + 1]``
-        except where an episode ended (a same-step reset's final observation): those
-        values are taken from the forward pass already made, and only the last step's
-        and the differing rows are computed, which saves a forward over the rollout.
-        Checked, not assumed, so any rollout layout gets the same targets."""
-        steps, envs = values.shape
-        fresh = torch.ones(steps, envs, dtype=torch.bool, device=values.device)
-        if steps > 1:
-            same = next_obs[:-1] == obs[1:]
-            fresh[:-1] = ~(same.flatten(2).all(-1) if same.dim() > 2 else same)
-        next_values = torch.zeros_like(values)
-        next_values[:-1] = values[1:]
-        rows = fresh.flatten().nonzero().squeeze(1)
-        next_values.view(-1)[rows] = self.model.value(next_obs.flatten(0, 1)[rows]).reshape(-1).to(values.dtype)
-        return next_values
+        """``V(next_obs)``, (T, N), reusing the rollout's forward where ``next_obs[t]``
+        is ``obs[t + 1]`` (:func:`algorithms.actor_critic.successor_values`)."""
+        return successor_values(self.model, obs=obs, next_obs=next_obs, values=values)
 
     def compute_loss(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """Hook: ``-E[log pi(a|s) A] + value_coef * E[(R - V)^2] - entropy_coef * E[H]``,
@@ -290,9 +270,3 @@ class A2C(Algorithm):
         updates = integer(state["updates"], where["updates"])
         load()
         self.updates = updates
-
-
-def _module(name: str, value: Any) -> nn.Module:
-    if not isinstance(value, nn.Module):
-        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
-    return value

@@ -130,6 +130,33 @@ def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, confi
                        log_std=log_std)
 
 
+def build_actor_critic(observation_space: gym.Space, *, head: PolicyHead, config: A2CConfig,
+                       model: nn.Module | None = None, actor: nn.Module | None = None,
+                       critic: nn.Module | None = None) -> ActorCritic:
+    """The model of an actor-critic algorithm: the user's ``model`` (``forward(obs) ->
+    (policy_out, value)``), the user's ``actor`` and ``critic``, or neither for
+    :func:`default_actor_critic`; with ``head``'s log-std parameter where it has one.
+    ``config`` is any config with A2CConfig's network fields (PPOConfig has them)."""
+    log_std = head.make_log_std(config)
+    if model is not None:
+        if actor is not None or critic is not None:
+            raise ValueError("pass either model or actor/critic, not both")
+        return ActorCritic(shared=_module("model", model), log_std=log_std)
+    if (actor is None) != (critic is None):
+        raise ValueError("actor and critic must be given together (or pass model=)")
+    if actor is not None:
+        return ActorCritic(actor=_module("actor", actor), critic=_module("critic", critic),
+                           log_std=log_std)
+    return default_actor_critic(observation_space, policy_dim=head.policy_dim, config=config,
+                                log_std=log_std)
+
+
+def _module(name: str, value: object) -> nn.Module:
+    if not isinstance(value, nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
+    return value
+
+
 class PolicyHead(abc.ABC):
     """Maps a network's policy output to an action distribution and env actions."""
 
@@ -141,8 +168,12 @@ class PolicyHead(abc.ABC):
     @abc.abstractmethod
     def distribution(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution: ...
 
-    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
-        """Sampled actions (subclasses skip building a distribution object)."""
+    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None, *,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        """Sampled actions (subclasses skip building a distribution object), drawn
+        from ``generator`` when given (an algorithm's own stream), else torch's global one."""
+        if generator is not None:
+            raise NotImplementedError(f"{type(self).__name__} does not sample from a generator")
         return self.distribution(policy_out, log_std).sample()
 
     @abc.abstractmethod
@@ -161,10 +192,11 @@ class CategoricalHead(PolicyHead):
     def distribution(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> Distribution:
         return Categorical(logits=policy_out, validate_args=False)
 
-    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
+    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None, *,
+               generator: torch.Generator | None = None) -> torch.Tensor:
         # Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample,
         # and a few elementwise ops are cheaper than softmax + multinomial.
-        noise = torch.empty_like(policy_out).exponential_().log()
+        noise = torch.empty_like(policy_out).exponential_(generator=generator).log()
         return (policy_out - noise).argmax(dim=-1)
 
     def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
@@ -200,9 +232,11 @@ class GaussianHead(PolicyHead):
         mean, log_std = self._mean_log_std(policy_out, log_std)
         return Independent(Normal(mean, log_std.exp(), validate_args=False), 1, validate_args=False)
 
-    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None) -> torch.Tensor:
+    def sample(self, policy_out: torch.Tensor, log_std: torch.Tensor | None, *,
+               generator: torch.Generator | None = None) -> torch.Tensor:
         mean, log_std = self._mean_log_std(policy_out, log_std)
-        return mean + log_std.exp() * torch.randn_like(mean)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        return mean + log_std.exp() * noise
 
     def _mean_log_std(self, policy_out: torch.Tensor,
                       log_std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,6 +267,26 @@ def make_head(action_space: gym.Space, *, config: A2CConfig) -> PolicyHead:
         return GaussianHead(space=action_space, transform=config.action_transform,
                             state_dependent=config.state_dependent_std)
     raise TypeError(f"A2C supports Discrete and Box action spaces, got {action_space}")
+
+
+@torch.no_grad()
+def successor_values(model: ActorCritic, *, obs: torch.Tensor, next_obs: torch.Tensor,
+                     values: torch.Tensor) -> torch.Tensor:
+    """``V(next_obs)``, (T, N), given ``values = V(obs)``. Within a rollout
+    ``next_obs[t]`` is ``obs[t + 1]`` except where an episode ended (a same-step
+    reset's final observation): those values are taken from ``values``, and only the
+    last step's and the differing rows are computed, which saves a forward over the
+    rollout. Checked, not assumed, so any rollout layout gets the same targets."""
+    steps, envs = values.shape
+    fresh = torch.ones(steps, envs, dtype=torch.bool, device=values.device)
+    if steps > 1:
+        same = next_obs[:-1] == obs[1:]
+        fresh[:-1] = ~(same.flatten(2).all(-1) if same.dim() > 2 else same)
+    next_values = torch.zeros_like(values)
+    next_values[:-1] = values[1:]
+    rows = fresh.flatten().nonzero().squeeze(1)
+    next_values.view(-1)[rows] = model.value(next_obs.flatten(0, 1)[rows]).reshape(-1).to(values.dtype)
+    return next_values
 
 
 def _flat_value(value: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:

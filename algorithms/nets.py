@@ -9,6 +9,10 @@
 - :class:`DuelingHead` the value/advantage head of Wang et al. 2016 ("Dueling
   network architectures for deep reinforcement learning", ICML),
 - :func:`q_network` which picks a torso by observation shape and adds a head.
+
+Every default torso takes ``layer_norm=True`` to normalise each hidden layer before
+its activation (Ba et al. 2016, "Layer Normalization", arXiv 1607.06450): PQN
+(:mod:`algorithms.pqn`) relies on it to learn stably without a target network.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ def mlp(
     *,
     hidden: Sequence[int] = (64, 64),
     activation: type[nn.Module] = nn.ReLU,
+    layer_norm: bool = False,
 ) -> nn.Sequential:
-    """A multilayer perceptron ``in_dim -> hidden... -> out_dim`` (no output activation)."""
+    """A multilayer perceptron ``in_dim -> hidden... -> out_dim`` (no output activation;
+    with ``layer_norm``, a LayerNorm between each hidden layer and its activation)."""
     if in_dim <= 0 or out_dim <= 0 or any(h <= 0 for h in hidden):
         raise ValueError(f"mlp sizes must be positive, got in={in_dim} hidden={tuple(hidden)} out={out_dim}")
     layers: list[nn.Module] = []
     sizes = [in_dim, *hidden]
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), activation()]
+        layers += [nn.Linear(a, b), *([nn.LayerNorm(b)] if layer_norm else []), activation()]
     layers.append(nn.Linear(sizes[-1], out_dim))
     return nn.Sequential(*layers)
 
@@ -45,21 +51,42 @@ class ScaleBytes(nn.Module):
         return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
 
 
-def nature_cnn(in_channels: int = 4, *, out_features: int = 512) -> nn.Sequential:
-    """The Nature DQN torso for 84x84 frames: 3 conv layers and one dense layer.
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over the channels of a ``(B, C, H, W)`` feature map, at each position
+    on its own: what a LayerNorm after a convolution computes in channels-last
+    frameworks (PQN's networks, written in flax). Normalising each position rather than
+    the whole map keeps a spatial layer's features comparable across positions."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.movedim(1, -1)).movedim(-1, 1)
+
+
+def _norm(kind: str, size: int, layer_norm: bool) -> list[nn.Module]:
+    if not layer_norm:
+        return []
+    return [ChannelNorm(size) if kind == "conv" else nn.LayerNorm(size)]
+
+
+def nature_cnn(in_channels: int = 4, *, out_features: int = 512, layer_norm: bool = False) -> nn.Sequential:
+    """The Nature DQN torso for 84x84 frames: 3 conv layers and one dense layer
+    (``layer_norm``: each followed by a :class:`ChannelNorm` or LayerNorm).
 
     Accepts uint8 or float input of shape ``(batch, in_channels, 84, 84)``.
     """
     if in_channels <= 0 or out_features <= 0:
         raise ValueError(f"nature_cnn sizes must be positive, got in_channels={in_channels} "
                          f"out_features={out_features}")
+    ln = layer_norm
     return nn.Sequential(
         ScaleBytes(),
-        nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), nn.ReLU(),
-        nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
-        nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
+        nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), *_norm("conv", 32, ln), nn.ReLU(),
+        nn.Conv2d(32, 64, kernel_size=4, stride=2), *_norm("conv", 64, ln), nn.ReLU(),
+        nn.Conv2d(64, 64, kernel_size=3, stride=1), *_norm("conv", 64, ln), nn.ReLU(),
         nn.Flatten(),
-        nn.Linear(64 * 7 * 7, out_features), nn.ReLU(),
+        nn.Linear(64 * 7 * 7, out_features), *_norm("dense", out_features, ln), nn.ReLU(),
     )
 
 
@@ -87,11 +114,12 @@ MINATAR_FEATURES = 128  # the dense layer of the MinAtar torso
 
 def minatar_conv(
     in_channels: int, *, height: int = 10, width: int = 10, filters: int = 16,
-    out_features: int = MINATAR_FEATURES,
+    out_features: int = MINATAR_FEATURES, layer_norm: bool = False,
 ) -> nn.Sequential:
     """The MinAtar torso (Young & Tian 2019, section 4): one convolution of ``filters``
     3x3 kernels with stride 1 and no padding, then a dense layer of ``out_features``
-    units, both with ReLU.
+    units, both with ReLU (``layer_norm``: a :class:`ChannelNorm` or LayerNorm before
+    each ReLU, PQN's MinAtar network).
 
     Takes channels-last ``(batch, height, width, in_channels)`` input, bool, uint8 or
     float, as MinAtar's envs emit it; the permute and the cast happen inside.
@@ -102,9 +130,11 @@ def minatar_conv(
                          f"filters={filters} out_features={out_features}")
     return nn.Sequential(
         ChannelsLast(height, width, in_channels),
-        nn.Conv2d(in_channels, filters, kernel_size=3, stride=1), nn.ReLU(),
+        nn.Conv2d(in_channels, filters, kernel_size=3, stride=1), *_norm("conv", filters, layer_norm),
+        nn.ReLU(),
         nn.Flatten(),
-        nn.Linear(filters * (height - 2) * (width - 2), out_features), nn.ReLU(),
+        nn.Linear(filters * (height - 2) * (width - 2), out_features),
+        *_norm("dense", out_features, layer_norm), nn.ReLU(),
     )
 
 
@@ -180,6 +210,7 @@ def q_network(
     *,
     hidden: Sequence[int] = (64, 64),
     dueling: bool = True,
+    layer_norm: bool = False,
 ) -> nn.Sequential:
     """A Q network for ``obs_shape`` with a dueling head or a plain linear head on top of
     a torso picked by shape:
@@ -191,20 +222,22 @@ def q_network(
     * ``(D,)`` vectors: an MLP of ``hidden`` units.
 
     ``hidden`` applies to the MLP only; the conv torsos have their papers' sizes.
+    ``layer_norm`` puts a LayerNorm before every hidden activation of the torso.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
     family = observation_family(obs_shape)
     if family == "frames":
-        torso: nn.Module = nature_cnn(obs_shape[0])
+        torso: nn.Module = nature_cnn(obs_shape[0], layer_norm=layer_norm)
         features = 512
     elif family == "small_image":
         height, width, channels = obs_shape
-        torso = minatar_conv(channels, height=height, width=width)
+        torso = minatar_conv(channels, height=height, width=width, layer_norm=layer_norm)
         features = MINATAR_FEATURES
     elif family == "vector":
         if not hidden:
             raise ValueError("q_network needs at least one hidden layer for vector observations")
-        torso = nn.Sequential(nn.Flatten(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1]), nn.ReLU())
+        torso = nn.Sequential(nn.Flatten(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1], layer_norm=layer_norm),
+                              *_norm("dense", hidden[-1], layer_norm), nn.ReLU())
         features = hidden[-1]
     else:
         raise ValueError(f"q_network supports (C, 84, 84) frames, small (H, W, C) images "

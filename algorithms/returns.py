@@ -56,6 +56,43 @@ def gae(
     return advantages
 
 
+def q_lambda(
+    *,
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Lambda-returns over greedy bootstraps: the Q(lambda) targets of PQN (Gallici
+    et al. 2025, "Simplifying Deep Temporal Difference Learning", ICLR, arXiv
+    2407.04811), in Peng's form (Peng & Williams 1996, "Incremental Multi-Step
+    Q-Learning"): the traces are not cut after exploratory actions.
+
+    Here ``next_values[t] = max_a Q(s'_t, a)`` of the true successor, and within an
+    episode ``G_t = r_t + gamma * [(1 - lam) * next_values[t] + lam * G_{t+1}]``.
+    Where the look-ahead stops (a truncation, or the rollout's last step)
+    ``G_t = r_t + gamma * next_values[t]``; a termination gives ``G_t = r_t``.
+    ``lam = 0`` is the one-step Q-learning target, ``lam = 1`` the discounted
+    return to the rollout's or episode's end (:func:`n_step_returns`).
+    """
+    _check(rewards=rewards, next_values=next_values, terminated=terminated, truncated=truncated)
+    _check_discount(gamma=gamma, lam=lam)
+    not_terminal = 1.0 - terminated.to(rewards.dtype)
+    stop = terminated | truncated
+    stop[-1] = True  # the rollout's end: nothing to mix in but the bootstrap
+    mixed = (1.0 - lam) * next_values  # the one-step part of every bootstrap
+    returns = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        # Past an episode's end G_{t+1} belongs to another episode: bootstrap only.
+        bootstrap = torch.where(stop[t], next_values[t], mixed[t] + lam * running)
+        running = rewards[t] + gamma * not_terminal[t] * bootstrap
+        returns[t] = running
+    return returns
+
+
 def n_step_returns(
     *,
     rewards: torch.Tensor,

@@ -10,21 +10,35 @@ in ``next_obs`` (what truncation bootstrapping needs):
   returns the final observation, and the *next* step ignores its action and
   returns the reset observation with zero reward. That reset step is stored with
   ``valid = False`` so the loss ignores it.
+
+A rollout may be cut short (DD-PPO's preemption of stragglers, Wijmans et al. 2020,
+"DD-PPO: Learning Near-Perfect PointGoal Navigators from 2.5 Billion Frames", ICLR):
+``collect(should_stop=...)`` asks after every step past a minimum whether to stop,
+and returns the steps taken so far. Who decides (e.g. a counter of finished workers
+in a job's store) is the caller's business, not the collector's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-SampleFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+# (actions, env_actions) or (actions, env_actions, extras): extras are per-env arrays
+# (e.g. PPO's behaviour log-probs and values) stored under their keys as (T, N, ...).
+Sampled = (tuple[np.ndarray, np.ndarray]
+           | tuple[np.ndarray, np.ndarray, Mapping[str, np.ndarray]])
+SampleFn = Callable[[np.ndarray], Sampled]
+ROLLOUT_KEYS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "valid")
 
 
 class RolloutCollector:
     """Steps ``env`` for ``n_steps`` per :meth:`collect` with ``sample_actions(obs)
-    -> (actions, env_actions)`` (e.g. :meth:`algorithms.a2c.A2C.sample_actions`).
+    -> (actions, env_actions)`` (e.g. :meth:`algorithms.a2c.A2C.sample_actions`), or
+    ``-> (actions, env_actions, extras)`` whose per-env arrays are stored too
+    (:meth:`algorithms.ppo.PPO.sample_actions`: ``log_probs`` and ``values``).
 
     Finished episodes' undiscounted returns and lengths accumulate in
     ``episode_returns`` / ``episode_lengths`` until :meth:`drain_episodes`.
@@ -57,8 +71,17 @@ class RolloutCollector:
         self.episode_lengths: list[int] = []
         self.env_steps = 0
 
-    def collect(self) -> dict[str, np.ndarray]:
-        """One rollout of ``(n_steps, num_envs, ...)`` arrays (see :mod:`algorithms.a2c`)."""
+    def collect(self, *, should_stop: Callable[[int], bool] | None = None,
+                min_steps: int | None = None) -> dict[str, np.ndarray]:
+        """One rollout of ``(T, num_envs, ...)`` arrays (see :mod:`algorithms.a2c`),
+        ``T = n_steps`` unless ``should_stop`` cuts it short: from ``min_steps`` steps
+        on (default a quarter of ``n_steps``, DD-PPO's minimum) it is called with the
+        number of steps taken before each further step, and True ends the rollout
+        there. The next rollout goes on from where this one stopped."""
+        if min_steps is None:
+            min_steps = max(1, math.ceil(self.n_steps / 4))
+        if not (isinstance(min_steps, int) and 1 <= min_steps <= self.n_steps):
+            raise ValueError(f"min_steps must be an int in [1, n_steps={self.n_steps}], got {min_steps!r}")
         steps, n = self.n_steps, self.num_envs
         obs_buf = np.empty((steps, *self._obs.shape), dtype=np.float32)
         next_buf = np.empty_like(obs_buf)
@@ -67,11 +90,22 @@ class RolloutCollector:
         truncated = np.empty((steps, n), dtype=bool)
         valid = np.empty((steps, n), dtype=bool)
         actions = None
+        extras: dict[str, np.ndarray] = {}
+        taken = 0
         for t in range(steps):
+            if should_stop is not None and t >= min_steps and should_stop(t):
+                break
             obs = self._obs
-            raw, env_actions = self.sample_actions(obs)
+            raw, env_actions, *rest = self.sample_actions(obs)
             if actions is None:
                 actions = np.empty((steps, *raw.shape), dtype=raw.dtype)
+            for key, value in (rest[0] if rest else {}).items():
+                if key not in extras:
+                    if key in ROLLOUT_KEYS:
+                        raise ValueError(f"sample_actions returned extra {key!r}, a rollout key")
+                    value = np.asarray(value)
+                    extras[key] = np.empty((steps, *value.shape), dtype=value.dtype)
+                extras[key][t] = value
             next_obs, reward, term, trunc, info = self.env.step(env_actions)
             next_obs = np.asarray(next_obs)
             term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
@@ -95,8 +129,11 @@ class RolloutCollector:
             if not self._same_step:
                 self._reset_next = (done & ok) | cut  # a restarted env's next step is its reset
             self._obs = next_obs
-        return {"obs": obs_buf, "actions": actions, "rewards": rewards, "next_obs": next_buf,
-                "terminated": terminated, "truncated": truncated, "valid": valid}
+            taken = t + 1
+        rollout = {"obs": obs_buf, "actions": actions, "rewards": rewards, "next_obs": next_buf,
+                   "terminated": terminated, "truncated": truncated, "valid": valid, **extras}
+        # A cut rollout: the first ``taken`` rows (views, contiguous: time is the leading axis).
+        return rollout if taken == steps else {k: v[:taken] for k, v in rollout.items()}
 
     def _track(self, reward: np.ndarray, done: np.ndarray, ok: np.ndarray, cut: np.ndarray) -> None:
         self.env_steps += int(ok.sum())

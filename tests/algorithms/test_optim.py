@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm
+from algorithms.optim import EagerAdam, EagerRAdam, EagerRMSprop, clip_grad_norm
 
 
 def pair(name):
@@ -17,6 +17,9 @@ def pair(name):
     if name == "adam":
         ours = EagerAdam(ours_net.parameters(), lr=0.05, eps=1e-6)
         ref = torch.optim.Adam(ref_net.parameters(), lr=0.05, eps=1e-6)
+    elif name == "radam":
+        ours = EagerRAdam(ours_net.parameters(), lr=0.05, betas=(0.8, 0.99), eps=1e-6)
+        ref = torch.optim.RAdam(ref_net.parameters(), lr=0.05, betas=(0.8, 0.99), eps=1e-6)
     else:
         ours = EagerRMSprop(ours_net.parameters(), lr=0.01, alpha=0.95, eps=1e-5)
         ref = torch.optim.RMSprop(ref_net.parameters(), lr=0.01, alpha=0.95, eps=1e-5)
@@ -34,9 +37,10 @@ def train(pairs, steps, *, drop_bias_at=None):
             opt.step()
 
 
-@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+@pytest.mark.parametrize("name", ["adam", "radam", "rmsprop"])
 def test_matches_torch_including_parameters_without_grad(name):
     ours, ref = pair(name)
+    # RAdam: steps 1-5 are momentum steps, the rectified ones start at the sixth.
     train([ours, ref], 12, drop_bias_at=3)
     for a, b in zip(ours[0].parameters(), ref[0].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
@@ -44,7 +48,7 @@ def test_matches_torch_including_parameters_without_grad(name):
     assert float(ours[1].state[ours[0][2].weight]["step"]) == 12
 
 
-@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+@pytest.mark.parametrize("name", ["adam", "radam", "rmsprop"])
 def test_state_dict_round_trip_continues_exactly_and_loads_torch_state(name):
     ours, ref = pair(name)
     train([ours, ref], 5)
@@ -95,8 +99,8 @@ def test_sparse_gradients_are_refused():
 
 
 def test_eager_optimizers_never_import_dynamo():
-    code = ("import sys, torch; from algorithms.optim import EagerAdam, EagerRMSprop\n"
-            "for cls in (EagerAdam, EagerRMSprop):\n"
+    code = ("import sys, torch; from algorithms.optim import EagerAdam, EagerRAdam, EagerRMSprop\n"
+            "for cls in (EagerAdam, EagerRAdam, EagerRMSprop):\n"
             "    m = torch.nn.Linear(2, 1); opt = cls(m.parameters(), lr=0.1)\n"
             "    opt.zero_grad(); m(torch.ones(2)).sum().backward(); opt.step()\n"
             "    opt.load_state_dict(opt.state_dict())\n"

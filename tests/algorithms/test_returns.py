@@ -3,7 +3,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.returns import gae, n_step_returns
+from algorithms.returns import gae, n_step_returns, q_lambda
 
 # Two envs, four steps, gamma = lam = 0.5.
 # env 0: no episode end, bootstraps from V(s'_3) = 10 at the rollout's end.
@@ -46,6 +46,73 @@ def test_lambda_zero_is_the_td_error():
     adv = gae(rewards=REWARDS, values=VALUES, next_values=NEXT_VALUES, gamma=0.5, lam=0.0, **FLAGS)
     not_term = (~TERMINATED).float()
     torch.testing.assert_close(adv, REWARDS + 0.5 * not_term * NEXT_VALUES - VALUES)
+
+
+def test_q_lambda_by_hand():
+    returns = q_lambda(rewards=REWARDS, next_values=NEXT_VALUES, gamma=0.5, lam=0.5, **FLAGS)
+    # env 0: G3 = 4 + .5*10 = 9, G2 = 3 + .5*(.5*2 + .5*9), G1 = 2 + .5*(.5*1.5 + .5*5.75), ...
+    # env 1: G3 = 9, G2 = 3 + .5*8 (truncated), G1 = 2 (terminated), G0 = 1 + .5*(.5*5 + .5*2)
+    expected = torch.tensor([[2.203125, 2.75], [3.8125, 2.0], [5.75, 7.0], [9.0, 9.0]])
+    torch.testing.assert_close(returns, expected)
+
+
+def lambda_return_by_mixture(rewards, next_values, terminated, truncated, gamma, lam):
+    """The forward view, one return at a time: the lambda-weighted mixture of the
+    n-step returns ``G^(n)_t`` (bootstrapped from ``next_values[t + n - 1]``) up to the
+    step ``t + k - 1`` where the look-ahead stops, which gets the remaining weight."""
+    steps, envs = rewards.shape
+    out = torch.zeros(steps, envs, dtype=torch.float64)
+    for i in range(envs):
+        for t in range(steps):
+            k = 1  # look-ahead length: to the episode's end or the rollout's
+            while t + k - 1 < steps - 1 and not (terminated[t + k - 1, i] or truncated[t + k - 1, i]):
+                k += 1
+            total, discounted = 0.0, 0.0
+            for n in range(1, k + 1):
+                discounted += gamma ** (n - 1) * float(rewards[t + n - 1, i])
+                last = t + n - 1
+                boot = 0.0 if terminated[last, i] else gamma ** n * float(next_values[last, i])
+                weight = lam ** (n - 1) * (1.0 - lam) if n < k else lam ** (k - 1)
+                total += weight * (discounted + boot)
+            out[t, i] = total
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.integers(1, 7),
+    envs=st.integers(1, 3),
+    gamma=st.floats(0.0, 1.0),
+    lam=st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 1.0)),
+    seed=st.integers(0, 2**16),
+)
+def test_q_lambda_matches_the_mixture_of_n_step_returns(steps, envs, gamma, lam, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (steps, envs)
+    # Episode ends of both kinds inside the rollout, now and then on the same step.
+    terminated = torch.rand(shape, generator=g) < 0.25
+    truncated = torch.rand(shape, generator=g) < 0.25
+    kwargs = {"rewards": torch.randn(shape, generator=g, dtype=torch.float64),
+              "next_values": torch.randn(shape, generator=g, dtype=torch.float64),
+              "terminated": terminated, "truncated": truncated, "gamma": gamma}
+    expected = lambda_return_by_mixture(lam=lam, **kwargs)
+    torch.testing.assert_close(q_lambda(lam=lam, **kwargs), expected)
+    if lam == 0.0:  # one-step Q-learning targets
+        one_step = kwargs["rewards"] + gamma * (~terminated) * kwargs["next_values"]
+        torch.testing.assert_close(q_lambda(lam=0.0, **kwargs), one_step)
+    if lam == 1.0:  # Monte-Carlo to the rollout's or episode's end, then bootstrap
+        torch.testing.assert_close(q_lambda(lam=1.0, **kwargs), n_step_returns(**kwargs))
+
+
+def test_q_lambda_leaves_its_inputs_alone_and_names_bad_ones():
+    terminated = TERMINATED.clone()
+    q_lambda(rewards=REWARDS, next_values=NEXT_VALUES, terminated=terminated, truncated=TRUNCATED,
+             gamma=0.5, lam=0.5)
+    assert torch.equal(terminated, TERMINATED)
+    with pytest.raises(ValueError, match="lam must be in"):
+        q_lambda(rewards=REWARDS, next_values=NEXT_VALUES, gamma=0.5, lam=1.5, **FLAGS)
+    with pytest.raises(ValueError, match="next_values has shape"):
+        q_lambda(rewards=REWARDS, next_values=NEXT_VALUES[:3], gamma=0.5, lam=0.5, **FLAGS)
 
 
 @settings(max_examples=30, deadline=None)
