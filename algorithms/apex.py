@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from algorithms.actor_learner import Actor, Learner
+from algorithms.adders import NStepAdder
 from algorithms.dqn import DQN
 from algorithms.pacing import Pacing
 from algorithms.rollout import evaluate as evaluate_policy
@@ -88,12 +89,13 @@ class ApexConfig:
             raise ValueError(f"eps_alpha must be >= 0, got {self.eps_alpha}")
 
 
-class ApexActor:
-    """One Ape-X actor on a gymnasium ``VectorEnv`` in same-step autoreset mode
-    (the true last observation of an episode is in ``infos["final_obs"]``). Envs
-    flagged in ``infos["env_restarted"]`` (their worker process was replaced) lost
-    that step: their n-step windows end at the last observation they reached, and
-    the cut episode is not reported."""
+class ApexActor(Actor):
+    """One Ape-X actor (:class:`~algorithms.actor_learner.Actor`) with a DQN copy:
+    epsilon-greedy at its ``eps_i`` (per env copy), n-step transitions, initial
+    priorities from its own Q estimates; ``dqn.act`` is its behaviour, so a DQN
+    subclass that explores otherwise (e.g. Boltzmann) changes what it does. Envs
+    whose worker process was replaced lost their step (see ``Actor``): their n-step
+    windows end at the last observation they reached."""
 
     def __init__(
         self,
@@ -107,129 +109,59 @@ class ApexActor:
         config: ApexConfig,
         seed: int | None = None,
     ) -> None:
-        from rlpar.buffers import NStepAssembler
+        config.validate()
+        self.dqn, self.config, self.index = dqn, config, index
+        dqn.tie_target()
+        dqn.epsilon = exploration_rates(index, num_actors, env.num_envs, eps=config.eps,
+                                        alpha=config.eps_alpha, per_env=config.eps_per_env)
+        super().__init__(acting=dqn, behave=self.behaviour, env=env, sink=buffer, params=params,
+                         adder=NStepAdder(num_envs=env.num_envs, n=config.n_step, gamma=dqn.config.gamma),
+                         add_every=config.add_every, pull_every=config.pull_every, prioritized=True, seed=seed)
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.sink
+
+    def behaviour(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.dqn.act(obs, explore=True), {}
+
+
+class ApexDPGActor(Actor):
+    """An Ape-X actor for continuous actions (Ape-X DPG, Horgan et al. 2018, with a
+    DDPG or TD3 copy): Gaussian exploration at its scales sigma_i
+    (:func:`algorithms.noise.exploration_scales`, per env copy), n-step transitions,
+    initial priorities from its own critic; ``ddpg.act`` is its behaviour."""
+
+    def __init__(self, *, ddpg: Any, env: Any, buffer: Buffer, params: ParameterStore, index: int,
+                 num_actors: int, config: ApexConfig, sigma: float, sigma_alpha: float,
+                 seed: int | None = None) -> None:
+        from algorithms.noise import exploration_scales
 
         config.validate()
-        self.dqn, self.env, self.buffer, self.params, self.config = dqn, env, buffer, params, config
-        dqn.tie_target()
-        self.index = index
-        self.dqn.epsilon = exploration_rates(index, num_actors, env.num_envs, eps=config.eps,
-                                             alpha=config.eps_alpha, per_env=config.eps_per_env)
-        self.assembler = NStepAssembler(num_envs=env.num_envs, n=config.n_step, gamma=dqn.config.gamma)
-        self.version = -1
-        self.env_steps = 0
-        self.transitions_added = 0
-        self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by callers
-        self._pending: list[dict[str, np.ndarray]] = []
-        self._steps_since_pull = 0
-        self._obs, _ = env.reset(seed=seed)
-        self._returns = np.zeros(env.num_envs)
-        self._lengths = np.zeros(env.num_envs, dtype=np.int64)
+        self.ddpg, self.config, self.index = ddpg, config, index
+        ddpg.tie_target()
+        ddpg.noise_scale = exploration_scales(index, num_actors, env.num_envs, sigma=sigma, alpha=sigma_alpha,
+                                              per_env=config.eps_per_env)
+        super().__init__(acting=ddpg, behave=self.behaviour, env=env, sink=buffer, params=params,
+                         adder=NStepAdder(num_envs=env.num_envs, n=config.n_step, gamma=ddpg.config.gamma),
+                         add_every=config.add_every, pull_every=config.pull_every, prioritized=True, seed=seed)
 
-    def step(self) -> int:
-        """One vector step of every env; returns the number of env steps taken."""
-        obs = self._obs
-        action = self.dqn.act(obs, explore=True)
-        next_obs, reward, terminated, truncated, infos = self.env.step(action)
-        # Envs whose worker process died and was replaced (a subprocess vector env's
-        # restart_on_crash): their step never happened and next_obs is a fresh reset.
-        cut = infos.get("env_restarted")
-        done = np.logical_or(terminated, truncated)
-        true_next = next_obs
-        if done.any() and "final_obs" in infos:
-            true_next = np.array(next_obs, copy=True)
-            for i in np.flatnonzero(infos["_final_obs"]):
-                true_next[i] = infos["final_obs"][i]
-        completed = self.assembler.step(obs=obs, action=action, reward=reward, next_obs=true_next,
-                                        terminated=terminated, truncated=truncated, cut=cut)
-        if completed and len(completed["reward"]) > 0:
-            self._pending.append(completed)
-        self._track_episodes(reward, done, cut)
-        self._obs = next_obs
-        n = self.env.num_envs - (0 if cut is None else int(np.count_nonzero(cut)))
-        self.env_steps += n
-        self._steps_since_pull += n
-        if len(self._pending) >= self.config.add_every:
-            self.flush()
-        if self._steps_since_pull >= self.config.pull_every:
-            self.sync()
-        return n
-
-    def _track_episodes(self, reward: np.ndarray, done: np.ndarray, cut: np.ndarray | None = None) -> None:
-        self._returns += reward
-        self._lengths += 1
-        if cut is not None:  # a cut episode is dropped: its return was never made
-            done = done & ~cut
-            self._returns[cut], self._lengths[cut] = 0.0, 0
-        for i in np.flatnonzero(done):
-            self.finished_episodes.append((float(self._returns[i]), int(self._lengths[i])))
-            self._returns[i] = 0.0
-            self._lengths[i] = 0
-
-    def flush(self) -> None:
-        """Add the buffered transitions with priorities from this actor's Q estimates."""
-        if not self._pending:
-            return
-        batch = {k: np.concatenate([p[k] for p in self._pending]) for k in self._pending[0]}
-        self._pending.clear()
-        priorities = self.initial_priorities(batch)
-        self.buffer.add(batch, priorities)
-        self.transitions_added += len(priorities)
-
-    def initial_priorities(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """The DQN's :meth:`~algorithms.dqn.DQN.initial_priorities` hook, with this
-        actor's parameters (its target network is its online one)."""
-        return self.dqn.initial_priorities(batch)
-
-    def sync(self) -> bool:
-        """Load the learner's parameters if a newer version exists; True if loaded."""
-        self._steps_since_pull = 0
-        pulled = self.params.pull(newer_than=self.version)
-        if pulled is None:
-            return False
-        state, self.version = pulled
-        self.dqn.load_policy_state(state)
-        return True
+    def behaviour(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self.ddpg.act(obs, explore=True), {}
 
 
-class ApexLearner:
-    """The Ape-X learner: prioritized batches in, new priorities and parameters out."""
+class ApexLearner(Learner):
+    """The Ape-X learner (:class:`~algorithms.actor_learner.Learner`) of a DQN:
+    prioritized batches in, new priorities and parameters out."""
 
     def __init__(self, *, dqn: DQN, buffer: Buffer, params: ParameterStore, config: ApexConfig) -> None:
         config.validate()
-        self.dqn, self.buffer, self.params, self.config = dqn, buffer, params, config
-        self.sample_seconds = 0.0  # time spent obtaining batches (waiting for data)
-        self.update_seconds = 0.0
-        self.publish()  # version 0, so actors act with the learner's initial weights
-
-    @property
-    def updates(self) -> int:
-        return self.dqn.updates
+        self.dqn, self.buffer, self.config = dqn, buffer, config
+        super().__init__(algorithm=dqn, source=buffer, params=params, batch_size=config.batch_size,
+                         push_every=config.push_every, weighted=True)
 
     def ready(self) -> bool:
         return len(self.buffer) >= max(self.config.learning_starts, self.config.batch_size)
-
-    def step(self) -> dict[str, Any]:
-        """One update; returns the DQN's metrics (``priorities`` already sent back)."""
-        t0 = time.perf_counter()
-        sample = self.buffer.sample(self.config.batch_size)
-        t1 = time.perf_counter()
-        batch = dict(sample.batch)
-        batch["weights"] = sample.weights
-        metrics, priorities = self.dqn.learn(batch)
-        self.buffer.update_priorities(sample.indices, priorities)
-        metrics["priority_mean"] = float(priorities.mean())
-        metrics["priority_max"] = float(priorities.max())
-        metrics["weight_min"] = float(np.min(sample.weights))
-        if self.dqn.updates % self.config.push_every == 0:
-            self.publish()
-        self.sample_seconds += t1 - t0
-        self.update_seconds += time.perf_counter() - t1
-        return metrics
-
-    def publish(self) -> int:
-        """Push the online network; its version is the learner's update count."""
-        return self.params.push(self.dqn.policy_state(), version=self.dqn.updates)
 
 
 class DQNApex:

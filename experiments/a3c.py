@@ -231,6 +231,11 @@ class A3CJobConfig:
     # --resume may not change these (experiments.runtime.resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
         "env_id", "hidden", "shared_network", "state_dependent_std", "optimizer")
+    # The defaults the roles fill by observation family, and the local worker count:
+    # read off the config's class, so the roles never import this entry point.
+    defaults_by_family: ClassVar[dict[str, dict[str, float | bool]]] = DEFAULTS_BY_FAMILY
+    env_defaults_by_family: ClassVar[dict[str, dict[str, int]]] = ENV_DEFAULTS_BY_FAMILY
+    default_workers: ClassVar[Any] = staticmethod(default_workers)
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
     env: A3CEnvConfig = section(A3CEnvConfig)

@@ -54,13 +54,13 @@ def job_of(run_dir: str) -> tuple[Any, Any, dict[str, Any]]:
     name = payload.get("job")
     try:
         entry = importlib.import_module(f"experiments.{name}")
-        roles = importlib.import_module(f"experiments.roles.{name}")
     except ImportError:
         raise ValueError(f"{path}: unknown job {name!r}") from None
+    job = getattr(entry, "JOB", None) or entry.job()
     config_cls = next(v for v in vars(entry).values() if isinstance(v, type) and dataclasses.is_dataclass(v)
                       and v.__module__ == entry.__name__
                       and "run" in {f.name for f in dataclasses.fields(v)})
-    return roles.JOB, load_config(config_cls, os.path.join(run_dir, "config.json")), payload
+    return job, load_config(config_cls, os.path.join(run_dir, "config.json")), payload
 
 
 DEFAULT_EPISODES, DEFAULT_SEED = 10, 0  # for a file that records no evaluation of its network

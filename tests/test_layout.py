@@ -30,21 +30,21 @@ def test_top_level_packages_import():
     from rlpar.protocols import Buffer, ParameterStore, Sample  # noqa: F401
 
 
-JOBS = ("apex", "a3c", "maddpg")
+JOBS = ("apex", "a3c", "maddpg", "impala")
 
 
 @pytest.mark.parametrize("job", JOBS)
 def test_every_job_is_a_config_a_run_and_roles_on_the_shared_runtime(job):
-    """One pattern: ``experiments/<job>.py`` holds the typed config, ``run`` and
-    ``main``; ``experiments/roles/<job>.py`` defines the runtime ``Job``."""
+    """One pattern: ``experiments/<job>.py`` holds the typed config, ``run``, ``main``
+    and ``job()``, the runtime ``Job`` (its roles: the actor-learner program's, or the
+    job's own in ``experiments/roles/<job>.py``)."""
     import dataclasses
     import importlib
 
     from experiments.runtime.job import Job
 
     entry = importlib.import_module(f"experiments.{job}")
-    roles = importlib.import_module(f"experiments.roles.{job}")
-    assert isinstance(roles.JOB, Job) and roles.JOB.name == job
+    assert isinstance(entry.job(), Job) and entry.job().name == job
     configs = [v for v in vars(entry).values() if isinstance(v, type) and dataclasses.is_dataclass(v)
                and v.__module__ == entry.__name__ and "run" in {f.name for f in dataclasses.fields(v)}]
     assert len(configs) == 1, f"experiments/{job}.py should define one job config with a run section"
@@ -55,16 +55,20 @@ def test_every_job_is_a_config_a_run_and_roles_on_the_shared_runtime(job):
 
 
 def test_experiments_hold_only_job_entry_points():
-    allowed = {"__init__.py", "apex.py", "a3c.py", "maddpg.py", "evaluate.py"}
+    allowed = {"__init__.py", "apex.py", "a3c.py", "maddpg.py", "impala.py", "evaluate.py"}
     modules = {p.name for p in (ROOT / "experiments").glob("*.py")}
     assert modules <= allowed, f"shared job machinery belongs in experiments/runtime: {modules - allowed}"
 
 
-def _imports(path: pathlib.Path) -> set[str]:
+def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
+    """Every module ``path`` imports, function-local imports included: ``from a.b
+    import c`` is an edge to ``a.b.c`` when that is a module (``from experiments.roles
+    import apex`` imports the roles, not just their package), else to ``a.b``."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+            subs = {f"{node.module}.{alias.name}" for alias in node.names} & modules
+            names.update(subs or {node.module})
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
     return names
@@ -77,7 +81,7 @@ def test_no_import_cycles_between_modules_of_the_packages():
             rel = path.relative_to(ROOT).with_suffix("")
             name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
             modules[name] = path
-    graph = {name: {i for i in _imports(path) if i in modules and i != name}
+    graph = {name: {i for i in _imports(path, set(modules)) if i in modules and i != name}
              for name, path in modules.items() if not name.endswith("__init__")}
     # Package __init__ re-exports are not cycles of their own; ignore edges into packages.
     packages = {n for n, p in modules.items() if p.name == "__init__.py"}

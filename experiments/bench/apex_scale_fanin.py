@@ -1,7 +1,7 @@
 """Report fan-in: what many actors' progress reports and parameter pulls cost the
 learner process, and whether pacing holds.
 
-Rank 0 is an Ape-X learner process as ``experiments/roles/apex.py`` wires it: the
+Rank 0 is an Ape-X learner process as ``experiments/roles/learner.py`` wires it: the
 job's :class:`~experiments.runtime.coordinator.Coordinator` behind ``coord/report``,
 a :class:`~rlpar.servers.PushPullModelServer` with the Nature CNN's parameters
 (1.7M, published every ``push_every`` updates), and the job's ``LearnerLoop`` running
@@ -78,9 +78,20 @@ def _learner(point: FanInPoint, params: Any):
                                          push_every=point.push_every, pull_every=point.pull_every))
 
 
+class _Reported:
+    """The learner loop's data readiness: ``min_size`` reported transitions (the job's
+    rule for a replay in the learner process)."""
+
+    def __init__(self, min_size: int) -> None:
+        self.min_size = min_size
+
+    def ready(self, reported: int) -> bool:
+        return reported >= self.min_size
+
+
 def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
     from algorithms.pacing import Pacing
-    from experiments.roles.apex import PARAMS, LearnerLoop
+    from experiments.roles.learner import PARAMS, LearnerLoop
     from experiments.runtime.config import RunConfig
     from experiments.runtime.coordinator import Coordinator
     from rlpar.logging import MetricLogger
@@ -95,7 +106,7 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
     group.register("coord/report", report)
     learner = _learner(point, params)
     pacing = Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts)
-    loop = LearnerLoop(learner, coordinator, pacing, min_size=point.learning_starts)
+    loop = LearnerLoop(learner, coordinator, pacing, data=_Reported(point.learning_starts))
     out: dict[str, Any] = {}
     group.barrier()  # services registered: the actors connect
 
@@ -148,9 +159,10 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
 
 
 def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
-    """The control loop of ``experiments.roles.apex.run_actor``, env and policy slept."""
+    """The control loop of ``experiments.roles.actor.run_actor``, env and policy slept."""
     from algorithms.pacing import Pacing
-    from experiments.roles.apex import PARAMS, report_every
+    from experiments.roles.learner import PARAMS
+    from experiments.roles.program import report_every
     from experiments.runtime.messages import Report
     from rlpar.servers import PushPullModelServer
 
@@ -190,13 +202,13 @@ def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
 def fanin_rank(point: FanInPoint) -> dict[str, Any]:
     import torch
 
-    from experiments.roles.apex import GROUP
+    from experiments.apex import PROGRAM
     from rlpar.distributed import World
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
     with World.from_env(rpc_timeout=120.0) as world:
-        group = world.create_rpc_group(GROUP, world.names)
+        group = world.create_rpc_group(PROGRAM.name, world.names)
         if rank == 0:
             out = _learner_rank(point, group)
         else:
@@ -219,7 +231,7 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     slack = Pacing.slack_steps  # simulated actors hold no transitions back
     due = Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts,
                  slack_steps=slack).learner_bound(fan["env_steps"])
-    from experiments.roles.apex import report_every
+    from experiments.roles.program import report_every
 
     per_report = point.num_envs * (1 + int(report_every(point.actors) / point.vector_step_s))
     allowed = point.learning_starts + fan["total_updates"] / point.updates_per_step + slack

@@ -106,7 +106,7 @@ def _noop(batch: Any, priorities: Any) -> None:
 
 def _replay(point: IngestPoint, group: Any, names: list[str], role: str):
     """The replay handle of this rank, built as the job builds it."""
-    from experiments.roles.apex import REPLAY
+    from experiments.roles.data import REPLAY
     from rlpar.buffers import (
         DistributedPrioritizedReplayBuffer,
         HostedBuffer,
@@ -247,7 +247,7 @@ def ingest_rank(point: IngestPoint) -> dict[str, Any]:
     """One rank of an ingest point (run by ``rlpar.distributed.launch``)."""
     import torch
 
-    from experiments.roles.apex import GROUP
+    from experiments.apex import PROGRAM
     from rlpar.distributed import World
 
     torch.set_num_threads(1)
@@ -255,7 +255,7 @@ def ingest_rank(point: IngestPoint) -> dict[str, Any]:
     role = "learner" if rank == 0 else "replay" if rank <= point.replay_ranks else "sender"
     out: dict[str, Any] = {"role": role, "rank": rank}
     with World.from_env(rpc_timeout=120.0) as world:
-        group = world.create_rpc_group(GROUP, world.names)
+        group = world.create_rpc_group(PROGRAM.name, world.names)
         replay = _replay(point, group, world.names, role)
         hosts_replay = _local_buffer(replay) is not None
         batches = actor_batches(point, 2, seed=rank) if role == "sender" else []

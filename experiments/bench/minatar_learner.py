@@ -2,7 +2,7 @@
 
 For each game's observations (``MinAtar/<Game>-v0``: 10x10xC booleans, C = 4..10) the
 learner's DQN is built as the Ape-X job builds it (``q_network(..., dueling=True)``,
-``LearnConfig(lr=DEFAULTS_BY_FAMILY[...]["lr"]).dqn_config()``: double Q, Huber, clipping, EagerAdam)
+``fill_learn(LearnConfig(), algorithm="dqn", family=...).dqn_config()``: double Q, Huber, clipping, EagerAdam)
 and fed replay-shaped batches. After a warm-up, N updates are timed per (game, batch size,
 intra-op threads): CPU ms (``time.process_time``, all threads) and wall ms per update,
 updates/s and samples/s. Then batch 128 on 1 thread (the job's default) runs under
@@ -46,13 +46,13 @@ def build_learner(game: str, *, seed: int = 0) -> tuple[Any, tuple[int, ...], np
     from algorithms.dqn import DQN
     from algorithms.nets import observation_family, q_network
     from envs.registry import make_env
-    from experiments.apex import DEFAULTS_BY_FAMILY, LearnConfig
+    from experiments.apex import LearnConfig, fill_learn
 
     env = make_env(f"MinAtar/{game}-v0")
     shape, dtype, n = tuple(env.observation_space.shape), env.observation_space.dtype, int(env.action_space.n)
     env.close()
     torch.manual_seed(seed)
-    config = LearnConfig(lr=DEFAULTS_BY_FAMILY[observation_family(shape)]["lr"]).dqn_config()
+    config = fill_learn(LearnConfig(), algorithm="dqn", family=observation_family(shape)).dqn_config()
     dqn = DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=config, seed=seed)
     return dqn, shape, dtype, n
 

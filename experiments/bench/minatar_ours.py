@@ -148,8 +148,7 @@ def _final_snapshot(run_dir: str, summary: dict[str, Any]) -> None:
 
 def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: float, max_env_steps: int,
                eval_every: int, quick: bool, flags: str) -> dict[str, Any]:
-    from experiments.apex import run
-    from experiments.roles.apex_parts import fill_family_defaults, job_env_fn
+    from experiments.apex import env_defaults, run
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
@@ -158,7 +157,7 @@ def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: 
                                              max_env_steps=max_env_steps))
     if quick:  # a smoke test: learning starts within seconds
         apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 500})
-    fill_family_defaults(config, job_env_fn(config, Parts()))  # the snapshot clock needs --updates-per-step
+    env_defaults(config, Parts())  # the snapshot clock needs --updates-per-step
     learner = SnapshottingLearner.bound(run_dir=run_dir, every=eval_every, started=started,
                                         learning_starts=config.learn.learning_starts,
                                         updates_per_step=config.learn.updates_per_step)
@@ -193,11 +192,13 @@ def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: f
 
 def apex_network(flags: str, game: str):
     """Ours' Q network for ``game`` as ``experiments.apex`` with ``flags`` builds it."""
-    from algorithms.nets import q_network
+    from algorithms.nets import observation_family, q_network
     from envs.registry import EnvFactory
+    from experiments.apex import fill_learn
 
     config = apex_config(flags)
     env = EnvFactory.from_id(env_id(game))()
+    fill_learn(config.learn, algorithm="dqn", family=observation_family(env.observation_space.shape))
     net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden_sizes(),
                     dueling=config.learn.dueling)
     env.close()

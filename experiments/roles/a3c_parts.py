@@ -43,15 +43,13 @@ def build_agent(ctx: Any, *, device: Any):
 def resolve(config: Any, world_size: int | None) -> int:
     """Fill ``--num-workers 0``; the number of ranks. One local worker that rank 0
     runs anyway needs no world: it runs serially, in this process."""
-    from experiments.a3c import default_workers
-
     if world_size is not None:
         workers = world_size if config.server_acts else world_size - 1
         if workers < 1:
             raise ValueError("a world of 1 rank with --no-server-acts has no worker")
         config.num_workers = workers
         return world_size
-    config.num_workers = config.num_workers or default_workers()
+    config.num_workers = config.num_workers or type(config).default_workers()
     if config.num_workers == 1 and config.server_acts:
         config.run.serial = True
     return config.num_workers + (0 if config.server_acts else 1)
@@ -71,8 +69,8 @@ def check(config: Any, parts: Any) -> None:
 
 def env_defaults(config: Any, parts: Any) -> None:
     """``--n-steps``, ``--lr``, ``--entropy-coef`` and ``--num-envs`` when not given,
-    by the env's observation family (``experiments.a3c.DEFAULTS_BY_FAMILY``,
-    ``ENV_DEFAULTS_BY_FAMILY``)."""
+    by the env's observation family (the config's ``defaults_by_family`` and
+    ``env_defaults_by_family``: ``experiments.a3c.DEFAULTS_BY_FAMILY``, ...)."""
     fill_defaults(config, job_env_fn(config, parts))
 
 
@@ -86,10 +84,8 @@ def fill_unset(ctx: Any) -> None:
 def fill_defaults(config: Any, factory: Any) -> None:
     """The family defaults left unset in an ``A3CJobConfig``, from ``factory``'s env
     (built once: ``env_spaces`` caches it per factory)."""
-    from experiments.a3c import DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY
-
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
-    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, factory)
+    fill_by_family(config.learn, type(config).defaults_by_family, factory)
+    fill_by_family(config.env, type(config).env_defaults_by_family, factory)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -15,17 +15,21 @@ class Parts:
     ``network(observation_space, action_space) -> torch.nn.Module`` (the Q network of
     DQN, the actor-critic model of A2C). ``algorithm``: a subclass of the job's
     algorithm class (DQN, A2C, MADDPG). ``actor`` / ``learner``: subclasses of the
-    job's role classes (Ape-X: ApexActor, ApexLearner)."""
+    job's role classes (Ape-X: ApexActor, ApexLearner). ``builder``: for a job on the
+    actor-learner program (Ape-X, IMPALA), ``builder(config, parts, spec) ->
+    algorithms.builder.Builder``, the user's algorithm in place of the job's own (it
+    gets the job's config, these parts and the env's spaces; see the README)."""
 
     env: Callable[[], Any] | None = None
     network: Callable[[Any, Any], Any] | None = None
     algorithm: type | None = None
     actor: type | None = None
     learner: type | None = None
+    builder: Callable[[Any, Any, Any], Any] | None = None
 
     def check(self, *, algorithm: type, actor: type | None = None, learner: type | None = None) -> None:
         """TypeError naming the part that does not fit the job."""
-        for name, value in (("env", self.env), ("network", self.network)):
+        for name, value in (("env", self.env), ("network", self.network), ("builder", self.builder)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name} must be a callable factory, got {value!r}")
         for name, given, base in (("algorithm", self.algorithm, algorithm), ("actor", self.actor, actor),

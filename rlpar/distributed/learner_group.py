@@ -39,7 +39,7 @@ def create(world, name: str, ranks: Sequence[int], *, backend: str,
     """What :meth:`World.create_learner_group` does: arguments checked before anything
     touches the store, then one set of members per name for the whole world (as for
     RPC groups: a second creation with other ranks is a ValueError)."""
-    from rlpar.distributed.world import _check_timeout
+    from rlpar.distributed.timeouts import _check_timeout
 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-from rlpar.distributed.rpc_group import _dispatch, _dispatch_deferred, _Failure, _transport_error
+from rlpar.distributed.rpc_dispatch import _dispatch, _dispatch_deferred, _Failure, _transport_error
 
 _GONE = "HandleGone"  # _Failure kind: fetched or released already
 _KEEP_GONE = 65536  # how many fetched/released names a host remembers (to say so)

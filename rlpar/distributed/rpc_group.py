@@ -18,92 +18,30 @@ thread pool. The store entry says which dispatcher a caller must use.
 from __future__ import annotations
 
 import functools
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed.rpc as rpc
 
+from rlpar.distributed.rpc_dispatch import (
+    _DEFERRED,
+    _barrier_rounds,
+    _dispatch,
+    _dispatch_deferred,
+    _Failure,
+    _paired,
+    _services,
+    _services_by_sid,
+    _sid,
+    _table_lock,
+    _transport_error,
+)
 from rlpar.errors import PeerUnavailable, RemoteError, ServiceNotFound
 
 if TYPE_CHECKING:
     from rlpar.distributed.remote import Handle
-
-# (group name, key) -> callable / RRef, for what this process hosts.
-_services: dict[tuple[str, str], Callable] = {}
-# The same callables keyed by _sid(group, key): what _dispatch looks up per call.
-_services_by_sid: dict[str, Callable] = {}
-_paired: dict[tuple[str, str], rpc.RRef] = {}
-_barrier_rounds: dict[str, int] = {}
-_table_lock = threading.Lock()
-
-
-class _Failure:
-    """What the dispatcher returns when the service raised: the remote traceback as text
-    (the exception object itself may not unpickle on the caller)."""
-
-    __slots__ = ("host", "kind", "text")
-
-    def __init__(self, host: str, kind: str, text: str) -> None:
-        self.host, self.kind, self.text = host, kind, text
-
-    def __reduce__(self):
-        return (_Failure, (self.host, self.kind, self.text))
-
-
-def _dispatch(sid: str, /, *args: Any, **kwargs: Any) -> Any:
-    # One string key and the caller's own args on the wire, as close as possible to a
-    # raw rpc to ``fn`` itself: the group layer's cost is paid per call.
-    fn = _services_by_sid.get(sid)
-    if fn is None:
-        return _Failure(rpc.get_worker_info().name, "ServiceNotFound", "")
-    try:
-        return fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: B036 - every failure goes back to the caller
-        return _Failure(rpc.get_worker_info().name, type(exc).__name__, traceback.format_exc())
-
-
-def _failed_now(failure: _Failure) -> torch.futures.Future:
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(failure)
-    return fut
-
-
-def _deferred_outcome(fut: torch.futures.Future) -> Any:
-    try:
-        return fut.value()
-    except BaseException as exc:  # noqa: B036 - the caller gets it as a RemoteError
-        text = "".join(traceback.format_exception(exc))
-        return _Failure(rpc.get_worker_info().name, type(exc).__name__, text)
-
-
-@rpc.functions.async_execution
-def _dispatch_deferred(sid: str, /, *args: Any, **kwargs: Any) -> torch.futures.Future:
-    # The service returns a Future; torch answers the caller when it completes and
-    # frees this RPC thread at once.
-    fn = _services_by_sid.get(sid)
-    if fn is None:
-        return _failed_now(_Failure(rpc.get_worker_info().name, "ServiceNotFound", ""))
-    try:
-        fut = fn(*args, **kwargs)
-        if not isinstance(fut, torch.futures.Future):
-            raise TypeError(f"a deferred service must return a torch Future, got {type(fut).__name__}")
-    except BaseException as exc:  # noqa: B036 - every failure goes back to the caller
-        return _failed_now(_Failure(rpc.get_worker_info().name, type(exc).__name__,
-                                    traceback.format_exc()))
-    return fut.then(_deferred_outcome)
-
-
-# Store value of a deferred service: its host's name then this marker.
-_DEFERRED = "\x00deferred"
-
-
-def _sid(group: str, key: str) -> str:
-    return f"{group}\x00{key}"
-
 
 class _Raise:
     """The value of a call_async future that failed: its unwrap function raises
@@ -158,23 +96,6 @@ def _rebuild(name: str, members: list[str]) -> RpcGroup:
     from rlpar.distributed.current import current_world
 
     return current_world().create_rpc_group(name, members)
-
-
-def _transport_error(exc: BaseException, host: str, what: str) -> BaseException:
-    text = str(exc)
-    if "On WorkerInfo" in text and not isinstance(exc, RuntimeError):
-        # The remote side failed before our dispatcher ran (e.g. an argument that
-        # does not unpickle there): torch re-raises it here with the remote traceback.
-        return RemoteError(f"{what} failed on {host}: {type(exc).__name__}",
-                           child_name=host, child_traceback=text)
-    if "timeout" not in text:
-        # A broken connection, not a slow peer: shutdown will not wait for it.
-        from rlpar.distributed import current
-
-        world = current.get()
-        if world is not None:
-            world.unreachable.add(host)
-    return PeerUnavailable(f"{what}: peer {host!r} is unavailable or did not answer in time: {text}")
 
 
 class RpcGroup:

@@ -43,6 +43,7 @@ from rlpar.distributed.rendezvous import (
 )
 from rlpar.distributed.sealed import SealedStore, seal_rpc
 from rlpar.distributed.secret import SECRET_ENV, check_secret, secret_from_env
+from rlpar.distributed.timeouts import _check_timeout
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +77,6 @@ def _is_loopback(address: str) -> bool:
 def _note(exc: BaseException, text: str) -> None:
     if hasattr(exc, "add_note"):  # Python >= 3.11
         exc.add_note(text)
-
-
-def _check_timeout(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
-    return float(value)
 
 
 class World:

@@ -23,7 +23,7 @@ import torch.distributed.rpc as rpc
 
 from experiments.runtime.messages import EvalResult
 from rlpar.distributed.rendezvous import rejoin_backend, rpc_init_method
-from rlpar.distributed.rpc_group import _dispatch, _sid
+from rlpar.distributed.rpc_dispatch import _dispatch, _sid
 
 TIMEOUT = 5.0
 

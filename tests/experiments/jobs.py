@@ -19,6 +19,17 @@ def apex_config(log_dir: str = "none", **over):
     return config
 
 
+def impala_config(log_dir: str = "none", **over):
+    from experiments.impala import ImpalaJobConfig
+
+    config = ImpalaJobConfig()
+    apply_overrides(config, {
+        "num_actors": 2, "num_envs": 2, "unroll_length": 5, "batch_size": 2, "hidden": "32",
+        "eval_every": 1500, "eval_episodes": 4, "target_return": 1e9, "max_env_steps": 3000,
+        "max_seconds": 90.0, "log_dir": log_dir, "status_every": 0.0, "rpc_timeout": 30.0, **over})
+    return config
+
+
 def a3c_config(log_dir: str = "none", **over):
     from experiments.a3c import A3CJobConfig
 

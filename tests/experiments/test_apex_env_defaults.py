@@ -42,15 +42,19 @@ def test_every_family_has_every_default():
 def test_unresolved_family_defaults_are_a_clear_error():
     with pytest.raises(ValueError, match="--lr is unset"):
         LearnConfig().dqn_config()
-    assert LearnConfig(lr=1e-3).dqn_config().lr == 1e-3
+    with pytest.raises(ValueError, match="--tau is unset"):
+        LearnConfig(lr=1e-3).dqn_config()
+    assert LearnConfig(lr=1e-3, tau=1.0).dqn_config().lr == 1e-3
     with pytest.raises(ValueError, match="--eps-alpha is unset"):
         LearnConfig().apex_config()
     with pytest.raises(ValueError, match="--n-step is unset"):
         LearnConfig(eps_alpha=3.0).apex_config()
-    assert LearnConfig(eps_alpha=3.0, n_step=1).apex_config().eps_alpha == 3.0
+    with pytest.raises(ValueError, match="--batch-size is unset"):
+        LearnConfig(eps_alpha=3.0, n_step=1).apex_config()
+    assert LearnConfig(eps_alpha=3.0, n_step=1, batch_size=32).apex_config().eps_alpha == 3.0
     with pytest.raises(ValueError, match="--eps-alpha must be >= 0"):
         LearnConfig(eps_alpha=-1.0).validate()
-    assert LearnConfig(lr=1e-3, adam_eps=1.5e-4).dqn_config().adam_eps == 1.5e-4
+    assert LearnConfig(lr=1e-3, tau=1.0, adam_eps=1.5e-4).dqn_config().adam_eps == 1.5e-4
     with pytest.raises(ValueError, match="--adam-eps must be > 0"):
         LearnConfig(adam_eps=0.0).validate()
 
@@ -66,8 +70,7 @@ def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
 
 
 def test_pacing_needs_the_filled_family_defaults():
-    from experiments.apex import ApexJobConfig
-    from experiments.roles.apex import pacing
+    from experiments.apex import ApexJobConfig, pacing
 
     with pytest.raises(ValueError, match="--n-step"):
         pacing(ApexJobConfig())
@@ -76,4 +79,7 @@ def test_pacing_needs_the_filled_family_defaults():
     with pytest.raises(ValueError, match="--updates-per-step"):
         pacing(config)
     config.learn.updates_per_step = 0.5
+    with pytest.raises(ValueError, match="--batch-size"):
+        pacing(config)
+    config.learn.batch_size = 128
     assert pacing(config).updates_per_step == 0.5

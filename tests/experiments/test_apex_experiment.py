@@ -10,19 +10,19 @@ from jobs import apex_config, scalars
 
 from algorithms.dqn import DQN
 from experiments.apex import ApexJobConfig, format_summary, main, run
-from experiments.roles.apex import role_of
+from experiments.roles.program import role_of
 from experiments.runtime import Parts
 
 
 def test_role_rule():
     cfg = ApexJobConfig()
-    assert [role_of(r, 4, cfg) for r in range(4)] == [
+    assert [role_of(r, 4, cfg.replay.extra_ranks()) for r in range(4)] == [
         ("learner", 0), ("actor", 0), ("actor", 1), ("actor", 2)]
     cfg.replay.replay_placement, cfg.replay.replay_ranks = "replay-ranks", 2
-    assert [role_of(r, 5, cfg) for r in range(5)] == [
+    assert [role_of(r, 5, cfg.replay.extra_ranks()) for r in range(5)] == [
         ("learner", 0), ("replay", 0), ("replay", 1), ("actor", 0), ("actor", 1)]
     with pytest.raises(ValueError, match="no actor"):
-        role_of(0, 3, cfg)
+        role_of(0, 3, cfg.replay.extra_ranks())
 
 
 def test_prefetch_auto_depends_on_replay_placement():
@@ -183,11 +183,15 @@ def test_ale_ids_get_the_lean_atari_env_with_standard_preprocessing():
 
 
 def _layout(env_id, **over):
-    from experiments.roles.apex_parts import replay_layout
+    from experiments.apex import PROGRAM, env_defaults
+    from experiments.roles.data import replay_layout
+    from experiments.roles.program import Setup
     from experiments.runtime.job import JobContext
 
-    return replay_layout(JobContext(job="apex", config=apex_config(env_id=env_id, **over), parts=Parts(),
-                                    run_dir=None, started=0.0))
+    config = apex_config(env_id=env_id, **over)
+    env_defaults(config, Parts())
+    return replay_layout(Setup.of(PROGRAM, JobContext(job="apex", config=config, parts=Parts(), run_dir=None,
+                                                      started=0.0)))
 
 
 def test_atari_replay_shares_frames_over_the_n_step_window():
@@ -216,14 +220,17 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
     from algorithms.apex import ApexActor, ApexConfig, ApexLearner
     from envs.atari import make_atari
     from envs.registry import ensure_registered
-    from experiments.roles.apex_parts import build_dqn
+    from experiments.apex import PROGRAM, env_defaults
+    from experiments.roles.program import Setup
     from experiments.runtime.job import JobContext
     from rlpar.buffers import PrioritizedReplayBuffer
     from rlpar.servers import ModelStore
 
     ensure_registered("ALE/Pong-v5")
-    ctx = JobContext(job="apex", config=apex_config(env_id="ALE/Pong-v5", n_step=3), parts=Parts(),
-                     run_dir=None, started=0.0)
+    config = apex_config(env_id="ALE/Pong-v5", n_step=3)
+    env_defaults(config, Parts())
+    builder = Setup.of(PROGRAM, JobContext(job="apex", config=config, parts=Parts(), run_dir=None,
+                                           started=0.0)).builder
     shared = PrioritizedReplayBuffer(capacity=400, seed=0, **_layout("ALE/Pong-v5"))
     plain = PrioritizedReplayBuffer(capacity=400, seed=0)
 
@@ -238,9 +245,9 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
     )
     try:
         store = ModelStore()
-        ApexLearner(dqn=build_dqn(ctx, device="cpu", seed=0), buffer=plain,
+        ApexLearner(dqn=builder.make_algorithm(device="cpu", seed=0), buffer=plain,
                     params=store, config=ApexConfig(batch_size=4, learning_starts=10_000))
-        actor = ApexActor(dqn=build_dqn(ctx, device="cpu", seed=1), env=env,
+        actor = ApexActor(dqn=builder.make_algorithm(device="cpu", seed=1), env=env,
                           buffer=Both(), params=store, index=0, num_actors=1,
                           config=ApexConfig(n_step=3, add_every=4, pull_every=1000), seed=0)
         actor.sync()

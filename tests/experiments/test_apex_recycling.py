@@ -23,7 +23,7 @@ def test_distributed_learner_recycles_and_logs_it(tmp_path):
 
 
 def test_recycle_flags_are_checked_and_reach_the_dqn():
-    config = LearnConfig(lr=1e-3, recycle_every=1000, recycle_tau=0.05).dqn_config()
+    config = LearnConfig(lr=1e-3, tau=1.0, recycle_every=1000, recycle_tau=0.05).dqn_config()
     assert (config.recycle_every, config.recycle_tau) == (1000, 0.05)
     with pytest.raises(ValueError, match=r"--recycle-every must be >= 0 \(0 = off\)"):
         LearnConfig(recycle_every=-1).validate()

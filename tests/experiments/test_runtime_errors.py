@@ -36,7 +36,8 @@ def _no_run_dir(*args, **kwargs):
 
 @pytest.mark.parametrize("argv, message", [
     (["--priority-alpha", "nan"], "--priority-alpha must be a finite number"),
-    (["--env-id", "Pendulum-v1"], "DQN needs Discrete"),
+    (["--env-id", "Pendulum-v1", "--algorithm", "dqn"], "--algorithm dqn needs a Discrete action space"),
+    (["--env-id", "CartPole-v1", "--algorithm", "td3"], "--algorithm td3 needs a Box action space"),
     (["--batch-size", "512", "--replay-capacity", "100"], "exceeds --replay-capacity"),
     (["--serial", "--replay-placement", "actors"], "--serial"),
 ])

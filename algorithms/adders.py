@@ -1,0 +1,62 @@
+"""Adders: what an actor turns its vector-env steps into for the data path.
+
+:class:`NStepAdder` makes n-step transitions (Sutton & Barto 2018, sec. 7.1; Ape-X,
+Horgan et al. 2018) for a replay: ``(obs, action, R^(k), next_obs, terminated,
+gamma^k)``, the learner's target ``reward + discount * (1 - terminated) * V(next_obs)``.
+The unroll adder of IMPALA, which keeps whole stretches of steps with the behaviour
+policy's log-probs, is :class:`algorithms.unroll.UnrollAdder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+Batch = dict[str, np.ndarray]
+
+
+class NStepAdder:
+    """n-step transitions of ``num_envs`` lock-stepped envs (see
+    :class:`rlpar.buffers.NStepAssembler`, which does the work): each step returns
+    the transitions it completed, as one batch (none while every window fills)."""
+
+    def __init__(self, *, num_envs: int, n: int, gamma: float) -> None:
+        from rlpar.buffers import NStepAssembler
+
+        self.assembler = NStepAssembler(num_envs=num_envs, n=n, gamma=gamma)
+
+    def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+            reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            extras: Mapping[str, np.ndarray], cut: np.ndarray | None = None) -> list[Batch]:
+        completed = self.assembler.step(obs=obs, action=action, reward=reward, next_obs=next_obs,
+                                        terminated=terminated, truncated=truncated, cut=cut)
+        return [completed] if len(completed["reward"]) else []
+
+
+class UnrollItems:
+    """IMPALA's unrolls (:class:`algorithms.unroll.UnrollAdder`, which does the work)
+    as an adder: the behaviour policy's log-probs come in ``extras`` (with the action
+    as sampled, ``extras["action"]``, where the env took a clipped one). A step lost by
+    some envs (their worker was replaced: ``cut``) breaks every env's chain of
+    observations, so the partial unroll is dropped (``dropped_steps`` counts them)."""
+
+    def __init__(self, *, unroll_length: int, num_envs: int) -> None:
+        from algorithms.unroll import UnrollAdder
+
+        self.adder = UnrollAdder(unroll_length=unroll_length, num_envs=num_envs)
+        self.dropped_steps = 0
+
+    def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+            reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            extras: Mapping[str, np.ndarray], cut: np.ndarray | None = None) -> list[Batch]:
+        if cut is not None and np.any(cut):
+            self.dropped_steps += len(self.adder) * self.adder.num_envs
+            self.adder.reset()
+            return []
+        done = np.logical_or(terminated, truncated)
+        unroll = self.adder.add(obs=obs, action=extras.get("action", action), reward=reward,
+                                terminated=terminated, truncated=truncated,
+                                behaviour_log_prob=extras["behaviour_log_prob"], next_obs=reset_obs,
+                                infos={"final_obs": next_obs, "_final_obs": done})
+        return [] if unroll is None else [unroll]

@@ -1,0 +1,138 @@
+"""What the actor-learner program needs from an algorithm: its builder.
+
+The idea is Acme's (Hoffman et al. 2020, "Acme: A Research Framework for Distributed
+Reinforcement Learning", arXiv:2006.00979): an agent says how to make its pieces, and
+one distributed program wires any agent. Here a :class:`Builder` makes
+
+- the algorithm (networks, optimizer): the learner's, and each actor's acting copy;
+- the :class:`~algorithms.actor_learner.Actor` around an acting copy: its
+  exploration for actor ``index`` of ``num_actors``, its adder (n-step transitions,
+  or unrolls), whether what it sends carries priorities;
+- the :class:`~algorithms.actor_learner.Learner` around the learner's algorithm;
+- the evaluation policy (:meth:`greedy`) and, for a queue, how unrolls become one
+  learner batch (:meth:`collate`);
+
+and says in :attr:`flow` how data moves (replay or queue, batch size, the replay
+ratio), which the program sizes its parts and pacing by. A builder imports no
+transport: the program (``experiments/roles/actor_learner.py``) hands it local or
+remote parts through the small protocols of :mod:`rlpar.protocols`. What a
+checkpoint holds is the algorithm's ``state_dict()``; what ``policy.pt`` holds,
+and what actors pull, its ``policy_state()``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from algorithms.actor_learner import Actor, Learner
+
+Batch = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """The spaces of one env (a gymnasium ``Space`` each)."""
+
+    observation_space: Any
+    action_space: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Flow:
+    """How data moves between an algorithm's roles.
+
+    ``data``: ``"replay"`` (prioritized transitions, sampled many times) or
+    ``"queue"`` (unrolls, each used once, in order). ``batch_size``: what one update
+    takes (transitions, or unrolls). ``learning_starts``: transitions the replay holds
+    before the first update (0 for a queue). ``updates_per_step``: the replay ratio
+    the program paces actors and learner to (None for a queue, whose bound paces).
+    ``held_steps``: vector steps an actor holds back before they reach the data path
+    (n-step window plus add buffer; an unroll), so pacing leaves room for them.
+    ``push_every``: learner updates between publications; ``pull_every``: actor env
+    steps between pulls. ``n_step``: how many steps a transition's ``next_obs`` is
+    after its ``obs`` (a replay of frame stacks stores their overlap once)."""
+
+    data: Literal["replay", "queue"]
+    batch_size: int
+    push_every: int
+    pull_every: int
+    held_steps: int
+    learning_starts: int = 0
+    updates_per_step: float | None = None
+    n_step: int = 1
+
+    def __post_init__(self) -> None:
+        if self.data not in ("replay", "queue"):
+            raise ValueError(f"data must be 'replay' or 'queue', got {self.data!r}")
+        for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if self.data == "replay" and not (self.updates_per_step or 0) > 0:
+            raise ValueError(f"a replay needs updates_per_step > 0, got {self.updates_per_step}")
+
+
+class Builder(abc.ABC):
+    """One algorithm as the actor-learner program runs it (see the module docstring).
+
+    ``algorithm``, ``actor``, ``learner``: the user's subclasses of
+    :attr:`algorithm_base`, :attr:`actor_base`, :attr:`learner_base` (None: the
+    builder's own); ``network``: ``network(observation_space, action_space) ->
+    nn.Module`` replacing the default one, as the algorithm's docs say."""
+
+    algorithm_base: ClassVar[type]
+    actor_base: ClassVar[type] = Actor
+    learner_base: ClassVar[type] = Learner
+    # The key of the algorithm's state in a checkpoint (Ape-X DQN's are "dqn").
+    state_key: ClassVar[str] = "algorithm"
+
+    def __init__(self, *, spec: EnvSpec, network: Callable[[Any, Any], Any] | None = None,
+                 algorithm: type | None = None, actor: type | None = None,
+                 learner: type | None = None) -> None:
+        for name, given, base in (("algorithm", algorithm, self.algorithm_base),
+                                  ("actor", actor, self.actor_base), ("learner", learner, self.learner_base)):
+            if given is not None and not (isinstance(given, type) and issubclass(given, base)):
+                raise TypeError(f"{name} must be a subclass of {base.__module__}.{base.__qualname__}, "
+                                f"got {given!r}")
+        if network is not None and not callable(network):
+            raise TypeError(f"network must be a callable factory, got {network!r}")
+        self.spec, self.network = spec, network
+        self.algorithm_cls = algorithm or self.algorithm_base
+        self.actor_cls, self.learner_cls = actor or self.actor_base, learner or self.learner_base
+
+    @property
+    @abc.abstractmethod
+    def flow(self) -> Flow:
+        """How data moves (see :class:`Flow`)."""
+
+    @abc.abstractmethod
+    def make_algorithm(self, *, device: Any, seed: int) -> Any:
+        """The algorithm on ``device`` (the learner's; an actor's copy on the CPU)."""
+
+    @abc.abstractmethod
+    def make_actor(self, algorithm: Any, *, env: Any, sink: Any, params: Any, index: int,
+                   num_actors: int, seed: int) -> Actor:
+        """Actor ``index`` of ``num_actors`` around the acting copy ``algorithm``."""
+
+    @abc.abstractmethod
+    def make_learner(self, algorithm: Any, *, source: Any, params: Any) -> Learner:
+        """The learner around the learner's ``algorithm``."""
+
+    def greedy(self, algorithm: Any) -> Callable[[np.ndarray], np.ndarray]:
+        """The evaluation policy: ``act(obs batch) -> actions`` without exploration."""
+        return functools.partial(algorithm.act, explore=False)
+
+    def network_of(self, algorithm: Any) -> Any:
+        """The module the evaluation policy runs (its ReLUs are watched for dead units)."""
+        return algorithm.network
+
+    def collate(self, items: Sequence[Batch]) -> Batch:
+        """A queue's items (unrolls) as one learner batch; replay builders have none."""
+        raise NotImplementedError(f"{type(self).__name__} learns from a replay: it has no collate")

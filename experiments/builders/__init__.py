@@ -1,0 +1,1 @@
+"""The builders of the actor-learner program's algorithms (see :mod:`algorithms.builder`)."""

@@ -1,0 +1,194 @@
+"""IMPALA, the actor-learner of V-trace: ``python -m experiments.impala``.
+
+Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
+Actor-Learner Architectures" (ICML, arXiv:1802.01561). With no launcher environment it
+spawns a local world (1 learner + actors, at least 2) and stops when greedy evaluation
+over ``--eval-episodes`` episodes averages ``--target-return`` (the env's reward
+threshold: 475 on CartPole-v1) or at the time/step budget. Actors act with the newest
+parameters they pulled and put unrolls of ``--unroll-length`` steps into a bounded
+queue in the learner's process (``--queue-capacity``; a full queue holds them back);
+the learner takes ``--batch-size`` unrolls per update and corrects for their lag with
+V-trace. ``--serial`` runs every role in one process. Roles by rank, also under
+torchrun: rank 0 the learner, the others actors (the last one evaluates).
+
+The queue's unrolls are on-policy data: a checkpoint does not keep them (a resumed run
+starts with an empty queue); networks, optimizer and progress are kept as in every job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from experiments.roles.program import Program
+from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime.data import QueueConfig
+from experiments.runtime.envs import check_env, env_factory, fill_by_family
+from experiments.runtime.job import main_for, run_job
+
+# By observation family (the rule that picks the default network), for the fields left
+# unset. Measured in one process (algorithms/impala.py's learner, 4 actors x 4 envs x
+# unrolls of 20 per batch, greedy evaluation of 20 episodes every 2,500 env steps; the
+# V-trace/IMPALA issue's notes): CartPole-v1 with RMSProp 2e-3 solved in a median 9.0K
+# env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
+# 13.9K); MinAtar Breakout (one seed, 180 s) greedy 11.4 at 2e-3 against 5.2 at 6e-4.
+DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
+    "vector": {"lr": 2e-3, "unroll_length": 20, "batch_size": 2},
+    "small_image": {"lr": 2e-3, "unroll_length": 20, "batch_size": 2},
+    "frames": {"lr": 6e-4, "unroll_length": 20, "batch_size": 4},  # the paper's; not measured here
+    "other": {"lr": 2e-3, "unroll_length": 20, "batch_size": 2},
+}
+
+
+def default_actors() -> int:
+    return max(2, os.cpu_count() or 1)
+
+
+@dataclasses.dataclass
+class LearnConfig:
+    """IMPALA's hyperparameters (those left unset: ``DEFAULTS_BY_FAMILY``)."""
+
+    lr: float | None = field(None, help="learning rate (none: by observation family, 2e-3; 6e-4 for frames)")
+    optimizer: Literal["rmsprop", "adam"] = field("rmsprop", help="optimizer (the paper's RMSProp, eps 0.01)")
+    gamma: float = field(0.99, help="discount")
+    unroll_length: int | None = field(None, help="steps per unroll an actor sends (none: by family, 20)")
+    batch_size: int | None = field(None, help="unrolls per learner update (none: by family, 2)")
+    rho_bar: float = field(1.0, help="V-trace: clip of the importance weights in the value targets")
+    c_bar: float = field(1.0, help="V-trace: clip of the trace-cutting weights")
+    entropy_coef: float = field(0.01, help="entropy bonus weight")
+    value_coef: float = field(0.5, help="baseline loss weight")
+    max_grad_norm: float | None = field(40.0, help="clip the summed loss's gradient to this norm ('none': no clip)")
+    reward_clip: float | None = field(None, help="clip rewards to +-this ('none': no clip; the paper's Atari: 1)")
+    hidden: str = field("64,64", help="MLP hidden sizes for vector observations, comma separated")
+    push_every: int = field(1, help="learner updates between parameter publications")
+    pull_every: int = field(0, help="actor env steps between parameter pulls (0: one unroll's, every unroll)")
+
+    def validate(self) -> None:
+        for name in ("unroll_length", "batch_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
+        if self.push_every < 1 or self.pull_every < 0:
+            raise ValueError(f"{flag('push_every')} must be >= 1 and {flag('pull_every')} >= 0")
+        layer_sizes(self.hidden, name="hidden")
+        if self.lr is not None:
+            self.impala_config()  # the algorithm's own checks, named by field
+
+    def impala_config(self):
+        from algorithms.impala_config import IMPALAConfig
+
+        if self.lr is None:
+            raise ValueError(f"{flag('lr')} is unset: the job fills it by the env's observations (env_defaults)")
+        return IMPALAConfig(gamma=self.gamma, rho_bar=self.rho_bar, c_bar=self.c_bar,
+                            entropy_coef=self.entropy_coef, value_coef=self.value_coef,
+                            max_grad_norm=self.max_grad_norm, reward_clip=self.reward_clip,
+                            optimizer=self.optimizer, lr=self.lr, hidden=layer_sizes(self.hidden, name="hidden"))
+
+
+@dataclasses.dataclass
+class ImpalaJobConfig:
+    """IMPALA (Espeholt et al. 2018) on one machine or, under torchrun, a cluster."""
+
+    # What the checkpoint's state (network, optimizer) is shaped by (experiments.runtime.resume).
+    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "optimizer")
+
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
+    env: EnvConfig = section(EnvConfig)
+    queue: QueueConfig = section(QueueConfig)
+    learn: LearnConfig = section(LearnConfig)
+    num_actors: int = field(0, help=(
+        "actors of a local run (0: one per CPU core, at least 2); under torchrun the world size decides"))
+
+    def validate(self) -> None:
+        if self.num_actors < 0:
+            raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
+
+
+# ------------------------------------------------------------ the job's hooks
+
+
+def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
+    from experiments.builders.impala import IMPALABuilder
+
+    return IMPALABuilder(learn=config.learn, num_envs=config.env.num_envs, spec=spec, network=parts.network,
+                         algorithm=parts.algorithm, actor=parts.actor, learner=parts.learner)
+
+
+def resolve(config: ImpalaJobConfig, world_size: int | None) -> int:
+    """Fill ``--num-actors 0``; the number of ranks (learner + actors)."""
+    if world_size is None:
+        config.num_actors = config.num_actors or default_actors()
+        return 1 + config.num_actors
+    if world_size < 2:
+        raise ValueError(f"a world of {world_size} rank has no actor: IMPALA needs at least 2 ranks")
+    config.num_actors = world_size - 1
+    return world_size
+
+
+def job_env_fn(config: ImpalaJobConfig, parts: Parts):
+    return env_factory(config.env.env_id, parts.env)
+
+
+def check(config: ImpalaJobConfig, parts: Parts) -> None:
+    from gymnasium import spaces
+
+    from experiments.builders.impala import IMPALABuilder
+
+    parts.check(algorithm=IMPALABuilder.algorithm_base, actor=IMPALABuilder.actor_base,
+                learner=IMPALABuilder.learner_base)
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id,
+              actions=(spaces.Discrete, spaces.Box), job="IMPALA")
+
+
+def env_defaults(config: ImpalaJobConfig, parts: Parts) -> None:
+    """The fields left unset, by the env's observation family (``DEFAULTS_BY_FAMILY``)."""
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+
+
+def describe(summary: dict[str, Any]) -> list[str]:
+    return [
+        f"actors             {summary['num_actors']} (batch {summary['batch_size']} unrolls)",
+        f"learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for unrolls)",
+        f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
+        f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
+    ]
+
+
+def extra_ranks(config: ImpalaJobConfig) -> int:
+    return 0
+
+
+PROGRAM = Program(name="impala", builder=builder)
+
+
+@functools.cache
+def job():
+    """The runtime's Job (built on first use: the roles import torch)."""
+    from experiments.roles.actor_learner import make_job
+
+    return make_job(PROGRAM, resolve=resolve, check=check, describe=describe, env_fn=job_env_fn,
+                    env_defaults=env_defaults, extra_ranks=extra_ranks)
+
+
+def run(config: ImpalaJobConfig, *, parts: Parts | None = None, quiet: bool = False,
+        started: float | None = None) -> dict[str, Any]:
+    """Run the job (serial, a local world, or this rank under torchrun); returns the
+    learner's summary (``{}`` on other ranks under torchrun)."""
+    return run_job(job(), config, parts=parts, quiet=quiet, started=started)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    from experiments.runtime.summary import format_summary as box
+
+    return box(summary, describe(summary), title="IMPALA")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return main_for(job, ImpalaJobConfig, format_summary, list(argv) if argv is not None else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

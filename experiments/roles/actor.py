@@ -1,0 +1,127 @@
+"""An actor's role in an actor-learner job: every rank after the learner (and the
+replay ranks). Its builder makes its acting copy and its
+:class:`~algorithms.actor_learner.Actor`; this shell owns the env, the transport
+(the data path's handle, the parameter server's accessor) and the report it owes the
+coordinator, and the last actor also evaluates when told to. Pacing holds a
+replay's ratio; with a queue, a full queue holds the actor back.
+
+A dead actor is restarted alone and rejoins (``rlpar.distributed.launch``): same
+index, so the same exploration; a fresh env seed; it pulls the newest parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from experiments.roles.data import actor_sink, hold_shard_until_saved
+from experiments.roles.learner import PARAMS
+from experiments.roles.program import Setup, actor_seed, eval_env, evaluate, pacing, report_every
+from experiments.runtime.job import last_call
+from experiments.runtime.messages import Episode, Rejoin, Report
+
+
+class ActorShell:
+    """One actor's env, :class:`~algorithms.actor_learner.Actor` and the report it owes."""
+
+    def __init__(self, setup: Setup, *, index: int, sink: Any, params: Any, restarts: int = 0) -> None:
+        from gymnasium.vector import AutoresetMode
+
+        from envs import make_vector_env
+        from experiments.runtime.envs import vector_env_options
+
+        # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
+        self.seed = actor_seed(setup.run.seed, index, restarts)
+        self.index = index
+        # A dead env worker is replaced inside the vector env; the actor drops what it cut.
+        self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
+                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
+                                   **vector_env_options(setup.ctx.config))
+        builder = setup.builder
+        acting = builder.make_algorithm(device="cpu", seed=self.seed)
+        self.actor = builder.make_actor(acting, env=self.env, sink=sink, params=params, index=index,
+                                        num_actors=setup.num_actors, seed=self.seed)
+        self.actor.sync()
+        self._steps = self._transitions = self._env_restarts = 0
+
+    @property
+    def acting(self) -> Any:
+        return self.actor.acting
+
+    def unreported_steps(self) -> int:
+        return self.actor.env_steps - self._steps
+
+    def report(self, *, final: bool = False) -> Report:
+        actor = self.actor
+        episodes = [Episode(ret=r, length=n) for r, n in actor.finished_episodes]
+        actor.finished_episodes = []
+        env_restarts = getattr(self.env, "crash_count", 0)
+        report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
+                        transitions=actor.transitions_added - self._transitions, episodes=episodes,
+                        version=actor.version, final=final,
+                        env_worker_restarts=env_restarts - self._env_restarts)
+        self._steps, self._transitions = actor.env_steps, actor.transitions_added
+        self._env_restarts = env_restarts
+        return report
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signals: Any) -> None:
+    """Actor ``index`` until the learner's directive says stop, or a signal of its
+    own does (under torchrun every rank gets the SIGTERM, and the learner may be gone)."""
+    from rlpar.distributed import current_world
+    from rlpar.servers import PushPullModelServer
+
+    restarts = current_world().rank_restarts
+    if restarts:  # before any add: with shards on the actors, the learner rehosts ours
+        group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
+    holds_shard = setup.replay is not None and setup.replay.replay_placement == "actors" and not restarts
+    sink = actor_sink(setup, group, shards, rehosted=bool(restarts))
+    group.barrier()  # a restarted actor passes at once (or completes it for the one that died)
+    # Same index, so the same exploration; the shell pulls the newest parameters.
+    shell = ActorShell(setup, index=index, sink=sink, params=PushPullModelServer.connect(group, PARAMS),
+                       restarts=restarts)
+    evaluator = eval_env(setup, seed=shell.seed + 1) if index == setup.num_actors - 1 else None
+    paced = pacing(setup.flow, num_actors=setup.num_actors, num_envs=setup.env.num_envs)
+    directive = group.call("coord/report", shell.report())
+    last_report, every = time.monotonic(), report_every(setup.num_actors)
+    try:
+        while not directive.stop and not signals.stopped:
+            if time.monotonic() - last_report >= every:
+                directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
+                if directive.evaluate and evaluator is not None:
+                    shell.actor.sync()
+                    # The result carries the parameters it played: the learner is many
+                    # updates past this version by the time the result reaches it.
+                    group.call("coord/eval", evaluate(setup, shell.acting, evaluator,
+                                                      env_steps=directive.env_steps,
+                                                      version=shell.actor.version))
+            elif paced is None or paced.actor_may_step(env_steps=directive.env_steps + shell.unreported_steps(),
+                                                       updates=directive.updates):
+                shell.actor.step()
+            else:
+                # Sleep until the next report instead of asking again at once: each
+                # report is an RPC whose handler takes the learner's GIL, so a
+                # throttled actor that polls slows the very learner it waits for.
+                time.sleep(max(0.0, last_report + every - time.monotonic()))
+    finally:
+        try:
+            last_call(signals.stopped, lambda: _send_final(group, shell, sink, signals.stopped))
+        finally:
+            shell.close()
+            if evaluator is not None:
+                evaluator.close()
+    if holds_shard:
+        hold_shard_until_saved(setup, group, signals)
+
+
+def _send_final(group: Any, shell: ActorShell, sink: Any, signalled: bool) -> None:
+    """What an ending actor owes the learner: its buffered data, then its final report."""
+    from experiments.runtime.job import STOP_CALL_S
+
+    shell.actor.flush()
+    if hasattr(sink, "wait"):
+        sink.wait()
+    group.call("coord/report", shell.report(final=True), timeout=STOP_CALL_S if signalled else None)

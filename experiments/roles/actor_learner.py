@@ -1,0 +1,197 @@
+"""The actor-learner program: one set of roles that runs any algorithm's builder.
+
+Wiring (:func:`rank_main`, read top to bottom): every rank joins the world and the
+RPC group named after the job, and takes its role by the rule of
+:mod:`experiments.roles.program`: the learner (:mod:`.learner`), replay ranks
+(:mod:`.data`) and actors (:mod:`.actor`). ``--serial`` runs every role in this one
+process, deterministic for a seed (:func:`serial_main`). What the algorithm is (Ape-X
+DQN, TD3, IMPALA, a user's) is its :class:`~algorithms.builder.Builder`'s business;
+no role names one. A job built on it is a :class:`~experiments.roles.program.Program`
+plus its config and hooks (:func:`make_job`).
+
+Faults: a dead actor is restarted alone and rejoins (:func:`restartable`); with
+shards on the actors its shard is dropped from sampling when it dies, and the learner
+hosts a fresh, empty one for its replacement (see
+``DistributedReplayBuffer.rehost``). Any other death restarts the world from the
+newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+from algorithms.builder import Builder, EnvSpec
+from experiments.roles.data import LearnerData, run_replay, warm_in_background
+from experiments.roles.learner import LearnerLoop, run_keeper, run_learner, target
+from experiments.roles.program import (
+    Program,
+    Setup,
+    eval_env,
+    evaluate,
+    pacing,
+    role_names,
+    role_of,
+)
+from experiments.runtime.job import Job, StopSignals
+from experiments.runtime.lead import announce_compile, finish_lead, start_lead
+
+
+def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
+    import torch
+
+    from experiments.roles.actor import run_actor
+    from rlpar.distributed import World
+
+    setup = Setup.of(program, ctx)
+    torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
+    placement = setup.replay.replay_placement if setup.replay is not None else None
+    if placement in ("actors", "replay-ranks") or (placement and os.environ.get("RANK") == "0"):
+        warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
+    world = World.from_env(rpc_timeout=setup.run.rpc_timeout,
+                           listen_address=setup.run.resolved_listen_address())
+    extra = setup.extra_ranks()
+    role, index = role_of(world.rank, world.world_size, extra)
+    group = world.create_rpc_group(program.name, world.names)
+    roles = [role_of(r, world.world_size, extra)[0] for r in range(world.world_size)]
+    shard_role = {"actors": "actor", "replay-ranks": "replay"}.get(placement)
+    shards = [name for name, r in zip(world.names, roles) if r == shard_role]
+    setup.num_actors = roles.count("actor")
+    if role == "learner":
+        return run_learner(setup, group, shards=shards)
+    # Stopped by the learner's directive, or by a signal of its own: under torchrun
+    # every rank gets the SIGTERM, and the learner may be gone.
+    with StopSignals(lambda reason: None) as signals:
+        if role == "replay":
+            run_replay(setup, group, shards=shards, signals=signals)
+        else:
+            run_actor(setup, group, index=index, shards=shards, signals=signals)
+    return {}
+
+
+def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
+    """Every role in this process, deterministic for a seed: actors step in turn, the
+    learner runs the updates pacing owes after each (with a queue: every update a
+    batch of unrolls allows), the lead evaluates on schedule."""
+    import torch
+
+    from experiments.roles.actor import ActorShell
+    from rlpar.servers.model import ModelStore
+
+    setup = Setup.of(program, ctx)
+    torch.set_num_threads(setup.run.torch_threads)
+    setup.num_actors = ctx.nprocs - 1 - setup.extra_ranks()
+    if setup.flow.data == "replay":
+        announce_compile(ctx)
+    data, params = LearnerData(setup, None, []), ModelStore()
+    coordinator = start_lead(ctx, num_sources=setup.num_actors, target=target(setup), evaluator=None)
+    learner = _learner(setup, data.source, params)
+    sink = data.hosted if data.hosted is not None else data.queue
+    shells = [ActorShell(setup, index=i, sink=sink, params=params) for i in range(setup.num_actors)]
+    paced = pacing(setup.flow, num_actors=setup.num_actors, num_envs=setup.env.num_envs)
+    loop = LearnerLoop(learner, coordinator, paced, data=data)
+    keeper = run_keeper(setup, coordinator, learner, data)
+    evaluator = eval_env(setup, seed=setup.run.seed + 1)
+    # Env steps when the learner could first sample (a resumed run: where its updates
+    # say it started, so pacing goes on as it was).
+    since = (coordinator.env_steps - learner.updates / paced.updates_per_step
+             if paced is not None and learner.updates else None)
+
+    def held() -> int:
+        return data.held(reported=coordinator.transitions,
+                         capacity=setup.replay.replay_capacity if setup.replay is not None else 0)
+
+    with StopSignals(coordinator.stop) as signals:
+        try:
+            while not coordinator.should_stop():
+                for shell in shells:
+                    shell.actor.step()
+                    coordinator.report(shell.report())
+                    if paced is None:  # a queue: learn from every batch of unrolls there is
+                        while data.source.ready():
+                            loop.update()
+                        continue
+                    if since is None and len(data.hosted) >= data.min_size:
+                        since = coordinator.env_steps
+                    if since is not None:
+                        for _ in range(paced.updates_due(env_steps=coordinator.env_steps,
+                                                         updates=learner.updates, started_at=since)):
+                            loop.update()
+                if coordinator.eval_due():
+                    coordinator.eval_result(evaluate(setup, learner.algorithm, evaluator,
+                                                     env_steps=coordinator.env_steps, version=learner.updates))
+                loop.tick(held())
+                keeper.poll()
+        finally:
+            coordinator.stop("finished")
+            for shell in shells:
+                shell.actor.flush()
+                coordinator.report(shell.report(final=True))
+                shell.close()
+            evaluator.close()
+            loop.tick(held(), force=True)
+            kept = keeper.finish(version=learner.updates)
+            summary = loop.summary(setup, algorithm=type(learner.algorithm), held=held(),
+                                   interrupted=signals.received is not None) | kept
+    return finish_lead(ctx, coordinator, summary)
+
+
+def _learner(setup: Setup, source: Any, params: Any):
+    from experiments.roles.learner import make_learner
+
+    return make_learner(setup, source, params)
+
+
+def restartable(extra_of: Callable[[Any], int], config: Any, nprocs: int) -> list[int]:
+    """The actors: a dead one is restarted alone and rejoins while the learner trains.
+    A replacement can call its peers but no peer that had called the dead process can
+    call it (see rlpar.distributed.rendezvous); so with ``actors`` placement, the
+    learner, which sampled the dead actor's shard, drops that shard and hosts a fresh
+    one for the replacement to add to. Replay ranks are called by the learner and by
+    every actor, so a dead one is not restarted alone: the world restarts from the
+    newest checkpoint (the shards' parts included)."""
+    extra = extra_of(config)
+    return [r for r in range(nprocs) if role_of(r, nprocs, extra)[0] == "actor"]
+
+
+def load_policy(program: Program, ctx: Any, state: dict[str, Any]):
+    """A saved ``policy.pt`` as a greedy policy (``experiments.evaluate``)."""
+    setup = Setup.of(program, ctx)
+    algorithm = setup.builder.make_algorithm(device="cpu", seed=0)
+    algorithm.load_policy_state(state)
+    return setup.builder.greedy(algorithm)
+
+
+def make_job(program: Program, *, resolve: Callable, check: Callable, describe: Callable,
+             env_fn: Callable, env_defaults: Callable | None, extra_ranks: Callable[[Any], int]) -> Job:
+    """The runtime's :class:`~experiments.runtime.job.Job` of an actor-learner
+    ``program`` with the job's own hooks (``extra_ranks(config)``: its replay ranks)."""
+    return Job(name=program.name, rank_main=functools.partial(rank_main, program),
+               serial_main=functools.partial(serial_main, program), resolve=resolve, check=check,
+               describe=describe, env_fn=env_fn, load_policy=functools.partial(load_policy, program),
+               restartable=functools.partial(restartable, extra_ranks),
+               env_defaults=functools.partial(_fill_and_probe, program, env_defaults, env_fn),
+               roles=functools.partial(_role_names, extra_ranks))
+
+
+def _fill_and_probe(program: Program, env_defaults: Callable | None, env_fn: Callable, config: Any,
+                    parts: Any) -> None:
+    """The job's own defaults, then its builder (the user's, if given) made once here,
+    before any process starts: a builder that cannot be made for this config and env
+    fails now, with its own error, not in every rank."""
+    from experiments.runtime.envs import env_spaces
+
+    if env_defaults is not None:
+        env_defaults(config, parts)
+    make = parts.builder or program.builder
+    builder = make(config, parts, EnvSpec(*env_spaces(env_fn(config, parts))))
+    if not isinstance(builder, Builder):
+        raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
+                        "not an algorithms.builder.Builder")
+    builder.flow  # noqa: B018 (its checks: a flow that cannot run is refused here)
+
+
+def _role_names(extra_ranks: Callable[[Any], int], config: Any, nprocs: int) -> list[str]:
+    return role_names(extra_ranks(config), nprocs)

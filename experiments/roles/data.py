@@ -1,0 +1,192 @@
+"""Where an actor-learner job's data lives, and each rank's handle of it.
+
+A **replay** (prioritized, Schaul et al. 2016) is placed by ``--replay-placement``:
+
+- ``learner``: one buffer hosted in the learner process; actors add over RPC;
+- ``actors``: one shard per actor (adds are local); the learner samples across
+  shards, one round trip per shard, prefetched;
+- ``replay-ranks``: shards on dedicated replay ranks; actors add there.
+
+A **queue** of unrolls (IMPALA's) always lives in the learner's process: actors put
+whole unrolls over RPC, waiting while it is full; the learner takes ``batch_size``
+of them per update, in order, and its builder collates them into one batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from experiments.roles.program import Setup
+from rlpar.protocols import Sample
+
+REPLAY, QUEUE = "replay", "queue"
+
+
+def replay_layout(setup: Setup) -> dict[str, Any]:
+    """Replay keyword arguments for the env's observations: ``SharedFrames`` when
+    they are uint8 frame stacks (stack axis first, as both Atari paths make them)
+    that an n-step transition's obs and next_obs overlap in."""
+    from experiments.runtime.envs import is_atari
+    from rlpar.buffers import SharedFrames
+
+    flow, shape = setup.flow, setup.builder.spec.observation_space.shape or ()
+    if not (setup.replay.share_frames and is_atari(setup.env.env_id)) or setup.ctx.parts.env is not None:
+        return {}
+    obs_space = setup.builder.spec.observation_space
+    if obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > flow.n_step:
+        return {"shared_frames": SharedFrames(shift=flow.n_step)}
+    return {}
+
+
+def local_replay(setup: Setup):
+    from rlpar.buffers import PrioritizedReplayBuffer
+
+    replay = setup.replay
+    return PrioritizedReplayBuffer(capacity=replay.replay_capacity, alpha=replay.priority_alpha,
+                                   beta=replay.priority_beta, seed=setup.run.seed, **replay_layout(setup))
+
+
+def sharded_replay(setup: Setup, group: Any, shards: list[str], *, rehosted: bool = False):
+    """The sharded replay in any rank. With shards on the actors, the learner samples
+    on without the shard of a dead actor (its first failed call drops it) until its
+    replacement rejoins; shards on replay ranks are never dropped (a dead one restarts
+    the world). ``rehosted``: this rank replaces a dead actor, whose shard the learner
+    now hosts."""
+    from rlpar.buffers import DistributedPrioritizedReplayBuffer
+
+    replay = setup.replay
+    return DistributedPrioritizedReplayBuffer(
+        group=group, name=REPLAY, capacity=max(1, replay.replay_capacity // len(shards)),
+        alpha=replay.priority_alpha, beta=replay.priority_beta, shard_members=shards,
+        timeout=setup.run.rpc_timeout, seed=setup.run.seed, rehosted=rehosted,
+        on_shard_failure="drop" if replay.replay_placement == "actors" else "raise",
+        **replay_layout(setup))
+
+
+class Unrolls:
+    """A queue of unrolls as the learner's source: ``sample(n)`` takes the next ``n``
+    (waiting for them at most ``timeout`` seconds) and collates them into one batch.
+    Each is used once, so there are no priorities; ``ready`` says whether a batch is
+    there, so the learner's loop never blocks on an empty queue while it should stop."""
+
+    def __init__(self, queue: Any, *, collate: Any, batch_size: int, timeout: float) -> None:
+        self.queue, self.collate, self.batch_size, self.timeout = queue, collate, batch_size, timeout
+
+    def ready(self) -> bool:
+        return len(self.queue) >= self.batch_size
+
+    def sample(self, batch_size: int) -> Sample:
+        items = self.queue.get(batch_size, timeout=self.timeout)
+        return Sample(batch=self.collate(items), indices=np.empty(0, dtype=np.int64),
+                      weights=np.empty(0, dtype=np.float32))
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        raise TypeError("a queue of unrolls has no priorities")
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+class LearnerData:
+    """The learner's side of the data path: ``source`` (what it samples), ``hosted``
+    (a replay buffer in this process, checkpointed with the learner's state), ``sharded``
+    (remote shards, which checkpoint their own parts) and ``queue`` (unrolls)."""
+
+    def __init__(self, setup: Setup, group: Any | None, shards: list[str]) -> None:
+        from rlpar.buffers import HostedBuffer, HostedQueue, PrefetchingBuffer, TrajectoryQueue
+
+        self.hosted = self.sharded = self.queue = None
+        flow, run = setup.flow, setup.run
+        self.min_size = max(flow.learning_starts, flow.batch_size)
+        if flow.data == "queue":
+            queue = TrajectoryQueue(capacity=setup.queue.queue_capacity)
+            self.queue = HostedQueue.host(group, QUEUE, queue) if group is not None else queue
+            self.source: Any = Unrolls(self.queue, collate=setup.builder.collate, batch_size=flow.batch_size,
+                                       timeout=run.rpc_timeout)
+            return
+        if shards:
+            self.sharded = sharded_replay(setup, group, shards)
+        else:
+            buffer = local_replay(setup)
+            self.hosted = HostedBuffer.host(group, REPLAY, buffer) if group is not None else buffer
+        self.source = PrefetchingBuffer(self.hosted if self.sharded is None else self.sharded,
+                                        batch_size=flow.batch_size, depth=setup.replay.prefetch_depth(),
+                                        timeout=run.rpc_timeout)
+
+    def ready(self, reported: int) -> bool:
+        """Whether the learner may sample: a queue holds a batch; a replay holds at
+        least ``learning_starts`` (and a batch of) transitions, by the ``reported``
+        count (a sharded replay's size is only refreshed by sampling)."""
+        if self.queue is not None:
+            return self.source.ready()
+        return reported >= self.min_size
+
+    def held(self, *, reported: int, capacity: int) -> int:
+        """What the data path holds: the hosted buffer's or queue's size; for shards
+        (whose sizes only ride on sampling replies) what was added, bounded by the
+        capacity, exact until a shard fills."""
+        if self.hosted is not None:
+            return len(self.hosted)
+        if self.queue is not None:
+            return len(self.queue)
+        return min(capacity, reported)
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def actor_sink(setup: Setup, group: Any, shards: list[str], *, rehosted: bool = False):
+    """An actor's handle: the replay it adds to (hosted, or its shards) or the queue
+    it puts unrolls into."""
+    from rlpar.buffers import HostedBuffer, HostedQueue
+
+    if setup.flow.data == "queue":
+        return HostedQueue.connect(group, QUEUE, timeout=setup.run.rpc_timeout)
+    if shards:
+        return sharded_replay(setup, group, shards, rehosted=rehosted)
+    return HostedBuffer.connect(group, REPLAY)
+
+
+def hold_shard_until_saved(setup: Setup, group: Any, signals: Any) -> None:
+    """A rank that hosts a shard stays (serving it) until the learner has written its
+    last checkpoint, which asks every shard for its part; after a stop by signal
+    (the world is ending) at most ``STOP_HOLD_S``."""
+    from experiments.runtime.job import STOP_HOLD_S
+    from rlpar.errors import PeerUnavailable
+
+    hold = STOP_HOLD_S if signals.stopped else max(60.0, 2 * setup.run.rpc_timeout)
+    deadline = time.monotonic() + hold
+    try:
+        while (not group.call("coord/released", timeout=min(hold, setup.run.rpc_timeout))
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+    except PeerUnavailable:  # the learner is gone: nothing left to save for it
+        pass
+
+
+def run_replay(setup: Setup, group: Any, *, shards: list[str], signals: Any) -> None:
+    """A dedicated replay rank: hosts one shard (served on RPC threads) until the
+    learner has written its last checkpoint."""
+    sharded_replay(setup, group, shards)
+    group.barrier()
+    hold_shard_until_saved(setup, group, signals)
+
+
+def _warm_replay_kernels() -> None:
+    from rlpar.buffers import trees
+
+    trees.kernels()
+
+
+def warm_in_background() -> threading.Thread:
+    """Load the replay's compiled kernels while the RPC rendezvous waits on peers."""
+    thread = threading.Thread(target=_warm_replay_kernels, name="warm-replay", daemon=True)
+    thread.start()
+    return thread

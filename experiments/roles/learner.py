@@ -1,0 +1,208 @@
+"""The learner's role in an actor-learner job: rank 0 (or the serial process).
+
+It hosts the parameter server and the coordinator, holds the learner's side of the
+data path (:class:`~experiments.roles.data.LearnerData`), runs the paced update loop
+(:class:`LearnerLoop`) and keeps the run (checkpoints, ``policy-best.pt``, the summary;
+:func:`run_keeper`). Which algorithm learns is the builder's business: this file names
+none.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from algorithms.pacing import Pacing
+from experiments.roles.data import REPLAY, LearnerData
+from experiments.roles.program import Setup, pacing
+from experiments.runtime.job import STOP_QUIET_S, StopSignals
+from experiments.runtime.lead import announce_compile, finish_lead, start_lead
+from experiments.runtime.messages import Rejoin
+
+PARAMS = "params"
+
+
+class LearnerLoop:
+    """The learner's update loop and its bookkeeping (serial and distributed):
+    an update whenever the data path is ready and pacing (a replay's ratio) allows."""
+
+    def __init__(self, learner: Any, coordinator: Any, pacing: Pacing | None, *, data: Any) -> None:
+        self.learner, self.coordinator, self.pacing, self.data = learner, coordinator, pacing, data
+        self.started = self.cpu_started = 0.0
+        self.waited = 0.0
+        self._window: dict[str, float] = {}
+        self._n = 0
+
+    def update(self) -> None:
+        if not self.started:
+            self.started, self.cpu_started = time.perf_counter(), time.thread_time()
+        for key, value in self.learner.step().items():
+            self._window[key] = self._window.get(key, 0.0) + value
+        self._n += 1
+        self.coordinator.updates = self.learner.updates
+
+    def step(self) -> bool:
+        """One update if pacing and data allow; False when it had to wait."""
+        env_steps, updates = self.coordinator.env_steps, self.learner.updates
+        if not self.data.ready(self.coordinator.transitions) or (
+                self.pacing is not None and not self.pacing.learner_may_update(env_steps=env_steps,
+                                                                               updates=updates)):
+            t0 = time.perf_counter()
+            time.sleep(0.0005)
+            if self.started:
+                self.waited += time.perf_counter() - t0
+            return False
+        self.update()
+        return True
+
+    def wait_fraction(self) -> float:
+        busy = time.perf_counter() - self.started if self.started else 0.0
+        return (self.waited + self.learner.sample_seconds) / busy if busy > 0 else 0.0
+
+    def tick(self, held: int, *, force: bool = False) -> None:
+        means = {k: v / self._n for k, v in self._window.items()} if self._n else {}
+        tag = "replay/size" if self.pacing is not None else "queue/size"
+        if self.coordinator.tick(updates=self.learner.updates, learner_metrics=means, force=force,
+                                 scalars={tag: held, "charts/learner_wait_fraction": self.wait_fraction()},
+                                 status={"wait%": round(100 * self.wait_fraction(), 1)}):
+            self._window, self._n = {}, 0
+
+    def summary(self, setup: Setup, *, algorithm: type, held: int, interrupted: bool) -> dict:
+        learner, updates = self.learner, max(self.learner.updates, 1)
+        busy = time.perf_counter() - self.started if self.started else 0.0
+        cpu = time.thread_time() - self.cpu_started if self.started else 0.0
+        return self.coordinator.summary(
+            algorithm=algorithm, updates=learner.updates, run_dir=setup.ctx.run_dir, interrupted=interrupted,
+            num_actors=self.coordinator.num_sources, batch_size=setup.flow.batch_size,
+            data=setup.flow.data, replay_size=held, wait_fraction=self.wait_fraction(),
+            # CPU time of the learner loop's own thread: unlike updates/s, it does not
+            # depend on how much of a core other processes left it (load-robust).
+            learner_cpu_ms_per_update=1e3 * cpu / updates,
+            learner_cpu_share=cpu / busy if busy > 0 else 0.0,
+            sample_ms_per_update=1e3 * learner.sample_seconds / updates,
+            update_ms_per_update=1e3 * learner.update_seconds / updates)
+
+
+def make_learner(setup: Setup, source: Any, params: Any):
+    from experiments.runtime.config import resolve_device
+
+    builder = setup.builder
+    algorithm = builder.make_algorithm(device=resolve_device(setup.run.device), seed=setup.run.seed)
+    return builder.make_learner(algorithm, source=source, params=params)
+
+
+def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any]:
+    import torch
+
+    from rlpar.servers import PushPullModelServer
+
+    ctx, num_actors = setup.ctx, setup.num_actors
+    torch.set_num_threads(setup.run.torch_threads)
+    if setup.flow.data == "replay":
+        announce_compile(ctx)
+    data = LearnerData(setup, group, shards)
+    params = PushPullModelServer.host(group, PARAMS)
+    coordinator = start_lead(ctx, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
+    learner = make_learner(setup, data.source, params)
+    keeper = run_keeper(setup, coordinator, learner, data, group=group)
+    released = threading.Event()  # the last checkpoint is written: shard hosts may go
+    group.register("coord/report", coordinator.report)
+    group.register("coord/eval", coordinator.eval_result)
+    group.register("coord/stopped", coordinator.should_stop)
+    group.register("coord/released", released.is_set)
+    group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards))
+    loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors,
+                                                    num_envs=setup.env.num_envs), data=data)
+
+    def held() -> int:
+        return data.held(reported=coordinator.transitions,
+                         capacity=setup.replay.replay_capacity if setup.replay is not None else 0)
+
+    group.barrier()
+    with StopSignals(coordinator.stop) as signals:
+        try:
+            while not coordinator.should_stop():
+                loop.step()
+                loop.tick(held())
+                keeper.poll()
+        finally:
+            coordinator.stop("finished")
+            data.close()
+            # Not for a source that stopped reporting (dead or hung), and briefly after
+            # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
+            coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signals.stopped else None)
+            loop.tick(held(), force=True)
+            try:
+                kept = keeper.finish(version=learner.updates)
+            finally:
+                released.set()
+            summary = loop.summary(setup, algorithm=type(learner.algorithm), held=held(),
+                                   interrupted=signals.received is not None) | kept
+    return finish_lead(ctx, coordinator, summary)
+
+
+def target(setup: Setup) -> float:
+    from experiments.runtime.envs import target_return
+
+    return target_return(setup.run.target_return, setup.env_fn)
+
+
+def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: list[str]):
+    """``coord/rejoin``: a restarted actor rejoins (before its first add). With shards
+    on the actors, the learner first hosts a fresh shard for it (it cannot call the
+    new process) and counts what the dead shard held as lost."""
+    on_actors = data.sharded is not None and setup.replay.replay_placement == "actors"
+
+    def rejoin(message: Rejoin) -> None:
+        if on_actors:
+            coordinator.count_lost(data.sharded.rehost(shards[message.source]))
+        coordinator.rejoin(message)
+
+    return rejoin
+
+
+def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, *, group: Any | None = None):
+    """Checkpoints hold the learner's algorithm (networks, optimizer, update count),
+    a replay held in this process with its priorities, and the coordinator's progress;
+    replay shards write their own parts of each checkpoint (a checkpoint while one is
+    down is skipped). A queue's unrolls are on-policy data, not kept. A resumed run
+    loads them (each shard its part, before any actor adds) and publishes the restored
+    parameters to the actors."""
+    from experiments.roles.data import replay_layout
+    from experiments.runtime.checkpoints import RunKeeper
+    from rlpar.buffers.shard import service_keys
+
+    ctx, key, sharded, hosted = setup.ctx, setup.builder.state_key, data.sharded, data.hosted
+    algorithm = learner.algorithm
+    meta: dict[str, Any] = {"data": setup.flow.data}
+    if setup.replay is not None:
+        placement = setup.replay.replay_placement
+        meta = {"replay_placement": placement, "replay_layout": sorted(replay_layout(setup))}
+        if sharded is not None:
+            meta["replay_shards"] = len(sharded.shard_members)
+
+    def snapshot() -> dict[str, Any]:
+        return {key: algorithm.state_dict(), **({"replay": hosted.state_dict()} if hosted is not None else {})}
+
+    def save_parts(directory: str, step: int) -> int:
+        return sharded.save_parts(directory, step=step, kind=ctx.job, meta={"replay_placement": placement})
+
+    def restore(state: dict[str, Any]) -> None:
+        algorithm.load_state_dict(state[key])
+        if hosted is not None and "replay" in state:
+            hosted.load_state_dict(state["replay"])
+        if sharded is not None:
+            # Before the barrier: the shard hosts have registered, but add nothing yet.
+            for member in sharded.shard_members:
+                group.wait_registered(service_keys(REPLAY, member)["load"])
+            sharded.load_parts(keeper.checkpointer.resumed_path, kind=ctx.job,
+                               meta={"replay_placement": placement})
+        if learner.updates > 0:  # version 0 (the initial weights) is already published
+            learner.publish()
+
+    keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=algorithm.policy_state, meta=meta,
+                       parts=sharded.part_names() if sharded is not None else (),
+                       save_parts=save_parts if sharded is not None else None)
+    keeper.restore(restore, keys=(key,))
+    return keeper

@@ -1,0 +1,162 @@
+"""What the actor-learner roles take from a job, and the rules every rank agrees on.
+
+A job that runs on the actor-learner program (Ape-X DQN and TD3, IMPALA) gives a
+:class:`Program`: its name and how to make its algorithm's
+:class:`~algorithms.builder.Builder` from the config and the user's parts. Each rank
+turns the shipped job context into a :class:`Setup` once, the typed pieces the roles
+use: the run and env sections, the data-path section its builder's flow names, the
+builder itself and the number of actors.
+
+The role rule (also under torchrun), for ``R = --replay-ranks`` (only with
+``--replay-placement replay-ranks``)::
+
+    rank 0          learner (coordinator, evaluation bookkeeping, checkpoints, TensorBoard)
+    ranks 1 .. R    dedicated replay ranks
+    the others      actors, numbered from 0 (the last one also evaluates)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from algorithms.builder import Builder, EnvSpec, Flow
+from algorithms.pacing import Pacing
+
+REPORT_EVERY_S = 0.02
+# The most reports per second the actors send together. Each is an RPC that the
+# learner's process serves, 0.2-0.3 ms of its CPU (the coordinator's own handler is
+# 0.01-0.02 ms of that): 64 actors reporting every 20 ms (1.8K reports/s) took 49% of
+# that process's CPU, and its learner made 12 updates/s; capped at 250/s, 9% and 28
+# updates/s (python -m experiments.bench.apex_scale --cases fan_in).
+REPORTS_PER_S = 250
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """An actor-learner job: ``name`` (run directories, checkpoints, the RPC group)
+    and ``builder(config, parts, spec) -> Builder`` (module-level, so ranks unpickle
+    it by reference)."""
+
+    name: str
+    builder: Callable[[Any, Any, EnvSpec], Builder]
+
+
+@dataclasses.dataclass
+class Setup:
+    """One rank's typed pieces of a job (see the module docstring). ``ctx`` is kept
+    for the runtime's lead, checkpoints and run directory, which take it whole."""
+
+    ctx: Any
+    builder: Builder
+    flow: Flow
+    run: Any  # RunConfig
+    env: Any  # EnvConfig
+    replay: Any | None  # ReplayConfig, for a replay flow
+    queue: Any | None  # QueueConfig, for a queue flow
+    num_actors: int
+    env_fn: Callable[[], Any]
+
+    @classmethod
+    def of(cls, program: Program, ctx: Any) -> Setup:
+        from experiments.runtime.envs import env_factory, env_spaces
+
+        config = ctx.config
+        env_fn = ctx.env_fn if ctx.env_fn is not None else env_factory(config.env.env_id, ctx.parts.env)
+        obs_space, act_space = env_spaces(env_fn)
+        make = ctx.parts.builder or program.builder  # the user's algorithm, or the job's
+        builder = make(config, ctx.parts, EnvSpec(obs_space, act_space))
+        if not isinstance(builder, Builder):
+            raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
+                            "not an algorithms.builder.Builder")
+        flow = builder.flow
+        replay = getattr(config, "replay", None) if flow.data == "replay" else None
+        queue = getattr(config, "queue", None) if flow.data == "queue" else None
+        if (replay if flow.data == "replay" else queue) is None:
+            raise TypeError(f"{type(config).__name__} has no {flow.data} section, which "
+                            f"{type(builder).__name__}'s flow needs")
+        return cls(ctx=ctx, builder=builder, flow=flow, run=config.run, env=config.env, replay=replay,
+                   queue=queue, num_actors=config.num_actors, env_fn=env_fn)
+
+    def extra_ranks(self) -> int:
+        return self.replay.extra_ranks() if self.replay is not None else 0
+
+
+def role_of(rank: int, world_size: int, extra: int) -> tuple[str, int]:
+    """The documented role rule: rank 0 learner; ranks 1..``extra`` replay; the rest
+    actors, numbered from 0."""
+    if world_size - 1 - extra < 1:
+        raise ValueError(f"a world of {world_size} ranks with {extra} replay ranks has no actor")
+    if rank == 0:
+        return "learner", 0
+    if rank <= extra:
+        return "replay", rank - 1
+    return "actor", rank - 1 - extra
+
+
+def role_names(extra: int, nprocs: int) -> list[str]:
+    """Each rank's role in words, for the launcher's warnings."""
+    named = (role_of(r, nprocs, extra) for r in range(nprocs))
+    return [role if role == "learner" else f"{role} {index}" for role, index in named]
+
+
+def report_every(num_actors: int) -> float:
+    """Seconds between one actor's reports: ``REPORT_EVERY_S``, stretched once
+    ``num_actors`` would send more than ``REPORTS_PER_S`` together (above 5 actors).
+    Pacing holds either way: an actor counts its own unreported steps; the others'
+    add at most one interval's steps each to its bound."""
+    return max(REPORT_EVERY_S, num_actors / REPORTS_PER_S)
+
+
+def pacing(flow: Flow, *, num_actors: int, num_envs: int) -> Pacing | None:
+    """The replay ratio both sides hold (None for a queue, whose bound paces). Its
+    slack covers the env steps the actors hold back (``flow.held_steps`` vector steps
+    each before their transitions are added): the learner starts only on reported
+    transitions, so with less slack than that pacing deadlocks. Measured: 32 actors
+    with 4 envs hold up to 2432 env steps, past the default slack of 1000 (+
+    learning_starts 200), and made no update in 30 s (python -m
+    experiments.bench.apex_scale --cases actor_scaling)."""
+    if flow.updates_per_step is None:
+        return None
+    held = num_actors * num_envs * flow.held_steps
+    return Pacing(updates_per_step=flow.updates_per_step, learning_starts=flow.learning_starts,
+                  slack_steps=max(Pacing.slack_steps, held + flow.batch_size))
+
+
+def actor_seed(run_seed: int, index: int, restarts: int = 0) -> int:
+    """Actor ``index``'s env and exploration seed: its first process keeps the run's
+    historical ``seed + 10000 (index + 1)``; the process that replaces it after its
+    ``restarts``-th death gets a fresh one drawn from (seed, index, restarts), so it
+    does not replay its predecessor's episodes."""
+    if restarts < 0:
+        raise ValueError(f"restarts must be >= 0, got {restarts}")
+    if restarts == 0:
+        return run_seed + 10_000 * (index + 1)
+    return int(np.random.SeedSequence([run_seed & 0xFFFFFFFF, index, restarts]).generate_state(1)[0])
+
+
+def eval_env(setup: Setup, *, seed: int):
+    """Greedy evaluation envs: one per episode, each env's first episode counts."""
+    from envs import make_vector_env
+
+    return make_vector_env(setup.env_fn, num_envs=setup.run.eval_episodes, num_workers=0, seed=seed)
+
+
+def evaluate(setup: Setup, algorithm: Any, envs: Any, *, env_steps: int, version: int):
+    """A greedy evaluation of ``algorithm`` (parameters ``version``) on ``envs`` (the
+    evaluator's, one per episode), on episodes seeded by the run's seed and
+    ``env_steps``; the result holds the parameters and that seed, so the run keeps the
+    network that scored and ``experiments.evaluate`` can replay it."""
+    import functools
+
+    from algorithms.rollout import evaluate as play
+    from experiments.runtime.evaluation import evaluation
+
+    builder = setup.builder
+    seed, episodes = setup.run.seed + 7 + env_steps, setup.run.eval_episodes
+    return evaluation(builder.network_of(algorithm),
+                      functools.partial(play, builder.greedy(algorithm), envs, episodes=episodes, seed=seed),
+                      env_steps=env_steps, version=version, policy=algorithm.policy_state(), seed=seed)

@@ -1,0 +1,64 @@
+"""Ape-X for continuous actions: ``--env-id Pendulum-v1`` picks TD3 by the Box action
+space (``--algorithm`` overrides it), transitions with priorities flow from actors that
+explore at their own Gaussian scales, and the job resumes and evaluates like Ape-X DQN."""
+
+import json
+import os
+
+import pytest
+from jobs import apex_config
+
+from experiments import apex, evaluate
+
+
+def td3_config(log_dir="none", **over):
+    settings = {"env_id": "Pendulum-v1", "learning_starts": 300, "batch_size": 32, "hidden": "32",
+                "eval_every": 800, "eval_episodes": 2, "max_env_steps": 1600, **over}
+    return apex_config(log_dir, **settings)
+
+
+@pytest.mark.timeout(120)
+def test_serial_td3_learns_from_prioritized_n_step_transitions_and_resumes(tmp_path):
+    summary = apex.run(td3_config(str(tmp_path), serial=True), quiet=True)
+    assert summary["algorithm"] == "algorithms.td3.TD3" and summary["updates"] > 100
+    run_dir = summary["run_dir"]
+    saved = json.load(open(os.path.join(run_dir, "config.json")))
+    assert saved["algorithm"] == "td3"  # auto, resolved by the action space and saved
+    assert saved["learn"]["tau"] == 0.005 and saved["learn"]["n_step"] == 3 and saved["learn"]["lr"] == 3e-4
+    resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2400), quiet=True)
+    assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
+    out = evaluate.evaluate_run(run_dir, which="best")
+    assert out["matches_recorded"], out
+
+
+@pytest.mark.timeout(120)
+def test_td3_in_a_local_world_and_ddpg_on_request():
+    summary = apex.run(td3_config(), quiet=True)
+    assert summary["algorithm"] == "algorithms.td3.TD3" and summary["num_actors"] == 2
+    assert summary["updates"] > 0 and summary["env_steps"] >= 1600
+    summary = apex.run(td3_config(serial=True, algorithm="ddpg", max_env_steps=800), quiet=True)
+    assert summary["algorithm"] == "algorithms.ddpg.DDPG" and summary["updates"] > 0
+
+
+def test_actors_explore_at_their_own_scales():
+    from gymnasium.vector import AutoresetMode
+
+    from algorithms.builder import EnvSpec
+    from envs import make_vector_env
+    from experiments.runtime import Parts
+    from rlpar.servers import ModelStore
+
+    config = td3_config()
+    apex.env_defaults(config, Parts())
+    env = make_vector_env(apex.job_env_fn(config, Parts()), num_envs=4, num_workers=0,
+                          autoreset_mode=AutoresetMode.SAME_STEP, seed=0)
+    try:
+        builder = apex.builder(config, Parts(), EnvSpec(env.single_observation_space, env.single_action_space))
+        scales = [builder.make_actor(builder.make_algorithm(device="cpu", seed=i), env=env, sink=None,
+                                     params=ModelStore(), index=i, num_actors=2, seed=i).ddpg.noise_scale
+                  for i in range(2)]
+    finally:
+        env.close()
+    assert scales[0].shape == (4,) and scales[0][0] == pytest.approx(0.5)  # the widest: sigma
+    assert scales[1][-1] == pytest.approx(0.5 ** 4)  # the narrowest: sigma^(1 + alpha)
+    assert all((a > b).all() for a, b in zip(scales, scales[1:]))

@@ -1,0 +1,43 @@
+"""The IMPALA job on the actor-learner program: unrolls flow through the queue, the
+learner updates, evaluations keep the evaluated network, a checkpoint resumes, and
+the same job runs in one process (serial) and in a local world."""
+
+import json
+import os
+
+import pytest
+from jobs import impala_config
+
+from experiments import evaluate, impala
+
+
+@pytest.mark.timeout(120)
+def test_serial_run_flows_unrolls_updates_and_resumes(tmp_path):
+    summary = impala.run(impala_config(str(tmp_path), serial=True, max_env_steps=2000, eval_every=1000),
+                         quiet=True)
+    assert summary["updates"] > 0 and summary["data"] == "queue" and summary["evaluations"] >= 1
+    # Every update took batch_size unrolls of unroll_length x num_envs steps.
+    assert summary["env_steps"] >= summary["updates"] * 2 * 5 * 2
+    run_dir = summary["run_dir"]
+    saved = json.load(open(os.path.join(run_dir, "config.json")))
+    assert saved["learn"]["lr"] == 2e-3 and saved["learn"]["unroll_length"] == 5  # filled, given
+    resumed = impala.run(impala_config(str(tmp_path), resume=run_dir, serial=True, max_env_steps=3000), quiet=True)
+    assert resumed["resumed_from_step"] == summary["env_steps"]
+    assert resumed["updates"] > summary["updates"] and resumed["env_steps"] >= 3000
+    # The best evaluation's network replays its recorded return exactly.
+    out = evaluate.evaluate_run(run_dir, which="best")
+    assert out["matches_recorded"], out
+
+
+@pytest.mark.timeout(120)
+def test_a_local_world_of_two_actors_learns_from_their_unrolls():
+    summary = impala.run(impala_config(max_env_steps=3000, eval_every=1500), quiet=True)
+    assert summary["num_actors"] == 2 and summary["updates"] > 10 and summary["evaluations"] >= 1
+    assert summary["env_steps"] >= 3000 and summary["stop_reason"] == "env step budget"
+
+
+def test_bad_flags_are_named():
+    with pytest.raises(ValueError, match="--unroll-length must be >= 1"):
+        impala.run(impala_config(serial=True, unroll_length=0))
+    with pytest.raises(ValueError, match="--queue-capacity must be >= 1"):
+        impala.run(impala_config(serial=True, queue_capacity=0))
