@@ -31,6 +31,7 @@ from rlpar.servers.remote import (
     _check_name,
     _host,
     _unwrap,
+    DEFERRED_GRAD_SERVICES,
     grad_services,
     grads_for_transfer,
 )
@@ -214,7 +215,7 @@ class ShardedGradServer:
         )
         services = grad_services(server)
         services["keys"] = lambda: keys[shard]
-        _host(group, _shard_name(name, shard), services)
+        _host(group, _shard_name(name, shard), services, deferred=DEFERRED_GRAD_SERVICES)
         return RemoteShardedGradServer(
             group, name, num_shards=num_shards, timeout=timeout, keep_device=keep_device
         )
