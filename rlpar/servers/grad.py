@@ -41,7 +41,7 @@ from torch import nn
 
 from rlpar.errors import NonFiniteGradients
 from rlpar.servers.model import check_newer_than, check_push_version
-from rlpar.servers.rounds import Rounds
+from rlpar.servers.rounds import GradMember, Rounds
 from rlpar.servers.tensors import snapshot
 from rlpar.state import StatePath, integer, mapping, torch_loader
 
@@ -530,37 +530,3 @@ class GradServer:
 def _scaled(grad: torch.Tensor, weight: float) -> torch.Tensor:
     return grad if weight == 1.0 else grad * weight
 
-
-class GradMember:
-    """The :class:`~rlpar.protocols.GradientSink` of worker ``source`` in the server's
-    own process (serial mode, a hosting rank's worker): its pushes name it, and
-    ``waiting``/``wait`` tell whether its round is still open, so a loop that has
-    other work (a lead's evaluations) need not block on the round."""
-
-    def __init__(self, server: GradServer, source: int) -> None:
-        if server.config.mode == "reduce":
-            server._rounds.check_source(source)
-        self.server, self.source = server, source
-
-    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
-        return self.server.push_gradients(grads, version, self.source)
-
-    def push_gradients_and_pull(self, grads: Mapping[str, Any], version: int, newer_than: int = -1):
-        return self.server.push_gradients_and_pull(grads, version, newer_than, self.source)
-
-    def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
-        return self.server.push(state, version)
-
-    def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
-        return self.server.pull(newer_than)
-
-    @property
-    def version(self) -> int:
-        return self.server.version
-
-    @property
-    def waiting(self) -> bool:
-        return self.server.waiting(self.source)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self.server.wait_round(self.source, timeout)

@@ -24,14 +24,19 @@ A source that pushes again into a round already holding its gradient (a restarte
 worker whose predecessor pushed before dying) is dropped: the round keeps the first.
 Pushes without a source count as before: any ``reduce_batch_size`` of them close a round.
 
-Everything here is state; the server calls it under its own lock.
+:class:`Rounds` is state that the server changes under its own lock; :class:`GradMember`
+is a worker's view of a server in its own process.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from rlpar.servers.grad import GradServer
 
 
 class Rounds:
@@ -88,3 +93,38 @@ class Rounds:
         """Forget the open round (its gradients were dropped) and every absence."""
         self.absent.clear()
         return self.close(0, expired=False)
+
+
+class GradMember:
+    """The :class:`~rlpar.protocols.GradientSink` of worker ``source`` in the server's
+    own process (serial mode, a hosting rank's worker): its pushes name it, and
+    ``waiting``/``wait`` tell whether its round is still open, so a loop that has
+    other work (a lead's evaluations) need not block on the round."""
+
+    def __init__(self, server: GradServer, source: int) -> None:
+        if server.config.mode == "reduce":
+            server._rounds.check_source(source)
+        self.server, self.source = server, source
+
+    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
+        return self.server.push_gradients(grads, version, self.source)
+
+    def push_gradients_and_pull(self, grads: Mapping[str, Any], version: int, newer_than: int = -1):
+        return self.server.push_gradients_and_pull(grads, version, newer_than, self.source)
+
+    def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
+        return self.server.push(state, version)
+
+    def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
+        return self.server.pull(newer_than)
+
+    @property
+    def version(self) -> int:
+        return self.server.version
+
+    @property
+    def waiting(self) -> bool:
+        return self.server.waiting(self.source)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.server.wait_round(self.source, timeout)

@@ -27,11 +27,11 @@ from torch import nn
 from rlpar.servers.grad import GradServer, all_finite
 from rlpar.servers.model import check_newer_than
 from rlpar.servers.remote import (
+    DEFERRED_GRAD_SERVICES,
     RemoteGradServer,
     _check_name,
     _host,
     _unwrap,
-    DEFERRED_GRAD_SERVICES,
     grad_services,
     grads_for_transfer,
 )
