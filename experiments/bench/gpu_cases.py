@@ -8,17 +8,13 @@ a hung collective ends as an error, not as a hung check.
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import importlib
 import importlib.util
-import io
-import json
 import os
 import statistics
-import tempfile
 import time
 from typing import Any
+
+from experiments.bench.job_runs import has_flag, run_job
 
 LAUNCH_S = 90.0  # one launch of ranks (NCCL's first communicator takes seconds)
 RPC_S = 30.0
@@ -133,35 +129,6 @@ def rpc_device_maps(cpu: bool) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ jobs
-
-
-def run_job(module: str, argv: list[str]) -> dict[str, Any]:
-    """``python -m <module> argv`` in this process, its printout kept out of the JSON
-    lines; the run's summary.json."""
-    mod = importlib.import_module(module)
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as logs:
-        out = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                code = mod.main([*argv, "--log-dir", logs, "--status-every", "0"])
-        except SystemExit as exc:  # a flag this job does not take
-            code = exc.code
-        if code != 0:
-            raise RuntimeError(f"python -m {module} {' '.join(argv)} exited {code}: {out.getvalue()[-1500:]}")
-        (path,) = glob.glob(os.path.join(logs, "*", "summary.json"))
-        with open(path) as f:
-            summary = json.load(f)
-    keep = ("stop_reason", "env_steps", "updates", "num_sources", "evaluations")
-    return {key: summary[key] for key in keep if key in summary}
-
-
-def has_flag(module: str, config_name: str, option: str) -> bool:
-    """Whether job ``module``'s config takes ``option`` (looked up now: a flag another
-    branch adds is found once merged)."""
-    from experiments.runtime.cli import build_parser
-
-    config_cls = getattr(importlib.import_module(module), config_name)
-    return option in build_parser(config_cls)._option_string_actions
 
 
 def _updated(summary: dict[str, Any]) -> dict[str, Any]:
