@@ -6,7 +6,10 @@ arXiv:1602.01783). With no launcher environment it runs ``--num-workers`` worker
 against a local gradient server: see :func:`default_workers`) and stops when greedy
 evaluation over ``--eval-episodes`` episodes averages ``--target-return`` (the
 env's reward threshold: 475 on CartPole-v1), or at the time/step budget.
-``--serial`` steps every worker in turn in this one process.
+``--serial`` steps every worker in turn in this one process. ``--sync`` is
+synchronous A2C: one optimizer step per round of one gradient from every worker
+(the server in reduce mode; see :mod:`experiments.roles.a3c` and
+:mod:`rlpar.servers.rounds`).
 
 Roles, by rank (:func:`experiments.roles.a3c.role_of`), also under torchrun:
 

@@ -31,12 +31,9 @@ is a worker's view of a server in its own process.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from rlpar.servers.grad import GradServer
 
 
 class Rounds:
@@ -101,7 +98,7 @@ class GradMember:
     ``waiting``/``wait`` tell whether its round is still open, so a loop that has
     other work (a lead's evaluations) need not block on the round."""
 
-    def __init__(self, server: GradServer, source: int) -> None:
+    def __init__(self, server: Any, source: int) -> None:  # a GradServer (no import cycle)
         if server.config.mode == "reduce":
             server._rounds.check_source(source)
         self.server, self.source = server, source

@@ -21,7 +21,7 @@ def test_allreduce_quick_prints_every_net_and_impl(capsys):
     rows = {(line["net"], line["impl"]): line for line in out if line.get("case") == "allreduce"}
     assert set(rows) == {(net, impl) for net in data_parallel.NETS
                          for impl in ("rlpar_average_gradients", "raw_all_reduce", "ddp")}
-    for (net, impl), row in rows.items():
+    for (_net, impl), row in rows.items():
         assert row["ranks"] == 2 and row["backend"] == "gloo" and row["params"] > 0
         if impl != "ddp":
             assert row["ms_p50"] > 0 and row["ms_p90"] >= row["ms_p50"] and row["gb_per_s"] > 0
