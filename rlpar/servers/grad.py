@@ -328,8 +328,8 @@ class GradServer:
                 while True:
                     deadline = self._rounds.deadline
                     if deadline is None:
-                        self._changed.wait(_WATCHER_IDLE_S)
-                        if self._rounds.deadline is None:
+                        # Every closed round notifies: only a wait that timed out is idle.
+                        if not self._changed.wait(_WATCHER_IDLE_S) and self._rounds.deadline is None:
                             self._watcher = None
                             return
                         continue

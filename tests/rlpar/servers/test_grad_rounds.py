@@ -1,6 +1,8 @@
 """Reduce rounds with named sources: one gradient per worker and step, a round that
 closes without a dead worker, waits answered when the round closes."""
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -127,3 +129,16 @@ def test_invalid_sources_and_timeouts():
         server(mode="async", reduce_batch_size=1, round_timeout=1.0)
     with pytest.raises(ValueError, match="round_timeout"):
         server(round_timeout=0)
+
+
+def test_one_watcher_thread_serves_many_rounds():
+    srv = server(round_timeout=30.0)
+    srv.push_gradients(g(1, 0, 0), 0, source=0)
+    first = srv._watcher  # started by the first round with a deadline
+    srv.push_gradients(g(1, 0, 0), 0, source=1)
+    for v in range(1, 20):
+        time.sleep(0.01)  # room for the watcher to see no open round between two
+        srv.push_gradients(g(1, 0, 0), v, source=0)
+        srv.push_gradients(g(1, 0, 0), v, source=1)
+    # Not a thread per round: the same one, still waiting for the next deadline.
+    assert srv.version == 20 and srv._watcher is first and first.is_alive()
