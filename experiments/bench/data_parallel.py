@@ -26,12 +26,13 @@ line holds the load averages (a shared machine: compare figures of one run).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
 import time
 from typing import Any
+
+from experiments.bench.job_runs import has_flag, has_module
 
 NETS = ("minatar_q", "minatar_actor_critic", "nature_cnn")
 
@@ -155,10 +156,8 @@ PPO = "experiments.ppo"
 
 def ppo_missing(*flags: str) -> str | None:
     """Why the PPO cases cannot run in this checkout, or None."""
-    if importlib.util.find_spec(PPO) is None:
+    if not has_module(PPO):
         return f"not available: {PPO} is not in this checkout"
-    from experiments.bench.job_runs import has_flag
-
     missing = [f for f in flags if not has_flag(PPO, "PPOJobConfig", f)]
     return f"not available: {PPO} has no {', '.join(missing)}" if missing else None
 

@@ -8,13 +8,12 @@ a hung collective ends as an error, not as a hung check.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
 import time
 from typing import Any
 
-from experiments.bench.job_runs import has_flag, run_job
+from experiments.bench.job_runs import has_flag, has_module, run_job
 
 LAUNCH_S = 90.0  # one launch of ranks (NCCL's first communicator takes seconds)
 RPC_S = 30.0
@@ -162,7 +161,7 @@ def impala_gpu_learner(cpu: bool) -> dict[str, Any]:
 
 def ppo_gpu_learner(cpu: bool) -> dict[str, Any]:
     """PPO (experiments.ppo, once merged) with its learner on the GPU."""
-    if importlib.util.find_spec("experiments.ppo") is None:
+    if not has_module("experiments.ppo"):
         raise Unavailable("not available: experiments.ppo is not in this checkout")
     argv = ["--device", "cpu" if cpu else "cuda", "--max-env-steps", "1000" if cpu else "4000",
             "--eval-every", "100000", "--max-seconds", "60"]

@@ -36,6 +36,16 @@ def run_job(module: str, argv: list[str]) -> dict[str, Any]:
     return {key: summary[key] for key in SUMMARY_KEYS if key in summary}
 
 
+def has_module(module: str) -> bool:
+    """Whether ``module`` (``experiments.<job>``) is in this checkout: looked up in the
+    ``experiments`` package's own directory, not through an editable install's finder,
+    which may map the name to another checkout."""
+    from importlib.machinery import PathFinder
+
+    package, _, name = module.rpartition(".")
+    return PathFinder.find_spec(module, importlib.import_module(package).__path__) is not None
+
+
 def has_flag(module: str, config_name: str, option: str) -> bool:
     """Whether job ``module``'s config takes ``option`` (looked up now: a flag another
     branch adds is found once merged)."""
