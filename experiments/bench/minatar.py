@@ -66,9 +66,9 @@ import time
 from typing import Any
 
 from experiments.bench import minatar_eval as ev
+from experiments.bench import minatar_jobs as jobs
 
 BENCH = "minatar"
-OURS = ("rlpar-apex", "rlpar-a3c", "rlpar-impala", "rlpar-ppo", "rlpar-pqn")
 IMPLS = ("rlpar-apex", "sb3-dqn", "rlpar-a3c", "sb3-a2c", "sb3-ppo", "rlpar-impala", "rlpar-ppo", "rlpar-pqn")
 LEGACY_FLAGS = {"ours_flags": "rlpar-apex", "a3c_flags": "rlpar-a3c"}  # --ours-flags, --a3c-flags
 QUICK = {"games": "Breakout", "impls": "rlpar-apex,sb3-dqn", "budget_s": 18.0, "eval_every": 1_000,
@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         "comma-separated seconds: each line's best_greedy_by_s gives the best greedy return by then"))
     parser.add_argument("--out", default=os.path.join("runs", "bench-minatar"), help="results directory")
     parser.add_argument("--flags", action="append", default=[], metavar="IMPL=FLAGS", help=(
-        f"extra job flags for one of ours ({', '.join(OURS)}), e.g. 'rlpar-impala=--num-actors 3'; repeatable"))
+        f"extra job flags for one of ours ({', '.join(jobs.JOBS)}), e.g. 'rlpar-impala=--num-actors 3'; "
+        "repeatable"))
     parser.add_argument("--ours-flags", default="", help="extra experiments.apex flags for rlpar-apex")
     parser.add_argument("--a3c-flags", default="", help="extra experiments.a3c flags for rlpar-a3c")
     parser.add_argument("--quick", action="store_true", help=(
@@ -199,8 +200,8 @@ def impl_flags(given: list[str], **legacy: str) -> dict[str, str]:
         impl, sep, text = item.partition("=")
         impl = impl.strip()
         if not sep or impl not in IMPLS:
-            raise ValueError(f"--flags takes IMPL=FLAGS with IMPL one of {list(OURS)}, got {item!r}")
-        if impl not in OURS:
+            raise ValueError(f"--flags takes IMPL=FLAGS with IMPL one of {list(jobs.JOBS)}, got {item!r}")
+        if impl not in jobs.JOBS:
             raise ValueError(f"--flags {impl}: the peers run the bench's own settings (minatar_peers) "
                              "and take no flags")
         if text.strip():
@@ -210,13 +211,23 @@ def impl_flags(given: list[str], **legacy: str) -> dict[str, str]:
 
 def check_job_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Bad job flags exit 2 here, not in a child (only for jobs this tree has)."""
-    from experiments.bench import minatar_ours as ours
-
     for impl, flags in args.impl_flags.items():
-        if impl in args.impl_list and not ours.missing(impl):
-            problem = ours.check_flags(impl, flags)
+        if impl in args.impl_list and not jobs.missing(impl):
+            config = jobs.job_config(impl, flags)  # exits 2 on a flag the job does not take
+            problem = _ours(impl).check_flags(impl, config, flags)
             if problem:
                 parser.error(f"--flags {impl}: {problem}")
+
+
+def _ours(impl: str):
+    """The module that runs ``impl``, one of ours: minatar_sync or minatar_ours."""
+    if impl in jobs.SYNC:
+        from experiments.bench import minatar_sync
+
+        return minatar_sync
+    from experiments.bench import minatar_ours
+
+    return minatar_ours
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,9 +263,7 @@ def _missing(impl: str) -> str | None:
         if importlib.util.find_spec("stable_baselines3") is None:
             return "stable_baselines3 is not installed (make bench-deps)"
         return None
-    from experiments.bench import minatar_ours as ours
-
-    return ours.missing(impl)
+    return jobs.missing(impl)
 
 
 def emit(out: str, record: dict[str, Any]) -> None:
@@ -344,9 +353,14 @@ def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
         from experiments.bench import minatar_peers
 
         return minatar_peers.train(impl, args.game, **common)
-    from experiments.bench import minatar_ours as ours
+    return train_ours(impl, args.game, flags=args.impl_flags.get(impl, ""), **common)
 
-    return ours.train(impl, args.game, flags=args.impl_flags.get(impl, ""), **common)
+
+def train_ours(impl: str, game: str, **common: Any) -> dict[str, Any]:
+    """One of ours (``common``: the trainers' keywords); a RuntimeError naming what
+    is missing if this tree lacks its job."""
+    jobs.job_module(impl)
+    return _ours(impl).train(impl, game, **common)
 
 
 def policy(impl: str, args: argparse.Namespace):
@@ -354,10 +368,14 @@ def policy(impl: str, args: argparse.Namespace):
         from experiments.bench import minatar_peers
 
         return minatar_peers.policy(impl, args.game, variant=args.variant)
-    from experiments.bench import minatar_ours as ours
-
-    return ours.policy(impl, args.impl_flags.get(impl, ""), args.game, variant=args.variant,
+    return policy_ours(impl, args.impl_flags.get(impl, ""), args.game, variant=args.variant,
                        run_dir=args.evaluator or "")
+
+
+def policy_ours(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir: str = ""):
+    """``(load(state), scores(obs))`` for the snapshots of one of ours."""
+    jobs.job_module(impl)
+    return _ours(impl).policy(impl, flags, game, variant=variant, run_dir=run_dir)
 
 
 if __name__ == "__main__":

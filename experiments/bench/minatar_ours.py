@@ -4,7 +4,7 @@ program, PPO and PQN (``experiments.ppo``, ``experiments.pqn``:
 :mod:`.minatar_sync`) with their default flags (plus the bench's ``--flags
 IMPL=...``) on a MinAtar game, through the Python API, writing evaluation
 snapshots without pausing for evaluation. A job module that this tree does not
-have gives a "not available" line (:func:`missing`), not a failed run.
+have gives a "not available" line (:func:`.minatar_jobs.missing`), not a failed run.
 
 The job runtime saves the policy only at the end, so the snapshots come from the
 user parts the runtime already takes, defined here so every rank imports them:
@@ -30,13 +30,7 @@ mode of the policy, i.e. argmax of its logits (A3C, IMPALA, PPO).
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import importlib.util
 import math
-import os
-import shlex
-import shutil
 import time
 from typing import Any
 
@@ -45,26 +39,8 @@ import numpy as np
 from algorithms.a2c import A2C
 from algorithms.actor_learner import Learner
 from algorithms.apex import ApexLearner
+from experiments.bench import minatar_jobs as jobs
 from experiments.bench.minatar_eval import env_id, write_snapshot
-
-NEVER = 2**62  # --eval-every for the job's own evaluation: the bench evaluates instead
-# Our implementations and the job module each runs.
-JOBS = {"rlpar-apex": "experiments.apex", "rlpar-a3c": "experiments.a3c", "rlpar-impala": "experiments.impala",
-        "rlpar-ppo": "experiments.ppo", "rlpar-pqn": "experiments.pqn"}
-
-
-class Every:
-    """Passes once each time a growing count reaches the next multiple of ``every``."""
-
-    def __init__(self, every: int) -> None:
-        self.every, self.next = every, every
-
-    def passed(self, count: int) -> bool:
-        if count < self.next:
-            return False
-        while self.next <= count:
-            self.next += self.every
-        return True
 
 
 class SnapshottingLearner(ApexLearner):
@@ -88,7 +64,7 @@ class SnapshottingLearner(ApexLearner):
         if not self.run_dir or self.every < 1:
             raise TypeError("use SnapshottingLearner.bound(...) to set where and how often to snapshot")
         super().__init__(dqn=dqn, buffer=buffer, params=params, config=config)
-        self._clock = Every(self.every)
+        self._clock = jobs.Every(self.every)
 
     def env_steps(self) -> int:
         return self.learning_starts + int(self.updates / self.updates_per_step)
@@ -121,7 +97,7 @@ class SnapshottingA2C(A2C):
         super().__init__(observation_space=observation_space, action_space=action_space, config=config,
                          model=model, actor=actor, critic=critic, device=device)
         self.env_steps = self.rollouts = 0
-        self._clock = Every(self.every)
+        self._clock = jobs.Every(self.every)
 
     def compute_gradients(self, batch: Any) -> Any:
         self.env_steps += math.prod(batch["rewards"].shape)  # (T, N) per rollout
@@ -154,7 +130,7 @@ class SnapshottingImpalaLearner(Learner):
         super().__init__(algorithm=algorithm, source=source, params=params, batch_size=batch_size,
                          push_every=push_every, weighted=weighted)
         self.learned_steps = 0  # env steps of the unrolls learned from: [T, B] rewards each batch
-        self._clock = Every(self.every)
+        self._clock = jobs.Every(self.every)
 
     def learn(self, batch: Any) -> Any:
         self.learned_steps += int(np.asarray(batch["reward"]).size)
@@ -171,102 +147,33 @@ class SnapshottingImpalaLearner(Learner):
 # ------------------------------------------------------------------- configs
 
 
-def missing(impl: str) -> str | None:
-    """Why ``impl`` cannot run in this tree (its job module is absent), or None."""
-    module = JOBS[impl]
-    if importlib.util.find_spec(module) is None:
-        return f"not available: {module} is not installed in this tree"
-    return None
-
-
-def job_module(impl: str):
-    """The job module ``impl`` runs; a RuntimeError saying so when this tree lacks it."""
-    reason = missing(impl)
-    if reason:
-        raise RuntimeError(f"{impl}: {reason}")
-    return importlib.import_module(JOBS[impl])
-
-
-def config_class(module: Any) -> type:
-    """The job's typed config: the one ``*JobConfig`` dataclass its module defines."""
-    found = [value for name, value in vars(module).items() if name.endswith("JobConfig")
-             and dataclasses.is_dataclass(value) and getattr(value, "__module__", "") == module.__name__]
-    if len(found) != 1:
-        raise RuntimeError(f"{module.__name__} defines {len(found)} *JobConfig dataclasses, expected one")
-    return found[0]
-
-
-def job_config(impl: str, flags: str):
-    """``impl``'s job config from its flags (exit 2 on a bad one)."""
-    from experiments.runtime.cli import parse_config
-
-    return parse_config(config_class(job_module(impl)), shlex.split(flags))
-
-
 def apex_config(flags: str):
     """``experiments.apex``'s config from its flags (exit 2 on a bad one)."""
-    return job_config("rlpar-apex", flags)
+    return jobs.job_config("rlpar-apex", flags)
 
 
 def a3c_config(flags: str):
-    return job_config("rlpar-a3c", flags)
+    return jobs.job_config("rlpar-a3c", flags)
 
 
 def impala_config(flags: str):
-    return job_config("rlpar-impala", flags)
+    return jobs.job_config("rlpar-impala", flags)
 
 
-def check_flags(impl: str, flags: str) -> str | None:
-    """Parse ``flags`` as ``impl``'s job does (exit 2 on a bad flag); a message if the
-    bench cannot run them, else None."""
-    config = job_config(impl, flags)
+def check_flags(impl: str, config: Any, flags: str) -> str | None:
+    """A message if the bench cannot run ``impl`` with the job config ``flags`` gave."""
     if impl == "rlpar-a3c" and config.num_workers not in (0, 1):
         return ("the bench runs one A3C worker (the 2-core default; its snapshots count that worker's env "
                 "steps): drop --num-workers")
-    if impl in ("rlpar-ppo", "rlpar-pqn"):
-        from experiments.bench import minatar_sync
-
-        return minatar_sync.check_members(config, flags)
     return None
-
-
-def bench_overrides(game: str, *, run_dir: str, seed: int, budget_s: float, max_env_steps: int,
-                    variant: str = "paper") -> dict:
-    return {"env_id": env_id(game, variant), "seed": seed, "max_seconds": budget_s,
-            "max_env_steps": max_env_steps, "eval_every": NEVER, "eval_episodes": 1,
-            "log_dir": os.path.join(run_dir, "job"), "status_every": 0.0, "checkpoint_every": 0.0}
-
-
-def final_snapshot(run_dir: str, summary: dict[str, Any]) -> None:
-    """``policy.pt`` as the last snapshot; the job's checkpoint (replay included) is
-    not needed afterwards."""
-    import torch
-
-    policy = torch.load(os.path.join(summary["run_dir"], "policy.pt"), weights_only=True)
-    write_snapshot(run_dir, policy["state"], env_steps=summary["env_steps"], wall_s=summary["wall_s"],
-                   updates=summary.get("updates", 0), final=True)
-    shutil.rmtree(os.path.join(summary["run_dir"], "checkpoints"), ignore_errors=True)
-
-
-def result(summary: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """The trainer's figures from the job's summary."""
-    keys = ("env_steps", "updates", "env_steps_per_s", "updates_per_s", "wait_fraction", "startup_s")
-    return {**{key: summary.get(key) for key in keys}, "job_run_dir": summary["run_dir"], **extra}
 
 
 # ------------------------------------------------------------------ trainers
 
 
-def train(impl: str, game: str, *, flags: str, run_dir: str, seed: int, started: float, budget_s: float,
-          max_env_steps: int, eval_every: int, quick: bool, variant: str = "paper") -> dict[str, Any]:
-    """Train ``impl`` on ``game`` under the budget, writing snapshots; its figures."""
-    job_module(impl)  # "not available" before anything else
-    common = {"flags": flags, "run_dir": run_dir, "seed": seed, "started": started, "budget_s": budget_s,
-              "max_env_steps": max_env_steps, "eval_every": eval_every, "quick": quick, "variant": variant}
-    if impl in ("rlpar-ppo", "rlpar-pqn"):
-        from experiments.bench import minatar_sync
-
-        return minatar_sync.train(impl, game, **common)
+def train(impl: str, game: str, **common: Any) -> dict[str, Any]:
+    """Train ``impl`` (Ape-X, A3C, IMPALA) on ``game`` under the budget, writing
+    snapshots; its figures. ``common``: the trainers' keywords."""
     return {"rlpar-apex": train_apex, "rlpar-a3c": train_a3c, "rlpar-impala": train_impala}[impl](game, **common)
 
 
@@ -277,7 +184,7 @@ def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: 
     from experiments.runtime.cli import apply_overrides
 
     config = apex_config(flags)
-    apply_overrides(config, bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
+    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
                                             max_env_steps=max_env_steps, variant=variant))
     if quick:  # a smoke test: learning starts within seconds
         apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 500})
@@ -286,8 +193,8 @@ def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: 
                                         learning_starts=config.learn.learning_starts,
                                         updates_per_step=config.learn.updates_per_step)
     summary = run(config, parts=Parts(learner=learner), quiet=True, started=started)
-    final_snapshot(run_dir, summary)
-    return result(summary, num_actors=summary["num_actors"])
+    jobs.final_snapshot(run_dir, summary)
+    return jobs.result(summary, num_actors=summary["num_actors"])
 
 
 def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: float, max_env_steps: int,
@@ -297,13 +204,13 @@ def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: f
     from experiments.runtime.cli import apply_overrides
 
     config = a3c_config(flags)
-    apply_overrides(config, bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
+    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
                                             max_env_steps=max_env_steps, variant=variant))
     apply_overrides(config, {"num_workers": 1})  # the 2-core default; snapshots count one worker
     algorithm = SnapshottingA2C.bound(run_dir=run_dir, every=eval_every, started=started)
     summary = run(config, parts=Parts(algorithm=algorithm), quiet=True, started=started)
-    final_snapshot(run_dir, summary)
-    return {**result(summary), "wait_fraction": None}
+    jobs.final_snapshot(run_dir, summary)
+    return {**jobs.result(summary), "wait_fraction": None}
 
 
 def train_impala(game: str, *, run_dir: str, seed: int, started: float, budget_s: float, max_env_steps: int,
@@ -314,25 +221,20 @@ def train_impala(game: str, *, run_dir: str, seed: int, started: float, budget_s
     from experiments.runtime.cli import apply_overrides
 
     config = impala_config(flags)
-    apply_overrides(config, bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
+    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
                                             max_env_steps=max_env_steps, variant=variant))
     learner = SnapshottingImpalaLearner.bound(run_dir=run_dir, every=eval_every, started=started)
     summary = run(config, parts=Parts(learner=learner), quiet=True, started=started)
-    final_snapshot(run_dir, summary)
-    return result(summary, num_actors=summary.get("num_actors"))
+    jobs.final_snapshot(run_dir, summary)
+    return jobs.result(summary, num_actors=summary.get("num_actors"))
 
 
 # ---------------------------------------------------------- evaluator policies
 
 
 def policy(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir: str = ""):
-    """``(load(state), scores(obs))`` for ``impl``'s snapshots (see :func:`evaluator_main
-    <experiments.bench.minatar_eval.evaluator_main>`)."""
-    job_module(impl)
-    if impl in ("rlpar-ppo", "rlpar-pqn"):
-        from experiments.bench import minatar_sync
-
-        return minatar_sync.policy(impl, game, variant=variant, run_dir=run_dir)
+    """``(load(state), scores(obs))`` for ``impl``'s snapshots (see
+    :func:`experiments.bench.minatar_eval.evaluator_main`)."""
     return {"rlpar-apex": apex_policy, "rlpar-a3c": a3c_policy,
             "rlpar-impala": impala_policy}[impl](flags, game, variant=variant)
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.pqn import PQN, PQNConfig
-from experiments.bench import minatar_ours as ours
+from experiments.bench import minatar_jobs as jobs
 from experiments.bench.minatar_eval import env_id, write_snapshot
 
 SPEC = "policy-spec.pt"
@@ -63,7 +63,7 @@ class SnapshottingRollouts:
         if not self.run_dir or self.every < 1 or self.members < 1:
             raise TypeError(f"use {type(self).__name__}.bound(...) to set where and how often to snapshot")
         self.bench_env_steps = self.bench_updates = 0
-        self._clock = ours.Every(self.every)
+        self._clock = jobs.Every(self.every)
         write_spec(self.run_dir, self.kind, self.config)
 
     def after_update(self, batch: Any) -> None:
@@ -149,7 +149,7 @@ def read_spec(run_dir: str) -> dict[str, Any]:
 # ------------------------------------------------------------------ trainers
 
 
-def check_members(config: Any, flags: str) -> str | None:
+def check_flags(impl: str, config: Any, flags: str) -> str | None:
     """A message if ``--num-workers`` is given as 0 (the snapshot clock multiplies a
     member's env steps by the count, so the bench needs it), else None."""
     if _named(flags) and _workers(config) is not None and _workers(config) < 1:
@@ -172,9 +172,9 @@ def train(impl: str, game: str, *, flags: str, run_dir: str, seed: int, started:
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    module = ours.job_module(impl)
-    config = ours.job_config(impl, flags)
-    apply_overrides(config, ours.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
+    module = jobs.job_module(impl)
+    config = jobs.job_config(impl, flags)
+    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
                                             max_env_steps=max_env_steps, variant=variant))
     members = _workers(config)
     if members is not None and not _named(flags):
@@ -185,16 +185,17 @@ def train(impl: str, game: str, *, flags: str, run_dir: str, seed: int, started:
     if "started" in inspect.signature(module.run).parameters:
         kwargs["started"] = started
     summary = module.run(config, **kwargs)
-    ours.final_snapshot(run_dir, summary)
-    return ours.result(summary, members=members or 1)
+    jobs.final_snapshot(run_dir, summary)
+    return jobs.result(summary, members=members or 1)
 
 
 # ---------------------------------------------------------- evaluator policies
 
 
-def policy(impl: str, game: str, *, variant: str = "paper", run_dir: str):
+def policy(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir: str):
     """``(load(state), scores(obs))``, the network built on the first ``load`` (the
-    first snapshot exists, so the spec does) from ``<run_dir>/policy-spec.pt``."""
+    first snapshot exists, so the spec does) from ``<run_dir>/policy-spec.pt`` (the
+    flags are in it already)."""
     built: dict[str, Any] = {}
 
     def load(state: Any) -> None:
