@@ -76,6 +76,17 @@ def bench_overrides(game: str, *, run_dir: str, seed: int, budget_s: float, max_
             "log_dir": os.path.join(run_dir, "job"), "status_every": 0.0, "checkpoint_every": 0.0}
 
 
+def bench_config(impl: str, game: str, *, flags: str, run_dir: str, seed: int, budget_s: float,
+                 max_env_steps: int, variant: str = "paper"):
+    """``impl``'s job config from its flags, with the overrides every bench run gets."""
+    from experiments.runtime.cli import apply_overrides
+
+    config = job_config(impl, flags)
+    apply_overrides(config, bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                                            max_env_steps=max_env_steps, variant=variant))
+    return config
+
+
 def final_snapshot(run_dir: str, summary: dict[str, Any]) -> None:
     """``policy.pt`` as the last snapshot; the job's checkpoint (replay included) is
     not needed afterwards."""

@@ -183,9 +183,8 @@ def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: 
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    config = apex_config(flags)
-    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
-                                            max_env_steps=max_env_steps, variant=variant))
+    config = jobs.bench_config("rlpar-apex", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
     if quick:  # a smoke test: learning starts within seconds
         apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 500})
     env_defaults(config, Parts())  # the snapshot clock needs --updates-per-step
@@ -203,9 +202,8 @@ def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: f
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    config = a3c_config(flags)
-    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
-                                            max_env_steps=max_env_steps, variant=variant))
+    config = jobs.bench_config("rlpar-a3c", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
     apply_overrides(config, {"num_workers": 1})  # the 2-core default; snapshots count one worker
     algorithm = SnapshottingA2C.bound(run_dir=run_dir, every=eval_every, started=started)
     summary = run(config, parts=Parts(algorithm=algorithm), quiet=True, started=started)
@@ -218,11 +216,9 @@ def train_impala(game: str, *, run_dir: str, seed: int, started: float, budget_s
     """IMPALA with its defaults by observation family (``experiments.impala``)."""
     from experiments.impala import run
     from experiments.runtime import Parts
-    from experiments.runtime.cli import apply_overrides
 
-    config = impala_config(flags)
-    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
-                                            max_env_steps=max_env_steps, variant=variant))
+    config = jobs.bench_config("rlpar-impala", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
     learner = SnapshottingImpalaLearner.bound(run_dir=run_dir, every=eval_every, started=started)
     summary = run(config, parts=Parts(learner=learner), quiet=True, started=started)
     jobs.final_snapshot(run_dir, summary)

@@ -173,9 +173,8 @@ def train(impl: str, game: str, *, flags: str, run_dir: str, seed: int, started:
     from experiments.runtime.cli import apply_overrides
 
     module = jobs.job_module(impl)
-    config = jobs.job_config(impl, flags)
-    apply_overrides(config, jobs.bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
-                                            max_env_steps=max_env_steps, variant=variant))
+    config = jobs.bench_config(impl, game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
     members = _workers(config)
     if members is not None and not _named(flags):
         apply_overrides(config, {"num_workers": 1})  # one member on the 2-core machine
