@@ -200,7 +200,7 @@ def _bound(cls, tmp_path, **extra):
     return cls.bound(run_dir=str(tmp_path), every=100, started=0.0, **extra)
 
 
-def test_impala_learner_snapshots_after_the_update_passing_each_interval(tmp_path):
+def test_impala_learner_snapshots_after_the_update_passing_each_interval(tmp_path, one_torch_thread):
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -244,7 +244,7 @@ def _rollout(algorithm, obs_shape, *, steps, envs, num_actions, extra=()):
 
 
 @pytest.mark.parametrize("impl", ["rlpar-pqn", "rlpar-ppo"])
-def test_synchronous_snapshots_and_the_evaluator_policy_built_from_the_spec(tmp_path, impl):
+def test_synchronous_snapshots_and_the_evaluator_policy_built_from_the_spec(tmp_path, impl, one_torch_thread):
     torch = pytest.importorskip("torch")
     from algorithms.ppo import PPOConfig
     from algorithms.pqn import PQNConfig
@@ -286,7 +286,7 @@ def test_synchronous_snapshots_and_the_evaluator_policy_built_from_the_spec(tmp_
         assert np.array_equal(scores(obs).argmax(-1).numpy(), algorithm.act(obs, explore=False))  # the mode
 
 
-def test_group_members_count_every_member_and_write_each_snapshot_once(tmp_path):
+def test_group_members_count_every_member_and_write_each_snapshot_once(tmp_path, one_torch_thread):
     pytest.importorskip("torch")
     from algorithms.pqn import PQNConfig
     from experiments.bench import minatar_sync as sync
