@@ -5,7 +5,8 @@ run, on this machine.
     python -m experiments.bench.minatar --games Breakout --impls rlpar-apex,sb3-dqn --budget-s 1800
     python -m experiments.bench.minatar --games SpaceInvaders --impls rlpar-a3c,sb3-a2c --seeds 0,1
     python -m experiments.bench.minatar --games Breakout --impls rlpar-pqn,rlpar-ppo --variant gymnax \
-        --score 28 --report-at 300,900 --flags "rlpar-ppo=--num-envs 64"
+        --score 28 --report-at 300,900
+    python -m experiments.bench.minatar --games Breakout --impls rlpar-impala --flags "rlpar-impala=--num-actors 3"
     python -m experiments.bench.minatar --quick          # smoke test (< 60 s), not a measurement
 
 For each game, seed and implementation (in that order, one at a time: each gets
@@ -30,7 +31,8 @@ in this tree``, as for a peer that is not installed.
 ``--variant paper`` (default) is the MinAtar paper's protocol (``MinAtar/<Game>-v0``:
 all six actions, sticky actions 0.1, no episode cap); ``--variant gymnax`` is MinAtar
 as gymnax runs it, which PQN's authors (purejaxql) trained on: the minimal action
-set, ``sticky_action_prob=0``, a 1,000-step cap (``MinAtar/<Game>-gymnax-v0``, see
+set, ``sticky_action_prob=0``, a 1,000-step cap (Freeway: gymnax's 2,500, where
+MinAtar ends it anyway) (``MinAtar/<Game>-gymnax-v0``, see
 :mod:`envs.registry`). Its runs and PNG go under ``<game>-gymnax``.
 
 So evaluation never pauses a learner; what it costs is reported: the evaluator's
@@ -58,6 +60,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -83,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2")
     parser.add_argument("--variant", choices=ev.VARIANTS, default="paper", help=(
         "paper: MinAtar/<Game>-v0, the paper's protocol; gymnax: minimal action set, no sticky actions, "
-        "1000-step cap (MinAtar/<Game>-gymnax-v0)"))
+        "1000-step cap, Freeway 2500 (MinAtar/<Game>-gymnax-v0)"))
     parser.add_argument("--budget-s", type=float, default=1800.0, help="wall-clock seconds per run")
     parser.add_argument("--max-env-steps", type=int, default=5_000_000, help="env step cap per run (paper: 5M)")
     parser.add_argument("--eval-every", type=int, default=50_000, help="env steps between snapshots")
@@ -184,7 +187,7 @@ def _number(text: str, name: str) -> float:
         value = float(text)
     except ValueError:
         raise ValueError(f"{name} must be a number, got {text!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {text!r}")
     return value
 

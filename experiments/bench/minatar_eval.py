@@ -43,7 +43,7 @@ PAUSES = "snapshot-pauses.txt"  # seconds each snapshot took its trainer, one a 
 def env_id(game: str, variant: str = "paper") -> str:
     """``paper``: all six actions, sticky actions (``-v0``), the paper's protocol;
     ``gymnax``: gymnax's MinAtar (minimal action set, no sticky actions, episodes
-    capped at 1,000 steps). See :mod:`envs.registry`."""
+    capped at 1,000 steps, Freeway's at 2,500). See :mod:`envs.registry`."""
     from envs.registry import minatar_id
 
     return minatar_id(game, variant)

@@ -11,8 +11,8 @@ rollouts they update on (the rollout's ``valid`` steps, or all ``T x N``) times 
 number of learner-group members (each member learns from its own rollouts of the
 same size, parameters identical after every update) and write the policy after the
 update that passes each ``eval_every``. The bench runs one member unless its flags
-name ``--num-workers K``; with several, the first member to pass a snapshot's step
-count claims it (an exclusive file), so each is written once.
+name ``--num-workers K``; with several, the first member to pass each multiple of
+``eval_every`` claims its snapshot (an exclusive file), so each is written once.
 
 The evaluator rebuilds the network from what the trainer's algorithm was built
 with: each snapshotting class writes its config to ``<run>/policy-spec.pt`` when it
@@ -39,7 +39,7 @@ from experiments.bench import minatar_jobs as jobs
 from experiments.bench.minatar_eval import env_id, write_snapshot
 
 SPEC = "policy-spec.pt"
-CLAIMS = "claims"  # <run>/claims/<env steps>: the member that writes that snapshot
+CLAIMS = "claims"  # <run>/claims/<k>: a member writes the snapshot after k x eval_every env steps
 MEMBERS_FLAG = "--num-workers"
 
 
@@ -69,17 +69,20 @@ class SnapshottingRollouts:
     def after_update(self, batch: Any) -> None:
         self.bench_env_steps += rollout_steps(batch) * self.members
         self.bench_updates += 1
-        if self._clock.passed(self.bench_env_steps) and self._claim(self.bench_env_steps):
+        if self._clock.passed(self.bench_env_steps) and self._claim(self.bench_env_steps // self.every):
             write_snapshot(self.run_dir, self.policy_state(), env_steps=self.bench_env_steps,
                            wall_s=time.time() - self.started, updates=self.bench_updates)
 
-    def _claim(self, env_steps: int) -> bool:
+    def _claim(self, interval: int) -> bool:
+        """Whether this member writes the snapshot of ``interval`` (the ``eval_every``
+        multiples passed): the first to ask does; members' counts may differ a little
+        (a preempted rollout is shorter), their interval numbers hardly ever."""
         if self.members == 1:
             return True
         directory = os.path.join(self.run_dir, CLAIMS)
         os.makedirs(directory, exist_ok=True)
         try:
-            os.close(os.open(os.path.join(directory, str(env_steps)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(os.open(os.path.join(directory, str(interval)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return False
         return True
