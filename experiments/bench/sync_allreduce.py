@@ -4,7 +4,7 @@ on gloo, for PPO's networks.
 
 Two local ranks (``--ranks``), each a PPO model (:class:`algorithms.ppo.PPO`'s default
 network: MinAtar's conv torso for ``minatar``, 10x10x4 observations and 6 actions,
-about 0.4M parameters; the 64-64 tanh MLPs for ``cartpole``) doing minibatch steps of
+133K parameters; the 64-64 tanh MLPs for ``cartpole``, 9K) doing minibatch steps of
 ``--batch`` samples (PPO's default rollout of 8 envs x 128 steps in 4 minibatches:
 256) with a PPO-sized loss (policy log-likelihood, value error, entropy), then an Adam
 step. Modes, interleaved round by round so machine noise hits them alike:
@@ -16,9 +16,10 @@ step. Modes, interleaved round by round so machine noise hits them alike:
 * ``ddp``: the model wrapped in ``torch.nn.parallel.DistributedDataParallel`` on the
   world's default gloo group (its 25 MB buckets reduced during backward).
 
-Prints one JSON line per (net, mode) with the median ms per minibatch step over
-``--rounds`` rounds of ``--steps`` steps, and the overhead over ``alone``; the last
-line holds the load averages.
+Prints one JSON line per (net, mode) with the median and 10th percentile of the ms per
+minibatch step over ``--rounds`` rounds of ``--steps`` steps (each step timed alone:
+on a shared machine the low percentile is the cost without other processes in the
+way), and their excess over ``alone``; the last line holds the load averages.
 
     python -m experiments.bench.sync_allreduce [--nets minatar,cartpole] [--quick]
 
@@ -92,21 +93,26 @@ def _rank(args: dict[str, Any]) -> list[dict[str, Any]]:
         for _ in range(args["rounds"]):
             for mode in MODES:
                 group.barrier()
-                t0 = time.perf_counter()
                 for _ in range(args["steps"]):
+                    t0 = time.perf_counter()
                     step(mode)
-                times[mode].append(1e3 * (time.perf_counter() - t0) / args["steps"])
+                    times[mode].append(1e3 * (time.perf_counter() - t0))
         if world.rank == 0:
-            floor = statistics.median(times["alone"])
+            floor = _stats(times["alone"])
             for mode in MODES:
-                ms = statistics.median(times[mode])
+                ms = _stats(times[mode])
                 out.append({"bench": "sync_allreduce", "net": net, "mode": mode, "ranks": world.world_size,
                             "params": sum(p.numel() for p in params), "batch": args["batch"],
-                            "ms_per_step": round(ms, 3), "overhead_ms": round(ms - floor, 3),
-                            "rounds_ms": [round(t, 3) for t in times[mode]]})
+                            "steps": len(times[mode]), **{k: round(v, 3) for k, v in ms.items()},
+                            **{f"excess_{k}": round(ms[k] - floor[k], 3) for k in ms}})
     group.barrier()
     world.shutdown()
     return out
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    ordered = sorted(ms)
+    return {"median_ms": statistics.median(ordered), "p10_ms": ordered[len(ordered) // 10]}
 
 
 def main(argv: list[str] | None = None) -> None:
