@@ -51,9 +51,7 @@ def _model(net: str):
 
 def _rank(args: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
-    from torch.nn.parallel import DistributedDataParallel
 
-    from algorithms.optim import EagerAdam
     from rlpar.distributed import World
 
     torch.set_num_threads(1)
@@ -61,53 +59,61 @@ def _rank(args: dict[str, Any]) -> list[dict[str, Any]]:
     group = world.create_learner_group("bench", range(world.world_size), backend="gloo")
     out = []
     for net in args["nets"]:
-        model, shape, n_actions = _model(net)
-        ddp = DistributedDataParallel(model)
-        optimizer = EagerAdam(model.parameters(), lr=1e-4)
-        gen = torch.Generator().manual_seed(world.rank)
-        obs = torch.rand(args["batch"], *shape, generator=gen)
-        actions = torch.randint(n_actions, (args["batch"],), generator=gen)
-        params = [p for p in model.parameters() if p.requires_grad]
-
-        def step(mode: str) -> None:
-            optimizer.zero_grad(set_to_none=True)
-            logits, value = (ddp if mode == "ddp" else model)(obs)
-            dist = torch.distributions.Categorical(logits=logits)
-            loss = -dist.log_prob(actions).mean() + 0.5 * value.pow(2).mean() - 0.01 * dist.entropy().mean()
-            if mode == "ddp":
-                loss.backward()  # DDP's hooks reduce during backward
-            else:
-                loss.backward()
-                if mode == "flat":
-                    group.average([p.grad for p in params])
-                elif mode == "per_tensor":
-                    for p in params:
-                        group.all_reduce(p.grad)
-                        p.grad.div_(group.size)
-            optimizer.step()
-
-        times: dict[str, list[float]] = {m: [] for m in MODES}
-        for mode in MODES:  # warm-up
-            for _ in range(3):
-                step(mode)
-        for _ in range(args["rounds"]):
-            for mode in MODES:
-                group.barrier()
-                for _ in range(args["steps"]):
-                    t0 = time.perf_counter()
-                    step(mode)
-                    times[mode].append(1e3 * (time.perf_counter() - t0))
+        times, params = _measure(net, group, seed=world.rank, plan=args)
         if world.rank == 0:
             floor = _stats(times["alone"])
             for mode in MODES:
                 ms = _stats(times[mode])
                 out.append({"bench": "sync_allreduce", "net": net, "mode": mode, "ranks": world.world_size,
-                            "params": sum(p.numel() for p in params), "batch": args["batch"],
-                            "steps": len(times[mode]), **{k: round(v, 3) for k, v in ms.items()},
+                            "params": params, "batch": args["batch"], "steps": len(times[mode]),
+                            **{k: round(v, 3) for k, v in ms.items()},
                             **{f"excess_{k}": round(ms[k] - floor[k], 3) for k in ms}})
     group.barrier()
     world.shutdown()
     return out
+
+
+def _measure(net: str, group: Any, *, seed: int, plan: dict[str, Any]) -> tuple[dict[str, list[float]], int]:
+    """Per mode, the ms of every timed minibatch step of ``net``; and its parameter count."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from algorithms.optim import EagerAdam
+
+    model, shape, n_actions = _model(net)
+    ddp = DistributedDataParallel(model)
+    optimizer = EagerAdam(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.rand(plan["batch"], *shape, generator=gen)
+    actions = torch.randint(n_actions, (plan["batch"],), generator=gen)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step(mode: str) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        logits, value = (ddp if mode == "ddp" else model)(obs)
+        dist = torch.distributions.Categorical(logits=logits)
+        loss = -dist.log_prob(actions).mean() + 0.5 * value.pow(2).mean() - 0.01 * dist.entropy().mean()
+        loss.backward()  # DDP's hooks reduce its buckets during backward
+        if mode == "flat":
+            group.average([p.grad for p in params])
+        elif mode == "per_tensor":
+            for p in params:
+                group.all_reduce(p.grad)
+                p.grad.div_(group.size)
+        optimizer.step()
+
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for mode in MODES:  # warm-up
+        for _ in range(3):
+            step(mode)
+    for _ in range(plan["rounds"]):
+        for mode in MODES:
+            group.barrier()
+            for _ in range(plan["steps"]):
+                t0 = time.perf_counter()
+                step(mode)
+                times[mode].append(1e3 * (time.perf_counter() - t0))
+    return times, sum(p.numel() for p in params)
 
 
 def _stats(ms: list[float]) -> dict[str, float]:
