@@ -14,8 +14,9 @@ env's reward threshold: 475 on CartPole-v1), or at the time/step budget.
 Members: ``--num-workers N`` on this machine (default: one per core, and a single one
 in this process below 4 cores, see :func:`experiments.runtime.group.default_members`),
 or the world under torchrun (rank 0 also leads: coordinator, evaluation, checkpoints).
-Measured (CartPole-v1, 8 x 128 per member, lr 1e-3; 2 shared cores): see the README's
-"Synchronous data-parallel jobs".
+Measured (CartPole-v1, 8 x 128 per member, lr 1e-3, 10 seeds, 2 shared cores): one
+member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (README,
+"Synchronous data-parallel jobs").
 """
 
 from __future__ import annotations

@@ -17,8 +17,11 @@ def default_members() -> int:
     """Members of a local run when ``--num-workers 0``: one per CPU core, except below
     4 cores, where it is 1, in this process. Every member steps its own envs and runs
     its own forward and backward passes, so two members on 2 shared cores halve each
-    other's CPU and add an all-reduce per minibatch, spawning and RPC start-up (see
-    ``experiments/ppo.py`` for the CartPole measurement of 1 against 2 members)."""
+    other's CPU and add an all-reduce per minibatch, spawning and RPC start-up.
+    Measured on CartPole-v1 (PPO, 10 seeds, 2 shared cores; README, "Synchronous
+    data-parallel jobs"): one member solved in a median 14.3K env steps and 8.3 s, two
+    in 33.8K and 16.3 s (5.3 s of it starting the world): about as many updates
+    either way, so twice the env steps, and no faster updates."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
