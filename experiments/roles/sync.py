@@ -169,8 +169,11 @@ def resolve(config: Any, world_size: int | None) -> int:
 
 def check_members(config: Any) -> None:
     if config.run.serial and config.group.num_workers > 1:
+        # A run of one member saved serial: true in its config.json; resuming it with
+        # more members takes --no-serial.
         raise ValueError(f"{flag('serial')} runs one member in this process; {flag('num_workers')} "
-                         f"{config.group.num_workers} needs a local world (drop {flag('serial')})")
+                         f"{config.group.num_workers} needs a local world (drop {flag('serial')}, "
+                         f"or give --no-serial to a run saved with it)")
 
 
 def role_names(config: Any, nprocs: int) -> list[str]:
