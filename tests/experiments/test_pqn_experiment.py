@@ -68,3 +68,23 @@ def test_bad_flags_are_named():
         pqn.run(pqn_config(preempt_fraction=-0.1))
     with pytest.raises(ValueError, match="PQN needs Discrete"):
         pqn.run(pqn_config(env_id="Pendulum-v1"))
+
+
+def test_a_users_network_starts_alike_on_every_member():
+    import torch
+    from torch import nn
+
+    config = pqn_config()
+    pqn.env_defaults(config, Parts())
+    env = make_vector_env("CartPole-v1", num_envs=1, num_workers=0)
+
+    def network(obs_space, act_space):
+        return nn.Sequential(nn.Linear(obs_space.shape[0], 8), nn.LayerNorm(8), nn.ReLU(), nn.Linear(8, act_space.n))
+
+    parts = Parts(network=network)
+    builder = pqn.builder(config, parts, EnvSpec(env.single_observation_space, env.single_action_space))
+    members = [builder.make_algorithm(device="cpu", seed=3, sample_seed=rank) for rank in (0, 1)]
+    assert all(isinstance(m.network, nn.Sequential) for m in members)
+    for a, b in zip(members[0].network.parameters(), members[1].network.parameters()):
+        assert torch.equal(a, b)  # the same seed, whatever the process's own RNG did before
+    env.close()
