@@ -104,8 +104,14 @@ class PQN(Algorithm):
         self.epsilon: float | np.ndarray = self.config.epsilon_start
         self.updates = 0
         self.env_steps = 0
-        self._rng = np.random.default_rng(seed)  # exploration
         self._shuffle = torch.Generator()  # minibatches (CPU: randperm's indices are small)
+        self.reseed(seed)
+
+    def reseed(self, seed: int | None) -> None:
+        """Seed the exploration and minibatch streams (what the constructor's ``seed``
+        does): data-parallel members restored from one checkpoint each take their own
+        again, or they would explore alike."""
+        self._rng = np.random.default_rng(seed)  # exploration
         self._shuffle.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
 
     # ---- schedules --------------------------------------------------------------

@@ -13,7 +13,13 @@ the registrations the user's script made:
   Experiments", arXiv 1903.03176) and ``-v1`` (minimal action set), for Asterix,
   Breakout, Freeway, Seaquest and SpaceInvaders: registered by
   ``minatar.gym.register_envs()`` (the ``minatar`` extra). gymnasium 1.x does not load
-  MinAtar's plugin entry point, so nothing else registers them.
+  MinAtar's plugin entry point, so nothing else registers them. Both keep MinAtar's
+  defaults: sticky actions with probability 0.1, difficulty ramping, no episode cap;
+* ``"MinAtar/Breakout-gymnax-v0"`` (and the other four games): MinAtar as gymnax runs
+  it (Lange 2022, the JAX ports PQN's authors trained on): the minimal action set,
+  ``sticky_action_prob=0``, and a cap of 1,000 steps (Freeway: 2,500, gymnax's, which
+  is also where MinAtar's Freeway ends its episodes itself), a truncation here (gymnax
+  counts it as an episode end). Registered with the other MinAtar ids.
 
 :func:`ensure_registered` makes an id known in this process; :func:`env_spec` and
 :func:`make_env` use it. :class:`EnvFactory` captures the :class:`EnvSpec` in the parent,
@@ -36,6 +42,13 @@ from gymnasium.wrappers import FlattenObservation
 # minatar.gym.register_envs() registers all ten ids; this one tells it has run (calling it
 # twice would override every id with a warning).
 _MINATAR_SENTINEL = "MinAtar/Breakout-v0"
+# MinAtar's games: the id's name and minatar's module (minatar.gym's naming).
+MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Seaquest": "seaquest",
+                 "SpaceInvaders": "space_invaders"}
+# The gymnax variant (see the module docstring): gymnax's episode caps, its action set.
+GYMNAX_EPISODE_STEPS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "Seaquest": 1000,
+                        "SpaceInvaders": 1000}
+GYMNAX_KWARGS = {"use_minimal_action_set": True, "sticky_action_prob": 0.0}
 _lock = threading.Lock()
 
 
@@ -88,6 +101,23 @@ def _register_minatar(env_id: str) -> None:
     with _lock:
         if _MINATAR_SENTINEL not in gym.registry:
             minatar.gym.register_envs()
+        if minatar_id("Breakout", "gymnax") not in gym.registry:
+            for game, module in MINATAR_GAMES.items():
+                gym.register(id=minatar_id(game, "gymnax"), entry_point="minatar.gym:BaseEnv",
+                             kwargs={"game": module, **GYMNAX_KWARGS},
+                             max_episode_steps=GYMNAX_EPISODE_STEPS[game])
+
+
+def minatar_id(game: str, variant: str = "paper") -> str:
+    """The id of a MinAtar game (``"Breakout"``, ...): ``"paper"``, all six actions
+    (``-v0``, Young & Tian's protocol), or ``"gymnax"`` (see the module docstring)."""
+    if game not in MINATAR_GAMES:
+        raise ValueError(f"unknown MinAtar game {game!r}; choose from {list(MINATAR_GAMES)}")
+    if variant == "paper":
+        return f"MinAtar/{game}-v0"
+    if variant == "gymnax":
+        return f"MinAtar/{game}-gymnax-v0"
+    raise ValueError(f"unknown MinAtar variant {variant!r}; choose 'paper' or 'gymnax'")
 
 
 def env_spec(env_id: str) -> EnvSpec:

@@ -16,7 +16,7 @@ episodes instead (a file that records no evaluation: 10 episodes from seed 0).
 ``--video DIR`` also records ``--video-episodes`` episodes with gymnasium's
 ``RecordVideo`` (the ``video`` extra: ``pip install 'rlpar[video]'``).
 
-Works for every job's run directory (Ape-X, A3C, MADDPG). A run whose env or
+Works for every job's run directory (Ape-X, IMPALA, A3C, PPO, PQN, MADDPG). A run whose env or
 network came from Python objects (``Parts``) is evaluated from Python:
 ``evaluate_run(run_dir, parts=Parts(env=..., network=...))``. (MADDPG with
 ``--ensemble-size`` above 1 draws each episode's sub-policies at random, so its

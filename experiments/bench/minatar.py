@@ -1,22 +1,39 @@
-"""MinAtar under a wall-clock budget: ours (Ape-X, A3C) against Stable-Baselines3
-(DQN with the paper's settings, A2C, PPO), side by side in one run, on this machine.
+"""MinAtar under a wall-clock budget: ours (Ape-X, A3C, IMPALA, PPO, PQN) against
+Stable-Baselines3 (DQN with the paper's settings, A2C, PPO), side by side in one
+run, on this machine.
 
     python -m experiments.bench.minatar --games Breakout --impls rlpar-apex,sb3-dqn --budget-s 1800
     python -m experiments.bench.minatar --games SpaceInvaders --impls rlpar-a3c,sb3-a2c --seeds 0,1
+    python -m experiments.bench.minatar --games Breakout --impls rlpar-pqn,rlpar-ppo --variant gymnax \
+        --score 28 --report-at 300,900
+    python -m experiments.bench.minatar --games Breakout --impls rlpar-impala --flags "rlpar-impala=--num-actors 3"
     python -m experiments.bench.minatar --quick          # smoke test (< 60 s), not a measurement
 
 For each game, seed and implementation (in that order, one at a time: each gets
 the whole machine), the bench starts two processes:
 
 - a trainer (``--worker IMPL``): ours through the job's Python API with its
-  default flags (:mod:`.minatar_ours`; ``--ours-flags`` / ``--a3c-flags`` add
-  more) or an SB3 peer (:mod:`.minatar_peers`). It stops at ``--budget-s``
+  default flags (:mod:`.minatar_ours`, :mod:`.minatar_sync`; ``--flags IMPL=FLAGS``
+  adds more, e.g. ``--flags "rlpar-impala=--num-actors 3"``, repeatable;
+  ``--ours-flags`` / ``--a3c-flags`` are ``--flags rlpar-apex=`` / ``rlpar-a3c=``)
+  or an SB3 peer (:mod:`.minatar_peers`, no flags). It stops at ``--budget-s``
   seconds, counted from its process's launch (imports and spawning included), or
   at ``--max-env-steps`` (the paper's 5M frames), and writes a snapshot of its
   acting network every ``--eval-every`` env steps and at the end;
 - an evaluator (``--evaluator RUN_DIR``, ``nice`` 10, :mod:`.minatar_eval`) that
   plays every snapshot over ``--eval-episodes`` episodes with epsilon 0.1 (what
   the MinAtar paper's table reports) and 0.01 ("greedy").
+
+``rlpar-ppo`` and ``rlpar-pqn`` run ``experiments.ppo`` / ``experiments.pqn``; in a
+tree without them their lines say ``skipped: not available: ... is not installed
+in this tree``, as for a peer that is not installed.
+
+``--variant paper`` (default) is the MinAtar paper's protocol (``MinAtar/<Game>-v0``:
+all six actions, sticky actions 0.1, no episode cap); ``--variant gymnax`` is MinAtar
+as gymnax runs it, which PQN's authors (purejaxql) trained on: the minimal action
+set, ``sticky_action_prob=0``, a 1,000-step cap (Freeway: gymnax's 2,500, where
+MinAtar ends it anyway) (``MinAtar/<Game>-gymnax-v0``, see
+:mod:`envs.registry`). Its runs and PNG go under ``<game>-gymnax``.
 
 So evaluation never pauses a learner; what it costs is reported: the evaluator's
 CPU seconds (``eval_cpu_s``, and the part spent while the trainer ran:
@@ -26,11 +43,16 @@ snapshots (``snapshot_pause_s``, milliseconds each).
 
 One JSON line per run, printed and appended to ``<out>/results.jsonl``:
 ``reached_paper_at_s`` / ``_steps`` are the wall-clock and env steps of the first
-snapshot whose epsilon-0.1 evaluation reached the paper's score; ``final_eval_*``
-score the final snapshot. A peer that is not installed gives a ``skipped`` line.
-Curves go to ``<out>/<game>/<impl>-seed<k>/evals.jsonl`` and, for every run of a
-game under ``<out>``, to ``<out>/minatar-<game>.png``. Games may run in separate
-invocations: each appends its lines and redraws its games' PNGs.
+snapshot whose epsilon-0.1 evaluation reached the paper's score;
+``reached_score_at_s`` / ``_steps`` and ``reached_score_greedy_at_s`` / ``_steps``
+the same for ``score`` (``--score``, default the paper's) at epsilon 0.1 and 0.01;
+``best_greedy_by_s`` the best greedy return among the snapshots taken by each of
+``--report-at`` seconds; ``final_eval_*`` score the final snapshot. A peer or job
+that is not installed gives a ``skipped`` line. Curves go to
+``<out>/<board>/<impl>-seed<k>/evals.jsonl`` (the board: the game, or
+``<game>-gymnax``) and, for every run of a board under ``<out>``, to
+``<out>/minatar-<board>.png``. Games may run in separate invocations: each appends
+its lines and redraws its boards' PNGs.
 """
 
 from __future__ import annotations
@@ -38,6 +60,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -46,9 +69,11 @@ import time
 from typing import Any
 
 from experiments.bench import minatar_eval as ev
+from experiments.bench import minatar_jobs as jobs
 
 BENCH = "minatar"
-IMPLS = ("rlpar-apex", "sb3-dqn", "rlpar-a3c", "sb3-a2c", "sb3-ppo")
+IMPLS = ("rlpar-apex", "sb3-dqn", "rlpar-a3c", "sb3-a2c", "sb3-ppo", "rlpar-impala", "rlpar-ppo", "rlpar-pqn")
+LEGACY_FLAGS = {"ours_flags": "rlpar-apex", "a3c_flags": "rlpar-a3c"}  # --ours-flags, --a3c-flags
 QUICK = {"games": "Breakout", "impls": "rlpar-apex,sb3-dqn", "budget_s": 18.0, "eval_every": 1_000,
          "eval_episodes": 5}
 
@@ -59,13 +84,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated, from {list(ev.PAPER_SCORES)} (default: all)")
     parser.add_argument("--impls", default=",".join(IMPLS), help=f"comma-separated, from {list(IMPLS)}")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2")
+    parser.add_argument("--variant", choices=ev.VARIANTS, default="paper", help=(
+        "paper: MinAtar/<Game>-v0, the paper's protocol; gymnax: minimal action set, no sticky actions, "
+        "1000-step cap, Freeway 2500 (MinAtar/<Game>-gymnax-v0)"))
     parser.add_argument("--budget-s", type=float, default=1800.0, help="wall-clock seconds per run")
     parser.add_argument("--max-env-steps", type=int, default=5_000_000, help="env step cap per run (paper: 5M)")
     parser.add_argument("--eval-every", type=int, default=50_000, help="env steps between snapshots")
     parser.add_argument("--eval-episodes", type=int, default=30, help="episodes per evaluation and epsilon")
     parser.add_argument("--eval-max-steps", type=int, default=10_000, help=(
         "steps after which an evaluation episode is cut (MinAtar has no limit; cuts are counted)"))
+    parser.add_argument("--score", default="", help=(
+        "the score whose first crossing (epsilon 0.1 and greedy) each line reports: a number for every "
+        "game, or GAME=X,... (default: the paper's)"))
+    parser.add_argument("--report-at", default="", help=(
+        "comma-separated seconds: each line's best_greedy_by_s gives the best greedy return by then"))
     parser.add_argument("--out", default=os.path.join("runs", "bench-minatar"), help="results directory")
+    parser.add_argument("--flags", action="append", default=[], metavar="IMPL=FLAGS", help=(
+        f"extra job flags for one of ours ({', '.join(jobs.JOBS)}), e.g. 'rlpar-impala=--num-actors 3'; "
+        "repeatable"))
     parser.add_argument("--ours-flags", default="", help="extra experiments.apex flags for rlpar-apex")
     parser.add_argument("--a3c-flags", default="", help="extra experiments.a3c flags for rlpar-a3c")
     parser.add_argument("--quick", action="store_true", help=(
@@ -105,22 +141,96 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 < args.budget_s < float("inf"):
         parser.error(f"--budget-s must be a positive number of seconds, got {args.budget_s}")
+    try:
+        args.scores = parse_scores(args.score, args.game_list)
+        args.report_times = parse_times(args.report_at)
+        args.impl_flags = impl_flags(args.flags, **{k: getattr(args, k) for k in LEGACY_FLAGS})
+    except ValueError as exc:
+        parser.error(str(exc))
     if importlib.util.find_spec("minatar") is None:
         parser.error("MinAtar is not installed: pip install 'rlpar[minatar]'")
-    if not (args.worker or args.evaluator) and (args.ours_flags or args.a3c_flags):
-        # Bad job flags: exit 2 here, not in a child.
-        from experiments.bench import minatar_ours as ours
-
-        if args.ours_flags:
-            ours.apex_config(args.ours_flags)
-        if args.a3c_flags and ours.a3c_config(args.a3c_flags).num_workers not in (0, 1):
-            parser.error("--a3c-flags: the bench runs one A3C worker (the 2-core default; its snapshots "
-                         "count that worker's env steps): drop --num-workers")
+    if not (args.worker or args.evaluator):
+        check_job_flags(parser, args)
     return args
 
 
 def _names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_scores(text: str, games: list[str]) -> dict[str, float]:
+    """``--score``: one number for every game, or ``GAME=X,...`` (games left out, and
+    all of them for ``""``: the paper's score)."""
+    scores = {game: ev.PAPER_SCORES[game] for game in games}
+    if not text.strip():
+        return scores
+    if "=" not in text:
+        return dict.fromkeys(games, _number(text, "--score"))
+    for part in _names(text):
+        game, _, value = part.partition("=")
+        if game.strip() not in ev.PAPER_SCORES:
+            raise ValueError(f"--score: unknown game {game.strip()!r}; choose from {list(ev.PAPER_SCORES)}")
+        scores[game.strip()] = _number(value, f"--score {game.strip()}")
+    return {game: scores[game] for game in games}
+
+
+def parse_times(text: str) -> tuple[float, ...]:
+    """``--report-at``: positive seconds, in increasing order."""
+    times = sorted({_number(part, "--report-at") for part in _names(text)})
+    if any(t <= 0 for t in times):
+        raise ValueError(f"--report-at takes positive seconds, got {text!r}")
+    return tuple(times)
+
+
+def _number(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {text!r}")
+    return value
+
+
+def impl_flags(given: list[str], **legacy: str) -> dict[str, str]:
+    """``{impl: job flags}`` from ``--flags IMPL=FLAGS`` (repeated: joined) and the
+    older ``--ours-flags`` / ``--a3c-flags``."""
+    flags: dict[str, list[str]] = {}
+    for name, impl in LEGACY_FLAGS.items():
+        if legacy.get(name, "").strip():
+            flags.setdefault(impl, []).append(legacy[name])
+    for item in given:
+        impl, sep, text = item.partition("=")
+        impl = impl.strip()
+        if not sep or impl not in IMPLS:
+            raise ValueError(f"--flags takes IMPL=FLAGS with IMPL one of {list(jobs.JOBS)}, got {item!r}")
+        if impl not in jobs.JOBS:
+            raise ValueError(f"--flags {impl}: the peers run the bench's own settings (minatar_peers) "
+                             "and take no flags")
+        if text.strip():
+            flags.setdefault(impl, []).append(text)
+    return {impl: " ".join(parts) for impl, parts in flags.items()}
+
+
+def check_job_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Bad job flags exit 2 here, not in a child (only for jobs this tree has)."""
+    for impl, flags in args.impl_flags.items():
+        if impl in args.impl_list and not jobs.missing(impl):
+            config = jobs.job_config(impl, flags)  # exits 2 on a flag the job does not take
+            problem = _ours(impl).check_flags(impl, config, flags)
+            if problem:
+                parser.error(f"--flags {impl}: {problem}")
+
+
+def _ours(impl: str):
+    """The module that runs ``impl``, one of ours: minatar_sync or minatar_ours."""
+    if impl in jobs.SYNC:
+        from experiments.bench import minatar_sync
+
+        return minatar_sync
+    from experiments.bench import minatar_ours
+
+    return minatar_ours
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.evaluator:
         ev.evaluator_main(args.evaluator, policy=lambda: policy(args.impl_list[0], args), game=args.game,
                           episodes=args.eval_episodes, max_steps=args.eval_max_steps,
-                          seed=args.seed_list[0])
+                          seed=args.seed_list[0], variant=args.variant)
         return 0
     os.makedirs(args.out, exist_ok=True)
     for game in args.game_list:
@@ -139,20 +249,24 @@ def main(argv: list[str] | None = None) -> int:
         for impl in args.impl_list:
             missing = _missing(impl)
             if missing:
-                emit(args.out, {"bench": BENCH, "game": game, "impl": impl, "skipped": missing})
+                emit(args.out, {"bench": BENCH, "game": game, "variant": args.variant, "impl": impl,
+                                "skipped": missing})
             else:
                 runnable.append(impl)
         for seed in args.seed_list:
             for impl in runnable:
                 emit(args.out, run_one(game, impl, seed, args))
-        ev.plot_game(args.out, game, list(IMPLS))
+        if runnable:
+            ev.plot_game(args.out, game, list(IMPLS), variant=args.variant, score=args.scores[game])
     return 0
 
 
 def _missing(impl: str) -> str | None:
-    if impl.startswith("sb3-") and importlib.util.find_spec("stable_baselines3") is None:
-        return "stable_baselines3 is not installed (make bench-deps)"
-    return None
+    if impl.startswith("sb3-"):
+        if importlib.util.find_spec("stable_baselines3") is None:
+            return "stable_baselines3 is not installed (make bench-deps)"
+        return None
+    return jobs.missing(impl)
 
 
 def emit(out: str, record: dict[str, Any]) -> None:
@@ -167,15 +281,16 @@ def emit(out: str, record: dict[str, Any]) -> None:
 
 def child_command(args: argparse.Namespace, game: str, seed: int) -> list[str]:
     return [sys.executable, "-m", "experiments.bench.minatar", "--games", game, "--game", game,
-            "--seeds", str(seed), "--budget-s", repr(args.budget_s), "--max-env-steps", str(args.max_env_steps),
-            "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-            "--eval-max-steps", str(args.eval_max_steps), f"--ours-flags={args.ours_flags}",
-            f"--a3c-flags={args.a3c_flags}", *(["--quick"] if args.quick else [])]
+            "--seeds", str(seed), "--variant", args.variant, "--budget-s", repr(args.budget_s),
+            "--max-env-steps", str(args.max_env_steps), "--eval-every", str(args.eval_every),
+            "--eval-episodes", str(args.eval_episodes), "--eval-max-steps", str(args.eval_max_steps),
+            *[f"--flags={impl}={flags}" for impl, flags in args.impl_flags.items()],
+            *(["--quick"] if args.quick else [])]
 
 
 def run_one(game: str, impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Trainer and evaluator of one run; its JSON line."""
-    run_dir = os.path.abspath(os.path.join(args.out, game, f"{impl}-seed{seed}"))
+    run_dir = os.path.abspath(os.path.join(args.out, ev.board(game, args.variant), f"{impl}-seed{seed}"))
     shutil.rmtree(run_dir, ignore_errors=True)  # a re-run replaces its curve
     os.makedirs(run_dir)
     command = child_command(args, game, seed)
@@ -210,15 +325,17 @@ def run_one(game: str, impl: str, seed: int, args: argparse.Namespace) -> dict[s
     elif evaluator.returncode:
         result.setdefault("error", f"evaluator exit {evaluator.returncode} (see {run_dir}/evaluator.log)")
     paper = ev.PAPER_SCORES[game]
-    line = {"bench": BENCH, "game": game, "impl": impl, "seed": seed, "budget_s": args.budget_s,
-            "paper_score": paper, **ev.summarize_curve(ev.read_curve(run_dir), paper_score=paper)}
+    line = {"bench": BENCH, "game": game, "variant": args.variant, "env_id": ev.env_id(game, args.variant),
+            "impl": impl, "seed": seed, "budget_s": args.budget_s, "paper_score": paper,
+            **ev.summarize_curve(ev.read_curve(run_dir), paper_score=paper, score=args.scores[game],
+                                 report_at=args.report_times)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s"):
         line[key] = _rounded(result.get(key))
     line.update({"eval_every": args.eval_every, "eval_episodes": args.eval_episodes,
                  **{k: report.get(k) for k in ("eval_cpu_s", "eval_cpu_s_during_training", "eval_tail_s")},
                  "snapshot_pause_s": round(ev.snapshot_pause_s(run_dir), 3), "quick": args.quick,
-                 "curve": os.path.join(run_dir, ev.CURVE),
-                 "png": os.path.abspath(os.path.join(args.out, f"minatar-{game}.png"))})
+                 "flags": args.impl_flags.get(impl, ""), "curve": os.path.join(run_dir, ev.CURVE),
+                 "png": os.path.abspath(os.path.join(args.out, f"minatar-{ev.board(game, args.variant)}.png"))})
     if "error" in result:
         line["error"] = result["error"]
     return line
@@ -234,28 +351,34 @@ def _rounded(value: Any) -> Any:
 def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
     common = {"run_dir": args.run_dir, "seed": args.seed_list[0], "started": args.started or time.time(),
               "budget_s": args.budget_s, "max_env_steps": args.max_env_steps, "eval_every": args.eval_every,
-              "quick": args.quick}
+              "quick": args.quick, "variant": args.variant}
     if impl.startswith("sb3-"):
         from experiments.bench import minatar_peers
 
         return minatar_peers.train(impl, args.game, **common)
-    from experiments.bench import minatar_ours as ours
+    return train_ours(impl, args.game, flags=args.impl_flags.get(impl, ""), **common)
 
-    if impl == "rlpar-apex":
-        return ours.train_apex(args.game, flags=args.ours_flags, **common)
-    return ours.train_a3c(args.game, flags=args.a3c_flags, **common)
+
+def train_ours(impl: str, game: str, **common: Any) -> dict[str, Any]:
+    """One of ours (``common``: the trainers' keywords); a RuntimeError naming what
+    is missing if this tree lacks its job."""
+    jobs.job_module(impl)
+    return _ours(impl).train(impl, game, **common)
 
 
 def policy(impl: str, args: argparse.Namespace):
     if impl.startswith("sb3-"):
         from experiments.bench import minatar_peers
 
-        return minatar_peers.policy(impl, args.game)
-    from experiments.bench import minatar_ours as ours
+        return minatar_peers.policy(impl, args.game, variant=args.variant)
+    return policy_ours(impl, args.impl_flags.get(impl, ""), args.game, variant=args.variant,
+                       run_dir=args.evaluator or "")
 
-    if impl == "rlpar-apex":
-        return ours.apex_policy(args.ours_flags, args.game)
-    return ours.a3c_policy(args.a3c_flags, args.game)
+
+def policy_ours(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir: str = ""):
+    """``(load(state), scores(obs))`` for the snapshots of one of ours."""
+    jobs.job_module(impl)
+    return _ours(impl).policy(impl, flags, game, variant=variant, run_dir=run_dir)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ Q-values (DQNs) or of its policy logits (actor-critics), a uniformly random acti
 with probability epsilon. Results go to ``<run>/evals.jsonl``; its CPU time (all
 of it, and the part spent while the trainer was still running) to
 ``<run>/evaluator.json``.
+
+A run's JSON line summarizes its curve (:func:`summarize_curve`): when each
+evaluation first reached a score, the best greedy return by given times.
 """
 
 from __future__ import annotations
@@ -32,13 +35,24 @@ import numpy as np
 PAPER_SCORES = {"Asterix": 16.5, "Breakout": 10.0, "Freeway": 50.5, "Seaquest": 20.0,
                 "SpaceInvaders": 45.0}
 EPSILONS = {"eps0.1": 0.1, "greedy": 0.01}
+VARIANTS = ("paper", "gymnax")  # envs.registry.minatar_id's
 SNAPSHOTS, DONE, CURVE, EVALUATOR = "snapshots", "DONE", "evals.jsonl", "evaluator.json"
 PAUSES = "snapshot-pauses.txt"  # seconds each snapshot took its trainer, one a line
 
 
-def env_id(game: str) -> str:
-    """All six actions (-v0): the paper's protocol."""
-    return f"MinAtar/{game}-v0"
+def env_id(game: str, variant: str = "paper") -> str:
+    """``paper``: all six actions, sticky actions (``-v0``), the paper's protocol;
+    ``gymnax``: gymnax's MinAtar (minimal action set, no sticky actions, episodes
+    capped at 1,000 steps, Freeway's at 2,500). See :mod:`envs.registry`."""
+    from envs.registry import minatar_id
+
+    return minatar_id(game, variant)
+
+
+def board(game: str, variant: str = "paper") -> str:
+    """Where a game's runs and PNG go under the results directory: the game's name
+    (the paper's protocol, as before variants), ``<game>-gymnax`` for the other."""
+    return game if variant == "paper" else f"{game}-{variant}"
 
 
 # ------------------------------------------------------------------ snapshots
@@ -87,15 +101,16 @@ def snapshot_names(run_dir: str) -> list[str]:
 # ----------------------------------------------------------------- evaluation
 
 
-def eval_env(game: str, *, episodes: int, max_steps: int):
+def eval_env(game: str, *, episodes: int, max_steps: int, variant: str = "paper"):
     """``episodes`` copies of the game, each episode cut at ``max_steps`` (MinAtar has
-    no time limit of its own, and a strong policy can play for a very long time)."""
+    no time limit of its own, and a strong policy can play for a very long time; the
+    gymnax variant's own cap, 1,000 steps, comes first and counts as a cut too)."""
     import gymnasium as gym
     from gymnasium.wrappers import TimeLimit
 
     from envs.registry import EnvFactory
 
-    factory = EnvFactory.from_id(env_id(game))
+    factory = EnvFactory.from_id(env_id(game, variant))
     return gym.vector.SyncVectorEnv([lambda: TimeLimit(factory(), max_episode_steps=max_steps)] * episodes)
 
 
@@ -130,7 +145,8 @@ def evaluate_snapshot(scores: Callable, env: Any, *, seed: int) -> dict[str, Any
 
 
 def evaluator_main(run_dir: str, *, policy: Callable[[], tuple[Callable, Callable]], game: str,
-                   episodes: int, max_steps: int, seed: int, poll_s: float = 0.5) -> dict[str, Any]:
+                   episodes: int, max_steps: int, seed: int, variant: str = "paper",
+                   poll_s: float = 0.5) -> dict[str, Any]:
     """Evaluate every snapshot of ``run_dir`` until the bench writes ``DONE`` (after
     the trainer exited) and none is left. ``policy()`` returns ``(load(state),
     scores(obs))`` for the implementation's network."""
@@ -139,7 +155,7 @@ def evaluator_main(run_dir: str, *, policy: Callable[[], tuple[Callable, Callabl
     os.nice(10)  # the trainer comes first on a 2-core machine
     torch.set_num_threads(1)
     load, scores = policy()
-    env = eval_env(game, episodes=episodes, max_steps=max_steps)
+    env = eval_env(game, episodes=episodes, max_steps=max_steps, variant=variant)
     seen: set[str] = set()
     cpu_at_done = done_at = None
     count = 0
@@ -191,31 +207,61 @@ def read_curve(run_dir: str) -> list[dict[str, Any]]:
                       key=lambda r: (r["env_steps"], r["final"]))
 
 
-def summarize_curve(curve: list[dict[str, Any]], *, paper_score: float) -> dict[str, Any]:
-    """When the epsilon-0.1 evaluation first reached the paper's score (the
-    snapshot's wall-clock and env steps), the final and the best scores."""
-    reached = next((r for r in curve if r["eps0.1"] >= paper_score), None)
+def first_reaching(curve: list[dict[str, Any]], key: str, score: float) -> dict[str, Any] | None:
+    """The first evaluation (in env-step order) whose ``key`` return (``"eps0.1"`` or
+    ``"greedy"``) is at least ``score``."""
+    return next((r for r in curve if r[key] >= score), None)
+
+
+def best_by(curve: list[dict[str, Any]], key: str, seconds: float) -> float | None:
+    """The best ``key`` return among the snapshots taken by ``seconds`` of wall-clock
+    (the trainer's, from its launch); None if none was."""
+    returns = [r[key] for r in curve if r["wall_s"] <= seconds]
+    return max(returns) if returns else None
+
+
+def summarize_curve(curve: list[dict[str, Any]], *, paper_score: float, score: float | None = None,
+                    report_at: tuple[float, ...] = ()) -> dict[str, Any]:
+    """When the epsilon-0.1 evaluation first reached the paper's score, when the
+    epsilon-0.1 and the greedy ones first reached ``score`` (default: the paper's);
+    each as the snapshot's wall-clock and env steps. The final and best scores, and
+    ``best_greedy_by_s``: the best greedy return by each of ``report_at`` seconds
+    (issue 33 states its targets as "greedy return >= X by time T")."""
+    score = paper_score if score is None else score
+    paper = first_reaching(curve, "eps0.1", paper_score)
+    reached = first_reaching(curve, "eps0.1", score)
+    greedy = first_reaching(curve, "greedy", score)
     final = next((r for r in curve if r["final"]), curve[-1] if curve else None)
     return {
-        "reached_paper_at_s": reached["wall_s"] if reached else None,
-        "reached_paper_at_steps": reached["env_steps"] if reached else None,
+        "reached_paper_at_s": paper["wall_s"] if paper else None,
+        "reached_paper_at_steps": paper["env_steps"] if paper else None,
+        "score": score,
+        "reached_score_at_s": reached["wall_s"] if reached else None,
+        "reached_score_at_steps": reached["env_steps"] if reached else None,
+        "reached_score_greedy_at_s": greedy["wall_s"] if greedy else None,
+        "reached_score_greedy_at_steps": greedy["env_steps"] if greedy else None,
         "final_eval_eps0.1": final["eps0.1"] if final else None,
         "final_eval_greedy": final["greedy"] if final else None,
         "best_eval_eps0.1": max(r["eps0.1"] for r in curve) if curve else None,
+        "best_eval_greedy": max(r["greedy"] for r in curve) if curve else None,
+        "best_greedy_by_s": {f"{t:g}": best_by(curve, "greedy", t) for t in report_at},
         "evaluations": len(curve),
         "eval_episodes_cut": sum(r["eps0.1_cut"] + r["greedy_cut"] for r in curve),
     }
 
 
-def plot_game(out: str, game: str, impl_order: list[str]) -> str | None:
-    """``<out>/minatar-<game>.png``: epsilon-0.1 (solid) and greedy (dotted) returns
-    against wall-clock and env steps, every run under ``<out>/<game>/``."""
+def plot_game(out: str, game: str, impl_order: list[str], *, variant: str = "paper",
+              score: float | None = None) -> str | None:
+    """``<out>/minatar-<board>.png``: epsilon-0.1 (solid) and greedy (dotted) returns
+    against wall-clock and env steps, every run under ``<out>/<board>/`` (the board:
+    :func:`board`); the paper's score and, if another, ``score`` as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    root = os.path.join(out, game)
+    name_of_board = board(game, variant)
+    root = os.path.join(out, name_of_board)
     runs = sorted(os.listdir(root)) if os.path.isdir(root) else []
     curves = [(name, read_curve(os.path.join(root, name))) for name in runs]
     curves = [(name, c) for name, c in curves if c]
@@ -232,13 +278,15 @@ def plot_game(out: str, game: str, impl_order: list[str]) -> str | None:
             ax.plot(xs, [r["greedy"] for r in curve], color=color, linestyle=":", linewidth=1)
     for ax, label in zip(axes, ("wall-clock (s)", "env steps")):
         ax.axhline(PAPER_SCORES[game], color="gray", linestyle="--", linewidth=1, label="paper (DQN, 5M)")
+        if score is not None and score != PAPER_SCORES[game]:
+            ax.axhline(score, color="black", linestyle="-.", linewidth=1, label=f"--score {score:g}")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("return (solid: epsilon 0.1, dotted: 0.01)")
     axes[1].legend(fontsize=8)
-    fig.suptitle(f"MinAtar {game}")
+    fig.suptitle(f"MinAtar {game}" + ("" if variant == "paper" else f" ({variant}: {env_id(game, variant)})"))
     fig.tight_layout()
-    path = os.path.join(out, f"minatar-{game}.png")
+    path = os.path.join(out, f"minatar-{name_of_board}.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -1,7 +1,10 @@
-"""Ours in ``experiments.bench.minatar``: Ape-X (``experiments.apex``) and A3C
-(``experiments.a3c``) with their default flags (plus ``--ours-flags`` /
-``--a3c-flags``) on a MinAtar game, through the Python API, writing evaluation
-snapshots without pausing for evaluation.
+"""Ours in ``experiments.bench.minatar``: Ape-X (``experiments.apex``), A3C
+(``experiments.a3c``), IMPALA (``experiments.impala``) and, on the synchronous
+program, PPO and PQN (``experiments.ppo``, ``experiments.pqn``:
+:mod:`.minatar_sync`) with their default flags (plus the bench's ``--flags
+IMPL=...``) on a MinAtar game, through the Python API, writing evaluation
+snapshots without pausing for evaluation. A job module that this tree does not
+have gives a "not available" line (:func:`.minatar_jobs.missing`), not a failed run.
 
 The job runtime saves the policy only at the end, so the snapshots come from the
 user parts the runtime already takes, defined here so every rank imports them:
@@ -15,25 +18,29 @@ user parts the runtime already takes, defined here so every rank imports them:
   rollouts its worker computes gradients on (exact with one worker, the default
   below 4 cores and what the bench runs) and writes the parameters it pulls back
   from the gradient server after the rollout that passes each ``eval_every``.
+- :class:`SnapshottingImpalaLearner` (IMPALA's learner class) counts the env steps
+  of the unrolls it has learned from (behind the actors' count by what waits in
+  the queue) and writes the policy after the update that passes each ``eval_every``.
 
 The final snapshot is the run's ``policy.pt`` with the summary's env steps.
-The job's own greedy evaluations are switched off (the bench evaluates).
+The job's own greedy evaluations are switched off (the bench evaluates). The
+evaluator plays every implementation's greedy action: argmax Q (Ape-X, PQN), the
+mode of the policy, i.e. argmax of its logits (A3C, IMPALA, PPO).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import shlex
-import shutil
 import time
 from typing import Any
 
-from algorithms.a2c import A2C
-from algorithms.apex import ApexLearner
-from experiments.bench.minatar_eval import env_id, write_snapshot
+import numpy as np
 
-NEVER = 2**62  # --eval-every for the job's own evaluation: the bench evaluates instead
+from algorithms.a2c import A2C
+from algorithms.actor_learner import Learner
+from algorithms.apex import ApexLearner
+from experiments.bench import minatar_jobs as jobs
+from experiments.bench.minatar_eval import env_id, write_snapshot
 
 
 class SnapshottingLearner(ApexLearner):
@@ -57,7 +64,7 @@ class SnapshottingLearner(ApexLearner):
         if not self.run_dir or self.every < 1:
             raise TypeError("use SnapshottingLearner.bound(...) to set where and how often to snapshot")
         super().__init__(dqn=dqn, buffer=buffer, params=params, config=config)
-        self._next = self.every
+        self._clock = jobs.Every(self.every)
 
     def env_steps(self) -> int:
         return self.learning_starts + int(self.updates / self.updates_per_step)
@@ -65,9 +72,7 @@ class SnapshottingLearner(ApexLearner):
     def step(self) -> dict[str, Any]:
         metrics = super().step()
         steps = self.env_steps()
-        if steps >= self._next:
-            while self._next <= steps:
-                self._next += self.every
+        if self._clock.passed(steps):
             write_snapshot(self.run_dir, self.dqn.policy_state(), env_steps=steps,
                            wall_s=time.time() - self.started, updates=self.updates)
         return metrics
@@ -92,7 +97,7 @@ class SnapshottingA2C(A2C):
         super().__init__(observation_space=observation_space, action_space=action_space, config=config,
                          model=model, actor=actor, critic=critic, device=device)
         self.env_steps = self.rollouts = 0
-        self._next = self.every
+        self._clock = jobs.Every(self.every)
 
     def compute_gradients(self, batch: Any) -> Any:
         self.env_steps += math.prod(batch["rewards"].shape)  # (T, N) per rollout
@@ -101,11 +106,42 @@ class SnapshottingA2C(A2C):
 
     def load_policy_state(self, state: Any) -> None:
         super().load_policy_state(state)
-        if self.rollouts and self.env_steps >= self._next:  # the server's parameters after that rollout
-            while self._next <= self.env_steps:
-                self._next += self.every
+        if self.rollouts and self._clock.passed(self.env_steps):  # the server's parameters after that rollout
             write_snapshot(self.run_dir, self.policy_state(), env_steps=self.env_steps,
                            wall_s=time.time() - self.started, updates=self.rollouts)
+
+
+class SnapshottingImpalaLearner(Learner):
+    """IMPALA's learner writing evaluation snapshots (see the module docstring). Use
+    :meth:`bound` to make the subclass a run passes as ``Parts(learner=...)``."""
+
+    run_dir: str = ""
+    every: int = 0
+    started: float = 0.0
+
+    @classmethod
+    def bound(cls, *, run_dir: str, every: int, started: float) -> type:
+        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started})
+
+    def __init__(self, *, algorithm: Any, source: Any, params: Any, batch_size: int, push_every: int,
+                 weighted: bool) -> None:
+        if not self.run_dir or self.every < 1:
+            raise TypeError("use SnapshottingImpalaLearner.bound(...) to set where and how often to snapshot")
+        super().__init__(algorithm=algorithm, source=source, params=params, batch_size=batch_size,
+                         push_every=push_every, weighted=weighted)
+        self.learned_steps = 0  # env steps of the unrolls learned from: [T, B] rewards each batch
+        self._clock = jobs.Every(self.every)
+
+    def learn(self, batch: Any) -> Any:
+        self.learned_steps += int(np.asarray(batch["reward"]).size)
+        return super().learn(batch)
+
+    def step(self) -> dict[str, float]:
+        metrics = super().step()
+        if self._clock.passed(self.learned_steps):
+            write_snapshot(self.run_dir, self.algorithm.policy_state(), env_steps=self.learned_steps,
+                           wall_s=time.time() - self.started, updates=self.updates)
+        return metrics
 
 
 # ------------------------------------------------------------------- configs
@@ -113,48 +149,42 @@ class SnapshottingA2C(A2C):
 
 def apex_config(flags: str):
     """``experiments.apex``'s config from its flags (exit 2 on a bad one)."""
-    from experiments.apex import ApexJobConfig
-    from experiments.runtime.cli import parse_config
-
-    return parse_config(ApexJobConfig, shlex.split(flags))
+    return jobs.job_config("rlpar-apex", flags)
 
 
 def a3c_config(flags: str):
-    from experiments.a3c import A3CJobConfig
-    from experiments.runtime.cli import parse_config
-
-    return parse_config(A3CJobConfig, shlex.split(flags))
+    return jobs.job_config("rlpar-a3c", flags)
 
 
-def _bench_overrides(game: str, *, run_dir: str, seed: int, budget_s: float, max_env_steps: int) -> dict:
-    return {"env_id": env_id(game), "seed": seed, "max_seconds": budget_s, "max_env_steps": max_env_steps,
-            "eval_every": NEVER, "eval_episodes": 1, "log_dir": os.path.join(run_dir, "job"),
-            "status_every": 0.0, "checkpoint_every": 0.0}
+def impala_config(flags: str):
+    return jobs.job_config("rlpar-impala", flags)
 
 
-def _final_snapshot(run_dir: str, summary: dict[str, Any]) -> None:
-    """``policy.pt`` as the last snapshot; the job's checkpoint (replay included) is
-    not needed afterwards."""
-    import torch
-
-    policy = torch.load(os.path.join(summary["run_dir"], "policy.pt"), weights_only=True)
-    write_snapshot(run_dir, policy["state"], env_steps=summary["env_steps"], wall_s=summary["wall_s"],
-                   updates=summary["updates"], final=True)
-    shutil.rmtree(os.path.join(summary["run_dir"], "checkpoints"), ignore_errors=True)
+def check_flags(impl: str, config: Any, flags: str) -> str | None:
+    """A message if the bench cannot run ``impl`` with the job config ``flags`` gave."""
+    if impl == "rlpar-a3c" and config.num_workers not in (0, 1):
+        return ("the bench runs one A3C worker (the 2-core default; its snapshots count that worker's env "
+                "steps): drop --num-workers")
+    return None
 
 
 # ------------------------------------------------------------------ trainers
 
 
+def train(impl: str, game: str, **common: Any) -> dict[str, Any]:
+    """Train ``impl`` (Ape-X, A3C, IMPALA) on ``game`` under the budget, writing
+    snapshots; its figures. ``common``: the trainers' keywords."""
+    return {"rlpar-apex": train_apex, "rlpar-a3c": train_a3c, "rlpar-impala": train_impala}[impl](game, **common)
+
+
 def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: float, max_env_steps: int,
-               eval_every: int, quick: bool, flags: str) -> dict[str, Any]:
+               eval_every: int, quick: bool, flags: str, variant: str = "paper") -> dict[str, Any]:
     from experiments.apex import env_defaults, run
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    config = apex_config(flags)
-    apply_overrides(config, _bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
-                                             max_env_steps=max_env_steps))
+    config = jobs.bench_config("rlpar-apex", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
     if quick:  # a smoke test: learning starts within seconds
         apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 500})
     env_defaults(config, Parts())  # the snapshot clock needs --updates-per-step
@@ -162,42 +192,57 @@ def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: 
                                         learning_starts=config.learn.learning_starts,
                                         updates_per_step=config.learn.updates_per_step)
     summary = run(config, parts=Parts(learner=learner), quiet=True, started=started)
-    _final_snapshot(run_dir, summary)
-    return {"env_steps": summary["env_steps"], "updates": summary["updates"],
-            "env_steps_per_s": summary["env_steps_per_s"], "updates_per_s": summary["updates_per_s"],
-            "wait_fraction": summary["wait_fraction"], "startup_s": summary["startup_s"],
-            "num_actors": summary["num_actors"], "job_run_dir": summary["run_dir"]}
+    jobs.final_snapshot(run_dir, summary)
+    return jobs.result(summary, num_actors=summary["num_actors"])
 
 
 def train_a3c(game: str, *, run_dir: str, seed: int, started: float, budget_s: float, max_env_steps: int,
-              eval_every: int, quick: bool, flags: str) -> dict[str, Any]:
+              eval_every: int, quick: bool, flags: str, variant: str = "paper") -> dict[str, Any]:
     from experiments.a3c import run
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    config = a3c_config(flags)
-    apply_overrides(config, _bench_overrides(game, run_dir=run_dir, seed=seed, budget_s=budget_s,
-                                             max_env_steps=max_env_steps))
+    config = jobs.bench_config("rlpar-a3c", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
     apply_overrides(config, {"num_workers": 1})  # the 2-core default; snapshots count one worker
     algorithm = SnapshottingA2C.bound(run_dir=run_dir, every=eval_every, started=started)
     summary = run(config, parts=Parts(algorithm=algorithm), quiet=True, started=started)
-    _final_snapshot(run_dir, summary)
-    return {"env_steps": summary["env_steps"], "updates": summary["updates"],
-            "env_steps_per_s": summary["env_steps_per_s"], "updates_per_s": summary["updates_per_s"],
-            "wait_fraction": None, "startup_s": summary["startup_s"], "job_run_dir": summary["run_dir"]}
+    jobs.final_snapshot(run_dir, summary)
+    return {**jobs.result(summary), "wait_fraction": None}
+
+
+def train_impala(game: str, *, run_dir: str, seed: int, started: float, budget_s: float, max_env_steps: int,
+                 eval_every: int, quick: bool, flags: str, variant: str = "paper") -> dict[str, Any]:
+    """IMPALA with its defaults by observation family (``experiments.impala``)."""
+    from experiments.impala import run
+    from experiments.runtime import Parts
+
+    config = jobs.bench_config("rlpar-impala", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
+                               max_env_steps=max_env_steps, variant=variant)
+    learner = SnapshottingImpalaLearner.bound(run_dir=run_dir, every=eval_every, started=started)
+    summary = run(config, parts=Parts(learner=learner), quiet=True, started=started)
+    jobs.final_snapshot(run_dir, summary)
+    return jobs.result(summary, num_actors=summary.get("num_actors"))
 
 
 # ---------------------------------------------------------- evaluator policies
 
 
-def apex_network(flags: str, game: str):
+def policy(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir: str = ""):
+    """``(load(state), scores(obs))`` for ``impl``'s snapshots (see
+    :func:`experiments.bench.minatar_eval.evaluator_main`)."""
+    return {"rlpar-apex": apex_policy, "rlpar-a3c": a3c_policy,
+            "rlpar-impala": impala_policy}[impl](flags, game, variant=variant)
+
+
+def apex_network(flags: str, game: str, *, variant: str = "paper"):
     """Ours' Q network for ``game`` as ``experiments.apex`` with ``flags`` builds it."""
     from algorithms.nets import observation_family, q_network
     from envs.registry import EnvFactory
     from experiments.apex import fill_learn
 
     config = apex_config(flags)
-    env = EnvFactory.from_id(env_id(game))()
+    env = EnvFactory.from_id(env_id(game, variant))()
     fill_learn(config.learn, algorithm="dqn", family=observation_family(env.observation_space.shape))
     net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden_sizes(),
                     dueling=config.learn.dueling)
@@ -205,22 +250,21 @@ def apex_network(flags: str, game: str):
     return net
 
 
-def apex_policy(flags: str, game: str):
+def apex_policy(flags: str, game: str, *, variant: str = "paper"):
     """``(load(state), scores(obs))``: ours' Q network as ``experiments.apex`` builds it."""
-    import numpy as np
     import torch
 
-    net = apex_network(flags, game)
+    net = apex_network(flags, game, variant=variant)
     return net.load_state_dict, lambda obs: net(torch.as_tensor(np.asarray(obs)))
 
 
-def a3c_agent(flags: str, game: str) -> A2C:
+def a3c_agent(flags: str, game: str, *, variant: str = "paper") -> A2C:
     """Ours' actor-critic for ``game`` as ``experiments.a3c`` with ``flags`` builds it."""
     from envs.registry import EnvFactory
     from experiments.roles.a3c_parts import fill_defaults
 
     config = a3c_config(flags)
-    factory = EnvFactory.from_id(env_id(game))
+    factory = EnvFactory.from_id(env_id(game, variant))
     fill_defaults(config, factory)  # the job's own fill: the same net as the run's
     env = factory()
     agent = A2C(observation_space=env.observation_space, action_space=env.action_space,
@@ -229,10 +273,39 @@ def a3c_agent(flags: str, game: str) -> A2C:
     return agent
 
 
-def a3c_policy(flags: str, game: str):
+def a3c_policy(flags: str, game: str, *, variant: str = "paper"):
     """``(load(state), scores(obs))``: ours' actor-critic; the scores are its logits."""
-    import numpy as np
+    agent = a3c_agent(flags, game, variant=variant)
+    return agent.load_policy_state, lambda obs: agent.model.policy(_float_obs(obs))
+
+
+def impala_agent(flags: str, game: str, *, variant: str = "paper"):
+    """Ours' IMPALA for ``game`` as ``experiments.impala`` with ``flags`` builds it
+    (its defaults by observation family filled the job's way)."""
+    from algorithms.impala import IMPALA
+    from envs.registry import EnvFactory
+    from experiments.impala import env_defaults
+    from experiments.runtime import Parts
+    from experiments.runtime.cli import apply_overrides
+
+    config = impala_config(flags)
+    apply_overrides(config, {"env_id": env_id(game, variant)})
+    env_defaults(config, Parts())
+    env = EnvFactory.from_id(env_id(game, variant))()
+    agent = IMPALA(observation_space=env.observation_space, action_space=env.action_space,
+                   config=config.learn.impala_config(), device="cpu")
+    env.close()
+    return agent
+
+
+def impala_policy(flags: str, game: str, *, variant: str = "paper"):
+    """``(load(state), scores(obs))``: ours' IMPALA policy; the scores are its logits
+    (their argmax is the job's greedy action, the mode)."""
+    agent = impala_agent(flags, game, variant=variant)
+    return agent.load_policy_state, lambda obs: agent.model.policy(_float_obs(obs))
+
+
+def _float_obs(obs: Any):
     import torch
 
-    agent = a3c_agent(flags, game)
-    return agent.load_policy_state, lambda obs: agent.model.policy(torch.as_tensor(np.asarray(obs)).float())
+    return torch.as_tensor(np.asarray(obs, dtype=np.float32))

@@ -69,13 +69,13 @@ def policy_kwargs(impl: str) -> dict[str, Any]:
     return kwargs
 
 
-def make_model(impl: str, game: str, *, seed: int, max_env_steps: int, quick: bool):
+def make_model(impl: str, game: str, *, seed: int, max_env_steps: int, quick: bool, variant: str = "paper"):
     from stable_baselines3 import A2C, DQN, PPO
     from stable_baselines3.common.env_util import make_vec_env
 
     from envs.registry import EnvFactory
 
-    factory = EnvFactory.from_id(env_id(game))
+    factory = EnvFactory.from_id(env_id(game, variant))
     common = {"policy_kwargs": policy_kwargs(impl), "seed": seed, "device": "cpu", "verbose": 0}
     if impl == "sb3-dqn":
         return DQN("MlpPolicy", make_vec_env(factory, n_envs=1, seed=seed), learning_rate=2.5e-4,
@@ -100,12 +100,12 @@ def acting_state(impl: str, model: Any) -> dict[str, Any]:
 
 
 def train(impl: str, game: str, *, run_dir: str, seed: int, started: float, budget_s: float,
-          max_env_steps: int, eval_every: int, quick: bool) -> dict[str, Any]:
+          max_env_steps: int, eval_every: int, quick: bool, variant: str = "paper") -> dict[str, Any]:
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(1)
-    model = make_model(impl, game, seed=seed, max_env_steps=max_env_steps, quick=quick)
+    model = make_model(impl, game, seed=seed, max_env_steps=max_env_steps, quick=quick, variant=variant)
 
     class Snapshots(BaseCallback):
         next_at = eval_every
@@ -130,7 +130,7 @@ def train(impl: str, game: str, *, run_dir: str, seed: int, started: float, budg
             "wait_fraction": None, "startup_s": began - started}
 
 
-def policy(impl: str, game: str):
+def policy(impl: str, game: str, *, variant: str = "paper"):
     """``(load(state), scores(obs))`` for the evaluator: the same network the trainer
     snapshots, rebuilt from SB3's own classes."""
     import numpy as np
@@ -141,7 +141,7 @@ def policy(impl: str, game: str):
     from algorithms.nets import MINATAR_FEATURES
     from envs.registry import EnvFactory
 
-    env = EnvFactory.from_id(env_id(game))()
+    env = EnvFactory.from_id(env_id(game, variant))()
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     kwargs = policy_kwargs(impl)

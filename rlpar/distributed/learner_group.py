@@ -288,10 +288,17 @@ class LearnerGroup:
             if p.grad.is_sparse:
                 raise TypeError("average_gradients: sparse gradients are not supported")
             grads.append(p.grad)
-        for bucket, flat in _buckets.flatten(grads, self.device, bucket_mb):
-            self.all_reduce(flat)
-            flat.div_(self.size)
-            _buckets.unflatten(bucket, flat)
+        self.average(grads, bucket_mb=bucket_mb)
+
+    def average(self, tensors: Iterable[torch.Tensor], *, bucket_mb: float = 25.0) -> None:
+        """Replace each of ``tensors`` by its mean over the members, in place, in flat
+        buckets of about ``bucket_mb`` MB (:meth:`average_gradients` on the gradients
+        themselves: what an algorithm's gradient hook hands over)."""
+        with torch.no_grad():
+            for bucket, flat in _buckets.flatten(list(tensors), self.device, bucket_mb):
+                self.all_reduce(flat)
+                flat.div_(self.size)
+                _buckets.unflatten(bucket, flat)
 
     def broadcast_parameters(self, module_or_tensors: nn.Module | Iterable[torch.Tensor], *,
                              src: int = 0, bucket_mb: float = 25.0) -> None:

@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 
 from envs import make_vector_env
-from envs.registry import EnvFactory, ensure_registered, env_spec, flatten_observations, make_env
+from envs.registry import (
+    EnvFactory,
+    ensure_registered,
+    env_spec,
+    flatten_observations,
+    make_env,
+    minatar_id,
+)
 from envs.testing import CountingEnv, DictCountingEnv
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -179,6 +186,46 @@ def test_minatar_registration_runs_once_without_warnings():
             assert ensure_registered("MinAtar/Freeway-v1") == "MinAtar/Freeway-v1"
         make_env("MinAtar/Freeway-v0").close()  # v0 is the protocol, not "out of date"
     assert not [w for w in caught if "MinAtar" in str(w.message)], [str(w.message) for w in caught]
+
+
+# gymnax's MinAtar (gymnax.environments.minatar): its action sets, and its episode caps.
+GYMNAX_ACTIONS = {"Asterix": [0, 1, 2, 3, 4], "Breakout": [0, 1, 3], "Freeway": [0, 2, 4],
+                  "Seaquest": [0, 1, 2, 3, 4, 5], "SpaceInvaders": [0, 1, 3, 5]}
+
+
+@pytest.mark.parametrize("game", sorted(MINATAR_SHAPES))
+def test_minatar_gymnax_ids_are_what_they_say(game):
+    pytest.importorskip("minatar")
+    assert minatar_id(game) == f"MinAtar/{game}-v0"
+    env_id = minatar_id(game, "gymnax")
+    assert env_id == f"MinAtar/{game}-gymnax-v0"
+    spec = env_spec(env_id)
+    assert spec.max_episode_steps == (2500 if game == "Freeway" else 1000)
+    env = make_env(env_id)
+    try:
+        assert env.unwrapped.action_set == GYMNAX_ACTIONS[game]  # the minimal set, in gymnax's order
+        assert env.action_space == gym.spaces.Discrete(len(GYMNAX_ACTIONS[game]))
+        assert env.unwrapped.game.sticky_action_prob == 0.0
+        assert env.observation_space.shape == MINATAR_SHAPES[game]
+    finally:
+        env.close()
+    paper = make_env(minatar_id(game))
+    assert paper.unwrapped.game.sticky_action_prob == 0.1 and paper.spec.max_episode_steps is None
+    paper.close()
+
+
+def test_minatar_gymnax_episodes_are_cut_at_the_cap():
+    pytest.importorskip("minatar")
+    env = make_env("MinAtar/Freeway-gymnax-v0")  # a chicken that never moves never dies
+    env.reset(seed=0)
+    for step in range(1, 2501):
+        _, _, terminated, truncated, _ = env.step(0)
+        assert not terminated and truncated == (step == 2500)
+    env.close()
+    with pytest.raises(ValueError, match="unknown MinAtar variant"):
+        minatar_id("Breakout", "atari")
+    with pytest.raises(ValueError, match="unknown MinAtar game"):
+        minatar_id("Pong")
 
 
 # ----------------------------------------------------------------- EnvFactory

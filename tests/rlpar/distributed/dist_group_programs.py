@@ -149,6 +149,11 @@ def _learners(world, out):
     out["grads_mean"] = all(torch.allclose(p.grad, (a + b) / 2, **TOL)
                             for p, a, b in zip(net.parameters(), *expected))
     out["unused_grad_zero"] = net.unused.weight.grad is not None and not net.unused.weight.grad.any()
+    # The same on bare tensors (what an algorithm's gradient hook hands over).
+    tensors = [torch.full((3,), float(group.rank)), torch.full((2, 2), 10.0 * group.rank)]
+    group.average(tensors, bucket_mb=16 / 2**20)
+    out["tensors_mean"] = (torch.equal(tensors[0], torch.full((3,), 0.5))
+                           and torch.equal(tensors[1], torch.full((2, 2), 5.0)))
     return group
 
 

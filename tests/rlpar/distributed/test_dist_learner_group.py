@@ -41,7 +41,7 @@ def test_learner_collectives_and_parameters(world_of_four):
         assert r["sum"] == 3.0 and r["max"] == 1.0
         assert r["broadcast"] == [1.0, 5.0]  # from group rank 1
         assert r["all_gather"] == [0.0, 10.0]
-        assert r["params_equal"] and r["grads_mean"] and r["unused_grad_zero"]
+        assert r["params_equal"] and r["grads_mean"] and r["unused_grad_zero"] and r["tensors_mean"]
         assert r["conflict"][0] == "ValueError" and "0,1" in r["conflict"][1]
         assert {host for host, _ in r["listening"]} == {"127.0.0.1"}
         if "nccl_on_cpu" in r:  # CPU machines: "nccl" is refused, "auto" chose gloo

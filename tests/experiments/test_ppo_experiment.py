@@ -1,0 +1,107 @@
+"""The PPO job on the synchronous data-parallel program: one member in one process
+(updates, checkpoint, resume, the best evaluation replayed), two members whose
+parameters are bit-identical after every update while their data differ, DD-PPO's
+preemption of a slow member, and a killed member restarting the world from its
+checkpoint."""
+
+import os
+
+import pytest
+from jobs import scalars
+from sync_parts import KilledOncePPO, TracedPPO, slow_cartpole, traces
+
+from experiments import evaluate, ppo
+from experiments.runtime import Parts
+from experiments.runtime.cli import apply_overrides
+
+
+def ppo_config(log_dir: str = "none", **over):
+    config = ppo.PPOJobConfig()
+    apply_overrides(config, {
+        "num_envs": 2, "n_steps": 16, "minibatches": 2, "epochs": 2, "hidden": "16", "eval_every": 200,
+        "eval_episodes": 3, "target_return": 1e9, "max_env_steps": 400, "max_seconds": 90.0,
+        "log_dir": log_dir, "status_every": 0.0, "rpc_timeout": 30.0, **over})
+    return config
+
+
+@pytest.mark.timeout(120)
+def test_one_member_learns_resumes_and_replays_its_best_evaluation(tmp_path):
+    summary = ppo.run(ppo_config(str(tmp_path)), quiet=True)
+    assert summary["members"] == 1 and summary["backend"] == "none"
+    assert summary["updates"] == summary["env_steps"] // 32 >= 12 and summary["evaluations"] >= 1
+    run_dir = summary["run_dir"]
+    tags = scalars(run_dir)
+    for tag in ("charts/episodic_return", "charts/SPS", "losses/policy_loss", "losses/approx_kl", "eval/return",
+                "sync/rollout_steps"):
+        assert tag in tags, sorted(tags)
+    resumed = ppo.run(ppo_config(str(tmp_path), resume=run_dir, max_env_steps=640), quiet=True)
+    assert resumed["resumed_from_step"] == summary["env_steps"]
+    assert resumed["updates"] == summary["updates"] + (640 - summary["env_steps"]) // 32
+    assert resumed["env_steps"] >= 640
+    out = evaluate.evaluate_run(run_dir, which="best")  # the evaluated network, replayed exactly
+    assert out["matches_recorded"], out
+
+
+@pytest.mark.timeout(120)
+def test_two_members_keep_bit_identical_parameters_on_different_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACE_DIR", str(tmp_path))
+    summary = ppo.run(ppo_config(num_workers=2, max_env_steps=384), parts=Parts(algorithm=TracedPPO), quiet=True)
+    assert summary["members"] == 2 and summary["backend"] == "gloo" and summary["env_steps"] >= 384
+    ranks = traces(tmp_path)
+    assert sorted(ranks) == [0, 1] and len(ranks[0]) == len(ranks[1]) == summary["updates"] >= 6
+    for ours, theirs in zip(ranks[0], ranks[1]):
+        assert ours["update"] == theirs["update"]
+        assert ours["params"] == theirs["params"], (ours, theirs)  # after every update
+        assert ours["data"] != theirs["data"]  # each member learned from its own envs
+
+
+@pytest.mark.timeout(120)
+def test_a_straggler_is_preempted_once_the_others_finished(tmp_path, monkeypatch):
+    """DD-PPO: member 1's env sleeps 10 ms a step, so member 0 always finishes first;
+    with --preempt-fraction 0.5 member 1 then stops, after at least a quarter of its
+    16 steps, and both learn with the same number of minibatch steps (identical
+    parameters)."""
+    monkeypatch.setenv("TRACE_DIR", str(tmp_path))
+    monkeypatch.setenv("SLOW_RANK", "1")
+    monkeypatch.setenv("SLOW_STEP_S", "0.01")
+    summary = ppo.run(ppo_config(num_workers=2, preempt_fraction=0.5, max_env_steps=300, eval_every=10_000),
+                      parts=Parts(algorithm=TracedPPO, env=slow_cartpole), quiet=True)
+    assert summary["stop_reason"] == "env step budget"
+    fast, slow = traces(tmp_path)[0], traces(tmp_path)[1]
+    assert len(fast) == len(slow) >= 3
+    assert all(t["steps"] == 16 for t in fast), fast
+    assert all(4 <= t["steps"] < 16 for t in slow), slow
+    assert summary["preempted_rollouts"] == len(slow)
+    assert [t["params"] for t in fast] == [t["params"] for t in slow]
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_member_restarts_the_world_from_the_newest_checkpoint(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for name, value in (("TRACE_DIR", tmp_path), ("KILL_MARKER", tmp_path / "killed"), ("KILL_RANK", "1"),
+                        ("KILL_AFTER", "4"), ("RUNS", runs)):
+        monkeypatch.setenv(name, str(value))
+    summary = ppo.run(ppo_config(str(runs), num_workers=2, max_env_steps=640, checkpoint_every=0.2,
+                                 eval_every=10_000), parts=Parts(algorithm=KilledOncePPO), quiet=True)
+    assert (tmp_path / "killed").exists()
+    assert summary["restarts"] == 1 and summary["resumed_from_step"] > 0
+    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 640
+    assert os.path.exists(os.path.join(summary["run_dir"], "policy.pt"))
+    # The restarted world's members start from the lead's state: identical again.
+    second = traces(tmp_path, last_world=True)
+    assert len(second[0]) == len(second[1]) >= 1
+    assert [t["params"] for t in second[0]] == [t["params"] for t in second[1]]
+
+def test_bad_flags_are_named():
+    with pytest.raises(ValueError, match="--preempt-fraction must be in"):
+        ppo.run(ppo_config(preempt_fraction=1.5))
+    with pytest.raises(ValueError, match="--preempt-min must be in"):
+        ppo.run(ppo_config(preempt_min=0.0))
+    with pytest.raises(ValueError, match="--serial runs one member"):
+        ppo.run(ppo_config(serial=True, num_workers=2))
+    with pytest.raises(ValueError, match="--minibatches"):
+        ppo.run(ppo_config(minibatches=0))
+    with pytest.raises(ValueError, match="cannot make 64 minibatches"):
+        ppo.run(ppo_config(serial=True, minibatches=64))
+    with pytest.raises(ValueError, match="--lr-anneal-steps must be >= 0"):
+        ppo.run(ppo_config(lr_anneal_steps=-1))
