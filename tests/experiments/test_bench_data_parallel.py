@@ -39,7 +39,7 @@ def test_ppo_cases_say_when_ppo_is_missing(monkeypatch):
 def test_straggler_cost_from_three_runs(monkeypatch):
     seen = []
 
-    def fake_ppo(argv, seconds):
+    def fake_ppo(argv, *, iterations, steps_per_iteration, seconds):
         fraction = float(argv[argv.index("--preempt-fraction") + 1])
         slow = os.environ["RLPAR_BENCH_SLOW_RANK"]
         seen.append((slow, fraction, argv[argv.index("--num-workers") + 1]))
