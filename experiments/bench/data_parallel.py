@@ -5,10 +5,11 @@
   ranks, for the networks data-parallel jobs train: the MinAtar Q net (dueling), the
   MinAtar actor-critic and the Nature CNN Q net. Three ways: rlpar's
   ``LearnerGroup.average_gradients`` (a learner group of its own: a few flat bucketed
-  all-reduces, then a divide), one raw ``dist.all_reduce`` of a flat tensor as large
-  as all the gradients (the floor: no flattening, no copy back), and torch DDP, whose
-  all-reduce overlaps the backward pass (its cost: a step minus a ``no_sync`` step,
-  batch 8; the difference of two noisy timings, so rough). ms p50/p90 per update and
+  all-reduces, then a divide), one raw all-reduce of a flat tensor as large as all the
+  gradients on the same gloo group (the floor: no flattening, no copy back), and torch
+  DDP on the world's default process group, whose all-reduce overlaps the backward
+  pass (its cost: a step minus a ``no_sync`` step, batch 8; the difference of two noisy
+  timings, so rough; not with ``--quick``). ms p50/p90 per update and
   effective GB/s (gradient bytes / p50 time: for 2 ranks the algorithm and bus
   bandwidths are equal).
 * ``ppo_ranks``: PPO (``experiments.ppo``) updates/s and env steps/s with 1 and 2 ranks.
@@ -89,15 +90,14 @@ def _stats(times: list[float], nbytes: int) -> dict[str, float]:
 def _allreduce_rank(nets: tuple[str, ...], iters: int, ddp_iters: int) -> list[dict[str, Any]]:
     """Runs in each launched rank; rank 0's timings are reported."""
     import torch
-    import torch.distributed as dist
 
     from rlpar.distributed import World
 
     torch.set_num_threads(1)  # one core per rank, as a job's learners run
     out = []
-    # The default process group is for the raw all-reduce and DDP; the learner group
-    # is rlpar's own (gloo as well), built by its members alone.
-    with World.from_env(rpc_timeout=120.0, process_group_backend="gloo") as world:
+    # DDP needs the default process group (the whole world's); rlpar's learner group
+    # is a gloo group of its own, built by its members alone.
+    with World.from_env(rpc_timeout=120.0, process_group_backend="gloo" if ddp_iters else None) as world:
         group = world.create_learner_group("bench", list(range(world.world_size)), backend="gloo")
         for name in nets:
             torch.manual_seed(0)
@@ -108,9 +108,11 @@ def _allreduce_rank(nets: tuple[str, ...], iters: int, ddp_iters: int) -> list[d
             count = sum(p.numel() for p in params)
             nbytes = 4 * count
             n = max(3, iters // 8) if name == "nature_cnn" else iters  # 6.8 MB each: fewer
-            lines = {"rlpar_average_gradients": _timed(lambda net=net: group.average_gradients(net), n)}
             flat = torch.randn(count)
-            lines["raw_all_reduce"] = _timed(lambda flat=flat: dist.all_reduce(flat), n)
+            # The floor: one all-reduce of as many floats on the same gloo group, with
+            # no flattening into it and no copying back.
+            lines = {"rlpar_average_gradients": _timed(lambda net=net: group.average_gradients(net), n),
+                     "raw_all_reduce": _timed(lambda flat=flat: group.all_reduce(flat), n)}
             row = {"net": name, "params": count, "mb": round(nbytes / 1e6, 3)}
             out += [{**row, "impl": impl, **_stats(t, nbytes)} for impl, t in lines.items()]
             if ddp_iters:
@@ -144,7 +146,7 @@ def _ddp_overhead(name: str, net, iters: int) -> dict[str, Any]:
 def allreduce(quick: bool) -> list[dict[str, Any]]:
     from rlpar.distributed import launch
 
-    iters, ddp_iters = (10, 3) if quick else (200, 20)
+    iters, ddp_iters = (10, 0) if quick else (200, 20)  # --quick: no DDP (its start takes seconds)
     results = launch(_allreduce_rank, nprocs=2, args=(NETS, iters, ddp_iters), timeout=600)
     return [{"case": "allreduce", "ranks": 2, "backend": "gloo", **line} for line in results[0]]
 
