@@ -6,7 +6,10 @@ arXiv:1602.01783). With no launcher environment it runs ``--num-workers`` worker
 against a local gradient server: see :func:`default_workers`) and stops when greedy
 evaluation over ``--eval-episodes`` episodes averages ``--target-return`` (the
 env's reward threshold: 475 on CartPole-v1), or at the time/step budget.
-``--serial`` steps every worker in turn in this one process.
+``--serial`` steps every worker in turn in this one process. ``--sync`` is
+synchronous A2C: one optimizer step per round of one gradient from every worker
+(the server in reduce mode; see :mod:`experiments.roles.a3c` and
+:mod:`rlpar.servers.rounds`).
 
 Roles, by rank (:func:`experiments.roles.a3c.role_of`), also under torchrun:
 
@@ -215,8 +218,16 @@ class ServerConfig:
     # Evaluations start when the reported env steps pass --eval-every: at 0.5 s a
     # remote worker's steps arrived up to ~1,000 steps late. One small RPC per 0.1 s.
     report_every: float = field(0.1, help="seconds between a remote worker's progress reports to rank 0")
+    # A dead worker's restart takes seconds; a round that waited this long for it
+    # closes without it, and later rounds do not wait for it until it pushes again
+    # (rlpar.servers.rounds). Rank 0's own evaluation delays its gradient too: past
+    # this bound the round goes on without rank 0 instead of idling every worker.
+    round_timeout: float = field(5.0, help=(
+        "--sync: seconds a round waits for a missing worker's gradient before stepping without it"))
 
     def validate(self) -> None:
+        if not self.round_timeout > 0:
+            raise ValueError(f"{flag('round_timeout')} must be > 0, got {self.round_timeout}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
         if not self.report_every > 0:
@@ -245,10 +256,19 @@ class A3CJobConfig:
         "workers of a local run (0: one per CPU core; 1, in-process, below 4 cores); under torchrun "
         "the world size decides"))
     server_acts: bool = field(True, help="rank 0 is a worker too, besides hosting the gradient server")
+    sync: bool = field(False, help=(
+        "synchronous A2C: the server averages one gradient of every worker per step (reduce mode), "
+        "and each worker waits for that step before its next rollout"))
 
     def validate(self) -> None:
         if self.num_workers < 0:
             raise ValueError(f"{flag('num_workers')} must be >= 0, got {self.num_workers}")
+        if self.sync and self.server.max_staleness is not None:
+            raise ValueError(f"{flag('max_staleness')} does not apply to {flag('sync')}: a round only "
+                             "averages gradients of its own version (staleness 0)")
+        if self.sync and not self.server.round_timeout < self.run.rpc_timeout:
+            raise ValueError(f"{flag('round_timeout')} ({self.server.round_timeout}) must be below "
+                             f"{flag('rpc_timeout')} ({self.run.rpc_timeout}): a worker's push waits for its round")
 
 
 def job():

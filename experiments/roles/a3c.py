@@ -8,6 +8,16 @@ server, which is a :class:`~rlpar.protocols.GradientSink`, so
 :class:`~algorithms.a3c.A3C` is the same object it is with a local ``GradServer``
 in :func:`serial_main`.
 
+``--sync`` (synchronous A2C) hosts the same server in reduce mode: each step averages
+one gradient of every worker, computed on that step's parameters (max staleness 0). A
+remote worker's push is answered once its round has closed (a deferred service: no RPC
+thread waits), so its next rollout runs on the new parameters. Rank 0's own worker
+never blocks the lead: it steps only once its last round closed, and meanwhile the
+lead ticks, evaluates and checkpoints. A round closes without a worker that has not
+pushed within ``--round-timeout`` (dead, restarting, or rank 0 evaluating) and later
+rounds do not wait for it until it pushes again (:mod:`rlpar.servers.rounds`); its
+late gradient is dropped, never averaged into a newer round.
+
 Workers are expendable (:func:`restartable`): a worker rank that dies is restarted
 alone by the local launcher, rejoins the running world, pulls the newest parameters
 and goes on with its index (so its seeds); the coordinator counts it
@@ -89,14 +99,16 @@ def rank_main(ctx: JobContext) -> dict[str, Any]:
     group = world.create_rpc_group(GROUP, world.names)
     if role.startswith("server"):
         lead = Lead(ctx, num_workers=config.num_workers)
-        grads = PushPullGradServer.host(group, SERVER, **lead.server_args())
+        grads = PushPullGradServer.host(group, SERVER, **lead.server_args(round_timeout=True))
         group.register("coord/report", lead.coordinator.report)
         group.register("coord/rejoin", lead.coordinator.rejoin)
         group.barrier()
-        return lead.run(grads, server=grads.server,
-                        shells=[WorkerShell(ctx, grads, index=0)] if role == "server+worker" else [])
+        own = [WorkerShell(ctx, grads.server.member(0), index=0)] if role == "server+worker" else []
+        return lead.run(grads, server=grads.server, shells=own)
     group.barrier()  # a restarted worker passes at once (the round is complete)
-    sink = PushPullGradServer.connect(group, SERVER, timeout=config.run.rpc_timeout)
+    # --sync: pushes name their worker, and each is answered when its round has closed.
+    sink = PushPullGradServer.connect(group, SERVER, timeout=config.run.rpc_timeout,
+                                      source=index if config.sync else None)
     # Stopped by the lead's directive, or by a signal of its own: under torchrun every
     # rank gets the SIGTERM, and the lead may be gone.
     with StopSignals(lambda reason: None) as signals:
@@ -120,6 +132,7 @@ class WorkerShell:
         from algorithms.rollout import RolloutCollector
         from envs import make_vector_env
         from experiments.runtime.envs import vector_env_options
+        from rlpar.servers.grad import GradMember
 
         config = ctx.config
         fill_unset(ctx)
@@ -135,10 +148,20 @@ class WorkerShell:
         self.worker.sync()
         self.collector = RolloutCollector(env=self.env, sample_actions=self.worker.sample_actions,
                                           n_steps=config.learn.n_steps, seed=seed)
+        # --sync in the server's process: this worker's round may have been closed by
+        # another's push, so it pulls before its rollout (a remote one's push returns
+        # with the new parameters).
+        self.pull_first = config.sync and isinstance(sink, GradMember)
         self._sums: dict[str, float] = {}
         self._count = self._reported = self._env_restarts = 0
 
+    def ready(self) -> bool:
+        """Whether the round of its last gradient has closed (always, but in --sync)."""
+        return not (self.pull_first and self.worker.sink.waiting)
+
     def step(self) -> None:
+        if self.pull_first:
+            self.worker.sync()
         for key, value in self.worker.update(self.collector.collect()).items():
             self._sums[key] = self._sums.get(key, 0.0) + value
         self._count += 1
@@ -193,10 +216,19 @@ class Lead:
         self.optimizer_factory = functools.partial(make_optimizer, config=config.learn.a2c_config())
         self.coordinator = start_lead(ctx, num_sources=num_workers, target=target(ctx), evaluator=None)
 
-    def server_args(self) -> dict[str, Any]:
-        server = self.ctx.config.server
-        return {"model": self.model, "optimizer_factory": self.optimizer_factory, "mode": "async",
-                "max_staleness": server.max_staleness, "staleness_policy": server.staleness_policy}
+    def server_args(self, *, round_timeout: bool) -> dict[str, Any]:
+        """Async: every gradient applied on arrival. --sync: one step per round of one
+        gradient per worker, all of the round's version; ``round_timeout`` (not in
+        serial mode, where the workers take turns and every round fills)."""
+        config = self.ctx.config
+        server = config.server
+        args = {"model": self.model, "optimizer_factory": self.optimizer_factory}
+        if not config.sync:
+            return args | {"mode": "async", "max_staleness": server.max_staleness,
+                           "staleness_policy": server.staleness_policy}
+        return args | {"mode": "reduce", "reduce_batch_size": config.num_workers, "max_staleness": 0,
+                       "staleness_policy": "drop",
+                       "round_timeout": server.round_timeout if round_timeout else None}
 
     def keeper(self, server: Any):
         """Checkpoints hold the gradient server (model, shared optimizer statistics,
@@ -220,10 +252,15 @@ class Lead:
         with StopSignals(coordinator.stop) as signals:
             try:
                 while not coordinator.should_stop():
+                    stepped = False
                     for shell in shells:  # local workers report every rollout: evaluations fall on time
-                        shell.step()
-                        coordinator.report(shell.report())
-                    if not shells:
+                        if shell.ready():
+                            shell.step()
+                            coordinator.report(shell.report())
+                            stepped = True
+                    if not stepped and shells:  # --sync: until its round closes, at most 10 ms
+                        shells[0].worker.sink.wait(0.01)
+                    elif not shells:
                         time.sleep(0.01)
                     self.tick(grads)
                     if coordinator.eval_due():
@@ -231,6 +268,7 @@ class Lead:
                     keeper.poll()
             finally:
                 coordinator.stop("finished")
+                server.release()  # --sync: no worker waits for a round any more
                 for shell in shells:
                     coordinator.report(shell.report(final=True))
                     shell.close()
@@ -260,9 +298,13 @@ class Lead:
 
     def tick(self, grads: Any, *, force: bool = False) -> None:
         server = grads.metrics()
-        self.coordinator.tick(updates=int(server["steps"]), force=force, scalars={
-            "server/staleness_mean": server["mean_staleness"], "server/applied": server["applied"],
-            "server/dropped": server["dropped"]}, status={"staleness": round(server["mean_staleness"], 2)})
+        scalars = {"server/staleness_mean": server["mean_staleness"], "server/applied": server["applied"],
+                   "server/dropped": server["dropped"]}
+        status = {"staleness": round(server["mean_staleness"], 2)}
+        if self.ctx.config.sync:  # rounds that stepped without a worker, workers not waited for
+            scalars |= {"server/short_rounds": server["short_rounds"], "server/absent": server["absent"]}
+            status = {"short": server["short_rounds"], "absent": server["absent"]}
+        self.coordinator.tick(updates=int(server["steps"]), force=force, scalars=scalars, status=status)
 
     def summary(self, grads: Any, *, interrupted: bool) -> dict[str, Any]:
         server = grads.metrics()
@@ -274,7 +316,9 @@ class Lead:
             interrupted=interrupted, num_envs=self.ctx.config.env.num_envs,
             applied=int(server["applied"]), dropped=int(server["dropped"]),
             received=int(server["received"]), version=int(server["version"]),
-            mean_staleness=float(server["mean_staleness"]), param_change=change)
+            mean_staleness=float(server["mean_staleness"]), param_change=change,
+            sync=bool(self.ctx.config.sync), short_rounds=int(server["short_rounds"]),
+            pending=int(server["pending"]))
 
 
 def serial_main(ctx: JobContext) -> dict[str, Any]:
@@ -286,8 +330,9 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     lead = Lead(ctx, num_workers=ctx.config.num_workers)
-    grads = GradServer(**lead.server_args())
-    return lead.run(grads, server=grads, shells=[WorkerShell(ctx, grads, index=i) for i in range(ctx.config.num_workers)])
+    grads = GradServer(**lead.server_args(round_timeout=False))
+    return lead.run(grads, server=grads,
+                    shells=[WorkerShell(ctx, grads.member(i), index=i) for i in range(ctx.config.num_workers)])
 
 
 JOB = Job(name="a3c", rank_main=rank_main, serial_main=serial_main, resolve=resolve, check=check,

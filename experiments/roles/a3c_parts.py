@@ -89,10 +89,15 @@ def fill_defaults(config: Any, factory: Any) -> None:
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
+    server = (f"server             {summary['applied']:,} gradients applied, {summary['dropped']:,} dropped, "
+              f"mean staleness {summary['mean_staleness']:.2f}")
+    if summary.get("sync"):  # one optimizer step (update) per round
+        server = (f"server (sync)      {summary['updates']:,} rounds of {summary['num_sources']} gradients "
+                  f"({summary['short_rounds']:,} short), {summary['applied']:,} applied, "
+                  f"{summary['dropped']:,} dropped")
     return [
         f"workers            {summary['num_sources']} x {summary['num_envs']} envs",
-        f"server             {summary['applied']:,} gradients applied, {summary['dropped']:,} dropped, "
-        f"mean staleness {summary['mean_staleness']:.2f}",
+        server,
     ] + ([f"restarts           {summary['actor_restarts']} worker(s) restarted and rejoined"]
          if summary.get("actor_restarts") else [])
 

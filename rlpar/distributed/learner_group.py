@@ -19,6 +19,7 @@ Addressing: ``src``/``dst`` are *group ranks*, 0..size-1 in the order of ``ranks
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -66,6 +67,32 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available() and dist.is_nccl_available()
 
 
+NO_GPU = "-"
+
+
+def _nccl_device(local_rank: int) -> str:
+    """Where this member would run NCCL, as the group sees it: ``host:index`` (the
+    usual LOCAL_RANK rule), or ``"-"`` without a GPU."""
+    if not _has_gpu():
+        return NO_GPU
+    return f"{socket.gethostname()}:{local_rank % torch.cuda.device_count()}"
+
+
+def choose_backend(requested: str, devices: Sequence[str]) -> str:
+    """The group's backend from each member's :func:`_nccl_device`. NCCL takes one
+    member per GPU (two members on one GPU fail at the first collective: "Duplicate
+    GPU detected"), so ``auto`` picks it only when every member has a GPU of its own,
+    else gloo (e.g. two learners sharing a machine's one GPU: their gradients average
+    through CPU memory); an explicit ``nccl`` on a shared GPU is a ValueError."""
+    distinct = NO_GPU not in devices and len(set(devices)) == len(devices)
+    if requested == "auto":
+        return "nccl" if distinct else "gloo"
+    if requested == "nccl" and not distinct:
+        raise ValueError(f"backend 'nccl' needs a GPU of its own for every member, got {list(devices)} "
+                         "(host:index; '-' for none); use 'gloo' or 'auto'")
+    return requested
+
+
 class _Pending:
     """A started send/recv: :meth:`wait` finishes it within the group's timeout."""
 
@@ -107,11 +134,10 @@ class LearnerGroup:
         # before every member counted itself into this one (this one's rendezvous).
         generation = (store.add(f"learner/{name}/joins", 1) - 1) // self.size
         base = f"learner/{name}/{generation}/"
-        store.set(f"{base}gpu/{self.rank}", "1" if _has_gpu() else "0")
+        store.set(f"{base}gpu/{self.rank}", _nccl_device(world.local_rank))
         gpus = self._meet(store, [f"{base}gpu/{r}" for r in range(self.size)])
-        if backend == "auto":
-            backend = "nccl" if all(g == b"1" for g in gpus) else "gloo"
-        self.backend = backend
+        # Every member decides from the same published devices: the same backend.
+        self.backend = choose_backend(backend, [g.decode() for g in gpus])
         try:
             self._pg = self._connect(world, dist.PrefixStore(base + "pg/", store))
         except RuntimeError as exc:  # a member died between meeting and connecting

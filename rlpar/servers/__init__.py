@@ -27,21 +27,32 @@ API::
     GradServer(*, model, optimizer_factory, mode="async"|"reduce",
                reduce_batch_size=1, max_staleness=None,
                staleness_policy="drop"|"downweight", max_non_finite=100,
-               lr_scheduler_factory=None)
-        .push_gradients(grads, version) -> bool            # False: dropped (stale) or
-            # rejected (NaN/inf); the max_non_finite-th rejection in a row raises
-            # NonFiniteGradients (None: never)
+               round_timeout=None, lr_scheduler_factory=None)
+        .push_gradients(grads, version, source=None) -> bool  # False: dropped (stale, or
+            # its source's gradient is already in the open round) or rejected (NaN/inf);
+            # the max_non_finite-th rejection in a row raises NonFiniteGradients
+        .push_gradients_and_wait(grads, version, newer_than=-1, source=None) -> Future
+            # of (accepted, pull(newer_than)), set once the gradient's round has closed
         .push(state, version=None) / .pull(newer_than=-1)  # GradientSink
+        .member(source) -> GradMember                      # a worker's sink in this process
+        .release() / .expire_round() / .waiting(source) / .wait_round(source, timeout)
         .metrics() -> {received, applied, dropped, downweighted, rejected_non_finite,
-                       steps, pending, mean_staleness, version, lr}; .version (property)
+                       steps, pending, mean_staleness, version, lr, short_rounds,
+                       absent}; .version (property)
         # staleness = server version - gradient's version; above max_staleness a
         # gradient is dropped or scaled by 1 / (1 + staleness - max_staleness)
+        # reduce mode with sources (worker indices < reduce_batch_size): one gradient per
+        # source and round; round_timeout closes a round without the missing sources,
+        # which are not waited for until they push again (rlpar.servers.rounds)
 
     # RPC-hosted: ``group`` is an RpcGroup, ``name`` a string without '/'
     KeyValueServer.host(group, name, *, history=4, timeout=None) -> RemoteKeyValueStore
     PushPullModelServer.host(group, name, *, timeout=None) -> RemoteModelStore
     PushPullGradServer.host(group, name, *, model, optimizer_factory, mode=..., ...,
                             timeout=None) -> RemoteGradServer
+    PushPullGradServer.connect(group, name, *, timeout=None, source=None)
+        # with a source: pushes name it; push_gradients_and_pull answers when the
+        # round closed (a deferred service: no RPC thread of the host waits)
     X.connect(group, name, *, timeout=None) -> the same accessor, from any member
 
 Accessors are picklable (send them to workers) and have the local class's methods
@@ -73,10 +84,12 @@ from rlpar.servers.remote import (
     RemoteKeyValueStore,
     RemoteModelStore,
 )
+from rlpar.servers.rounds import GradMember
 from rlpar.servers.sharded import RemoteShardedGradServer, ShardedGradServer
 
 __all__ = [
     "NO_VERSION",
+    "GradMember",
     "GradServer",
     "GradServerConfig",
     "KeyValueServer",

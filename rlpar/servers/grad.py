@@ -15,6 +15,11 @@ above N is dropped (``staleness_policy="drop"``) or scaled by
 ``1 / (1 + staleness - N)`` (``"downweight"``, in the spirit of staleness-aware
 async SGD, Zhang et al. 2016).
 
+In reduce mode a push may name its ``source`` (a worker): the round then averages
+one gradient per source, closes without a dead one after ``round_timeout``, and
+``push_gradients_and_wait`` answers when the pusher's round has closed (see
+:mod:`rlpar.servers.rounds`).
+
 A gradient holding NaN or inf is never applied (one fused max-abs reduction over
 all tensors decides it): it is counted as ``rejected_non_finite``, and after
 ``max_non_finite`` such pushes in a row the push raises
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +41,14 @@ from torch import nn
 
 from rlpar.errors import NonFiniteGradients
 from rlpar.servers.model import check_newer_than, check_push_version
+from rlpar.servers.rounds import GradMember, Rounds
 from rlpar.servers.tensors import snapshot
 from rlpar.state import StatePath, integer, mapping, torch_loader
 
 MODES = ("async", "reduce")
 POLICIES = ("drop", "downweight")
+# A round watcher with no open round for this long ends (the next round starts another).
+_WATCHER_IDLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class GradServerConfig:
     max_staleness: int | None = None
     staleness_policy: str = "drop"
     max_non_finite: int | None = 100  # NaN/inf pushes in a row before raising; None: never
+    round_timeout: float | None = None  # reduce: seconds a round waits for missing sources
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,6 +88,12 @@ class GradServerConfig:
             not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
         ):
             raise ValueError(f"max_non_finite must be None or an int >= 1, got {limit!r}")
+        timeout = self.round_timeout
+        if timeout is not None:
+            if self.mode != "reduce":
+                raise ValueError("round_timeout only applies to mode='reduce'")
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+                raise ValueError(f"round_timeout must be None or a finite number > 0, got {timeout!r}")
 
 
 def all_finite(tensors: Iterable[Any]) -> bool:
@@ -117,6 +133,7 @@ class GradServer:
         max_staleness: int | None = None,
         staleness_policy: str = "drop",
         max_non_finite: int | None = 100,
+        round_timeout: float | None = None,
         lr_scheduler_factory: Callable[[torch.optim.Optimizer], Any] | None = None,
         pull_device: torch.device | str | None = None,
         shard_keys: Collection[str] | None = None,
@@ -129,6 +146,7 @@ class GradServer:
             max_staleness=max_staleness,
             staleness_policy=staleness_policy,
             max_non_finite=max_non_finite,
+            round_timeout=round_timeout,
         )
         self.model = model
         # A shard owns some state-dict keys: it optimizes and serves only those.
@@ -162,6 +180,9 @@ class GradServer:
             raise TypeError("lr_scheduler_factory must return an object with a step() method")
         self.pull_device = None if pull_device is None else torch.device(pull_device)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a round closed
+        self._rounds = Rounds(size=reduce_batch_size, timeout=round_timeout)
+        self._watcher: threading.Thread | None = None
         self._version = 0
         self._pending: dict[str, torch.Tensor] = {}
         self._pending_count = 0
@@ -170,15 +191,44 @@ class GradServer:
         self._staleness_sum = 0
         self._rejected = self._non_finite_run = 0
 
-    def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
-        """Apply (or accumulate) ``grads`` computed on parameters of ``version``.
-        Returns False when the gradient was dropped for staleness or rejected for
-        NaN/inf; raises NonFiniteGradients on the ``max_non_finite``-th rejection in a row."""
+    def push_gradients(self, grads: Mapping[str, Any], version: int, source: int | None = None) -> bool:
+        """Apply (or accumulate) ``grads`` computed on parameters of ``version``, from
+        worker ``source`` (reduce mode: one gradient per source and round; None: any).
+        Returns False when the gradient was dropped (stale, or its source's gradient is
+        already in the open round) or rejected for NaN/inf; raises NonFiniteGradients
+        on the ``max_non_finite``-th rejection in a row."""
+        accepted, _, closed = self._push(grads, version, source, None)
+        self._answer(closed)
+        return accepted
+
+    def push_gradients_and_wait(
+        self, grads: Mapping[str, Any], version: int, newer_than: int = -1, source: int | None = None
+    ) -> torch.futures.Future:
+        """``push_gradients_and_pull`` answered by a Future once the round holding this
+        gradient has closed (at once in async mode, or when the gradient joined no
+        round, or after :meth:`release`): a synchronous worker's next rollout then runs
+        on the parameters its gradient helped make. Nothing blocks meanwhile (an RPC
+        host serves it as a deferred service)."""
+        check_newer_than(newer_than)
+        fut: torch.futures.Future = torch.futures.Future()
+        accepted, waits, closed = self._push(grads, version, source, (fut, newer_than))
+        self._answer(closed)
+        if not waits:
+            fut.set_result((accepted, self.pull(newer_than)))
+        return fut
+
+    def _push(self, grads, version, source, waiter):
+        """(accepted, whether ``waiter`` now waits for the open round, the waiters of
+        a round this push closed)."""
         self._check_grads(grads)
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise ValueError(f"version must be an int >= 0, got {version!r}")
+        cfg, rounds = self.config, self._rounds
+        if cfg.mode == "reduce":
+            rounds.check_source(source)
+        elif source is not None and (not isinstance(source, int) or isinstance(source, bool) or source < 0):
+            raise ValueError(f"source must be None or an int >= 0, got {source!r}")
         finite = all_finite(grads.values())
-        cfg = self.config
         with self._lock:
             if version > self._version:
                 raise ValueError(
@@ -186,35 +236,139 @@ class GradServer:
                     f"version {self._version}"
                 )
             self._received += 1
-            if not finite:
-                self._count_non_finite()
-                return False
-            self._non_finite_run = 0
-            staleness = self._version - version
-            weight = 1.0
-            if cfg.max_staleness is not None and staleness > cfg.max_staleness:
-                if cfg.staleness_policy == "drop":
-                    self._dropped += 1
-                    return False
-                weight = 1.0 / (1 + staleness - cfg.max_staleness)
-                self._downweighted += 1
-            self._applied += 1
-            self._staleness_sum += staleness
             if cfg.mode == "async":
-                self._step({n: _scaled(g, weight) for n, g in grads.items() if g is not None})
-                return True
-            for name, grad in grads.items():
-                if grad is None:
-                    continue
-                grad = _scaled(grad, weight).to(self._params[name].device)
-                acc = self._pending.get(name)
-                self._pending[name] = grad.clone() if acc is None else acc.add_(grad)
-            self._pending_count += 1
-            if self._pending_count == cfg.reduce_batch_size:
-                mean = {n: g.div_(self._pending_count) for n, g in self._pending.items()}
-                self._pending, self._pending_count = {}, 0
-                self._step(mean)
-            return True
+                return self._push_async(grads, version, finite), False, []
+            rounds.seen(source)
+            if rounds.holds(source):  # a restarted worker's second push into one round
+                self._dropped += 1
+                return False, self._wait(waiter, False), []
+            accepted = self._accumulate(grads, version, finite, source)
+            if accepted and self._rounds.full(self._pending_count):
+                return True, False, self._close_round(expired=False)
+            return accepted, accepted and self._wait(waiter, True), []
+
+    def _push_async(self, grads, version, finite) -> bool:
+        weight = self._weight(version, finite)
+        if weight is None:
+            return False
+        self._step({n: _scaled(g, weight) for n, g in grads.items() if g is not None})
+        return True
+
+    def _weight(self, version: int, finite: bool) -> float | None:
+        """The gradient's weight, or None when it is rejected or dropped (counted)."""
+        cfg = self.config
+        if not finite:
+            self._count_non_finite()
+            return None
+        self._non_finite_run = 0
+        staleness = self._version - version
+        weight = 1.0
+        if cfg.max_staleness is not None and staleness > cfg.max_staleness:
+            if cfg.staleness_policy == "drop":
+                self._dropped += 1
+                return None
+            weight = 1.0 / (1 + staleness - cfg.max_staleness)
+            self._downweighted += 1
+        self._applied += 1
+        self._staleness_sum += staleness
+        return weight
+
+    def _accumulate(self, grads, version, finite, source) -> bool:
+        weight = self._weight(version, finite)
+        if weight is None:
+            return False
+        for name, grad in grads.items():
+            if grad is None:
+                continue
+            grad = _scaled(grad, weight).to(self._params[name].device)
+            acc = self._pending.get(name)
+            self._pending[name] = grad.clone() if acc is None else acc.add_(grad)
+        self._pending_count += 1
+        self._rounds.join(source, time.monotonic())
+        if self._rounds.deadline is not None:
+            self._watch()
+        return True
+
+    def _wait(self, waiter, accepted: bool) -> bool:
+        """Queue ``waiter`` (answered with ``accepted``) for the open round; False when
+        there is none to wait for, or waits are released."""
+        if waiter is None or self._rounds.released or not self._pending_count:
+            return False
+        self._rounds.waiters.append((waiter[0], waiter[1], accepted))
+        return True
+
+    def _close_round(self, *, expired: bool) -> list:
+        """One optimizer step on the open round's mean (none if it is empty)."""
+        count = self._pending_count
+        if count:
+            mean = {n: g.div_(count) for n, g in self._pending.items()}
+            self._pending, self._pending_count = {}, 0
+            self._step(mean)
+        waiters = self._rounds.close(count, expired=expired)
+        self._changed.notify_all()
+        return waiters
+
+    def _answer(self, waiters: list) -> None:
+        # Outside the lock: a future's callbacks (an RPC reply) run in set_result.
+        for fut, newer_than, accepted in waiters:
+            fut.set_result((accepted, self.pull(newer_than)))
+
+    def _watch(self) -> None:
+        """Make sure a thread closes the open round at its deadline."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._expire_rounds, name="rlpar-grad-rounds",
+                                             daemon=True)
+            self._watcher.start()
+        else:
+            self._changed.notify_all()
+
+    def _expire_rounds(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    deadline = self._rounds.deadline
+                    if deadline is None:
+                        # Every closed round notifies: only a wait that timed out is idle.
+                        if not self._changed.wait(_WATCHER_IDLE_S) and self._rounds.deadline is None:
+                            self._watcher = None
+                            return
+                        continue
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._changed.wait(left)
+                closed = self._close_round(expired=True)
+            self._answer(closed)
+
+    def expire_round(self) -> None:
+        """Close the open round now, as its deadline would: one step on what it holds,
+        and the sources it lacks are not waited for until they push again."""
+        with self._lock:
+            closed = self._close_round(expired=True) if self._pending_count else []
+        self._answer(closed)
+
+    def release(self) -> None:
+        """Stop making pushes wait (a job that is ending): the waiting ones are
+        answered now, and the open round stays open, unapplied, until it fills or
+        expires. Ends nothing else."""
+        with self._lock:
+            self._rounds.released = True
+            waiters, self._rounds.waiters = self._rounds.waiters, []
+        self._answer(waiters)
+
+    def waiting(self, source: int) -> bool:
+        """Whether ``source``'s gradient is in the open round (its round has not closed)."""
+        with self._lock:
+            return self._rounds.holds(source)
+
+    def wait_round(self, source: int, timeout: float | None = None) -> bool:
+        """Block until ``source`` has no gradient in the open round; False on timeout."""
+        with self._lock:
+            return self._changed.wait_for(lambda: not self._rounds.holds(source), timeout)
+
+    def member(self, source: int) -> GradMember:
+        """A GradientSink for worker ``source`` in this process (its pushes named)."""
+        return GradMember(self, source)
 
     def reject_non_finite(self) -> None:
         """Count a push found to hold NaN/inf before it got here (a sharded server's
@@ -231,12 +385,12 @@ class GradServer:
             raise NonFiniteGradients(self._non_finite_run, limit)
 
     def push_gradients_and_pull(
-        self, grads: Mapping[str, Any], version: int, newer_than: int = -1
+        self, grads: Mapping[str, Any], version: int, newer_than: int = -1, source: int | None = None
     ) -> tuple[bool, tuple[dict[str, Any], int] | None]:
-        """``push_gradients(grads, version)`` then ``pull(newer_than)``, in one call
-        (one round trip for a remote worker): ``(accepted, pulled)``."""
+        """``push_gradients(grads, version, source)`` then ``pull(newer_than)``, in one
+        call (one round trip for a remote worker): ``(accepted, pulled)``."""
         check_newer_than(newer_than)
-        accepted = self.push_gradients(grads, version)
+        accepted = self.push_gradients(grads, version, source)
         return accepted, self.pull(newer_than)
 
     def _step(self, grads: Mapping[str, torch.Tensor]) -> None:
@@ -283,7 +437,10 @@ class GradServer:
             self._dropped += self._pending_count
             self._pending, self._pending_count = {}, 0
             self._version = version
-            return version
+            waiters = self._rounds.close(0, expired=False)
+            self._changed.notify_all()
+        self._answer(waiters)
+        return version
 
     def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
         check_newer_than(newer_than)
@@ -311,7 +468,8 @@ class GradServer:
         with self._lock:
             state = {"model": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
                      "optimizer": self.optimizer.state_dict(),
-                     "counters": {name.lstrip("_"): getattr(self, name) for name in self._COUNTERS}}
+                     "counters": {name.lstrip("_"): getattr(self, name) for name in self._COUNTERS}
+                     | {"short_rounds": self._rounds.short}}
             if self.scheduler is not None and hasattr(self.scheduler, "state_dict"):
                 state["lr_scheduler"] = self.scheduler.state_dict()
             return state
@@ -325,8 +483,10 @@ class GradServer:
         load = torch_loader(state, where, modules={"model": self.model},
                             optimizers={"optimizer": self.optimizer})
         names = [name.lstrip("_") for name in self._COUNTERS]
-        saved = mapping(state["counters"], where["counters"], required=names)
+        # short_rounds: absent from checkpoints made before rounds had sources.
+        saved = mapping(state["counters"], where["counters"], required=names, optional=("short_rounds",))
         counters = {name: integer(saved[name], where["counters"][name]) for name in names}
+        short = integer(saved.get("short_rounds", 0), where["counters"]["short_rounds"], low=0)
         schedule = None
         if "lr_scheduler" in state and self.scheduler is not None:
             # torch's schedulers take any dict (__dict__.update): its own keys at least.
@@ -339,12 +499,17 @@ class GradServer:
             for name in self._COUNTERS:
                 setattr(self, name, counters[name.lstrip("_")])
             self._pending, self._pending_count, self._cache = {}, 0, None
+            waiters = self._rounds.reset()
+            self._rounds.short = short
+            self._changed.notify_all()
+        self._answer(waiters)
 
     def metrics(self) -> dict[str, float]:
         """``received``, ``applied`` (accepted, incl. down-weighted), ``dropped``,
         ``downweighted``, ``rejected_non_finite`` (held NaN/inf), ``steps`` (optimizer
         steps), ``pending`` (waiting to be averaged), ``mean_staleness`` of applied
-        gradients, ``version`` and ``lr``."""
+        gradients, ``version``, ``lr``; reduce mode: ``short_rounds`` (steps on fewer
+        than ``reduce_batch_size`` gradients) and ``absent`` (sources not waited for)."""
         with self._lock:
             return {
                 "received": self._received,
@@ -357,8 +522,11 @@ class GradServer:
                 "mean_staleness": self._staleness_sum / self._applied if self._applied else 0.0,
                 "version": self._version,
                 "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "short_rounds": self._rounds.short,
+                "absent": len(self._rounds.absent),
             }
 
 
 def _scaled(grad: torch.Tensor, weight: float) -> torch.Tensor:
     return grad if weight == 1.0 else grad * weight
+

@@ -15,7 +15,7 @@ is only valid when TensorPipe device maps are configured in both directions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
 
 import torch
@@ -67,10 +67,27 @@ def _check_name(name: str) -> None:
         raise ValueError(f"server name must be a non-empty string without '/', got {name!r}")
 
 
-def _host(group, name: str, methods: Mapping[str, Callable]) -> None:
+def _guard_deferred(fn: Callable) -> Callable:
+    def service(*args: Any) -> torch.futures.Future:
+        try:
+            return fn(*args)
+        except _PASS_THROUGH as exc:
+            fut: torch.futures.Future = torch.futures.Future()
+            fut.set_result(_Raised(exc))
+            return fut
+
+    return service
+
+
+def _host(group, name: str, methods: Mapping[str, Callable], deferred: Collection[str] = ()) -> None:
+    """Register ``methods`` as ``name/<method>``; those in ``deferred`` return a Future
+    (answered when it completes, holding no RPC thread meanwhile)."""
     _check_name(name)
     for method, fn in methods.items():
-        group.register(f"{name}/{method}", _guard(fn))
+        if method in deferred:
+            group.register(f"{name}/{method}", _guard_deferred(fn), deferred=True)
+        else:
+            group.register(f"{name}/{method}", _guard(fn))
     with _hosted_lock:
         _hosted[(group.name, name)] = (_current_world(), dict(methods))
 
@@ -189,7 +206,16 @@ class RemoteModelStore(_Accessor):
 
 
 class RemoteGradServer(_Accessor):
-    """Accessor of a hosted :class:`GradServer`: a GradientSink."""
+    """Accessor of a hosted :class:`GradServer`: a GradientSink. With ``source`` (a
+    worker index) its pushes name it, and ``push_gradients_and_pull`` answers once
+    the round holding the gradient has closed (reduce mode; at once in async mode)."""
+
+    def __init__(self, group, name: str, *, timeout: float | None = None, keep_device: bool = False,
+                 source: int | None = None) -> None:
+        super().__init__(group, name, timeout=timeout, keep_device=keep_device)
+        if source is not None and (not isinstance(source, int) or isinstance(source, bool) or source < 0):
+            raise ValueError(f"source must be None or an int >= 0, got {source!r}")
+        self.source = source
 
     def push(self, state: Mapping[str, Any], version: int | None = None) -> int:
         if not isinstance(state, Mapping):
@@ -206,15 +232,20 @@ class RemoteGradServer(_Accessor):
         return grads_for_transfer(grads, self.keep_device)
 
     def push_gradients(self, grads: Mapping[str, Any], version: int) -> bool:
-        return self._call("push_gradients", self._grads_payload(grads), version)
+        return self._call("push_gradients", self._grads_payload(grads), version, self.source)
 
     def push_gradients_and_pull(
         self, grads: Mapping[str, Any], version: int, newer_than: int = -1
     ) -> tuple[bool, tuple[dict[str, Any], int] | None]:
-        """One round trip: push ``grads``, get the parameters if newer than ``newer_than``."""
+        """One round trip: push ``grads``, get the parameters if newer than ``newer_than``
+        (with a ``source``: once the gradient's round has closed)."""
         payload = self._grads_payload(grads)
         check_newer_than(newer_than)
-        return self._call("push_gradients_and_pull", payload, version, newer_than)
+        if self.source is None:
+            return self._call("push_gradients_and_pull", payload, version, newer_than)
+        answer = self._call("push_gradients_and_wait", payload, version, newer_than, self.source)
+        # In the host's own process the service's Future comes back as it is.
+        return _unwrap(answer.wait()) if isinstance(answer, torch.futures.Future) else answer
 
     def pull(self, newer_than: int = -1) -> tuple[dict[str, Any], int] | None:
         check_newer_than(newer_than)
@@ -228,12 +259,16 @@ class RemoteGradServer(_Accessor):
         return self._call("version")
 
 
+DEFERRED_GRAD_SERVICES = ("push_gradients_and_wait",)
+
+
 def grad_services(server: GradServer) -> dict[str, Callable]:
     return {
         "push": server.push,
         "pull": server.pull,
         "push_gradients": server.push_gradients,
         "push_gradients_and_pull": server.push_gradients_and_pull,
+        "push_gradients_and_wait": server.push_gradients_and_wait,
         "reject_non_finite": server.reject_non_finite,
         "metrics": server.metrics,
         "version": lambda: server.version,
@@ -316,6 +351,7 @@ class PushPullGradServer:
         max_staleness: int | None = None,
         staleness_policy: str = "drop",
         max_non_finite: int | None = 100,
+        round_timeout: float | None = None,
         lr_scheduler_factory: Callable | None = None,
         timeout: float | None = None,
         keep_device: bool = False,
@@ -328,16 +364,18 @@ class PushPullGradServer:
             max_staleness=max_staleness,
             staleness_policy=staleness_policy,
             max_non_finite=max_non_finite,
+            round_timeout=round_timeout,
             lr_scheduler_factory=lr_scheduler_factory,
             pull_device=None if keep_device else "cpu",
         )
-        _host(group, name, grad_services(server))
+        _host(group, name, grad_services(server), deferred=DEFERRED_GRAD_SERVICES)
         accessor = RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)
         accessor.server = server  # the host's own object (checkpoints)
         return accessor
 
     @staticmethod
     def connect(
-        group, name: str, *, timeout: float | None = None, keep_device: bool = False
+        group, name: str, *, timeout: float | None = None, keep_device: bool = False,
+        source: int | None = None,
     ) -> RemoteGradServer:
-        return RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device)
+        return RemoteGradServer(group, name, timeout=timeout, keep_device=keep_device, source=source)

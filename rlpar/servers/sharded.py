@@ -27,6 +27,7 @@ from torch import nn
 from rlpar.servers.grad import GradServer, all_finite
 from rlpar.servers.model import check_newer_than
 from rlpar.servers.remote import (
+    DEFERRED_GRAD_SERVICES,
     RemoteGradServer,
     _check_name,
     _host,
@@ -214,7 +215,7 @@ class ShardedGradServer:
         )
         services = grad_services(server)
         services["keys"] = lambda: keys[shard]
-        _host(group, _shard_name(name, shard), services)
+        _host(group, _shard_name(name, shard), services, deferred=DEFERRED_GRAD_SERVICES)
         return RemoteShardedGradServer(
             group, name, num_shards=num_shards, timeout=timeout, keep_device=keep_device
         )

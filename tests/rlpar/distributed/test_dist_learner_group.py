@@ -108,3 +108,15 @@ def test_learner_group_arguments_are_checked_before_anything_starts():
         create(Fake(), "g", [1, 2])
     with pytest.raises(ValueError, match="timeout"):
         create(Fake(), "g", [0, 1], timeout=0)
+
+
+def test_auto_picks_nccl_only_when_every_member_has_a_gpu_of_its_own():
+    from rlpar.distributed.learner_group import choose_backend
+
+    assert choose_backend("auto", ["a:0", "a:1"]) == "nccl"
+    assert choose_backend("auto", ["a:0", "b:0"]) == "nccl"  # one GPU on each of two hosts
+    assert choose_backend("auto", ["a:0", "a:0"]) == "gloo"  # two learners on one GPU
+    assert choose_backend("auto", ["a:0", "-"]) == "gloo"
+    assert choose_backend("gloo", ["a:0", "a:1"]) == "gloo"
+    with pytest.raises(ValueError, match="GPU of its own"):
+        choose_backend("nccl", ["a:0", "a:0"])
