@@ -55,7 +55,7 @@ from experiments.runtime.job import (
     StopSignals,
     last_call,
 )
-from experiments.runtime.lead import finish_lead, start_lead
+from experiments.runtime.lead import run_lead, start_lead
 from experiments.runtime.messages import Episode, Rejoin, Report
 
 GROUP, SERVER = "a3c", "grads"
@@ -199,6 +199,47 @@ def run_worker(ctx: JobContext, group: Any, shell: WorkerShell, signals: StopSig
         shell.close()
 
 
+class _LeadTurns:
+    """The A3C lead's turns in the runtime's loop (``experiments.runtime.lead.run_lead``):
+    its local workers' rollouts (each reported at once, so evaluations fall on time),
+    the server's curves, evaluations on schedule."""
+
+    def __init__(self, lead: Lead, grads: Any, server: Any, shells: list[WorkerShell], evaluator: Any) -> None:
+        self.lead, self.grads, self.server, self.shells, self.evaluator = lead, grads, server, shells, evaluator
+
+    def turn(self) -> None:
+        coordinator, shells = self.lead.coordinator, self.shells
+        stepped = False
+        for shell in shells:
+            if shell.ready():
+                shell.step()
+                coordinator.report(shell.report())
+                stepped = True
+        if not stepped and shells:  # --sync: until its round closes, at most 10 ms
+            shells[0].worker.sink.wait(0.01)
+        elif not shells:
+            time.sleep(0.01)
+        self.lead.tick(self.grads)
+        if coordinator.eval_due():
+            self.lead.evaluate(self.grads, self.evaluator)
+
+    def wind_down(self, signalled: bool) -> int:
+        coordinator = self.lead.coordinator
+        self.server.release()  # --sync: no worker waits for a round any more
+        for shell in self.shells:
+            coordinator.report(shell.report(final=True))
+            shell.close()
+        self.evaluator.close()
+        # Not for a source that stopped reporting (dead or hung); briefly after a signal.
+        coordinator.wait_for_sources(timeout=self.lead.ctx.config.run.rpc_timeout,
+                                     quiet=STOP_QUIET_S if signalled else None)
+        self.lead.tick(self.grads, force=True)
+        return int(self.server.metrics()["version"])
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        return self.lead.summary(self.grads, interrupted=interrupted)
+
+
 class Lead:
     """Rank 0 (or the serial process): the server's model and optimizer, the
     coordinator, and the evaluation loop."""
@@ -249,37 +290,7 @@ class Lead:
             shell.worker.sync()  # a resumed server has newer parameters
         evaluator = make_vector_env(env_fn(self.ctx), num_envs=config.run.eval_episodes, num_workers=0,
                                     seed=config.run.seed + 7)
-        with StopSignals(coordinator.stop) as signals:
-            try:
-                while not coordinator.should_stop():
-                    stepped = False
-                    for shell in shells:  # local workers report every rollout: evaluations fall on time
-                        if shell.ready():
-                            shell.step()
-                            coordinator.report(shell.report())
-                            stepped = True
-                    if not stepped and shells:  # --sync: until its round closes, at most 10 ms
-                        shells[0].worker.sink.wait(0.01)
-                    elif not shells:
-                        time.sleep(0.01)
-                    self.tick(grads)
-                    if coordinator.eval_due():
-                        self.evaluate(grads, evaluator)
-                    keeper.poll()
-            finally:
-                coordinator.stop("finished")
-                server.release()  # --sync: no worker waits for a round any more
-                for shell in shells:
-                    coordinator.report(shell.report(final=True))
-                    shell.close()
-                evaluator.close()
-                # Not for a source that stopped reporting (dead or hung); briefly after a signal.
-                coordinator.wait_for_sources(timeout=config.run.rpc_timeout,
-                                             quiet=STOP_QUIET_S if signals.stopped else None)
-                self.tick(grads, force=True)
-                kept = keeper.finish(version=int(server.metrics()["version"]))
-                summary = self.summary(grads, interrupted=signals.received is not None) | kept
-        return finish_lead(self.ctx, coordinator, summary)
+        return run_lead(self.ctx, coordinator, keeper, _LeadTurns(self, grads, server, shells, evaluator))
 
     def evaluate(self, grads: Any, evaluator: Any) -> None:
         from algorithms.rollout import evaluate

@@ -45,8 +45,8 @@ from experiments.roles.maddpg_parts import (
     teams_of,
 )
 from experiments.runtime.evaluation import frozen
-from experiments.runtime.job import Job, JobContext, StopSignals
-from experiments.runtime.lead import finish_lead, start_lead
+from experiments.runtime.job import Job, JobContext
+from experiments.runtime.lead import run_lead, start_lead
 from experiments.runtime.messages import Episode, EvalResult, Rejoin, Report
 from rlpar.state import StatePath, integer, mapping, sequence
 
@@ -286,21 +286,7 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
                                  agent_names=venv.agents, teams=teams_of(venv.agents))
         trainer = Trainer(ctx, venv=venv, algo=algo, coordinator=coordinator, env_fn=env_fn)
         keeper = run_keeper(ctx, coordinator, trainer)
-        with StopSignals(coordinator.stop) as signals:
-            try:
-                while not coordinator.should_stop():
-                    trainer.step()
-                    if coordinator.eval_due():
-                        trainer.evaluate()
-                    trainer.tick()
-                    keeper.poll()
-            finally:
-                coordinator.stop("finished")
-                coordinator.report(Report(source=0, env_steps=0, version=algo.updates, final=True))
-                trainer.tick(force=True)
-                kept = keeper.finish(version=algo.updates)
-                summary = trainer.summary(interrupted=signals.received is not None) | kept
-        return finish_lead(ctx, coordinator, summary)
+        return run_lead(ctx, coordinator, keeper, _TrainerTurns(trainer))
     except BaseException:
         if coordinator is not None:
             coordinator.logger.close()
@@ -309,6 +295,29 @@ def serial_main(ctx: JobContext) -> dict[str, Any]:
         venv.close()
         if algo is not None:
             algo.close()
+
+
+class _TrainerTurns:
+    """MADDPG's one process in the runtime's loop (``experiments.runtime.lead.run_lead``):
+    a vector step with the updates pacing owes, evaluations on schedule, the curves."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def turn(self) -> None:
+        self.trainer.step()
+        if self.trainer.coordinator.eval_due():
+            self.trainer.evaluate()
+        self.trainer.tick()
+
+    def wind_down(self, signalled: bool) -> int:
+        trainer = self.trainer
+        trainer.coordinator.report(Report(source=0, env_steps=0, version=trainer.algo.updates, final=True))
+        trainer.tick(force=True)
+        return trainer.algo.updates
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        return self.trainer.summary(interrupted=interrupted)
 
 
 def run_keeper(ctx: JobContext, coordinator: Any, trainer: Trainer):

@@ -1,14 +1,15 @@
-"""The lead process's start and end, the same for every job: its TensorBoard
-logger and coordinator, the first-run compile notice, and the final summary
-written to the run directory."""
+"""The lead process's start, loop and end, the same for every job: its TensorBoard
+logger and coordinator, the loop until a budget, a target or a signal stops the run
+(:func:`run_lead`), the first-run compile notice, and the final summary written to
+the run directory."""
 
 from __future__ import annotations
 
 import glob
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from experiments.runtime.cli import config_to_dict
 from experiments.runtime.coordinator import Coordinator
@@ -24,6 +25,47 @@ def start_lead(ctx: Any, *, num_sources: int, target: float, evaluator: int | No
     return Coordinator(job=ctx.job, run=ctx.config.run, env_id=ctx.config.env.env_id,
                        num_sources=num_sources, target=target, started=ctx.started, logger=logger,
                        evaluator=evaluator, quiet=ctx.quiet, agent_names=agent_names, teams=teams)
+
+
+class Turns(Protocol):
+    """What a job's lead does inside :func:`run_lead`: ``turn()`` one pass of its loop
+    (step or wait, tick the curves, evaluate when due); ``wind_down(signalled)`` after
+    the stop (close its sources and wait for their final reports, briefly when a
+    signal stopped the run; the last tick) and the version of the parameters it ends
+    with; ``summary(interrupted)`` the job's summary."""
+
+    def turn(self) -> None: ...
+
+    def wind_down(self, signalled: bool) -> int: ...
+
+    def summary(self, interrupted: bool) -> dict[str, Any]: ...
+
+
+def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
+             kept: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The lead's loop, written once for every job: turns until the coordinator says
+    stop (a budget, the target, Ctrl-C/SIGTERM through ``StopSignals``), the run kept
+    on schedule (``keeper.poll``: checkpoints, ``policy-best.pt``); then, however the
+    loop ended, the wind-down, the last checkpoint and ``policy.pt``, the summary
+    (``kept()`` is called once the last checkpoint is written or failed: shard hosts
+    may go), written to the run directory."""
+    from experiments.runtime.job import StopSignals
+
+    with StopSignals(coordinator.stop) as signals:
+        try:
+            while not coordinator.should_stop():
+                turns.turn()
+                keeper.poll()
+        finally:
+            coordinator.stop("finished")
+            version = turns.wind_down(signals.stopped)
+            try:
+                saved = keeper.finish(version=version)
+            finally:
+                if kept is not None:
+                    kept()
+            summary = turns.summary(signals.received is not None) | saved
+    return finish_lead(ctx, coordinator, summary)
 
 
 def finish_lead(ctx: Any, coordinator: Coordinator, summary: dict[str, Any]) -> dict[str, Any]:
