@@ -42,18 +42,33 @@ class LearnerLoop:
         self._n += 1
         self.coordinator.updates = self.learner.updates
 
+    def may_update(self) -> bool:
+        """Whether the data path is ready and pacing allows an update now."""
+        env_steps, updates = self.coordinator.env_steps, self.learner.updates
+        return self.data.ready(self.coordinator.transitions) and (
+            self.pacing is None or self.pacing.learner_may_update(env_steps=env_steps, updates=updates))
+
+    def wait(self) -> None:
+        t0 = time.perf_counter()
+        time.sleep(0.0005)
+        if self.started:
+            self.waited += time.perf_counter() - t0
+
     def step(self) -> bool:
         """One update if pacing and data allow; False when it had to wait."""
-        env_steps, updates = self.coordinator.env_steps, self.learner.updates
-        if not self.data.ready(self.coordinator.transitions) or (
-                self.pacing is not None and not self.pacing.learner_may_update(env_steps=env_steps,
-                                                                               updates=updates)):
-            t0 = time.perf_counter()
-            time.sleep(0.0005)
-            if self.started:
-                self.waited += time.perf_counter() - t0
+        if not self.may_update():
+            self.wait()
             return False
         self.update()
+        return True
+
+    def step_with(self, lockstep: Any, *, ready: bool) -> bool:
+        """Several learners: one update if every learner is ``ready`` (this one: its
+        data and pacing too), agreed in ``lockstep`` with the stop; False to stop."""
+        go, stop = lockstep.agree(ready=ready and self.may_update(), stop=self.coordinator.should_stop())
+        if stop:
+            return False
+        self.update() if go else self.wait()
         return True
 
     def wait_fraction(self) -> float:
@@ -84,17 +99,27 @@ class LearnerLoop:
             update_ms_per_update=1e3 * learner.update_seconds / updates)
 
 
-def make_learner(setup: Setup, source: Any, params: Any):
+def make_learner(setup: Setup, source: Any, params: Any, *, members: Any = None):
+    """The learner around the builder's algorithm; a member of the learner group
+    ``members`` (several learners) averages its gradients through the group."""
     from experiments.runtime.config import resolve_device
 
     builder = setup.builder
-    algorithm = builder.make_algorithm(device=resolve_device(setup.run.device), seed=setup.run.seed)
+    device = resolve_device(setup.run.device)
+    if members is not None and members.device.type == "cuda":
+        device = members.device  # NCCL: this member's GPU
+    algorithm = builder.make_algorithm(device=device, seed=setup.run.seed)
+    if members is not None:
+        builder.set_grad_hook(algorithm, members.average_gradients)
     return builder.make_learner(algorithm, source=source, params=params)
 
 
-def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any]:
+def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = None) -> dict[str, Any]:
+    """Learner 0 (the only one by default); ``members``: the learner group when there
+    are several (:mod:`experiments.roles.learners`)."""
     import torch
 
+    from experiments.roles.learners import Lockstep, gather, share_state
     from rlpar.servers import PushPullModelServer
 
     ctx, num_actors = setup.ctx, setup.num_actors
@@ -104,16 +129,20 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
     data = LearnerData(setup, group, shards)
     params = PushPullModelServer.host(group, PARAMS)
     coordinator = start_lead(ctx, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
-    learner = make_learner(setup, data.source, params)
+    learner = make_learner(setup, data.source, params, members=members)
     keeper = run_keeper(setup, coordinator, learner, data, group=group)
+    if members is not None:  # the others start where this one starts (restored or fresh)
+        share_state(members, learner.algorithm)
     released = threading.Event()  # the last checkpoint is written: shard hosts may go
     group.register("coord/report", coordinator.report)
     group.register("coord/eval", coordinator.eval_result)
     group.register("coord/stopped", coordinator.should_stop)
     group.register("coord/released", released.is_set)
-    group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards))
-    loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors,
-                                                    num_envs=setup.env.num_envs), data=data)
+    group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards, group))
+    loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors, num_envs=setup.env.num_envs,
+                                                    learners=setup.learners), data=data)
+    lockstep = Lockstep(members) if members is not None else None
+    together: dict[str, Any] = {}
 
     def held() -> int:
         return data.held(reported=coordinator.transitions,
@@ -122,10 +151,16 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
     group.barrier()
     with StopSignals(coordinator.stop) as signals:
         try:
-            while not coordinator.should_stop():
-                loop.step()
-                loop.tick(held())
-                keeper.poll()
+            if lockstep is None:
+                while not coordinator.should_stop():
+                    loop.step()
+                    loop.tick(held())
+                    keeper.poll()
+            else:
+                while loop.step_with(lockstep, ready=data.local_ready()):
+                    loop.tick(held())
+                    keeper.poll()
+                together = gather(members, learner)
         finally:
             coordinator.stop("finished")
             data.close()
@@ -138,7 +173,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
             finally:
                 released.set()
             summary = loop.summary(setup, algorithm=type(learner.algorithm), held=held(),
-                                   interrupted=signals.received is not None) | kept
+                                   interrupted=signals.received is not None) | kept | together
     return finish_lead(ctx, coordinator, summary)
 
 
@@ -148,15 +183,21 @@ def target(setup: Setup) -> float:
     return target_return(setup.run.target_return, setup.env_fn)
 
 
-def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: list[str]):
+def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: list[str], group: Any = None):
     """``coord/rejoin``: a restarted actor rejoins (before its first add). With shards
     on the actors, the learner first hosts a fresh shard for it (it cannot call the
-    new process) and counts what the dead shard held as lost."""
+    new process) and counts what the dead shard held as lost; the other learners
+    (several) then sample that shard where this one hosts it."""
+    from experiments.roles.learners import follow_key
+
     on_actors = data.sharded is not None and setup.replay.replay_placement == "actors"
 
     def rejoin(message: Rejoin) -> None:
         if on_actors:
-            coordinator.count_lost(data.sharded.rehost(shards[message.source]))
+            member = shards[message.source]
+            coordinator.count_lost(data.sharded.rehost(member))
+            for k in range(1, setup.learners):
+                group.call(follow_key(k), member)
         coordinator.rejoin(message)
 
     return rejoin
@@ -173,14 +214,17 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
     from experiments.runtime.checkpoints import RunKeeper
     from rlpar.buffers.shard import service_keys
 
-    ctx, key, sharded, hosted = setup.ctx, setup.builder.state_key, data.sharded, data.hosted
+    ctx, key = setup.ctx, setup.builder.state_key
+    # A replay split over several learners is kept as parts, like remote shards.
+    sharded = data.sharded or data.split
+    hosted = data.hosted if data.split is None else None
     algorithm = learner.algorithm
     meta: dict[str, Any] = {"data": setup.flow.data}
     if setup.replay is not None:
         placement = setup.replay.replay_placement
         meta = {"replay_placement": placement, "replay_layout": sorted(replay_layout(setup))}
         if sharded is not None:
-            meta["replay_shards"] = len(sharded.shard_members)
+            meta["replay_shards"] = len(sharded.part_names())
 
     def snapshot() -> dict[str, Any]:
         return {key: algorithm.state_dict(), **({"replay": hosted.state_dict()} if hosted is not None else {})}
@@ -194,8 +238,10 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
             hosted.load_state_dict(state["replay"])
         if sharded is not None:
             # Before the barrier: the shard hosts have registered, but add nothing yet.
-            for member in sharded.shard_members:
-                group.wait_registered(service_keys(REPLAY, member)["load"])
+            keys = (data.split.load_keys() if data.split is not None
+                    else [service_keys(REPLAY, member)["load"] for member in sharded.shard_members])
+            for load in keys:
+                group.wait_registered(load)
             sharded.load_parts(keeper.checkpointer.resumed_path, kind=ctx.job,
                                meta={"replay_placement": placement})
         if learner.updates > 0:  # version 0 (the initial weights) is already published

@@ -1,0 +1,171 @@
+"""Several learners in the actor-learner program (``--learners K``, default 1).
+
+Ranks 0..K-1 are learners (:mod:`.program`'s role rule). Each samples its own batch
+(:mod:`.data`: its own replay shard or queue, or every shard of a sharded replay),
+and they learn as one synchronous data-parallel learner: a *learner group*
+(:meth:`World.create_learner_group`, gloo on CPU, NCCL when the learners have
+GPUs) averages every update's gradients through the builder's gradient hook
+(:meth:`~algorithms.builder.Builder.set_grad_hook`), so with the same start and the
+same number of updates the parameters stay identical on every learner. Learner 0
+is the one the program always had: it hosts the coordinator and the parameter
+server, publishes, checkpoints and keeps the run; the others (:func:`run_follower`)
+only learn. Actors are never members: they still die and rejoin alone.
+
+What keeps them identical and in step:
+
+- **the same start**: after learner 0 has restored a checkpoint (or made fresh
+  networks), it broadcasts its whole algorithm state (networks, target networks,
+  optimizer, update count) to the others (:func:`share_state`). A resume thus
+  restores every learner from learner 0's file; each replay shard loads its own part;
+- **lockstep** (:class:`Lockstep`): before every update the learners agree, in one
+  all-reduce of two flags, whether all of them may update now (learner 0: its data
+  and pacing allow it; the others: their own data holds a batch) and whether to stop
+  (learner 0: its coordinator says so; the others: a stop signal). So every learner
+  runs the same updates, none waits in a gradient all-reduce that another will
+  never join, and the stop is taken by all at the same update: no deadlock when the
+  run ends or when one learner's data runs dry (the others wait with it);
+- **a member's death**: a collective cannot go on without it, so the others' next
+  operation raises ``PeerUnavailable`` and supervision restarts the world from the
+  newest checkpoint (a learner is never restarted alone).
+
+At the end every learner reports its update count, the priorities it sent and a
+digest of its parameters (:func:`gather`), which the summary holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+from typing import Any
+
+import numpy as np
+
+from experiments.roles.program import Setup
+
+GROUP = "learners"
+# How often a learner whose data or pacing does not allow an update asks again.
+WAIT_S = 0.0005
+
+
+def follow_key(learner: int) -> str:
+    """Learner ``learner``'s service that takes over a rehosted replay shard."""
+    return f"learner.{learner}/follow"
+
+
+def join(world: Any, setup: Setup, *, device: Any) -> Any:
+    """The learner group of this learner rank (None with one learner: nothing is
+    created, nothing costs). Its timeout bounds how long a learner waits for the
+    others at a collective: learner 0 restoring or writing a checkpoint keeps them
+    waiting, so it is twice the RPC timeout."""
+    if setup.learners == 1:
+        return None
+    backend = "auto" if getattr(device, "type", "cpu") == "cuda" else "gloo"
+    return world.create_learner_group(GROUP, list(range(setup.learners)), backend=backend,
+                                      timeout=2 * setup.run.rpc_timeout)
+
+
+class NoPublish:
+    """The parameter store of learners 1..K-1: only learner 0 publishes."""
+
+    def push(self, state: Any, version: int | None = None) -> int:
+        return int(version or 0)
+
+    def pull(self, newer_than: int = -1) -> None:
+        return None
+
+
+class Lockstep:
+    """Before each update: ``agree(ready=, stop=)`` -> (all ready, any stop)."""
+
+    def __init__(self, group: Any) -> None:
+        import torch
+
+        self.group = group
+        self._flags = torch.zeros(2, dtype=torch.float32, device=group.device)
+
+    def agree(self, *, ready: bool, stop: bool) -> tuple[bool, bool]:
+        flags = self._flags
+        flags[0], flags[1] = 0.0 if ready else 1.0, 1.0 if stop else 0.0
+        self.group.all_reduce(flags, op="max")
+        not_ready, stopped = flags.tolist()
+        return not_ready == 0.0, stopped > 0.0
+
+
+def share_state(group: Any, algorithm: Any) -> None:
+    """Every learner gets learner 0's whole algorithm state (one broadcast of its
+    serialized ``state_dict``): networks, targets, optimizer moments, update count."""
+    import torch
+
+    if group.rank == 0:
+        buffer = io.BytesIO()
+        torch.save(algorithm.state_dict(), buffer)
+        payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).to(group.device)
+        size = torch.tensor([payload.numel()], dtype=torch.int64, device=group.device)
+    else:
+        size = torch.zeros(1, dtype=torch.int64, device=group.device)
+    group.broadcast(size, src=0)
+    if group.rank != 0:
+        payload = torch.empty(int(size.item()), dtype=torch.uint8, device=group.device)
+    group.broadcast(payload, src=0)
+    if group.rank != 0:
+        state = torch.load(io.BytesIO(payload.cpu().numpy().tobytes()), weights_only=True)
+        algorithm.load_state_dict(state)
+
+
+def digest(algorithm: Any) -> int:
+    """A 63-bit digest of the acting parameters (``policy_state``), equal on two
+    learners exactly when their parameters are bitwise equal."""
+    sha = hashlib.sha256()
+    for name, tensor in sorted(algorithm.policy_state().items()):
+        sha.update(name.encode())
+        sha.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return int.from_bytes(sha.digest()[:8], "little") >> 1
+
+
+def gather(group: Any, learner: Any) -> dict[str, Any]:
+    """What every learner did, for the summary; called by all at the same point
+    (right after their agreed stop)."""
+    import torch
+
+    row = torch.tensor([learner.updates, learner.priorities_sent, digest(learner.algorithm),
+                        int(1e6 * learner.update_seconds)], dtype=torch.int64, device=group.device)
+    rows = np.array([r.cpu().tolist() for r in group.all_gather(row)], dtype=np.int64)
+    digests = [f"{int(d):016x}" for d in rows[:, 2]]
+    return {"learners": group.size, "learner_updates": rows[:, 0].tolist(),
+            "learner_priorities_sent": rows[:, 1].tolist(), "learner_digests": digests,
+            "learners_identical": len(set(digests)) == 1,
+            "learner_update_ms": [round(1e-3 * int(us) / max(1, int(n)), 3) for n, us in zip(rows[:, 0], rows[:, 3])]}
+
+
+def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: list[str],
+                 signals: Any) -> None:
+    """Learner ``index`` >= 1: hosts its replay shard or queue, learns in lockstep with
+    learner 0 on its own batches, and stays until learner 0 has written the last
+    checkpoint (which asks it for its shard's part)."""
+    import torch
+
+    from experiments.roles.data import LearnerData, hold_shard_until_saved
+    from experiments.roles.learner import make_learner
+
+    torch.set_num_threads(setup.run.torch_threads)
+    data = LearnerData(setup, group, shards, learner=index)
+    learner = make_learner(setup, data.source, NoPublish(), members=members)
+    if data.sharded is not None:
+        group.register(follow_key(index), data.sharded.follow)
+    share_state(members, learner.algorithm)
+    group.barrier()
+    lockstep = Lockstep(members)
+    try:
+        while True:
+            ready, stop = lockstep.agree(ready=data.local_ready(), stop=signals.stopped)
+            if stop:
+                break
+            if ready:
+                learner.step()
+            else:
+                time.sleep(WAIT_S)
+        gather(members, learner)
+    finally:
+        data.close()
+    hold_shard_until_saved(setup, group, signals)
