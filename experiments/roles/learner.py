@@ -216,7 +216,7 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
 
     ctx, key = setup.ctx, setup.builder.state_key
     # A replay split over several learners is kept as parts, like remote shards.
-    sharded = data.sharded or data.split
+    sharded = data.sharded if data.sharded is not None else data.split
     hosted = data.hosted if data.split is None else None
     algorithm = learner.algorithm
     meta: dict[str, Any] = {"data": setup.flow.data}
