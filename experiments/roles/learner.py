@@ -91,6 +91,7 @@ class LearnerLoop:
             algorithm=algorithm, updates=learner.updates, run_dir=setup.ctx.run_dir, interrupted=interrupted,
             num_actors=self.coordinator.num_sources, batch_size=setup.flow.batch_size,
             data=setup.flow.data, replay_size=held, wait_fraction=self.wait_fraction(),
+            learning_s=busy,  # since the first update: updates / learning_s is the learner's rate
             # CPU time of the learner loop's own thread: unlike updates/s, it does not
             # depend on how much of a core other processes left it (load-robust).
             learner_cpu_ms_per_update=1e3 * cpu / updates,

@@ -80,7 +80,7 @@ def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_toget
     monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("DIE_RANK", "3")  # actor 1 (ranks 0 and 1 are the learners), feeding learner 1
     monkeypatch.setenv("DIE_AFTER", "300")
-    config = apex_config(str(tmp_path / "runs"), learners=2, max_env_steps=2500, eval_every=100_000)
+    config = apex_config(str(tmp_path / "runs"), learners=2, max_env_steps=2000, eval_every=100_000)
     summary = apex.run(config, parts=Parts(algorithm=DiesOnceDQN), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["stop_reason"] == "env step budget" and summary["restarts"] == 0
@@ -95,7 +95,7 @@ def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_toget
         state, header = load_part(path, part, kind="apex")
         assert header["meta"]["replay_placement"] == "learner" and int(state["storage"]["next_serial"]) > 0
 
-    resumed = apex.run(apex_config(str(tmp_path / "runs"), resume=run_dir, max_env_steps=3500), quiet=True)
+    resumed = apex.run(apex_config(str(tmp_path / "runs"), resume=run_dir, max_env_steps=2600), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["restarts"] == 0
     in_step(resumed)
     assert resumed["updates"] > summary["updates"]
@@ -105,7 +105,7 @@ def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_toget
 
 @pytest.mark.timeout(120)
 def test_two_impala_learners_each_learn_from_their_own_queue_in_step():
-    summary = impala.run(impala_config(learners=2, max_env_steps=2000, eval_every=1000), quiet=True)
+    summary = impala.run(impala_config(learners=2, max_env_steps=1500, eval_every=750), quiet=True)
     assert summary["stop_reason"] == "env step budget" and summary["evaluations"] >= 1
     in_step(summary)
     # Every update took a batch of 2 unrolls (5 steps x 2 envs) on each learner.
