@@ -15,11 +15,13 @@ Per point, from the first update on: group updates/s, batches/s (``updates_per_s
 batch size), each learner's wall ms per update (its own compute plus waiting for the
 other at the gradient all-reduce), the learners' waiting share, and
 ``efficiency``: samples/s per learner relative to ``k1`` (1.0: two learners draw twice
-the samples). One JSON line per point, then a ``machine`` line with the load averages
+the samples; it needs a free core per learner), and ``cpu_efficiency``: ``k1``'s learner
+process CPU per update over this point's (per learner), which the machine's load does
+not change (1.0: the all-reduces and lockstep cost nothing). One JSON line per point, then a ``machine`` line with the load averages
 before and after (the machine may be shared: compare figures of one run).
 
     python -m experiments.bench.multi_learner [--quick] [--envs cartpole,minatar]
-        [--configs k1,k2,k1t2] [--seconds 30]
+        [--configs k1,k2,k1t2] [--seconds 60]
 """
 
 from __future__ import annotations
@@ -61,9 +63,13 @@ def point_line(env: str, name: str, summary: dict[str, Any], *, batch_size: int)
         "samples_per_s": round(updates_per_s * learners * batch_size),
         "env_steps_per_s": round(summary["env_steps_per_s"], 1),
         "learner_update_ms": summary.get("learner_update_ms", [round(summary["update_ms_per_update"], 3)]),
+        # CPU ms of each learner's process per update: independent of the machine's load.
+        "learner_process_cpu_ms": summary.get("learner_process_cpu_ms",
+                                              [round(summary["process_cpu_ms_per_update"], 3)]),
         "learner_wait_fraction": round(summary["wait_fraction"], 3),
         "learners_identical": summary.get("learners_identical", True),
         "updates": summary["updates"], "learning_s": round(summary["learning_s"], 1),
+        "startup_s": round(summary["startup_s"], 1), "wall_s": round(summary["wall_s"], 1),
     }
 
 
@@ -72,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run (cartpole, 15 s a point)")
     parser.add_argument("--envs", default="cartpole,minatar", help="comma-separated: " + ", ".join(ENVS))
     parser.add_argument("--configs", default="k1,k2,k1t2", help="comma-separated: " + ", ".join(CONFIGS))
-    parser.add_argument("--seconds", type=float, default=30.0, help="each point's budget (its start included)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="each point's budget (its start included)")
     parser.add_argument("--updates-per-step", type=float, default=1.0, help="batches per env step (learner-bound)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--actors", type=int, default=2)
@@ -96,10 +102,14 @@ def main(argv: list[str] | None = None) -> None:
                                 updates_per_step=args.updates_per_step, batch_size=args.batch_size,
                                 actors=args.actors, seed=args.seed)
             line = point_line(env, name, apex.run(config, quiet=True), batch_size=args.batch_size)
+            cpu = sum(line["learner_process_cpu_ms"]) / learners  # per learner per update
             if name == "k1":
-                reference = line["samples_per_s"]
+                reference = (line["samples_per_s"], cpu)
             if reference:
-                line["efficiency"] = round(line["samples_per_s"] / (learners * reference), 3)
+                line["efficiency"] = round(line["samples_per_s"] / (learners * reference[0]), 3)
+                # What a learner's batch costs in CPU against one learner's: the share of
+                # linear scaling K learners would reach with a core each.
+                line["cpu_efficiency"] = round(reference[1] / cpu, 3)
             line["loadavg"] = [round(v, 2) for v in os.getloadavg()]
             print(json.dumps(line), flush=True)
     print(json.dumps({"bench": "multi_learner", "case": "machine", "cpus": os.cpu_count(),

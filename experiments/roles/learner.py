@@ -29,7 +29,7 @@ class LearnerLoop:
 
     def __init__(self, learner: Any, coordinator: Any, pacing: Pacing | None, *, data: Any) -> None:
         self.learner, self.coordinator, self.pacing, self.data = learner, coordinator, pacing, data
-        self.started = self.cpu_started = 0.0
+        self.started = self.cpu_started = self.process_started = 0.0
         self.waited = 0.0
         self._window: dict[str, float] = {}
         self._n = 0
@@ -37,6 +37,7 @@ class LearnerLoop:
     def update(self) -> None:
         if not self.started:
             self.started, self.cpu_started = time.perf_counter(), time.thread_time()
+            self.process_started = time.process_time()
         for key, value in self.learner.step().items():
             self._window[key] = self._window.get(key, 0.0) + value
         self._n += 1
@@ -48,9 +49,9 @@ class LearnerLoop:
         return self.data.ready(self.coordinator.transitions) and (
             self.pacing is None or self.pacing.learner_may_update(env_steps=env_steps, updates=updates))
 
-    def wait(self) -> None:
+    def wait(self, seconds: float = 0.0005) -> None:
         t0 = time.perf_counter()
-        time.sleep(0.0005)
+        time.sleep(seconds)
         if self.started:
             self.waited += time.perf_counter() - t0
 
@@ -68,7 +69,7 @@ class LearnerLoop:
         go, stop = lockstep.agree(ready=ready and self.may_update(), stop=self.coordinator.should_stop())
         if stop:
             return False
-        self.update() if go else self.wait()
+        self.update() if go else self.wait(lockstep.wait_s)
         return True
 
     def wait_fraction(self) -> float:
@@ -96,6 +97,9 @@ class LearnerLoop:
             # depend on how much of a core other processes left it (load-robust).
             learner_cpu_ms_per_update=1e3 * cpu / updates,
             learner_cpu_share=cpu / busy if busy > 0 else 0.0,
+            # The learner process's (all threads: serving adds and reports too).
+            process_cpu_ms_per_update=1e3 * (time.process_time() - self.process_started) / updates
+            if self.started else 0.0,
             sample_ms_per_update=1e3 * learner.sample_seconds / updates,
             update_ms_per_update=1e3 * learner.update_seconds / updates)
 
@@ -161,7 +165,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
                 while loop.step_with(lockstep, ready=data.local_ready()):
                     loop.tick(held())
                     keeper.poll()
-                together = gather(members, learner)
+                together = gather(members, learner, cpu_s=time.process_time() - loop.process_started)
         finally:
             coordinator.stop("finished")
             data.close()

@@ -45,8 +45,10 @@ from experiments.roles.data import REPLAY, data_name
 from experiments.roles.program import Setup
 
 GROUP = "learners"
-# How often a learner whose data or pacing does not allow an update asks again.
-WAIT_S = 0.0005
+# How long learners that may not update wait before they ask again: each ask is an
+# all-reduce (tens of microseconds of CPU on every learner), so twice one learner's
+# 0.5 ms, leaving the cores to the actors the learners wait for.
+WAIT_S = 0.001
 
 
 def follow_key(learner: int) -> str:
@@ -77,7 +79,10 @@ class NoPublish:
 
 
 class Lockstep:
-    """Before each update: ``agree(ready=, stop=)`` -> (all ready, any stop)."""
+    """Before each update: ``agree(ready=, stop=)`` -> (all ready, any stop);
+    ``wait_s``: how long to wait when not all are ready."""
+
+    wait_s = WAIT_S
 
     def __init__(self, group: Any) -> None:
         import torch
@@ -124,19 +129,27 @@ def digest(algorithm: Any) -> int:
     return int.from_bytes(sha.digest()[:8], "little") >> 1
 
 
-def gather(group: Any, learner: Any) -> dict[str, Any]:
+def gather(group: Any, learner: Any, *, cpu_s: float) -> dict[str, Any]:
     """What every learner did, for the summary; called by all at the same point
-    (right after their agreed stop)."""
+    (right after their agreed stop). ``cpu_s``: this learner process's CPU time since
+    its first update (all its threads: gloo's and the RPC threads serving its shard's
+    adds too), whose share per update does not depend on the machine's load."""
     import torch
 
     row = torch.tensor([learner.updates, learner.priorities_sent, digest(learner.algorithm),
-                        int(1e6 * learner.update_seconds)], dtype=torch.int64, device=group.device)
+                        int(1e6 * learner.update_seconds), int(1e6 * cpu_s)], dtype=torch.int64,
+                       device=group.device)
     rows = np.array([r.cpu().tolist() for r in group.all_gather(row)], dtype=np.int64)
     digests = [f"{int(d):016x}" for d in rows[:, 2]]
     return {"learners": group.size, "learner_updates": rows[:, 0].tolist(),
             "learner_priorities_sent": rows[:, 1].tolist(), "learner_digests": digests,
             "learners_identical": len(set(digests)) == 1,
-            "learner_update_ms": [round(1e-3 * int(us) / max(1, int(n)), 3) for n, us in zip(rows[:, 0], rows[:, 3])]}
+            "learner_update_ms": _per_update(rows[:, 3], rows[:, 0]),
+            "learner_process_cpu_ms": _per_update(rows[:, 4], rows[:, 0])}
+
+
+def _per_update(micros: Any, updates: Any) -> list[float]:
+    return [round(1e-3 * int(us) / max(1, int(n)), 3) for us, n in zip(micros, updates)]
 
 
 class LearnerShards:
@@ -212,17 +225,18 @@ def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: 
         group.register(follow_key(index), data.sharded.follow)
     share_state(members, learner.algorithm)
     group.barrier()
-    lockstep = Lockstep(members)
+    lockstep, cpu_started = Lockstep(members), None
     try:
         while True:
             ready, stop = lockstep.agree(ready=data.local_ready(), stop=signals.stopped)
             if stop:
                 break
             if ready:
+                cpu_started = time.process_time() if cpu_started is None else cpu_started
                 learner.step()
             else:
-                time.sleep(WAIT_S)
-        gather(members, learner)
+                time.sleep(lockstep.wait_s)
+        gather(members, learner, cpu_s=time.process_time() - (cpu_started or time.process_time()))
     finally:
         data.close()
     hold_shard_until_saved(setup, group, signals)
