@@ -43,9 +43,10 @@ class LearnerLoop:
         self._n += 1
         self.coordinator.updates = self.learner.updates
 
-    def may_update(self) -> bool:
-        """Whether the data path is ready and pacing allows an update now."""
-        env_steps, updates = self.coordinator.env_steps, self.learner.updates
+    def may_update(self, *, ahead: int = 0) -> bool:
+        """Whether the data path is ready and pacing allows an update now (``ahead``:
+        the one after ``ahead`` more, asked while one is under way)."""
+        env_steps, updates = self.coordinator.env_steps, self.learner.updates + ahead
         return self.data.ready(self.coordinator.transitions) and (
             self.pacing is None or self.pacing.learner_may_update(env_steps=env_steps, updates=updates))
 
@@ -63,10 +64,10 @@ class LearnerLoop:
         self.update()
         return True
 
-    def step_with(self, lockstep: Any, *, ready: bool) -> bool:
-        """Several learners: one update if every learner is ``ready`` (this one: its
-        data and pacing too), agreed in ``lockstep`` with the stop; False to stop."""
-        go, stop = lockstep.agree(ready=ready and self.may_update(), stop=self.coordinator.should_stop())
+    def step_with(self, lockstep: Any) -> bool:
+        """Several learners: one update if every learner may take it, as agreed in
+        ``lockstep`` (with the stop); False to stop."""
+        go, stop = lockstep.agree()
         if stop:
             return False
         self.update() if go else self.wait(lockstep.wait_s)
@@ -104,18 +105,20 @@ class LearnerLoop:
             update_ms_per_update=1e3 * learner.update_seconds / updates)
 
 
-def make_learner(setup: Setup, source: Any, params: Any, *, members: Any = None):
-    """The learner around the builder's algorithm; a member of the learner group
-    ``members`` (several learners) averages its gradients through the group."""
+def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Any = None):
+    """The learner around the builder's algorithm; with several learners its
+    gradients go through ``lockstep``'s average over the learner group
+    (:class:`~experiments.roles.learners.Lockstep`), on the group's GPU under NCCL."""
     from experiments.runtime.config import resolve_device
 
     builder = setup.builder
     device = resolve_device(setup.run.device)
-    if members is not None and members.device.type == "cuda":
-        device = members.device  # NCCL: this member's GPU
+    if lockstep is not None and lockstep.group.device.type == "cuda":
+        device = lockstep.group.device  # NCCL: this member's GPU
+    grad_hook = lockstep.average_gradients if lockstep is not None else None
     algorithm = builder.make_algorithm(device=device, seed=setup.run.seed)
-    if members is not None:
-        builder.set_grad_hook(algorithm, members.average_gradients)
+    if grad_hook is not None:
+        builder.set_grad_hook(algorithm, grad_hook)
     return builder.make_learner(algorithm, source=source, params=params)
 
 
@@ -134,7 +137,8 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
     data = LearnerData(setup, group, shards)
     params = PushPullModelServer.host(group, PARAMS)
     coordinator = start_lead(ctx, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
-    learner = make_learner(setup, data.source, params, members=members)
+    lockstep = Lockstep(members) if members is not None else None
+    learner = make_learner(setup, data.source, params, lockstep=lockstep)
     keeper = run_keeper(setup, coordinator, learner, data, group=group)
     if members is not None:  # the others start where this one starts (restored or fresh)
         share_state(members, learner.algorithm)
@@ -146,7 +150,9 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
     group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards, group))
     loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors, num_envs=setup.env.num_envs,
                                                     learners=setup.learners), data=data)
-    lockstep = Lockstep(members) if members is not None else None
+    if lockstep is not None:  # may the next update come: this learner's data and pacing, the stop
+        lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
+                                       coordinator.should_stop())
     together: dict[str, Any] = {}
 
     def held() -> int:
@@ -162,7 +168,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
                     loop.tick(held())
                     keeper.poll()
             else:
-                while loop.step_with(lockstep, ready=data.local_ready()):
+                while loop.step_with(lockstep):
                     loop.tick(held())
                     keeper.poll()
                 together = gather(members, learner, cpu_s=time.process_time() - loop.process_started)
