@@ -19,9 +19,9 @@ What keeps them identical and in step:
   restores every learner from learner 0's file; each replay shard loads its own part;
 - **lockstep** (:class:`Lockstep`): before every update the learners agree, in one
   all-reduce of two flags (carried by the previous update's gradients while they
-  learn), whether all of them may update now (learner 0: its data
-  and pacing allow it; the others: their own data holds a batch) and whether to stop
-  (learner 0: its coordinator says so; the others: a stop signal). So every learner
+  learn), whether all of them may update now (learner 0: its data and pacing allow
+  it; the others: their own data holds a batch) and whether to stop (learner 0: its
+  coordinator says so; the others: a stop signal). So every learner
   runs the same updates, none waits in a gradient all-reduce that another will
   never join, and the stop is taken by all at the same update: no deadlock when the
   run ends or when one learner's data runs dry (the others wait with it);
@@ -47,8 +47,8 @@ from experiments.roles.program import Setup
 
 GROUP = "learners"
 # How long learners that may not update wait before they ask again: each ask is an
-# all-reduce (tens of microseconds of CPU on every learner), so twice one learner's
-# 0.5 ms, leaving the cores to the actors the learners wait for.
+# all-reduce (measured on 2 loopback gloo members: 0.36 ms, 0.05-0.2 ms of CPU each),
+# so twice one learner's 0.5 ms, leaving the cores to the actors they wait for.
 WAIT_S = 0.001
 
 
