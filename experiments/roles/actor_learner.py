@@ -147,7 +147,7 @@ def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
 
 
 def _learner(setup: Setup, source: Any, params: Any):
-    from experiments.roles.learner import make_learner
+    from experiments.roles.learners import make_learner
 
     return make_learner(setup, source, params)
 

@@ -21,7 +21,7 @@ With several learners (``--learners K``) every learner samples its own batch:
   learners' samples besides its own adds, the bottleneck this placement avoids
   (README, "Ape-X on a cluster"); the shards are alike in expectation, since the
   actors' exploration rates are interleaved over them. Each shard is one part of
-  every checkpoint (:class:`~experiments.roles.learners.LearnerShards`);
+  every checkpoint (:class:`~experiments.roles.learner_shards.LearnerShards`);
 - ``actors``, ``replay-ranks``: every learner samples across all shards with its own
   sampler (its own seed), its priorities going back to the owning shards;
 - a queue: one per learner (``queue.<k>``), actor ``i`` putting to learner
@@ -122,7 +122,8 @@ class Unrolls:
 class LearnerData:
     """Learner ``learner``'s side of the data path: ``source`` (what it samples),
     ``hosted`` (a replay buffer in this process: checkpointed with the learner's state,
-    or with several learners as its part, ``split``), ``sharded`` (remote shards,
+    or with several learners as its part, ``split``, which the learner role attaches:
+    :func:`experiments.roles.learners.split_replay`), ``sharded`` (remote shards,
     which checkpoint their own parts) and ``queue`` (unrolls)."""
 
     def __init__(self, setup: Setup, group: Any | None, shards: list[str], *, learner: int = 0) -> None:
@@ -145,10 +146,6 @@ class LearnerData:
             buffer = local_replay(setup, learner=learner)
             name = data_name(REPLAY, learner, learners)
             self.hosted = HostedBuffer.host(group, name, buffer) if group is not None else buffer
-            if learners > 1:
-                from experiments.roles.learners import LearnerShards
-
-                self.split = LearnerShards(group, hosted=self.hosted, learner=learner, learners=learners)
         self.source = PrefetchingBuffer(self.hosted if self.sharded is None else self.sharded,
                                         batch_size=flow.batch_size, depth=setup.replay.prefetch_depth(),
                                         timeout=run.rpc_timeout)

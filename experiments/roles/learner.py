@@ -15,6 +15,14 @@ from typing import Any
 
 from algorithms.pacing import Pacing
 from experiments.roles.data import REPLAY, LearnerData
+from experiments.roles.learners import (
+    Lockstep,
+    follow_key,
+    gather,
+    make_learner,
+    share_state,
+    split_replay,
+)
 from experiments.roles.program import Setup, pacing
 from experiments.runtime.job import STOP_QUIET_S, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
@@ -105,29 +113,11 @@ class LearnerLoop:
             update_ms_per_update=1e3 * learner.update_seconds / updates)
 
 
-def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Any = None):
-    """The learner around the builder's algorithm; with several learners its
-    gradients go through ``lockstep``'s average over the learner group
-    (:class:`~experiments.roles.learners.Lockstep`), on the group's GPU under NCCL."""
-    from experiments.runtime.config import resolve_device
-
-    builder = setup.builder
-    device = resolve_device(setup.run.device)
-    if lockstep is not None and lockstep.group.device.type == "cuda":
-        device = lockstep.group.device  # NCCL: this member's GPU
-    grad_hook = lockstep.average_gradients if lockstep is not None else None
-    algorithm = builder.make_algorithm(device=device, seed=setup.run.seed)
-    if grad_hook is not None:
-        builder.set_grad_hook(algorithm, grad_hook)
-    return builder.make_learner(algorithm, source=source, params=params)
-
-
 def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = None) -> dict[str, Any]:
     """Learner 0 (the only one by default); ``members``: the learner group when there
     are several (:mod:`experiments.roles.learners`)."""
     import torch
 
-    from experiments.roles.learners import Lockstep, gather, share_state
     from rlpar.servers import PushPullModelServer
 
     ctx, num_actors = setup.ctx, setup.num_actors
@@ -135,6 +125,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
     if setup.flow.data == "replay":
         announce_compile(ctx)
     data = LearnerData(setup, group, shards)
+    split_replay(setup, data, group, learner=0)
     params = PushPullModelServer.host(group, PARAMS)
     coordinator = start_lead(ctx, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
     lockstep = Lockstep(members) if members is not None else None
@@ -199,8 +190,6 @@ def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: li
     on the actors, the learner first hosts a fresh shard for it (it cannot call the
     new process) and counts what the dead shard held as lost; the other learners
     (several) then sample that shard where this one hosts it."""
-    from experiments.roles.learners import follow_key
-
     on_actors = data.sharded is not None and setup.replay.replay_placement == "actors"
 
     def rejoin(message: Rejoin) -> None:

@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.roles.data import REPLAY, data_name
+from experiments.roles.data import LearnerData, hold_shard_until_saved
+from experiments.roles.learner_shards import LearnerShards
 from experiments.roles.program import Setup
 
 GROUP = "learners"
@@ -187,60 +188,27 @@ def _per_update(micros: Any, updates: Any) -> list[float]:
     return [round(1e-3 * int(us) / max(1, int(n)), 3) for us, n in zip(micros, updates)]
 
 
-class LearnerShards:
-    """A replay split over K learners (``--replay-placement learner``): learner ``k``
-    hosts shard ``k`` (``hosted``) and serves ``replay.<k>/save`` and ``/load``, which
-    write and read it as part ``shard-<k>-of-<K>`` of a checkpoint, the parts
-    machinery of sharded replays (:mod:`rlpar.checkpoint`). The first learner, which
-    keeps the run, asks every learner for its part at each checkpoint and resume."""
+def split_replay(setup: Setup, data: Any, group: Any, *, learner: int) -> None:
+    """With several learners and the replay in their processes, learner ``learner``'s
+    shard becomes its part of every checkpoint (``data.split``)."""
+    if setup.learners > 1 and data.hosted is not None:
+        data.split = LearnerShards(group, hosted=data.hosted, learner=learner, learners=setup.learners)
 
-    def __init__(self, group: Any, *, hosted: Any, learner: int, learners: int) -> None:
-        from rlpar.buffers.distributed import shard_part_names
 
-        self.group, self.hosted = group, hosted
-        self.names = [data_name(REPLAY, k, learners) for k in range(learners)]
-        self.parts = shard_part_names(learners)
-        self.part, self.learner = self.parts[learner], learner
-        group.register(f"{self.names[learner]}/save", self.save_part)
-        group.register(f"{self.names[learner]}/load", self.load_part)
+def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep | None = None):
+    """The learner around the builder's algorithm; with several learners its
+    gradients go through ``lockstep``'s average over the learner group, on the
+    group's GPU under NCCL."""
+    from experiments.runtime.config import resolve_device
 
-    def save_part(self, directory: str, *, step: int, kind: str, meta: dict[str, Any]) -> int:
-        from rlpar.checkpoint import save_part
-
-        return save_part(directory, self.hosted.state_dict(), kind=kind, step=step, part=self.part,
-                         meta=meta).stat().st_size
-
-    def load_part(self, checkpoint: str, *, kind: str, meta: dict[str, Any]) -> int:
-        from rlpar.checkpoint import load_part
-
-        state, _ = load_part(checkpoint, self.part, kind=kind, expect_meta=meta)
-        self.hosted.load_state_dict(state)
-        return len(self.hosted)
-
-    def part_names(self) -> list[str]:
-        return list(self.parts)
-
-    def load_keys(self) -> list[str]:
-        return [f"{name}/load" for name in self.names]
-
-    def save_parts(self, directory: str, *, step: int, kind: str, meta: dict[str, Any] | None = None) -> int:
-        """Every learner writes its part of checkpoint ``step`` at once; the bytes written."""
-        return self._each("save", str(directory), meta=meta, step=step, kind=kind)
-
-    def load_parts(self, checkpoint: str, *, kind: str, meta: dict[str, Any] | None = None) -> int:
-        """Every learner loads its part; the transitions in all shards after."""
-        return self._each("load", str(checkpoint), meta=meta, kind=kind)
-
-    def _each(self, op: str, path: str, *, meta: dict[str, Any] | None, **kwargs: Any) -> int:
-        # Every learner at once, this one by a local call; a dead one fails the lot
-        # (PeerUnavailable: the checkpointer skips that checkpoint).
-        def meta_of(k: int) -> dict[str, Any]:
-            return {**(meta or {}), "shard": k, "shards": len(self.names)}
-
-        futures = [self.group.call_async(f"{name}/{op}", path, meta=meta_of(k), **kwargs)
-                   for k, name in enumerate(self.names) if k != self.learner]
-        local = self.save_part if op == "save" else self.load_part
-        return local(path, meta=meta_of(self.learner), **kwargs) + sum(int(f.wait()) for f in futures)
+    builder = setup.builder
+    device = resolve_device(setup.run.device)
+    if lockstep is not None and lockstep.group.device.type == "cuda":
+        device = lockstep.group.device  # NCCL: this member's GPU
+    algorithm = builder.make_algorithm(device=device, seed=setup.run.seed)
+    if lockstep is not None:
+        builder.set_grad_hook(algorithm, lockstep.average_gradients)
+    return builder.make_learner(algorithm, source=source, params=params)
 
 
 def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: list[str],
@@ -250,11 +218,9 @@ def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: 
     checkpoint (which asks it for its shard's part)."""
     import torch
 
-    from experiments.roles.data import LearnerData, hold_shard_until_saved
-    from experiments.roles.learner import make_learner
-
     torch.set_num_threads(setup.run.torch_threads)
     data = LearnerData(setup, group, shards, learner=index)
+    split_replay(setup, data, group, learner=index)
     lockstep = Lockstep(members)
     lockstep.poll = lambda ahead: (data.local_ready(), signals.stopped)
     learner = make_learner(setup, data.source, NoPublish(), lockstep=lockstep)
