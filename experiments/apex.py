@@ -33,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from experiments.roles.program import Program, validate_learners
+from experiments.roles.program import Program, describe_learners, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.data import ReplayConfig
 from experiments.runtime.envs import check_env, env_factory
@@ -366,6 +366,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for data)",
         f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
         f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
+        *describe_learners(summary),
     ]
 
 

@@ -120,6 +120,15 @@ def validate_learners(config: Any) -> None:
         raise ValueError(f"--serial runs one learner in its one process: use --learners 1, not {learners}")
 
 
+def describe_learners(summary: dict[str, Any]) -> list[str]:
+    """The summary box's line on several learners (none for one)."""
+    if summary.get("learners", 1) == 1:
+        return []
+    same = "identical" if summary.get("learners_identical") else "DIFFERENT"
+    return [f"learners           {summary['learners']} in step ({summary['updates']:,} updates each, "
+            f"parameters {same})"]
+
+
 def check_learners(learners: int, num_actors: int, *, own_data: bool) -> None:
     """ValueError naming ``--learners`` when it cannot run: fewer than 1, or, where each
     learner learns from its own actors' data (``own_data``: a replay split over the

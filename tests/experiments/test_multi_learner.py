@@ -108,5 +108,6 @@ def test_two_impala_learners_each_learn_from_their_own_queue_in_step():
     summary = impala.run(impala_config(learners=2, max_env_steps=1500, eval_every=750), quiet=True)
     assert summary["stop_reason"] == "env step budget" and summary["evaluations"] >= 1
     in_step(summary)
+    assert "learners           2 in step" in impala.format_summary(summary)
     # Every update took a batch of 2 unrolls (5 steps x 2 envs) on each learner.
     assert summary["env_steps"] >= summary["updates"] * 2 * 2 * 5 * 2
