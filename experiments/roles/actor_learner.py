@@ -52,7 +52,8 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     setup = Setup.of(program, ctx)
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     placement = setup.replay.replay_placement if setup.replay is not None else None
-    if placement in ("actors", "replay-ranks") or (placement and int(os.environ.get("RANK", -1)) < setup.learners):
+    learner_ranks = {str(k) for k in range(setup.learners)}
+    if placement in ("actors", "replay-ranks") or (placement and os.environ.get("RANK") in learner_ranks):
         warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
     world = World.from_env(rpc_timeout=setup.run.rpc_timeout,
                            listen_address=setup.run.resolved_listen_address())
