@@ -79,8 +79,8 @@ def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_toget
 
     monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("DIE_RANK", "3")  # actor 1 (ranks 0 and 1 are the learners), feeding learner 1
-    monkeypatch.setenv("DIE_AFTER", "300")
-    config = apex_config(str(tmp_path / "runs"), learners=2, max_env_steps=2000, eval_every=100_000)
+    monkeypatch.setenv("DIE_AFTER", "200")  # 400 of its env steps: after learning started
+    config = apex_config(str(tmp_path / "runs"), learners=2, max_env_steps=1600, eval_every=100_000)
     summary = apex.run(config, parts=Parts(algorithm=DiesOnceDQN), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["stop_reason"] == "env step budget" and summary["restarts"] == 0
@@ -95,7 +95,7 @@ def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_toget
         state, header = load_part(path, part, kind="apex")
         assert header["meta"]["replay_placement"] == "learner" and int(state["storage"]["next_serial"]) > 0
 
-    resumed = apex.run(apex_config(str(tmp_path / "runs"), resume=run_dir, max_env_steps=2600), quiet=True)
+    resumed = apex.run(apex_config(str(tmp_path / "runs"), resume=run_dir, max_env_steps=2000), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["restarts"] == 0
     in_step(resumed)
     assert resumed["updates"] > summary["updates"]
