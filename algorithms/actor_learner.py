@@ -201,6 +201,7 @@ class Learner:
         self.batch_size, self.push_every, self.weighted = batch_size, push_every, weighted
         self.sample_seconds = 0.0  # time spent obtaining batches (waiting for data)
         self.update_seconds = 0.0
+        self.priorities_sent = 0  # new priorities sent back to the source (rows)
         self.publish()  # version 0, so actors act with the learner's initial weights
 
     @property
@@ -219,6 +220,7 @@ class Learner:
         metrics = dict(metrics)
         if priorities is not None:
             self.source.update_priorities(sample.indices, priorities)
+            self.priorities_sent += len(priorities)
             metrics["priority_mean"] = float(priorities.mean())
             metrics["priority_max"] = float(priorities.max())
             metrics["weight_min"] = float(np.min(sample.weights))

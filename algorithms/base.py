@@ -9,7 +9,7 @@ other machines: transport lives in the roles under ``experiments/``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,6 +23,25 @@ class Learned(NamedTuple):
 
     metrics: dict[str, float]
     priorities: np.ndarray | None = None
+
+
+# A data-parallel member's gradient averaging (a learner group's all-reduce, passed by
+# the role that owns the transport): it gets the parameters an optimizer step is about
+# to move and replaces each ``.grad`` in place by its mean over the group. The
+# contract of PPO's ``grad_hook``; ``LearnerGroup.average_gradients`` is one.
+GradHook = Callable[[Sequence[torch.Tensor]], None]
+
+
+def reduce_gradients(hook: GradHook | None, params: Sequence[torch.Tensor]) -> None:
+    """Call ``hook(params)`` between backward and the optimizer step (nothing without
+    a hook). A parameter this loss did not reach gets a zero gradient first: it may be
+    reached on another member, and every member must reduce the same layout."""
+    if hook is None:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    hook(params)
 
 
 class Algorithm(abc.ABC):

@@ -125,6 +125,19 @@ class Builder(abc.ABC):
     def make_learner(self, algorithm: Any, *, source: Any, params: Any) -> Learner:
         """The learner around the learner's ``algorithm``."""
 
+    def set_grad_hook(self, algorithm: Any, hook: Callable[[Sequence[Any]], None]) -> None:
+        """Make the learner's ``algorithm`` one member of a learner group (``--learners
+        K`` > 1): ``hook(parameters)`` replaces each ``.grad`` by the group's mean, and
+        the algorithm must call it between backward and its optimizer step
+        (``algorithms.base.GradHook``). By default it is set as ``algorithm.grad_hook``,
+        which DQN, DDPG/TD3 and IMPALA (and their subclasses) call; an algorithm that
+        has none cannot keep its members' parameters identical, so it is refused."""
+        if not hasattr(algorithm, "grad_hook"):
+            raise TypeError(f"{type(algorithm).__name__} has no grad_hook, which several learners "
+                            "(--learners > 1) need to average gradients (algorithms.base.GradHook); "
+                            f"give it one or override {type(self).__name__}.set_grad_hook")
+        algorithm.grad_hook = hook
+
     def greedy(self, algorithm: Any) -> Callable[[np.ndarray], np.ndarray]:
         """The evaluation policy: ``act(obs batch) -> actions`` without exploration."""
         return functools.partial(algorithm.act, explore=False)

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.base import Algorithm, Learned, as_tensor, no_grad_for
+from algorithms.base import Algorithm, GradHook, Learned, as_tensor, no_grad_for, reduce_gradients
 from algorithms.continuous import action_scale, adam, polyak_update, q_value, seeded, weighted_mean
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
@@ -101,7 +101,9 @@ class DDPG(Algorithm):
     """Single-agent DDPG with target networks, exploration noise and priorities.
 
     ``noise_scale`` (a float, or one scale per row of ``obs``, like
-    :attr:`algorithms.dqn.DQN.epsilon`) sets ``act``'s exploration.
+    :attr:`algorithms.dqn.DQN.epsilon`) sets ``act``'s exploration. ``grad_hook``
+    (``algorithms.base.GradHook``), if given or set later, averages each step's
+    gradients (critic, then actor) over a data-parallel learner group before clipping.
     """
 
     # Everything ``state_dict`` saves besides counters; subclasses extend it.
@@ -118,6 +120,7 @@ class DDPG(Algorithm):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         device: str | torch.device = "cpu",
+        grad_hook: GradHook | None = None,
     ) -> None:
         self.config = config = config if config is not None else DDPGConfig()
         config.validate()
@@ -138,6 +141,7 @@ class DDPG(Algorithm):
         self._rng = np.random.default_rng(config.seed)  # seeds each noise process it makes
         self._actor_loss = torch.zeros((), device=self.device)  # the last one, reported on steps without one
         self.updates = 0
+        self.grad_hook = grad_hook
 
     # ----- optimizers: built on first use; acting copies never need them ----------------
     @property
@@ -254,8 +258,11 @@ class DDPG(Algorithm):
 
     def optimize(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                  params: Iterable[torch.Tensor]) -> None:
+        """Hook: backward, ``grad_hook`` (a learner group's average), clip, one step."""
+        params = list(params)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        reduce_gradients(self.grad_hook, params)
         if self.config.grad_clip is not None:
             clip_grad_norm([p.grad for p in params if p.grad is not None], self.config.grad_clip)
         optimizer.step()

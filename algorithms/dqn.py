@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.base import Algorithm, Learned, as_tensor
+from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
 from algorithms.optim import EagerAdam, clip_grad_norm
 from algorithms.recycling import DormantRecycler
 from rlpar.state import StatePath, integer, mapping, number, torch_loader
@@ -104,7 +104,11 @@ class DQN(Algorithm):
     ``learn(batch)`` returns scalar metrics and, beside them, a float64 array of new
     replay priorities (one per transition); ``update(batch)`` the metrics alone. With
     recycling on, the metrics add ``dormant_share`` (at the last recycling) and
-    ``recycled_units`` (so far).
+    ``recycled_units`` (so far). ``grad_hook(parameters)``, if given (or set later),
+    averages the gradients of a data-parallel learner group between backward and
+    clipping (``algorithms.base.GradHook``); with it, every member's parameters stay
+    identical if they start alike and learn in step. ReDo recycling draws fresh
+    weights by each member's own batch, so it does not combine with a hook.
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class DQN(Algorithm):
         config: DQNConfig | None = None,
         device: torch.device | str = "cpu",
         seed: int | None = None,
+        grad_hook: GradHook | None = None,
     ) -> None:
         if not isinstance(network, nn.Module):
             raise TypeError(f"network must be an nn.Module, got {type(network).__name__}")
@@ -134,6 +139,7 @@ class DQN(Algorithm):
         # Exploration rate of act(explore=True): a float, or one rate per row of obs.
         self.epsilon: float | np.ndarray = 0.0
         self.updates = 0
+        self.grad_hook = grad_hook
         self._rng = np.random.default_rng(seed)
 
     @property
@@ -221,11 +227,13 @@ class DQN(Algorithm):
         return elementwise.mean(), td_error.detach(), q_taken
 
     def optimize(self, loss: torch.Tensor) -> torch.Tensor:
-        """Hook: one gradient step; returns the gradient norm before clipping (a
-        0-dim tensor: converting it is the caller's choice)."""
+        """Hook: backward, ``grad_hook`` (a learner group's average), clip, one
+        optimizer step; returns the gradient norm before clipping (a 0-dim tensor:
+        converting it is the caller's choice)."""
         optimizer = self.optimizer
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        reduce_gradients(self.grad_hook, self._params)
         grads = [p.grad for p in self._params if p.grad is not None]
         grad_norm = clip_grad_norm(grads, self.config.max_grad_norm)
         optimizer.step()
@@ -242,6 +250,9 @@ class DQN(Algorithm):
         is left alone: its next sync brings the recycled weights, whose zero outgoing
         weights leave the online Q values unchanged in the meantime."""
         if self.recycler is not None and self.updates % self.config.recycle_every == 0:
+            if self.grad_hook is not None:  # each member would recycle other units
+                raise RuntimeError("ReDo recycling with a grad_hook: members of a learner group "
+                                   "would recycle different units and their parameters diverge")
             self.recycler.recycle(batch["obs"], optimizer=self.optimizer)
 
     @torch.no_grad()

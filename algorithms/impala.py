@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_critic, make_head
-from algorithms.base import Algorithm
+from algorithms.base import Algorithm, GradHook, reduce_gradients
 from algorithms.impala_checks import check_batch, check_state, explained_variance
 from algorithms.impala_config import IMPALAConfig
 from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm
@@ -45,7 +45,9 @@ class IMPALA(Algorithm):
 
     Pass ``model`` (any ``nn.Module`` whose ``forward(obs)`` returns ``(policy_out,
     value)``), or ``actor`` and ``critic`` (obs -> policy output, obs -> value), or
-    neither for A2C's default networks built from ``config``.
+    neither for A2C's default networks built from ``config``. ``grad_hook``
+    (``algorithms.base.GradHook``), if given or set later, averages the gradients over
+    a data-parallel learner group between backward and clipping.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class IMPALA(Algorithm):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         device: torch.device | str | None = None,
+        grad_hook: GradHook | None = None,
     ) -> None:
         self.config = IMPALAConfig() if config is None else config
         if not isinstance(self.config, IMPALAConfig):
@@ -88,6 +91,7 @@ class IMPALA(Algorithm):
         else:
             self.optimizer = EagerAdam(self.model.parameters(), lr=cfg.lr, eps=cfg.eps)
         self.updates = 0
+        self.grad_hook = grad_hook
         self._state_tensors: dict[str, torch.Tensor] | None = None
 
     # ----------------------------------------------------------------- acting
@@ -194,10 +198,13 @@ class IMPALA(Algorithm):
         return loss, metrics
 
     def optimize(self, loss: torch.Tensor) -> dict[str, float]:
-        """Hook: backward, global gradient-norm clipping, one optimizer step."""
+        """Hook: backward, ``grad_hook`` (a learner group's average), global
+        gradient-norm clipping, one optimizer step."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        reduce_gradients(self.grad_hook, params)
+        grads = [p.grad for p in params if p.grad is not None]
         norm = clip_grad_norm(grads, self.config.max_grad_norm)
         self.optimizer.step()
         return {"grad_norm": float(norm)}

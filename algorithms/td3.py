@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from algorithms.base import GradHook
 from algorithms.continuous import polyak_update, q_value, seeded, weighted_mean
 from algorithms.ddpg import DDPG, DDPGConfig
 
@@ -96,12 +97,13 @@ class TD3(DDPG):
         critic: nn.Module | None = None,
         critic2: nn.Module | None = None,
         device: str | torch.device = "cpu",
+        grad_hook: GradHook | None = None,
     ) -> None:
         config = config if config is not None else TD3Config()
         if not isinstance(config, TD3Config):
             raise TypeError(f"TD3 needs a TD3Config, got {type(config).__name__}")
         super().__init__(obs_dim=obs_dim, action_low=action_low, action_high=action_high,
-                         config=config, actor=actor, critic=critic, device=device)
+                         config=config, actor=actor, critic=critic, device=device, grad_hook=grad_hook)
         self.config: TD3Config = config
         with seeded(None if config.seed is None else config.seed + 1):
             self.critic2 = (critic2 if critic2 is not None else reinitialized(self.critic)).to(self.device)

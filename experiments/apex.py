@@ -8,10 +8,13 @@ at the time/step budget. ``--serial`` runs the learner and every actor in this o
 process. Under ``torchrun`` every rank takes a role by this rule
 (:func:`experiments.roles.program.role_of`):
 
-    rank 0                      learner (coordinator, evaluation bookkeeping, TensorBoard)
-    ranks 1 .. R                dedicated replay ranks (R = --replay-ranks, only with
+    rank 0                      learner 0 (coordinator, parameter server, evaluation
+                                bookkeeping, checkpoints, TensorBoard)
+    ranks 1 .. K-1              learners 1 .. K-1 (K = --learners, default 1), which
+                                learn in step with learner 0 (gradients averaged)
+    ranks K .. K+R-1            dedicated replay ranks (R = --replay-ranks, only with
                                 --replay-placement replay-ranks)
-    remaining ranks             actors (actor index = rank - 1 - R)
+    remaining ranks             actors (actor index = rank - K - R)
 
 Evaluation (greedy, ``--eval-episodes`` envs, each env's first episode) runs on the
 last actor, the least exploring one, after it pulls the newest parameters: the
@@ -30,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from experiments.roles.program import Program
+from experiments.roles.program import Program, describe_learners, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.data import ReplayConfig
 from experiments.runtime.envs import check_env, env_factory
@@ -99,7 +102,8 @@ class LearnConfig:
         "MLP hidden sizes for vector observations, comma separated (none: 128,128 for DQN, 256,256 "
         "for TD3/DDPG)"))
     updates_per_step: float | None = field(None, help=(
-        "learner updates per env step (replay ratio / batch size); actors throttle to hold it "
+        "batches learned per env step (replay ratio / batch size), over all learners: K learners "
+        "update together on K batches, every K / this env steps; actors throttle to hold it "
         "(none: by observation family, 0.0625 for MinAtar-size images, 0.25 otherwise)"))
     learning_starts: int = field(1000, help="env steps before learning starts")
     push_every: int = field(8, help="learner updates between parameter publications")
@@ -202,7 +206,7 @@ class ApexJobConfig:
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
     # against the checkpoint's parts instead (check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "hidden", "dueling", "replay_capacity", "replay_placement", "share_frames")
+        "env_id", "hidden", "dueling", "replay_capacity", "replay_placement", "share_frames", "learners")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)
@@ -213,10 +217,18 @@ class ApexJobConfig:
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3 or ddpg"))
     num_actors: int = field(0, help=(
         "actors of a local run (0: one per CPU core, at least 2); under torchrun the world size decides"))
+    learners: int = field(1, help=(
+        "learner ranks (0 .. K-1), each sampling its own batch (with --replay-placement learner, from "
+        "its own shard of the replay, fed by actors i mod K), gradients averaged so their parameters "
+        "stay identical; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
         if self.num_actors < 0:
             raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
+        validate_learners(self)
+        if self.learners > 1 and self.learn.recycle_every:
+            raise ValueError(f"{flag('recycle_every')} needs --learners 1: each learner would recycle other "
+                             "units (by its own batch) and their parameters would part")
         if self.learn.batch_size is not None and self.learn.batch_size > self.replay.replay_capacity:
             raise ValueError(f"{flag('batch_size')} {self.learn.batch_size} exceeds "
                              f"{flag('replay_capacity')} {self.replay.replay_capacity}")
@@ -259,14 +271,20 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
 
 
 def resolve(config: ApexJobConfig, world_size: int | None) -> int:
-    """Fill ``--num-actors 0``; the number of ranks (learner + replay + actors)."""
-    extra = config.replay.extra_ranks()
+    """Fill ``--num-actors 0``; the number of ranks (learners + replay + actors)."""
+    from experiments.roles.program import check_learners
+
+    extra, learners = config.replay.extra_ranks(), config.learners
+    own_data = config.replay.replay_placement == "learner"
     if world_size is None:
         config.num_actors = config.num_actors or default_actors()
-        return 1 + extra + config.num_actors
-    actors = world_size - 1 - extra
+        check_learners(learners, config.num_actors, own_data=own_data)
+        return learners + extra + config.num_actors
+    actors = world_size - learners - extra
     if actors < 1:
-        raise ValueError(f"a world of {world_size} ranks leaves no actor with {extra} replay ranks")
+        raise ValueError(f"a world of {world_size} ranks leaves no actor with --learners {learners} and "
+                         f"{extra} replay ranks")
+    check_learners(learners, actors, own_data=own_data)
     config.num_actors = actors
     return world_size
 
@@ -306,8 +324,9 @@ def check_resume(config: ApexJobConfig) -> None:
     from rlpar.checkpoint import latest_checkpoint
 
     directory = RunDir(config.run.resume).checkpoints
-    shards = {"actors": config.num_actors, "replay-ranks": config.replay.replay_ranks}.get(
-        config.replay.replay_placement, 0)
+    split = config.learners if config.learners > 1 else 0  # a replay split over the learners
+    shards = {"actors": config.num_actors, "replay-ranks": config.replay.replay_ranks,
+              "learner": split}[config.replay.replay_placement]
     if shards and directory and os.path.isdir(directory):  # not on a node without the run dir
         latest_checkpoint(directory, parts=shard_part_names(shards))
 
@@ -347,6 +366,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for data)",
         f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
         f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
+        *describe_learners(summary),
     ]
 
 
@@ -360,7 +380,7 @@ def pacing(config: ApexJobConfig):
         if getattr(config.learn, name) is None:
             raise ValueError(f"pacing needs {flag(name)}: fill the family defaults first (env_defaults)")
     return program_pacing(DQNBuilder.flow_of(config.learn), num_actors=config.num_actors,
-                          num_envs=config.env.num_envs)
+                          num_envs=config.env.num_envs, learners=config.learners)
 
 
 def extra_ranks(config: ApexJobConfig) -> int:

@@ -9,7 +9,10 @@ parameters they pulled and put unrolls of ``--unroll-length`` steps into a bound
 queue in the learner's process (``--queue-capacity``; a full queue holds them back);
 the learner takes ``--batch-size`` unrolls per update and corrects for their lag with
 V-trace. ``--serial`` runs every role in one process. Roles by rank, also under
-torchrun: rank 0 the learner, the others actors (the last one evaluates).
+torchrun: ranks 0 .. K-1 the learners (K = ``--learners``, default 1; learner 0 keeps
+the run), the others actors (the last one evaluates). With several learners each
+hosts a queue of its own, which actors ``i mod K`` fill, and they update in step on
+their own batches, gradients averaged (``experiments.roles.learners``).
 
 The queue's unrolls are on-policy data: a checkpoint does not keep them (a resumed run
 starts with an empty queue); networks, optimizer and progress are kept as in every job.
@@ -24,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from experiments.roles.program import Program
+from experiments.roles.program import Program, check_learners, describe_learners, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.data import QueueConfig
 from experiments.runtime.envs import check_env, env_factory, fill_by_family
@@ -101,10 +104,14 @@ class ImpalaJobConfig:
     learn: LearnConfig = section(LearnConfig)
     num_actors: int = field(0, help=(
         "actors of a local run (0: one per CPU core, at least 2); under torchrun the world size decides"))
+    learners: int = field(1, help=(
+        "learner ranks (0 .. K-1), each with a queue of its own that actors i mod K fill, updating in "
+        "step with gradients averaged; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
         if self.num_actors < 0:
             raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
+        validate_learners(self)
 
 
 # ------------------------------------------------------------ the job's hooks
@@ -118,13 +125,17 @@ def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
 
 
 def resolve(config: ImpalaJobConfig, world_size: int | None) -> int:
-    """Fill ``--num-actors 0``; the number of ranks (learner + actors)."""
+    """Fill ``--num-actors 0``; the number of ranks (learners + actors)."""
+    learners = config.learners
     if world_size is None:
         config.num_actors = config.num_actors or default_actors()
-        return 1 + config.num_actors
-    if world_size < 2:
-        raise ValueError(f"a world of {world_size} rank has no actor: IMPALA needs at least 2 ranks")
-    config.num_actors = world_size - 1
+        check_learners(learners, config.num_actors, own_data=True)
+        return learners + config.num_actors
+    if world_size < learners + 1:
+        raise ValueError(f"a world of {world_size} ranks has no actor with --learners {learners}: IMPALA "
+                         f"needs at least {learners + 1} ranks")
+    check_learners(learners, world_size - learners, own_data=True)
+    config.num_actors = world_size - learners
     return world_size
 
 
@@ -154,6 +165,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
         f"learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for unrolls)",
         f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
         f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
+        *describe_learners(summary),
     ]
 
 

@@ -1,4 +1,4 @@
-"""An actor's role in an actor-learner job: every rank after the learner (and the
+"""An actor's role in an actor-learner job: every rank after the learners (and the
 replay ranks). Its builder makes its acting copy and its
 :class:`~algorithms.actor_learner.Actor`; this shell owns the env, the transport
 (the data path's handle, the parameter server's accessor) and the report it owes the
@@ -78,13 +78,14 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signal
     if restarts:  # before any add: with shards on the actors, the learner rehosts ours
         group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
     holds_shard = setup.replay is not None and setup.replay.replay_placement == "actors" and not restarts
-    sink = actor_sink(setup, group, shards, rehosted=bool(restarts))
+    sink = actor_sink(setup, group, shards, index=index, rehosted=bool(restarts))
     group.barrier()  # a restarted actor passes at once (or completes it for the one that died)
     # Same index, so the same exploration; the shell pulls the newest parameters.
     shell = ActorShell(setup, index=index, sink=sink, params=PushPullModelServer.connect(group, PARAMS),
                        restarts=restarts)
     evaluator = eval_env(setup, seed=shell.seed + 1) if index == setup.num_actors - 1 else None
-    paced = pacing(setup.flow, num_actors=setup.num_actors, num_envs=setup.env.num_envs)
+    paced = pacing(setup.flow, num_actors=setup.num_actors, num_envs=setup.env.num_envs,
+                   learners=setup.learners)
     directive = group.call("coord/report", shell.report())
     last_report, every = time.monotonic(), report_every(setup.num_actors)
     try:

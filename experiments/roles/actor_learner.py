@@ -2,7 +2,8 @@
 
 Wiring (:func:`rank_main`, read top to bottom): every rank joins the world and the
 RPC group named after the job, and takes its role by the rule of
-:mod:`experiments.roles.program`: the learner (:mod:`.learner`), replay ranks
+:mod:`experiments.roles.program`: the learner (:mod:`.learner`; with ``--learners K``
+learner 0 and the K-1 others of its learner group, :mod:`.learners`), replay ranks
 (:mod:`.data`) and actors (:mod:`.actor`). ``--serial`` runs every role in this one
 process, deterministic for a seed (:func:`serial_main`). What the algorithm is (Ape-X
 DQN, TD3, IMPALA, a user's) is its :class:`~algorithms.builder.Builder`'s business;
@@ -13,7 +14,7 @@ Faults: a dead actor is restarted alone and rejoins (:func:`restartable`); with
 shards on the actors its shard is dropped from sampling when it dies, and the learner
 hosts a fresh, empty one for its replacement (see
 ``DistributedReplayBuffer.rehost``). Any other death restarts the world from the
-newest complete checkpoint.
+newest complete checkpoint (a learner's too: its group cannot go on without it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from experiments.roles.program import (
     Setup,
     eval_env,
     evaluate,
+    learners_of,
     pacing,
     role_names,
     role_of,
@@ -43,28 +45,35 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     import torch
 
     from experiments.roles.actor import run_actor
+    from experiments.roles.learners import join, run_follower
+    from experiments.runtime.config import resolve_device
     from rlpar.distributed import World
 
     setup = Setup.of(program, ctx)
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     placement = setup.replay.replay_placement if setup.replay is not None else None
-    if placement in ("actors", "replay-ranks") or (placement and os.environ.get("RANK") == "0"):
+    learner_ranks = {str(k) for k in range(setup.learners)}
+    if placement in ("actors", "replay-ranks") or (placement and os.environ.get("RANK") in learner_ranks):
         warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
     world = World.from_env(rpc_timeout=setup.run.rpc_timeout,
                            listen_address=setup.run.resolved_listen_address())
-    extra = setup.extra_ranks()
-    role, index = role_of(world.rank, world.world_size, extra)
+    extra, learners = setup.extra_ranks(), setup.learners
+    role, index = role_of(world.rank, world.world_size, extra, learners)
     group = world.create_rpc_group(program.name, world.names)
-    roles = [role_of(r, world.world_size, extra)[0] for r in range(world.world_size)]
+    roles = [role_of(r, world.world_size, extra, learners)[0] for r in range(world.world_size)]
     shard_role = {"actors": "actor", "replay-ranks": "replay"}.get(placement)
     shards = [name for name, r in zip(world.names, roles) if r == shard_role]
     setup.num_actors = roles.count("actor")
-    if role == "learner":
-        return run_learner(setup, group, shards=shards)
+    # Several learners: a learner group of theirs alone (none with one learner).
+    members = join(world, setup, device=resolve_device(setup.run.device)) if role == "learner" else None
+    if role == "learner" and index == 0:
+        return run_learner(setup, group, shards=shards, members=members)
     # Stopped by the learner's directive, or by a signal of its own: under torchrun
     # every rank gets the SIGTERM, and the learner may be gone.
     with StopSignals(lambda reason: None) as signals:
-        if role == "replay":
+        if role == "learner":
+            run_follower(setup, group, members, index=index, shards=shards, signals=signals)
+        elif role == "replay":
             run_replay(setup, group, shards=shards, signals=signals)
         else:
             run_actor(setup, group, index=index, shards=shards, signals=signals)
@@ -139,21 +148,22 @@ def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
 
 
 def _learner(setup: Setup, source: Any, params: Any):
-    from experiments.roles.learner import make_learner
+    from experiments.roles.learners import make_learner
 
     return make_learner(setup, source, params)
 
 
 def restartable(extra_of: Callable[[Any], int], config: Any, nprocs: int) -> list[int]:
-    """The actors: a dead one is restarted alone and rejoins while the learner trains.
+    """The actors: a dead one is restarted alone and rejoins while the learners train
+    (a learner never is: its group's collectives cannot go on without it).
     A replacement can call its peers but no peer that had called the dead process can
     call it (see rlpar.distributed.rendezvous); so with ``actors`` placement, the
     learner, which sampled the dead actor's shard, drops that shard and hosts a fresh
     one for the replacement to add to. Replay ranks are called by the learner and by
     every actor, so a dead one is not restarted alone: the world restarts from the
     newest checkpoint (the shards' parts included)."""
-    extra = extra_of(config)
-    return [r for r in range(nprocs) if role_of(r, nprocs, extra)[0] == "actor"]
+    extra, learners = extra_of(config), learners_of(config)
+    return [r for r in range(nprocs) if role_of(r, nprocs, extra, learners)[0] == "actor"]
 
 
 def load_policy(program: Program, ctx: Any, state: dict[str, Any]):
@@ -194,4 +204,4 @@ def _fill_and_probe(program: Program, env_defaults: Callable | None, env_fn: Cal
 
 
 def _role_names(extra_ranks: Callable[[Any], int], config: Any, nprocs: int) -> list[str]:
-    return role_names(extra_ranks(config), nprocs)
+    return role_names(extra_ranks(config), nprocs, learners_of(config))

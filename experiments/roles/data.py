@@ -10,6 +10,22 @@ A **replay** (prioritized, Schaul et al. 2016) is placed by ``--replay-placement
 A **queue** of unrolls (IMPALA's) always lives in the learner's process: actors put
 whole unrolls over RPC, waiting while it is full; the learner takes ``batch_size``
 of them per update, in order, and its builder collates them into one batch.
+
+With several learners (``--learners K``) every learner samples its own batch:
+
+- ``learner``: the replay is split into K shards, one in each learner's process
+  (``replay.<k>``, ``replay_capacity / K`` each): actor ``i`` adds to learner
+  ``i mod K``'s shard, each learner samples its own with a local call and sends its
+  new priorities there. Why not learner 0's one buffer sampled by all: every other
+  learner's batch would then cross RPC and learner 0's process would serve K-1
+  learners' samples besides its own adds, the bottleneck this placement avoids
+  (README, "Ape-X on a cluster"); the shards are alike in expectation, since the
+  actors' exploration rates are interleaved over them. Each shard is one part of
+  every checkpoint (:class:`~experiments.roles.learner_shards.LearnerShards`);
+- ``actors``, ``replay-ranks``: every learner samples across all shards with its own
+  sampler (its own seed), its priorities going back to the owning shards;
+- a queue: one per learner (``queue.<k>``), actor ``i`` putting to learner
+  ``i mod K``'s, so no unroll crosses between learners.
 """
 
 from __future__ import annotations
@@ -24,6 +40,12 @@ from experiments.roles.program import Setup
 from rlpar.protocols import Sample
 
 REPLAY, QUEUE = "replay", "queue"
+
+
+def data_name(base: str, learner: int, learners: int) -> str:
+    """The service name of learner ``learner``'s replay or queue: ``base`` with one
+    learner (as always), ``base.<k>`` with several, each hosting its own."""
+    return base if learners == 1 else f"{base}.{learner}"
 
 
 def replay_layout(setup: Setup) -> dict[str, Any]:
@@ -42,12 +64,15 @@ def replay_layout(setup: Setup) -> dict[str, Any]:
     return {}
 
 
-def local_replay(setup: Setup):
+def local_replay(setup: Setup, *, learner: int = 0):
+    """The replay in a learner's process: all of it with one learner; learner
+    ``learner``'s share with several (its own seed, so the shards draw apart)."""
     from rlpar.buffers import PrioritizedReplayBuffer
 
     replay = setup.replay
-    return PrioritizedReplayBuffer(capacity=replay.replay_capacity, alpha=replay.priority_alpha,
-                                   beta=replay.priority_beta, seed=setup.run.seed, **replay_layout(setup))
+    return PrioritizedReplayBuffer(capacity=max(1, replay.replay_capacity // setup.learners),
+                                   alpha=replay.priority_alpha, beta=replay.priority_beta,
+                                   seed=setup.run.seed + 7919 * learner, **replay_layout(setup))
 
 
 def sharded_replay(setup: Setup, group: Any, shards: list[str], *, rehosted: bool = False):
@@ -95,27 +120,32 @@ class Unrolls:
 
 
 class LearnerData:
-    """The learner's side of the data path: ``source`` (what it samples), ``hosted``
-    (a replay buffer in this process, checkpointed with the learner's state), ``sharded``
-    (remote shards, which checkpoint their own parts) and ``queue`` (unrolls)."""
+    """Learner ``learner``'s side of the data path: ``source`` (what it samples),
+    ``hosted`` (a replay buffer in this process: checkpointed with the learner's state,
+    or with several learners as its part, ``split``, which the learner role attaches:
+    :func:`experiments.roles.learners.split_replay`), ``sharded`` (remote shards,
+    which checkpoint their own parts) and ``queue`` (unrolls)."""
 
-    def __init__(self, setup: Setup, group: Any | None, shards: list[str]) -> None:
+    def __init__(self, setup: Setup, group: Any | None, shards: list[str], *, learner: int = 0) -> None:
         from rlpar.buffers import HostedBuffer, HostedQueue, PrefetchingBuffer, TrajectoryQueue
 
-        self.hosted = self.sharded = self.queue = None
-        flow, run = setup.flow, setup.run
+        self.hosted = self.sharded = self.queue = self.split = None
+        flow, run, learners = setup.flow, setup.run, setup.learners
         self.min_size = max(flow.learning_starts, flow.batch_size)
+        self.batch_size = flow.batch_size
         if flow.data == "queue":
             queue = TrajectoryQueue(capacity=setup.queue.queue_capacity)
-            self.queue = HostedQueue.host(group, QUEUE, queue) if group is not None else queue
+            name = data_name(QUEUE, learner, learners)
+            self.queue = HostedQueue.host(group, name, queue) if group is not None else queue
             self.source: Any = Unrolls(self.queue, collate=setup.builder.collate, batch_size=flow.batch_size,
                                        timeout=run.rpc_timeout)
             return
         if shards:
             self.sharded = sharded_replay(setup, group, shards)
         else:
-            buffer = local_replay(setup)
-            self.hosted = HostedBuffer.host(group, REPLAY, buffer) if group is not None else buffer
+            buffer = local_replay(setup, learner=learner)
+            name = data_name(REPLAY, learner, learners)
+            self.hosted = HostedBuffer.host(group, name, buffer) if group is not None else buffer
         self.source = PrefetchingBuffer(self.hosted if self.sharded is None else self.sharded,
                                         batch_size=flow.batch_size, depth=setup.replay.prefetch_depth(),
                                         timeout=run.rpc_timeout)
@@ -128,11 +158,21 @@ class LearnerData:
             return self.source.ready()
         return reported >= self.min_size
 
+    def local_ready(self) -> bool:
+        """Whether this learner's own data gives a batch now (several learners: each
+        says so for its own queue or replay shard; remote shards are sampled by all,
+        so the first learner's count of reported transitions decides for them)."""
+        if self.queue is not None:
+            return self.source.ready()
+        if self.hosted is not None:
+            return len(self.hosted) >= self.batch_size
+        return True
+
     def held(self, *, reported: int, capacity: int) -> int:
         """What the data path holds: the hosted buffer's or queue's size; for shards
         (whose sizes only ride on sampling replies) what was added, bounded by the
         capacity, exact until a shard fills."""
-        if self.hosted is not None:
+        if self.hosted is not None and self.split is None:
             return len(self.hosted)
         if self.queue is not None:
             return len(self.queue)
@@ -142,16 +182,17 @@ class LearnerData:
         self.source.close()
 
 
-def actor_sink(setup: Setup, group: Any, shards: list[str], *, rehosted: bool = False):
-    """An actor's handle: the replay it adds to (hosted, or its shards) or the queue
-    it puts unrolls into."""
+def actor_sink(setup: Setup, group: Any, shards: list[str], *, index: int, rehosted: bool = False):
+    """Actor ``index``'s handle: the replay it adds to (hosted, or its shards) or the
+    queue it puts unrolls into; with several learners, learner ``index mod K``'s."""
     from rlpar.buffers import HostedBuffer, HostedQueue
 
+    learner = index % setup.learners
     if setup.flow.data == "queue":
-        return HostedQueue.connect(group, QUEUE, timeout=setup.run.rpc_timeout)
+        return HostedQueue.connect(group, data_name(QUEUE, learner, setup.learners), timeout=setup.run.rpc_timeout)
     if shards:
         return sharded_replay(setup, group, shards, rehosted=rehosted)
-    return HostedBuffer.connect(group, REPLAY)
+    return HostedBuffer.connect(group, data_name(REPLAY, learner, setup.learners))
 
 
 def hold_shard_until_saved(setup: Setup, group: Any, signals: Any) -> None:

@@ -15,6 +15,14 @@ from typing import Any
 
 from algorithms.pacing import Pacing
 from experiments.roles.data import REPLAY, LearnerData
+from experiments.roles.learners import (
+    Lockstep,
+    follow_key,
+    gather,
+    make_learner,
+    share_state,
+    split_replay,
+)
 from experiments.roles.program import Setup, pacing
 from experiments.runtime.job import STOP_QUIET_S, StopSignals
 from experiments.runtime.lead import announce_compile, finish_lead, start_lead
@@ -29,7 +37,7 @@ class LearnerLoop:
 
     def __init__(self, learner: Any, coordinator: Any, pacing: Pacing | None, *, data: Any) -> None:
         self.learner, self.coordinator, self.pacing, self.data = learner, coordinator, pacing, data
-        self.started = self.cpu_started = 0.0
+        self.started = self.cpu_started = self.process_started = 0.0
         self.waited = 0.0
         self._window: dict[str, float] = {}
         self._n = 0
@@ -37,23 +45,40 @@ class LearnerLoop:
     def update(self) -> None:
         if not self.started:
             self.started, self.cpu_started = time.perf_counter(), time.thread_time()
+            self.process_started = time.process_time()
         for key, value in self.learner.step().items():
             self._window[key] = self._window.get(key, 0.0) + value
         self._n += 1
         self.coordinator.updates = self.learner.updates
 
+    def may_update(self, *, ahead: int = 0) -> bool:
+        """Whether the data path is ready and pacing allows an update now (``ahead``:
+        the one after ``ahead`` more, asked while one is under way)."""
+        env_steps, updates = self.coordinator.env_steps, self.learner.updates + ahead
+        return self.data.ready(self.coordinator.transitions) and (
+            self.pacing is None or self.pacing.learner_may_update(env_steps=env_steps, updates=updates))
+
+    def wait(self, seconds: float = 0.0005) -> None:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        if self.started:
+            self.waited += time.perf_counter() - t0
+
     def step(self) -> bool:
         """One update if pacing and data allow; False when it had to wait."""
-        env_steps, updates = self.coordinator.env_steps, self.learner.updates
-        if not self.data.ready(self.coordinator.transitions) or (
-                self.pacing is not None and not self.pacing.learner_may_update(env_steps=env_steps,
-                                                                               updates=updates)):
-            t0 = time.perf_counter()
-            time.sleep(0.0005)
-            if self.started:
-                self.waited += time.perf_counter() - t0
+        if not self.may_update():
+            self.wait()
             return False
         self.update()
+        return True
+
+    def step_with(self, lockstep: Any) -> bool:
+        """Several learners: one update if every learner may take it, as agreed in
+        ``lockstep`` (with the stop); False to stop."""
+        go, stop = lockstep.agree()
+        if stop:
+            return False
+        self.update() if go else self.wait(lockstep.wait_s)
         return True
 
     def wait_fraction(self) -> float:
@@ -76,23 +101,21 @@ class LearnerLoop:
             algorithm=algorithm, updates=learner.updates, run_dir=setup.ctx.run_dir, interrupted=interrupted,
             num_actors=self.coordinator.num_sources, batch_size=setup.flow.batch_size,
             data=setup.flow.data, replay_size=held, wait_fraction=self.wait_fraction(),
+            learning_s=busy,  # since the first update: updates / learning_s is the learner's rate
             # CPU time of the learner loop's own thread: unlike updates/s, it does not
             # depend on how much of a core other processes left it (load-robust).
             learner_cpu_ms_per_update=1e3 * cpu / updates,
             learner_cpu_share=cpu / busy if busy > 0 else 0.0,
+            # The learner process's (all threads: serving adds and reports too).
+            process_cpu_ms_per_update=1e3 * (time.process_time() - self.process_started) / updates
+            if self.started else 0.0,
             sample_ms_per_update=1e3 * learner.sample_seconds / updates,
             update_ms_per_update=1e3 * learner.update_seconds / updates)
 
 
-def make_learner(setup: Setup, source: Any, params: Any):
-    from experiments.runtime.config import resolve_device
-
-    builder = setup.builder
-    algorithm = builder.make_algorithm(device=resolve_device(setup.run.device), seed=setup.run.seed)
-    return builder.make_learner(algorithm, source=source, params=params)
-
-
-def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any]:
+def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = None) -> dict[str, Any]:
+    """Learner 0 (the only one by default); ``members``: the learner group when there
+    are several (:mod:`experiments.roles.learners`)."""
     import torch
 
     from rlpar.servers import PushPullModelServer
@@ -102,18 +125,26 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
     if setup.flow.data == "replay":
         announce_compile(ctx)
     data = LearnerData(setup, group, shards)
+    split_replay(setup, data, group, learner=0)
     params = PushPullModelServer.host(group, PARAMS)
     coordinator = start_lead(ctx, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
-    learner = make_learner(setup, data.source, params)
+    lockstep = Lockstep(members) if members is not None else None
+    learner = make_learner(setup, data.source, params, lockstep=lockstep)
     keeper = run_keeper(setup, coordinator, learner, data, group=group)
+    if members is not None:  # the others start where this one starts (restored or fresh)
+        share_state(members, learner.algorithm)
     released = threading.Event()  # the last checkpoint is written: shard hosts may go
     group.register("coord/report", coordinator.report)
     group.register("coord/eval", coordinator.eval_result)
     group.register("coord/stopped", coordinator.should_stop)
     group.register("coord/released", released.is_set)
-    group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards))
-    loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors,
-                                                    num_envs=setup.env.num_envs), data=data)
+    group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards, group))
+    loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors, num_envs=setup.env.num_envs,
+                                                    learners=setup.learners), data=data)
+    if lockstep is not None:  # may the next update come: this learner's data and pacing, the stop
+        lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
+                                       coordinator.should_stop())
+    together: dict[str, Any] = {}
 
     def held() -> int:
         return data.held(reported=coordinator.transitions,
@@ -122,10 +153,16 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
     group.barrier()
     with StopSignals(coordinator.stop) as signals:
         try:
-            while not coordinator.should_stop():
-                loop.step()
-                loop.tick(held())
-                keeper.poll()
+            if lockstep is None:
+                while not coordinator.should_stop():
+                    loop.step()
+                    loop.tick(held())
+                    keeper.poll()
+            else:
+                while loop.step_with(lockstep):
+                    loop.tick(held())
+                    keeper.poll()
+                together = gather(members, learner, cpu_s=time.process_time() - loop.process_started)
         finally:
             coordinator.stop("finished")
             data.close()
@@ -138,7 +175,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str]) -> dict[str, Any
             finally:
                 released.set()
             summary = loop.summary(setup, algorithm=type(learner.algorithm), held=held(),
-                                   interrupted=signals.received is not None) | kept
+                                   interrupted=signals.received is not None) | kept | together
     return finish_lead(ctx, coordinator, summary)
 
 
@@ -148,15 +185,19 @@ def target(setup: Setup) -> float:
     return target_return(setup.run.target_return, setup.env_fn)
 
 
-def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: list[str]):
+def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: list[str], group: Any = None):
     """``coord/rejoin``: a restarted actor rejoins (before its first add). With shards
     on the actors, the learner first hosts a fresh shard for it (it cannot call the
-    new process) and counts what the dead shard held as lost."""
+    new process) and counts what the dead shard held as lost; the other learners
+    (several) then sample that shard where this one hosts it."""
     on_actors = data.sharded is not None and setup.replay.replay_placement == "actors"
 
     def rejoin(message: Rejoin) -> None:
         if on_actors:
-            coordinator.count_lost(data.sharded.rehost(shards[message.source]))
+            member = shards[message.source]
+            coordinator.count_lost(data.sharded.rehost(member))
+            for k in range(1, setup.learners):
+                group.call(follow_key(k), member)
         coordinator.rejoin(message)
 
     return rejoin
@@ -173,14 +214,17 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
     from experiments.runtime.checkpoints import RunKeeper
     from rlpar.buffers.shard import service_keys
 
-    ctx, key, sharded, hosted = setup.ctx, setup.builder.state_key, data.sharded, data.hosted
+    ctx, key = setup.ctx, setup.builder.state_key
+    # A replay split over several learners is kept as parts, like remote shards.
+    sharded = data.sharded if data.sharded is not None else data.split
+    hosted = data.hosted if data.split is None else None
     algorithm = learner.algorithm
     meta: dict[str, Any] = {"data": setup.flow.data}
     if setup.replay is not None:
         placement = setup.replay.replay_placement
         meta = {"replay_placement": placement, "replay_layout": sorted(replay_layout(setup))}
         if sharded is not None:
-            meta["replay_shards"] = len(sharded.shard_members)
+            meta["replay_shards"] = len(sharded.part_names())
 
     def snapshot() -> dict[str, Any]:
         return {key: algorithm.state_dict(), **({"replay": hosted.state_dict()} if hosted is not None else {})}
@@ -194,8 +238,10 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
             hosted.load_state_dict(state["replay"])
         if sharded is not None:
             # Before the barrier: the shard hosts have registered, but add nothing yet.
-            for member in sharded.shard_members:
-                group.wait_registered(service_keys(REPLAY, member)["load"])
+            keys = (data.split.load_keys() if data.split is not None
+                    else [service_keys(REPLAY, member)["load"] for member in sharded.shard_members])
+            for load in keys:
+                group.wait_registered(load)
             sharded.load_parts(keeper.checkpointer.resumed_path, kind=ctx.job,
                                meta={"replay_placement": placement})
         if learner.updates > 0:  # version 0 (the initial weights) is already published

@@ -5,14 +5,18 @@ A job that runs on the actor-learner program (Ape-X DQN and TD3, IMPALA) gives a
 :class:`~algorithms.builder.Builder` from the config and the user's parts. Each rank
 turns the shipped job context into a :class:`Setup` once, the typed pieces the roles
 use: the run and env sections, the data-path section its builder's flow names, the
-builder itself and the number of actors.
+builder itself and the numbers of learners and actors.
 
-The role rule (also under torchrun), for ``R = --replay-ranks`` (only with
-``--replay-placement replay-ranks``)::
+The role rule (also under torchrun), for ``K = --learners`` and ``R = --replay-ranks``
+(only with ``--replay-placement replay-ranks``)::
 
-    rank 0          learner (coordinator, evaluation bookkeeping, checkpoints, TensorBoard)
-    ranks 1 .. R    dedicated replay ranks
-    the others      actors, numbered from 0 (the last one also evaluates)
+    rank 0              learner 0 (coordinator, parameter server, evaluation
+                        bookkeeping, checkpoints, TensorBoard)
+    ranks 1 .. K-1      learners 1 .. K-1 (members of learner 0's learner group)
+    ranks K .. K+R-1    dedicated replay ranks
+    the others          actors, numbered from 0 (the last one also evaluates)
+
+With one learner (the default) that is rank 0 learner, ranks 1..R replay, as always.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Setup:
     queue: Any | None  # QueueConfig, for a queue flow
     num_actors: int
     env_fn: Callable[[], Any]
+    learners: int = 1
 
     @classmethod
     def of(cls, program: Program, ctx: Any) -> Setup:
@@ -79,28 +84,67 @@ class Setup:
             raise TypeError(f"{type(config).__name__} has no {flow.data} section, which "
                             f"{type(builder).__name__}'s flow needs")
         return cls(ctx=ctx, builder=builder, flow=flow, run=config.run, env=config.env, replay=replay,
-                   queue=queue, num_actors=config.num_actors, env_fn=env_fn)
+                   queue=queue, num_actors=config.num_actors, env_fn=env_fn, learners=learners_of(config))
 
     def extra_ranks(self) -> int:
         return self.replay.extra_ranks() if self.replay is not None else 0
 
 
-def role_of(rank: int, world_size: int, extra: int) -> tuple[str, int]:
-    """The documented role rule: rank 0 learner; ranks 1..``extra`` replay; the rest
-    actors, numbered from 0."""
-    if world_size - 1 - extra < 1:
-        raise ValueError(f"a world of {world_size} ranks with {extra} replay ranks has no actor")
-    if rank == 0:
-        return "learner", 0
-    if rank <= extra:
-        return "replay", rank - 1
-    return "actor", rank - 1 - extra
+def learners_of(config: Any) -> int:
+    """A job config's ``--learners`` (1 for a job without the flag)."""
+    return int(getattr(config, "learners", 1))
 
 
-def role_names(extra: int, nprocs: int) -> list[str]:
+def role_of(rank: int, world_size: int, extra: int, learners: int = 1) -> tuple[str, int]:
+    """The documented role rule: ranks 0..``learners``-1 learners; the next ``extra``
+    replay; the rest actors, numbered from 0."""
+    if learners < 1:
+        raise ValueError(f"--learners must be >= 1, got {learners}")
+    if world_size - learners - extra < 1:
+        raise ValueError(f"a world of {world_size} ranks with --learners {learners} and {extra} replay "
+                         "ranks has no actor")
+    if rank < learners:
+        return "learner", rank
+    if rank < learners + extra:
+        return "replay", rank - learners
+    return "actor", rank - learners - extra
+
+
+def validate_learners(config: Any) -> None:
+    """A job config's ``--learners`` checks that need no world: at least 1, and one
+    process (``--serial``) runs one learner."""
+    learners = learners_of(config)
+    if learners < 1:
+        raise ValueError(f"--learners must be >= 1, got {learners}")
+    if learners > 1 and config.run.serial:
+        raise ValueError(f"--serial runs one learner in its one process: use --learners 1, not {learners}")
+
+
+def describe_learners(summary: dict[str, Any]) -> list[str]:
+    """The summary box's line on several learners (none for one)."""
+    if summary.get("learners", 1) == 1:
+        return []
+    same = "identical" if summary.get("learners_identical") else "DIFFERENT"
+    return [f"learners           {summary['learners']} in step ({summary['updates']:,} updates each, "
+            f"parameters {same})"]
+
+
+def check_learners(learners: int, num_actors: int, *, own_data: bool) -> None:
+    """ValueError naming ``--learners`` when it cannot run: fewer than 1, or, where each
+    learner learns from its own actors' data (``own_data``: a replay split over the
+    learners, or a queue each; actor ``i`` feeds learner ``i mod K``), fewer actors
+    than learners, which would leave a learner with no data and all of them waiting."""
+    if learners < 1:
+        raise ValueError(f"--learners must be >= 1, got {learners}")
+    if own_data and num_actors < learners:
+        raise ValueError(f"--learners {learners} needs at least {learners} actors, got {num_actors}: each "
+                         "learner learns from the data of its own actors (actor i feeds learner i mod K)")
+
+
+def role_names(extra: int, nprocs: int, learners: int = 1) -> list[str]:
     """Each rank's role in words, for the launcher's warnings."""
-    named = (role_of(r, nprocs, extra) for r in range(nprocs))
-    return [role if role == "learner" else f"{role} {index}" for role, index in named]
+    named = (role_of(r, nprocs, extra, learners) for r in range(nprocs))
+    return [role if role == "learner" and learners == 1 else f"{role} {index}" for role, index in named]
 
 
 def report_every(num_actors: int) -> float:
@@ -111,8 +155,12 @@ def report_every(num_actors: int) -> float:
     return max(REPORT_EVERY_S, num_actors / REPORTS_PER_S)
 
 
-def pacing(flow: Flow, *, num_actors: int, num_envs: int) -> Pacing | None:
-    """The replay ratio both sides hold (None for a queue, whose bound paces). Its
+def pacing(flow: Flow, *, num_actors: int, num_envs: int, learners: int = 1) -> Pacing | None:
+    """The replay ratio both sides hold (None for a queue, whose bound paces).
+    ``flow.updates_per_step`` counts batches: ``learners`` learners update in step, one
+    batch each, so pacing counts their joint updates at ``1 / learners`` of that rate
+    and the samples drawn per env step (the replay ratio) stay the same for any
+    number of learners, which can then take ``learners`` times the env steps. Its
     slack covers the env steps the actors hold back (``flow.held_steps`` vector steps
     each before their transitions are added): the learner starts only on reported
     transitions, so with less slack than that pacing deadlocks. Measured: 32 actors
@@ -122,7 +170,7 @@ def pacing(flow: Flow, *, num_actors: int, num_envs: int) -> Pacing | None:
     if flow.updates_per_step is None:
         return None
     held = num_actors * num_envs * flow.held_steps
-    return Pacing(updates_per_step=flow.updates_per_step, learning_starts=flow.learning_starts,
+    return Pacing(updates_per_step=flow.updates_per_step / learners, learning_starts=flow.learning_starts,
                   slack_steps=max(Pacing.slack_steps, held + flow.batch_size))
 
 

@@ -33,13 +33,20 @@ class ReplayConfig:
     - ``actors``: a shard in every actor; adds are local (no transfer at all), but the
       learner asks every actor for every batch: 157 batches/s with 1 actor, 37 with 16,
       14 with 64. For a few actors whose link to the learner is slow.
+
+    With several learners (``--learners K``), ``learner`` splits the replay into K
+    shards of ``--replay-capacity / K``, one in each learner's process, each filled by
+    the actors ``i mod K`` and sampled by its own learner with a local call; with
+    ``replay-ranks`` or ``actors`` every learner samples every shard
+    (``experiments.roles.data``).
     """
 
     replay_capacity: int = field(100_000, help="replay capacity (transitions)")
     replay_placement: Literal["learner", "actors", "replay-ranks"] = field("learner", help=(
         "where the replay lives: in the learner process (the choice on one machine and for "
-        "tens of actors), as shards on the actors (few actors, slow links), or on dedicated "
-        "replay ranks (a replay too large for the learner's machine); README: Ape-X on a cluster"))
+        "tens of actors; with --learners K, a shard in each learner's), as shards on the actors "
+        "(few actors, slow links), or on dedicated replay ranks (a replay too large for the "
+        "learner's machine); README: Ape-X on a cluster"))
     replay_ranks: int = field(1, help="dedicated replay ranks (with --replay-placement replay-ranks)")
     prefetch: int = field(-1, help=(
         "replay batches the learner keeps in flight (0: sample synchronously; -1: auto, 0 with the "

@@ -134,6 +134,7 @@ class DistributedReplayBuffer:
                 f"on_shard_failure must be one of {FAILURE_POLICIES}, got {on_shard_failure!r}"
             )
         self.group, self.name, self.shard_members = group, name, members
+        self.timeout = timeout
         me = group.current_member
         self.shard: ReplayShard | None = None
         self._make_local = make_local
@@ -207,6 +208,20 @@ class DistributedReplayBuffer:
         log.warning("replay shard of %r is hosted by %r from now on (restored empty; %d "
                     "transitions lost)", member, self.group.current_member, lost)
         return lost
+
+    def follow(self, member: str) -> None:
+        """``member``'s shard was rehosted by another sampler (:meth:`rehost` in another
+        process, e.g. the first of several learners): stop sampling the dead one and
+        sample the new one where its service keys lead now. Priority updates in flight
+        for the dead one's items are dropped, as in :meth:`rehost`."""
+        from rlpar.buffers.shard import service_keys
+
+        if member not in self._serving:
+            raise ValueError(f"{member!r} hosts no shard of {self.name!r} ({self.shard_members})")
+        self.sampler.retire(self._serving[member])
+        self.group.forget_hosts(list(service_keys(self.name, member).values()))
+        client = RpcShardClient(self.group, self.name, member, self.timeout)
+        self._serving[member] = self.sampler.add_shard(client)
 
     def part_names(self) -> list[str]:
         """The checkpoint part of each shard, in ``shard_members`` order."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -172,6 +172,14 @@ class RpcGroup:
             _services_by_sid.pop(_sid(self.name, key), None)
             self._world.store.delete_key(self._prefix + "s/" + key)
         self._hosts.pop(key, None)
+
+    def forget_hosts(self, keys: Sequence[str]) -> None:
+        """Look up the hosts of ``keys`` in the store again on their next call: their
+        services moved to another member (e.g. a replay shard that another process
+        took over with ``register(replace=True)``), and this process may still have
+        the old host cached, which it must not call."""
+        for key in keys:
+            self._hosts.pop(key, None)
 
     def is_registered(self, key: str) -> bool:
         """Whether any member hosts ``key`` now (asks the store)."""

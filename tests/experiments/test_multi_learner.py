@@ -1,0 +1,113 @@
+"""Several learners in the actor-learner program (``--learners K``): roles, flags, and
+short local runs of Ape-X DQN and IMPALA with two learners that learn in step (the
+same updates, bitwise-identical parameters), each from its own data, while an actor
+dies and rejoins; the run resumes every learner from its checkpoint."""
+
+import os
+import signal
+
+import pytest
+from jobs import apex_config, impala_config
+
+from algorithms.dqn import DQN
+from experiments import apex, impala
+from experiments.builders.dqn import DQNBuilder
+from experiments.roles.program import pacing, role_names, role_of
+from experiments.runtime import Parts
+
+
+def test_role_rule_pacing_and_restartable_ranks_with_two_learners():
+    assert [role_of(r, 5, 0, 2) for r in range(5)] == [
+        ("learner", 0), ("learner", 1), ("actor", 0), ("actor", 1), ("actor", 2)]
+    assert [role_of(r, 5, 1, 2)[0] for r in range(5)] == ["learner", "learner", "replay", "actor", "actor"]
+    assert role_names(0, 4, 2) == ["learner 0", "learner 1", "actor 0", "actor 1"]
+    assert role_names(0, 3) == ["learner", "actor 0", "actor 1"]  # one learner: as it always was
+    config = apex_config(learners=2, num_actors=3)
+    assert apex.job().restartable(config, 5) == [2, 3, 4]  # the actors only
+    # --updates-per-step counts batches: two learners update together half as often.
+    apex.fill_learn(config.learn, algorithm="dqn", family="vector")
+    flow = DQNBuilder.flow_of(config.learn)
+    one, two = (pacing(flow, num_actors=3, num_envs=2, learners=k) for k in (1, 2))
+    assert two.updates_per_step == one.updates_per_step / 2 == 0.125
+
+
+def test_bad_learner_flags_are_named():
+    with pytest.raises(ValueError, match="--learners must be >= 1, got 0"):
+        apex.run(apex_config(learners=0))
+    with pytest.raises(ValueError, match="--learners must be >= 1, got 0"):
+        impala.run(impala_config(learners=0))
+    with pytest.raises(ValueError, match="--serial runs one learner"):
+        apex.run(apex_config(learners=2, serial=True))
+    with pytest.raises(ValueError, match="--recycle-every needs --learners 1"):
+        apex.run(apex_config(learners=2, recycle_every=100))
+    with pytest.raises(ValueError, match="--learners 3 needs at least 3 actors, got 2"):
+        apex.run(apex_config(learners=3, num_actors=2))
+    # A torchrun world too small for K learners and an actor.
+    with pytest.raises(ValueError, match="a world of 2 ranks leaves no actor with --learners 2"):
+        apex.resolve(apex_config(learners=2), 2)
+    with pytest.raises(ValueError, match="a world of 3 ranks has no actor with --learners 3"):
+        impala.resolve(impala_config(learners=3), 3)
+    with pytest.raises(ValueError, match="--learners 2 needs at least 2 actors, got 1"):
+        impala.resolve(impala_config(learners=2), 3)
+
+
+class DiesOnceDQN(DQN):
+    """SIGKILLs its own process once per test, in the rank $DIE_RANK, after $DIE_AFTER
+    exploring ``act`` calls; its replacement lives on."""
+
+    calls = 0
+
+    def act(self, obs, *, explore=True):
+        if explore and os.environ.get("RANK") == os.environ["DIE_RANK"]:
+            DiesOnceDQN.calls += 1
+            marker = os.environ["DIE_MARKER"]
+            if DiesOnceDQN.calls >= int(os.environ["DIE_AFTER"]) and not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().act(obs, explore=explore)
+
+
+def in_step(summary, learners=2):
+    """Every learner made the same updates and ends with the same parameters."""
+    assert summary["learners"] == learners and summary["learners_identical"], summary["learner_digests"]
+    assert summary["learner_updates"] == [summary["updates"]] * learners and summary["updates"] > 0
+
+
+@pytest.mark.timeout(150)
+def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_together(tmp_path, monkeypatch):
+    from rlpar.checkpoint import latest_checkpoint, load_part
+
+    monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
+    monkeypatch.setenv("DIE_RANK", "3")  # actor 1 (ranks 0 and 1 are the learners), feeding learner 1
+    monkeypatch.setenv("DIE_AFTER", "200")  # 400 of its env steps: after learning started
+    config = apex_config(str(tmp_path / "runs"), learners=2, max_env_steps=1600, eval_every=100_000)
+    summary = apex.run(config, parts=Parts(algorithm=DiesOnceDQN), quiet=True)
+    assert (tmp_path / "killed").exists()
+    assert summary["stop_reason"] == "env step budget" and summary["restarts"] == 0
+    assert summary["actor_restarts"] == 1 and summary["silent_sources"] == []
+    in_step(summary)
+    # Each learner sampled its own shard of the replay and sent its new priorities there.
+    assert all(n == summary["updates"] * 32 for n in summary["learner_priorities_sent"])
+    # Each learner's shard is its own part of the checkpoint, filled by its actor.
+    run_dir = summary["run_dir"]
+    path = latest_checkpoint(os.path.join(run_dir, "checkpoints"), parts=["shard-0-of-2", "shard-1-of-2"])
+    for part in ("shard-0-of-2", "shard-1-of-2"):
+        state, header = load_part(path, part, kind="apex")
+        assert header["meta"]["replay_placement"] == "learner" and int(state["storage"]["next_serial"]) > 0
+
+    resumed = apex.run(apex_config(str(tmp_path / "runs"), resume=run_dir, max_env_steps=2000), quiet=True)
+    assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["restarts"] == 0
+    in_step(resumed)
+    assert resumed["updates"] > summary["updates"]
+    with pytest.raises(ValueError, match="--learners cannot change when resuming"):
+        apex.run(apex_config(str(tmp_path / "runs"), resume=run_dir, learners=3, max_env_steps=4000))
+
+
+@pytest.mark.timeout(120)
+def test_two_impala_learners_each_learn_from_their_own_queue_in_step():
+    summary = impala.run(impala_config(learners=2, max_env_steps=1500, eval_every=750), quiet=True)
+    assert summary["stop_reason"] == "env step budget" and summary["evaluations"] >= 1
+    in_step(summary)
+    assert "learners           2 in step" in impala.format_summary(summary)
+    # Every update took a batch of 2 unrolls (5 steps x 2 envs) on each learner.
+    assert summary["env_steps"] >= summary["updates"] * 2 * 2 * 5 * 2
