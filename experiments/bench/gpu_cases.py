@@ -174,8 +174,8 @@ def learners_2_one_gpu(cpu: bool) -> dict[str, Any]:
     """Ape-X with ``--learners 2`` (once merged), both learners on the one GPU."""
     if not has_flag("experiments.apex", "ApexJobConfig", "--learners"):
         raise Unavailable("not available: experiments.apex has no --learners in this checkout")
-    where = (["--device", "cpu", "--num-actors", "1", "--max-env-steps", "400"] if cpu
-             else ["--device", "cuda", "--num-actors", "1", "--max-env-steps", "2000", "--max-seconds", "60"])
+    where = (["--device", "cpu", "--num-actors", "2", "--max-env-steps", "400"] if cpu
+             else ["--device", "cuda", "--num-actors", "2", "--max-env-steps", "2000", "--max-seconds", "60"])
     return _updated(run_job("experiments.apex", [*_SMALL_APEX, "--learners", "2", *where]))
 
 
