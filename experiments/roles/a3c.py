@@ -207,8 +207,10 @@ class _LeadTurns:
     def __init__(self, lead: Lead, grads: Any, server: Any, shells: list[WorkerShell], evaluator: Any) -> None:
         self.lead, self.grads, self.server, self.shells, self.evaluator = lead, grads, server, shells, evaluator
 
-    def turn(self) -> None:
+    def turn(self) -> bool:
         coordinator, shells = self.lead.coordinator, self.shells
+        if coordinator.should_stop():
+            return False
         stepped = False
         for shell in shells:
             if shell.ready():
@@ -222,6 +224,7 @@ class _LeadTurns:
         self.lead.tick(self.grads)
         if coordinator.eval_due():
             self.lead.evaluate(self.grads, self.evaluator)
+        return True
 
     def wind_down(self, signalled: bool) -> int:
         coordinator = self.lead.coordinator

@@ -38,7 +38,7 @@ from experiments.roles.program import (
     role_of,
 )
 from experiments.runtime.job import Job, StopSignals
-from experiments.runtime.lead import announce_compile, finish_lead, start_lead
+from experiments.runtime.lead import announce_compile, run_lead, start_lead
 
 
 def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
@@ -103,48 +103,65 @@ def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
     loop = LearnerLoop(learner, coordinator, paced, data=data)
     keeper = run_keeper(setup, coordinator, learner, data)
     evaluator = eval_env(setup, seed=setup.run.seed + 1)
-    # Env steps when the learner could first sample (a resumed run: where its updates
-    # say it started, so pacing goes on as it was).
-    since = (coordinator.env_steps - learner.updates / paced.updates_per_step
-             if paced is not None and learner.updates else None)
+    return run_lead(ctx, coordinator, keeper, _SerialTurns(setup, loop, data, shells, evaluator))
 
-    def held() -> int:
-        return data.held(reported=coordinator.transitions,
-                         capacity=setup.replay.replay_capacity if setup.replay is not None else 0)
 
-    with StopSignals(coordinator.stop) as signals:
-        try:
-            while not coordinator.should_stop():
-                for shell in shells:
-                    shell.actor.step()
-                    coordinator.report(shell.report())
-                    if paced is None:  # a queue: learn from every batch of unrolls there is
-                        while data.source.ready():
-                            loop.update()
-                        continue
-                    if since is None and len(data.hosted) >= data.min_size:
-                        since = coordinator.env_steps
-                    if since is not None:
-                        for _ in range(paced.updates_due(env_steps=coordinator.env_steps,
-                                                         updates=learner.updates, started_at=since)):
-                            loop.update()
-                if coordinator.eval_due():
-                    coordinator.eval_result(evaluate(setup, learner.algorithm, evaluator,
-                                                     env_steps=coordinator.env_steps, version=learner.updates))
-                loop.tick(held())
-                keeper.poll()
-        finally:
-            coordinator.stop("finished")
-            for shell in shells:
-                shell.actor.flush()
-                coordinator.report(shell.report(final=True))
-                shell.close()
-            evaluator.close()
-            loop.tick(held(), force=True)
-            kept = keeper.finish(version=learner.updates)
-            summary = loop.summary(setup, algorithm=type(learner.algorithm), held=held(),
-                                   interrupted=signals.received is not None) | kept
-    return finish_lead(ctx, coordinator, summary)
+class _SerialTurns:
+    """Every role in turn, in the runtime's loop (``experiments.runtime.lead.run_lead``):
+    each actor's vector step and the updates it makes due (replay: pacing's; queue:
+    every batch of unrolls there is), evaluations on schedule, the curves."""
+
+    def __init__(self, setup: Setup, loop: LearnerLoop, data: LearnerData, shells: list, evaluator: Any) -> None:
+        self.setup, self.loop, self.data, self.shells, self.evaluator = setup, loop, data, shells, evaluator
+        learner, paced = loop.learner, loop.pacing
+        # Env steps when the learner could first sample (a resumed run: where its
+        # updates say it started, so pacing goes on as it was).
+        self.since = (loop.coordinator.env_steps - learner.updates / paced.updates_per_step
+                      if paced is not None and learner.updates else None)
+
+    def held(self) -> int:
+        replay = self.setup.replay
+        return self.data.held(reported=self.loop.coordinator.transitions,
+                              capacity=replay.replay_capacity if replay is not None else 0)
+
+    def turn(self) -> bool:
+        loop, data, coordinator = self.loop, self.data, self.loop.coordinator
+        if coordinator.should_stop():
+            return False
+        learner, paced = loop.learner, loop.pacing
+        for shell in self.shells:
+            shell.actor.step()
+            coordinator.report(shell.report())
+            if paced is None:  # a queue: learn from every batch of unrolls there is
+                while data.source.ready():
+                    loop.update()
+                continue
+            if self.since is None and len(data.hosted) >= data.min_size:
+                self.since = coordinator.env_steps
+            if self.since is not None:
+                for _ in range(paced.updates_due(env_steps=coordinator.env_steps, updates=learner.updates,
+                                                 started_at=self.since)):
+                    loop.update()
+        if coordinator.eval_due():
+            coordinator.eval_result(evaluate(self.setup, learner.algorithm, self.evaluator,
+                                             env_steps=coordinator.env_steps, version=learner.updates))
+        loop.tick(self.held())
+        return True
+
+    def wind_down(self, signalled: bool) -> int:
+        coordinator = self.loop.coordinator
+        for shell in self.shells:
+            shell.actor.flush()
+            coordinator.report(shell.report(final=True))
+            shell.close()
+        self.evaluator.close()
+        self.loop.tick(self.held(), force=True)
+        return self.loop.learner.updates
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        loop = self.loop
+        return loop.summary(self.setup, algorithm=type(loop.learner.algorithm), held=self.held(),
+                            interrupted=interrupted)
 
 
 def _learner(setup: Setup, source: Any, params: Any):

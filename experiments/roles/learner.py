@@ -24,8 +24,8 @@ from experiments.roles.learners import (
     split_replay,
 )
 from experiments.roles.program import Setup, pacing
-from experiments.runtime.job import STOP_QUIET_S, StopSignals
-from experiments.runtime.lead import announce_compile, finish_lead, start_lead
+from experiments.runtime.job import STOP_QUIET_S
+from experiments.runtime.lead import announce_compile, run_lead, start_lead
 from experiments.runtime.messages import Rejoin
 
 PARAMS = "params"
@@ -144,39 +144,56 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
     if lockstep is not None:  # may the next update come: this learner's data and pacing, the stop
         lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
                                        coordinator.should_stop())
-    together: dict[str, Any] = {}
-
-    def held() -> int:
-        return data.held(reported=coordinator.transitions,
-                         capacity=setup.replay.replay_capacity if setup.replay is not None else 0)
-
     group.barrier()
-    with StopSignals(coordinator.stop) as signals:
-        try:
-            if lockstep is None:
-                while not coordinator.should_stop():
-                    loop.step()
-                    loop.tick(held())
-                    keeper.poll()
-            else:
-                while loop.step_with(lockstep):
-                    loop.tick(held())
-                    keeper.poll()
-                together = gather(members, learner, cpu_s=time.process_time() - loop.process_started)
-        finally:
-            coordinator.stop("finished")
-            data.close()
-            # Not for a source that stopped reporting (dead or hung), and briefly after
-            # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
-            coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signals.stopped else None)
-            loop.tick(held(), force=True)
-            try:
-                kept = keeper.finish(version=learner.updates)
-            finally:
-                released.set()
-            summary = loop.summary(setup, algorithm=type(learner.algorithm), held=held(),
-                                   interrupted=signals.received is not None) | kept | together
-    return finish_lead(ctx, coordinator, summary)
+    return run_lead(ctx, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members),
+                    kept=released.set)
+
+
+class _LearnerTurns:
+    """Learner 0 in the runtime's loop (``experiments.runtime.lead.run_lead``): an update
+    when data and pacing allow (with several learners, when all agree: they stop
+    together too), the curves; at the end the learners' figures gathered, the data
+    path closed, the actors' final reports awaited."""
+
+    def __init__(self, setup: Setup, loop: LearnerLoop, data: LearnerData, lockstep: Any, members: Any) -> None:
+        self.setup, self.loop, self.data, self.lockstep, self.members = setup, loop, data, lockstep, members
+        self.ended = False  # the loop ended by its own rule (not by an error)
+        self.together: dict[str, Any] = {}
+
+    def held(self) -> int:
+        replay = self.setup.replay
+        return self.data.held(reported=self.loop.coordinator.transitions,
+                              capacity=replay.replay_capacity if replay is not None else 0)
+
+    def turn(self) -> bool:
+        loop = self.loop
+        if self.lockstep is None:
+            if loop.coordinator.should_stop():
+                self.ended = True
+                return False
+            loop.step()
+        elif not loop.step_with(self.lockstep):
+            self.ended = True
+            return False
+        loop.tick(self.held())
+        return True
+
+    def wind_down(self, signalled: bool) -> int:
+        loop, coordinator = self.loop, self.loop.coordinator
+        if self.lockstep is not None and self.ended:  # every learner stopped after the same update
+            self.together = gather(self.members, loop.learner,
+                                   cpu_s=time.process_time() - loop.process_started)
+        self.data.close()
+        # Not for a source that stopped reporting (dead or hung), and briefly after
+        # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
+        coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signalled else None)
+        loop.tick(self.held(), force=True)
+        return loop.learner.updates
+
+    def summary(self, interrupted: bool) -> dict[str, Any]:
+        loop = self.loop
+        return loop.summary(self.setup, algorithm=type(loop.learner.algorithm), held=self.held(),
+                            interrupted=interrupted) | self.together
 
 
 def target(setup: Setup) -> float:

@@ -304,11 +304,14 @@ class _TrainerTurns:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
-    def turn(self) -> None:
+    def turn(self) -> bool:
+        if self.trainer.coordinator.should_stop():
+            return False
         self.trainer.step()
         if self.trainer.coordinator.eval_due():
             self.trainer.evaluate()
         self.trainer.tick()
+        return True
 
     def wind_down(self, signalled: bool) -> int:
         trainer = self.trainer

@@ -29,12 +29,14 @@ def start_lead(ctx: Any, *, num_sources: int, target: float, evaluator: int | No
 
 class Turns(Protocol):
     """What a job's lead does inside :func:`run_lead`: ``turn()`` one pass of its loop
-    (step or wait, tick the curves, evaluate when due); ``wind_down(signalled)`` after
+    (step or wait, tick the curves, evaluate when due), False once the run is over
+    (usually: the coordinator says stop; several learners in step stop when they
+    agree); ``wind_down(signalled)`` after
     the stop (close its sources and wait for their final reports, briefly when a
     signal stopped the run; the last tick) and the version of the parameters it ends
     with; ``summary(interrupted)`` the job's summary."""
 
-    def turn(self) -> None: ...
+    def turn(self) -> bool: ...
 
     def wind_down(self, signalled: bool) -> int: ...
 
@@ -43,8 +45,9 @@ class Turns(Protocol):
 
 def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
              kept: Callable[[], None] | None = None) -> dict[str, Any]:
-    """The lead's loop, written once for every job: turns until the coordinator says
-    stop (a budget, the target, Ctrl-C/SIGTERM through ``StopSignals``), the run kept
+    """The lead's loop, written once for every job: turns until one says the run is
+    over (the coordinator's stop: a budget, the target, Ctrl-C/SIGTERM through
+    ``StopSignals``), the run kept
     on schedule (``keeper.poll``: checkpoints, ``policy-best.pt``); then, however the
     loop ended, the wind-down, the last checkpoint and ``policy.pt``, the summary
     (``kept()`` is called once the last checkpoint is written or failed: shard hosts
@@ -53,8 +56,7 @@ def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
 
     with StopSignals(coordinator.stop) as signals:
         try:
-            while not coordinator.should_stop():
-                turns.turn()
+            while turns.turn():
                 keeper.poll()
         finally:
             coordinator.stop("finished")
