@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--score", default=None, help=(
         "comma-separated returns whose first crossing is reported; the first is the headline score "
         "(default by env: Pendulum-v1 -200; HalfCheetah-v5 3000,1000,2000,5000; Hopper-v5 2000,1000,3000). "
+        "Negative levels after an equals sign: --score=-300,-150. "
         "With one env only"))
     add("--out", default=os.path.join("runs", "bench-continuous"), help="results directory")
     add("--ours-flags", default="", help=(
