@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--out", default=os.path.join("runs", "bench-continuous"), help="results directory")
     add("--ours-flags", default="", help=(
         "extra experiments.apex flags for rlpar-td3/ddpg (after the bench's per-env ones)"))
-    add("--peer-threads", type=int, default=2, help=(
-        "torch threads of an SB3 peer (one process: threads are how it uses a second core)"))
+    add("--peer-threads", type=int, default=1, help=(
+        "torch threads of an SB3 peer (1: two are at best 30%% faster on an idle machine and several times "
+        "slower beside any other load, this bench's evaluator included; see continuous_peers)"))
     add("--quick", action="store_true", help=(
         "smoke test: Pendulum-v1, 10 s per run, tiny networks and replay, 3 episodes"))
     for hidden in ("--worker", "--evaluator", "--env", "--run-dir"):

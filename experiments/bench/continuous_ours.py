@@ -79,7 +79,7 @@ def train(env_id: str, *, algorithm: str, flags: str, run_dir: str, seed: int, s
             "env_steps_per_s": summary["env_steps_per_s"], "updates_per_s": summary["updates_per_s"],
             "wait_fraction": summary["wait_fraction"], "startup_s": summary["startup_s"],
             "num_actors": summary["num_actors"], "job_run_dir": summary["run_dir"],
-            "settings": _settings(config)}
+            "settings": {**_settings(config), "num_actors": summary["num_actors"]}}
 
 
 def _settings(config: Any) -> dict[str, Any]:

@@ -13,8 +13,15 @@ everything the zoo leaves out, one process on the CPU.
   [256, 256], automatic entropy coefficient). MuJoCo: 10K random steps, SB3's
   defaults otherwise (lr 3e-4, batch 256, buffer 1M, [256, 256], one step per env step).
 
-Torch threads: ``threads`` (the bench's ``--peer-threads``): the peer is one
-process, so intra-op threads are its only way to use the machine's other core.
+Torch threads: ``threads`` (the bench's ``--peer-threads``, default 1). A peer is
+one process, so intra-op threads are its only way to use the machine's other core,
+and on an idle machine two do help: SB3 TD3's update (batch 256, [400, 300]) took
+6.6 ms with 2 threads against 9.2-9.6 ms with 1 (SAC: 7.5 against 9.6-9.8). But two
+threads collapse as soon as anything else wants a core: with about one core busy
+elsewhere (load average 2-2.7) 3 of 4 two-thread measurements took 53-77 ms per
+update, and at load 6-9 180-750 ms, while one thread stayed at 9.2-9.6 ms (27-38 ms
+at load 9). The bench's own niced evaluator runs beside the trainer, so one thread
+is the setting whose speed does not depend on what else happens to run.
 
 Each trainer stops at the wall-clock budget (counted from its process's launch) or
 the env-step cap, writes the actor every ``eval_every`` env steps and a final one,
