@@ -23,9 +23,10 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
-# Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...).
+# Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...) and the
+# MuJoCo tasks of experiments.bench.continuous.
 bench-deps: $(STAMP)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench,mujoco]'
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,266 @@
+"""What the wall-clock benchmarks share (``experiments.bench.continuous``; the
+snapshot files are ``experiments.bench.minatar``'s): one trainer and one evaluator
+process per run, snapshots at fixed env-step intervals, curves, crossings, the
+results file and the load average.
+
+A run is two processes (:func:`run_pair`): a trainer that stops at its wall-clock
+budget, counted from its launch, and writes its acting network every ``eval_every``
+env steps (:func:`write_snapshot`); and an evaluator at ``nice`` 10
+(:func:`watch_snapshots`) that plays each snapshot as it appears, so evaluation
+never pauses a trainer and costs it only what the niced process takes from the
+machine (reported: ``eval_cpu_s``, the part of it spent while training ran, and
+how long evaluation went on after training, ``eval_tail_s``). The bench writes
+``DONE`` in the run directory once the trainer has exited; the evaluator finishes
+the snapshots left and stops.
+
+The snapshot format and its readers are those of the MinAtar bench
+(:mod:`.minatar_eval`), re-exported here: they move into this module once that
+bench's open changes have landed, with no change for its callers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from experiments.bench.minatar_eval import (  # noqa: F401  (re-exported)
+    CURVE,
+    DONE,
+    EVALUATOR,
+    PAUSES,
+    SNAPSHOTS,
+    read_curve,
+    snapshot_names,
+    snapshot_pause_s,
+    write_snapshot,
+)
+
+RESULTS = "results.jsonl"
+RESULT_PREFIX = "RESULT "  # how a trainer hands its figures to the bench: its last stdout line
+
+
+# ---------------------------------------------------------------- in a trainer
+
+
+class PacedSnapshots:
+    """Mixin for an actor-learner :class:`~algorithms.actor_learner.Learner` whose
+    replay ratio is paced (Ape-X): after the update at which the run passes each
+    ``every`` env steps, write ``algorithm.policy_state()`` as a snapshot. The
+    learner does not see the coordinator's env-step count, so it uses the one
+    Pacing holds it to, ``learning_starts + updates / updates_per_step``: actors
+    and learner stay within Pacing's slack of it. Use :meth:`bound` to make the
+    class a run passes as ``Parts(learner=...)`` (class attributes travel to every
+    rank with the class)."""
+
+    run_dir: str = ""
+    every: int = 0
+    started: float = 0.0
+    learning_starts: int = 0
+    updates_per_step: float = 1.0
+    _next_snapshot: int | None = None
+
+    @classmethod
+    def bound(cls, *, run_dir: str, every: int, started: float, learning_starts: int,
+              updates_per_step: float) -> type:
+        if not run_dir or every < 1 or not updates_per_step > 0:
+            raise ValueError(f"snapshots need a run directory, every >= 1 and updates_per_step > 0; got "
+                             f"{run_dir!r}, {every}, {updates_per_step}")
+        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started,
+                                           "learning_starts": learning_starts,
+                                           "updates_per_step": updates_per_step})
+
+    def paced_env_steps(self) -> int:
+        return self.learning_starts + int(self.updates / self.updates_per_step)  # type: ignore[attr-defined]
+
+    def step(self) -> dict[str, Any]:
+        metrics = super().step()  # type: ignore[misc]
+        if not self.run_dir:
+            raise TypeError(f"use {type(self).__name__}.bound(...) to set where and how often to snapshot")
+        steps = self.paced_env_steps()
+        if self._next_snapshot is None:
+            self._next_snapshot = self.every
+        if steps >= self._next_snapshot:
+            while self._next_snapshot <= steps:
+                self._next_snapshot += self.every
+            write_snapshot(self.run_dir, self.algorithm.policy_state(), env_steps=steps,  # type: ignore[attr-defined]
+                           wall_s=time.time() - self.started, updates=self.updates)  # type: ignore[attr-defined]
+        return metrics
+
+
+def report(result: dict[str, Any]) -> None:
+    """A trainer's figures, as the line :func:`run_pair` looks for."""
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+# ------------------------------------------------------------- the evaluator
+
+
+def watch_snapshots(run_dir: str, evaluate: Callable[[dict[str, Any]], dict[str, Any]], *,
+                    poll_s: float = 0.5) -> dict[str, Any]:
+    """The evaluator's loop (call it in its own process): ``evaluate(snapshot)`` (the
+    loaded snapshot file) for every snapshot of ``run_dir`` in env-step order, one
+    line each in ``<run>/evals.jsonl``, until the bench writes ``DONE`` and none is
+    left. Its CPU time goes to ``<run>/evaluator.json``."""
+    import torch
+
+    os.nice(10)  # the trainer comes first
+    torch.set_num_threads(1)
+    seen: set[str] = set()
+    cpu_at_done = done_at = None
+    count = 0
+    while True:
+        done = os.path.exists(os.path.join(run_dir, DONE))  # before listing: no snapshot is missed
+        if done and done_at is None:
+            cpu_at_done, done_at = time.process_time(), time.time()
+        pending = [n for n in snapshot_names(run_dir) if n not in seen]
+        if not pending:
+            if done:
+                break
+            time.sleep(poll_s)
+            continue
+        for name in pending:
+            seen.add(name)
+            snap = torch.load(os.path.join(run_dir, SNAPSHOTS, name), weights_only=True)
+            t0, c0 = time.perf_counter(), time.process_time()
+            record = {"env_steps": snap["env_steps"], "wall_s": round(snap["wall_s"], 2),
+                      "updates": snap["updates"], "final": snap["final"], **evaluate(snap),
+                      "eval_s": round(time.perf_counter() - t0, 3),
+                      "eval_cpu_s": round(time.process_time() - c0, 3)}
+            with open(os.path.join(run_dir, CURVE), "a") as f:
+                f.write(json.dumps(record) + "\n")
+            count += 1
+    cpu = time.process_time()
+    figures = {"eval_cpu_s": round(cpu, 2),
+               "eval_cpu_s_during_training": round(cpu_at_done if cpu_at_done is not None else cpu, 2),
+               "eval_tail_s": round(time.time() - done_at, 2) if done_at else None, "evaluations": count}
+    with open(os.path.join(run_dir, EVALUATOR), "w") as f:
+        json.dump(figures, f)
+    return figures
+
+
+# ------------------------------------------------------------------ the bench
+
+
+def loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def run_pair(trainer: Sequence[str], evaluator: Sequence[str], *, run_dir: str, trainer_timeout_s: float,
+             evaluator_timeout_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start the evaluator, then run the trainer to its end; write ``DONE`` and wait
+    for the evaluator. Returns the trainer's figures (its :func:`report` line, or
+    ``{"error": ...}``) and the evaluator's (``evaluator.json``; ``{}`` if it failed,
+    which adds an ``error`` to the first). Both logs go to ``run_dir``. The trainer is
+    told when it was launched (``--started``): its budget counts from then."""
+    with open(os.path.join(run_dir, "evaluator.log"), "w") as log:
+        watcher = subprocess.Popen(list(evaluator), stdout=log, stderr=subprocess.STDOUT)
+    launched = time.time()
+    result: dict[str, Any]
+    try:
+        out = subprocess.run([*trainer, "--started", repr(launched)], capture_output=True, text=True,
+                             timeout=trainer_timeout_s)
+        with open(os.path.join(run_dir, "trainer.log"), "w") as log:
+            log.write(out.stdout + out.stderr)
+        lines = [line for line in out.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+        tail = " | ".join((out.stderr or out.stdout).strip().splitlines()[-3:])
+        result = (json.loads(lines[-1][len(RESULT_PREFIX):]) if lines
+                  else {"error": f"trainer exit {out.returncode}: {tail}"})
+    except subprocess.TimeoutExpired:
+        result = {"error": f"trainer timed out after {trainer_timeout_s:.0f} s"}
+    finally:
+        open(os.path.join(run_dir, DONE), "w").close()
+    try:
+        watcher.wait(timeout=evaluator_timeout_s)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        watcher.wait()
+        result.setdefault("error", "evaluator timed out")
+    figures: dict[str, Any] = {}
+    if os.path.exists(os.path.join(run_dir, EVALUATOR)):
+        with open(os.path.join(run_dir, EVALUATOR)) as f:
+            figures = json.load(f)
+    elif watcher.returncode:
+        result.setdefault("error", f"evaluator exit {watcher.returncode} (see {run_dir}/evaluator.log)")
+    return result, figures
+
+
+def emit(out: str, record: dict[str, Any]) -> None:
+    """Print ``record`` as one JSON line and append it to ``<out>/results.jsonl``."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    with open(os.path.join(out, RESULTS), "a") as f:
+        f.write(line + "\n")
+
+
+def rounded(value: Any, digits: int = 4) -> Any:
+    return round(value, digits) if isinstance(value, float) else value
+
+
+# ------------------------------------------------------------------- curves
+
+
+def first_reaching(curve: list[dict[str, Any]], key: str, level: float) -> dict[str, Any] | None:
+    """The first evaluation (in env-step order) whose ``key`` return is >= ``level``."""
+    return next((r for r in curve if r[key] >= level), None)
+
+
+def crossings(curve: list[dict[str, Any]], key: str, levels: Sequence[float]) -> dict[str, Any]:
+    """For each level (keyed by ``f"{level:g}"``): the wall-clock seconds and env
+    steps of the first snapshot whose evaluation reached it, or None."""
+    found = {}
+    for level in levels:
+        record = first_reaching(curve, key, level)
+        found[f"{level:g}"] = {"s": record["wall_s"], "steps": record["env_steps"]} if record else None
+    return found
+
+
+def value_at(curve: list[dict[str, Any]], key: str, seconds: float) -> float | None:
+    """The ``key`` return of the last snapshot taken by ``seconds`` of the trainer's
+    wall-clock (the curve as a step function of time); None before the first."""
+    taken = [r for r in curve if r["wall_s"] <= seconds]
+    return max(taken, key=lambda r: (r["wall_s"], r["env_steps"]))[key] if taken else None
+
+
+def plot_runs(root: str, path: str, *, key: str, title: str, impl_order: Sequence[str],
+              levels: Sequence[float] = (), ylabel: str = "return") -> str | None:
+    """``path``: the ``key`` return of every run under ``root`` (one directory per run,
+    ``<impl>-seed<k>``) against wall-clock and env steps; ``levels`` as dashed lines.
+    None when no run has a curve yet."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    curves = [(name, read_curve(os.path.join(root, name))) for name in runs]
+    curves = [(name, c) for name, c in curves if c]
+    if not curves:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colors = plt.get_cmap("tab10")
+    for name, curve in curves:
+        impl = name.rsplit("-seed", 1)[0]
+        color = colors(list(impl_order).index(impl) % 10 if impl in impl_order else 9)
+        for ax, x in zip(axes, ("wall_s", "env_steps")):
+            ax.plot([r[x] for r in curve], [r[key] for r in curve], color=color, marker="o", markersize=3,
+                    label=name)
+    for ax, label in zip(axes, ("wall-clock (s, from the trainer's launch)", "env steps")):
+        for level in levels:
+            ax.axhline(level, color="gray", linestyle="--", linewidth=1)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
