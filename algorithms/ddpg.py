@@ -44,8 +44,8 @@ import torch
 from torch import nn
 
 from algorithms.base import Algorithm, Learned, as_tensor, no_grad_for
-from algorithms.fast import check_fast, flush_denormals, resolve_fast
 from algorithms.continuous import action_scale, adam, polyak_update, q_value, seeded, weighted_mean
+from algorithms.fast import check_fast, flush_denormals, resolve_fast
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
 from algorithms.optim import clip_grad_norm

@@ -32,9 +32,9 @@ from torch import nn
 
 from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_critic, make_head
 from algorithms.base import Algorithm
+from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.impala_checks import check_batch, check_state, explained_variance
 from algorithms.impala_config import IMPALAConfig
-from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm
 from algorithms.returns import vtrace
 

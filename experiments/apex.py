@@ -37,7 +37,6 @@ from experiments.runtime.data import ReplayConfig
 from experiments.runtime.envs import check_env, env_factory
 from experiments.runtime.job import main_for, run_job
 
-
 # algorithms.fast.FAST_MODES, spelled out: this module does not import torch.
 FastMode = Literal["auto", "off", "eager", "compile"]
 

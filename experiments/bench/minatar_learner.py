@@ -220,7 +220,7 @@ def actor_rates(game: str, steps: int, modes: list[str | None], num_envs: int = 
         shape, n = tuple(env.single_observation_space.shape), int(env.single_action_space.n)
         learn = dqn_config(shape, mode)
 
-        def make_dqn() -> DQN:
+        def make_dqn(shape: tuple[int, ...] = shape, n: int = n, learn: Any = learn) -> DQN:
             torch.manual_seed(0)
             return DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=learn.dqn_config(), seed=0)
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from algorithms.impala import IMPALA
 
 from algorithms.actor_learner import Actor, Learner
 from algorithms.adders import UnrollItems
 from algorithms.builder import Batch, Builder, EnvSpec, Flow
+from algorithms.impala import IMPALA
 
 
 class IMPALABuilder(Builder):
