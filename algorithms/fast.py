@@ -13,11 +13,11 @@ intra-op thread; ``python -m experiments.bench.minatar_learner``, numbers there)
     cycles): the fused Adam step went from 0.12 ms to 1.0 ms with 13% of one layer's
     first moments subnormal and to 2.6 ms with all of both moments;
   * forwards run through :class:`FastForward`: the network's leaf modules are called
-    directly (no ``nn.Module.__call__`` per layer, 10-20% of a batch-8 forward) and,
-    without gradients, :class:`~algorithms.nets.ChannelsLast` feeds the convolution a
-    contiguous NCHW tensor (no strided copy before the dense layer: 20% of a batch-128
-    no-grad forward). With gradients the layout stays channels-last, whose
-    convolution backward is the faster one here.
+    directly (no ``nn.Module.__call__`` per layer, 10-20% of a batch-8 forward) and
+    :class:`~algorithms.nets.ChannelsLast` feeds the convolution a contiguous NCHW
+    tensor (no strided copies after it: 20% of a batch-128 no-grad forward, 7-13% of
+    a forward and backward), except in nets with a
+    :class:`~algorithms.nets.ChannelNorm`, which wants the channels innermost.
 
 - ``"compile"``: the same, with ``torch.compile`` (inductor) forwards. It needs a C++
   compiler; without one (or if compiling fails) it falls back to ``"eager"`` with a
@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from algorithms.nets import ChannelNorm, ChannelsLast
 
 FAST_MODES = ("auto", "off", "eager", "compile")
 
@@ -131,10 +133,13 @@ class FastForward:
         self.module, self.mode = module, mode
         self._plan: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._compiled: Any = None
-        if mode != "off":
-            for m in module.modules():
-                if hasattr(m, "contiguous_without_grad"):
-                    m.contiguous_without_grad = True
+        # NCHW, unless a ChannelNorm (a LayerNorm over channels at each position, PQN's
+        # nets) wants the channels innermost: with NCHW its update took 21% longer.
+        modules = list(module.modules())
+        if mode != "off" and not any(isinstance(m, ChannelNorm) for m in modules):
+            for m in modules:
+                if isinstance(m, ChannelsLast):
+                    m.contiguous = True
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.mode == "compile":

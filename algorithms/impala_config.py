@@ -73,7 +73,9 @@ class IMPALAConfig:
         _in_unit("rmsprop_alpha", self.rmsprop_alpha)
         _choice("optimizer", self.optimizer, ("rmsprop", "adam"))
         _choice("loss_reduction", self.loss_reduction, ("sum", "mean"))
-        _choice("fast", self.fast, ("auto", "off", "eager", "compile"))
+        from algorithms.fast import check_fast
+
+        check_fast(self.fast)
         for name in ("rho_bar", "c_bar", "pg_rho_bar"):
             value = getattr(self, name)
             if value is not None and (math.isnan(value) or value <= 0):
