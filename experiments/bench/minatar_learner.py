@@ -1,23 +1,74 @@
-"""What bounds the Ape-X learner on MinAtar: update cost, its profile, and its FLOP rate.
+"""What bounds the Ape-X learner and actors on MinAtar: update cost, its profile, its FLOP
+rate, and an actor's env steps per CPU-second, per ``fast`` mode (:mod:`algorithms.fast`).
 
 For each game's observations (``MinAtar/<Game>-v0``: 10x10xC booleans, C = 4..10) the
 learner's DQN is built as the Ape-X job builds it (``q_network(..., dueling=True)``,
-``fill_learn(LearnConfig(), algorithm="dqn", family=...).dqn_config()``: double Q, Huber, clipping, EagerAdam)
-and fed replay-shaped batches. After a warm-up, N updates are timed per (game, batch size,
-intra-op threads): CPU ms (``time.process_time``, all threads) and wall ms per update,
-updates/s and samples/s. Then batch 128 on 1 thread (the job's default) runs under
-``torch.profiler``: one line per cost group with its share of self CPU time and top raw
-ops. "python, dispatch and autograd engine" is the self time of scopes (the update call,
-autograd nodes) between aten ops; the profiler's own cost lands there too, so it is an
-upper bound (the summary line has profiled and unprofiled ms per update).
+``fill_learn(LearnConfig(fast=...), algorithm="dqn", family=...).dqn_config()``: double Q,
+Huber, clipping, EagerAdam) and fed replay-shaped batches. Per (game, batch size,
+intra-op threads) the ``--fast`` modes' learners take turns, 6 blocks each, and each
+mode's line has its median block: CPU ms (``time.process_time``, all threads) and wall
+ms per update, updates/s and samples/s (modes in turns, so a load that comes and goes
+slows them alike). Then batch 128 on 1 thread (the job's default) runs under
+``torch.profiler`` (the last mode): one line per cost group with its share of self CPU
+time and top raw ops. "python, dispatch and autograd engine" is the self time of scopes
+(the update call, autograd nodes) between aten ops; the profiler's own cost lands there
+too, so it is an upper bound (the summary line has profiled and unprofiled ms per update).
 
 FLOPs are analytic (conv and dense multiply-adds; bias, ReLU, Adam ignored): per sample a
 forward on obs (F), its backward (weight grads F, input grads F less the first conv's),
 online and target forwards on next_obs: 5F - F_first_conv. GFLOP/s against a float32
 matmul's on this machine (``fraction_of_sgemm_peak``) says whether it is compute-bound.
 
+The actor lines (``--parts actor|both``): an :class:`~algorithms.apex.ApexActor` on 8
+in-process MinAtar copies adding to a local prioritized replay, pulling from a local
+model store, no learner and no pacing: env steps per CPU-second of its thread (acting,
+env steps, n-step transitions, initial priorities, adds), modes in turns.
+
     python -m experiments.bench.minatar_learner [--games Breakout,...] \\
-        [--batch-sizes 32,64,128] [--threads 1,2] [--updates N] [--quick]
+        [--batch-sizes 32,64,128] [--threads 1,2] [--updates N] [--fast off,auto] \\
+        [--parts learner|actor|both] [--actor-steps N] [--quick]
+
+``--fast default`` is the config's default, and runs on a tree without the option too:
+the "before" column below is this file run on the tree before it (commit f736e6e) with
+``--fast default``, the "after" column this tree with ``--fast auto``, alternating
+before/after runs, twice, the mean of the two; "off" is this tree's plain path (it keeps
+the changes that need no option: a tied actor's target forward done once, one-step
+transitions without the n-step ring, a cheaper ``zero_grad``). Recorded 2026-11-26 on the
+2-core Xeon (Sapphire Rapids, KVM) shared with other jobs, 1 intra-op thread, 300
+updates and 2,400 actor vector steps per mode, load average 2.1-4.5; sgemm 155-183
+GFLOP/s per CPU-second:
+
+=============  ==================  =====================  ==========================
+game           update b32, ms CPU  update b128, ms CPU    actor, env steps / CPU-s
+               before / after      before / after (off)   before / after (off)
+=============  ==================  =====================  ==========================
+Breakout       2.35 / 2.37         4.33 / 3.82 (4.28)     11.9K / 18.1K (14.0K) 1.53x
+SpaceInvaders  2.51 / 2.36         4.61 / 4.29 (4.78)     8.8K / 12.2K (10.5K) 1.40x
+Asterix        2.48 / 2.28         4.46 / 3.90 (4.36)     12.3K / 18.4K (13.9K) 1.50x
+Freeway        2.49 / 2.43         4.67 / 4.51 (4.93)     10.9K / 15.2K (12.5K) 1.39x
+Seaquest       2.60 / 2.57         5.11 / 5.02 (5.32)     10.2K / 13.9K (12.1K) 1.37x
+=============  ==================  =====================  ==========================
+
+Fraction of the matmul limit at batch 128: 0.28-0.31 before, 0.33-0.34 after; at batch
+32: 0.12-0.15 before, 0.14-0.16 after. The batch-128 update is 1.02-1.15x cheaper, far
+from 1.5x: 60% of it is oneDNN's convolution and MKL's matmuls (profile shares: dense
+matmuls 33%, convolution forward 16% and backward 12%), which no mode here changes, and
+the rest is spread over ~60 small ops. The actor is 1.37-1.53x: a batch-8 act went from
+270 to 150 us (oneDNN's convolution alone took 44 us of it; im2col 19 us), its initial
+priorities from 3 forwards to 1 (over obs and next_obs), one-step transitions from 85 to
+30 us a vector step. What is left per env step (Breakout, 61 us): acting 30 (the
+forward 23), initial priorities 13, the MinAtar env 9 (SpaceInvaders: 31), adds and
+transitions 6.
+
+On a trained net the plain path also pays for subnormal Adam moments (algorithms.fast):
+SpaceInvaders' learner state after 170K env steps (10.5K updates) with its dead weights'
+moments aged 70K more updates: 5.13 ms (off) against 4.34 ms (auto) at batch 128, 2.82
+against 2.38 ms at batch 32 (load 4-5). ``--fast compile`` (not in the table): the DQN
+update at batch 128 took 6.4-7.0 ms against 5.4-5.7 ms eager and 20-40 s to compile per
+shape (load 5-10); inductor stores each ReLU's backward mask as bools at ~10 ns an
+element. Intra-op threads: 2 threads on this loaded 2-core box took 119 ms of CPU per
+SpaceInvaders batch-128 update against 7.0 ms for 1 (load 9; libgomp's workers spin
+while they wait), 13.7 ms with ``OMP_WAIT_POLICY=PASSIVE``: keep 1 thread per role here.
 """
 
 from __future__ import annotations
