@@ -188,6 +188,7 @@ def test_fast_forward_keeps_hooks_and_layout():
     lambda: __import__("algorithms.pqn_config", fromlist=["x"]).PQNConfig(fast="fastest").validate(),
     lambda: __import__("algorithms.ddpg", fromlist=["x"]).DDPGConfig(fast="fastest").validate(),
     lambda: __import__("algorithms.impala_config", fromlist=["x"]).IMPALAConfig(fast="fastest"),
+    lambda: __import__("algorithms.ppo_config", fromlist=["x"]).PPOConfig(fast="fastest"),
 ])
 def test_bad_values_are_named(make):
     with pytest.raises(ValueError, match=r"fast must be one of \['auto', 'off', 'eager', 'compile'\], got 'fastest'"):
