@@ -45,6 +45,7 @@ from torch import nn
 
 from algorithms.base import Algorithm, GradHook, Learned, as_tensor, no_grad_for, reduce_gradients
 from algorithms.continuous import action_scale, adam, polyak_update, q_value, seeded, weighted_mean
+from algorithms.fast import check_fast, flush_denormals, resolve_fast
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
 from algorithms.optim import clip_grad_norm
@@ -73,8 +74,11 @@ class DDPGConfig:
     # Seeds the networks' initialization and the noise. Give every Ape-X actor its
     # own (dataclasses.replace(config, seed=...)), or they all explore alike.
     seed: int | None = None
+    # How updates and acting run on CPU (algorithms.fast): auto, off, eager, compile.
+    fast: str = "auto"
 
     def validate(self) -> None:
+        check_fast(self.fast)
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 < self.tau <= 1.0:
@@ -129,6 +133,7 @@ class DDPG(Algorithm):
         self.center, self.half_range = action_scale(action_low, action_high)
         self.obs_dim, self.action_dim = int(obs_dim), int(self.center.size)
         self.device = torch.device(device)
+        self.fast = resolve_fast(config.fast)
         with seeded(config.seed):
             self.actor = (actor or mlp(obs_dim, self.action_dim, hidden=config.hidden)).to(self.device)
             self.critic = (critic or mlp(obs_dim + self.action_dim, 1, hidden=config.hidden)).to(self.device)
@@ -170,7 +175,8 @@ class DDPG(Algorithm):
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Actions in the environment's Box; with ``explore``, noisy (``noise_scale``)."""
         obs_t = as_tensor(obs, self.device).reshape(-1, self.obs_dim)
-        action = self.policy(obs_t).cpu().numpy()
+        with flush_denormals(self.fast != "off"):
+            action = self.policy(obs_t).cpu().numpy()
         if explore:
             action = self.explore(action)
         return (self.center + self.half_range * action).astype(np.float32)
@@ -202,6 +208,10 @@ class DDPG(Algorithm):
         return self.learn(batch).metrics
 
     def learn(self, batch: Mapping[str, Any]) -> Learned:
+        with flush_denormals(self.fast != "off"):  # algorithms.fast: Adam's moments
+            return self._learn(batch)
+
+    def _learn(self, batch: Mapping[str, Any]) -> Learned:
         data = self.preprocess(batch)
         with torch.no_grad():
             y = self.critic_target(data)

@@ -28,7 +28,9 @@ terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
 with ``a* = argmax_a Q_online(next_obs, a)`` (double) or ``argmax_a Q_target``.
 
 ``learn`` (``update``) is a template method; override one hook to try an idea:
-``preprocess -> target -> compute_loss -> optimize -> postprocess -> recycle``.
+``preprocess -> target (-> bootstrap) -> compute_loss -> optimize -> postprocess ->
+recycle``. The hooks' forwards go through ``online`` and ``target_q``, which run as
+``config.fast`` says (:mod:`algorithms.fast`: denormals flushed, leaner forwards).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
+from algorithms.fast import FastForward, check_fast, flush_denormals, resolve_fast
 from algorithms.optim import EagerAdam, clip_grad_norm
 from algorithms.recycling import DormantRecycler
 from rlpar.state import StatePath, integer, mapping, number, torch_loader
@@ -71,8 +74,13 @@ class DQNConfig:
     # paper's DQN setting: every 1,000 updates, tau 0.1).
     recycle_every: int = 0
     recycle_tau: float = 0.1
+    # How forwards and updates run on this CPU (algorithms.fast): auto (= eager: denormals
+    # flushed, leaner forwards), off (plain eager), eager, compile (torch.compile; falls
+    # back to eager without a C++ compiler).
+    fast: str = "auto"
 
     def validate(self) -> None:
+        check_fast(self.fast)
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if self.lr <= 0:
@@ -136,6 +144,8 @@ class DQN(Algorithm):
         self.recycler = (DormantRecycler(self.network, tau=self.config.recycle_tau)
                          if self.config.recycle_every else None)
         self._optimizer: Any = None
+        self.fast = resolve_fast(self.config.fast)
+        self._forwards: dict[int, FastForward] = {}
         # Exploration rate of act(explore=True): a float, or one rate per row of obs.
         self.epsilon: float | np.ndarray = 0.0
         self.updates = 0
@@ -159,7 +169,22 @@ class DQN(Algorithm):
 
     @torch.no_grad()
     def q_values(self, obs: Any) -> torch.Tensor:
-        return self.network(as_tensor(obs, self.device))
+        with flush_denormals(self.fast != "off"):
+            return self.online(as_tensor(obs, self.device))
+
+    def online(self, obs: torch.Tensor) -> torch.Tensor:
+        """The online network's Q values, run as ``config.fast`` says (the hooks' forward)."""
+        return self._forward(self.network)(obs)
+
+    def target_q(self, obs: torch.Tensor) -> torch.Tensor:
+        """The target network's Q values, run as ``config.fast`` says."""
+        return self._forward(self.target_network)(obs)
+
+    def _forward(self, module: nn.Module) -> FastForward:
+        forward = self._forwards.get(id(module))
+        if forward is None or forward.module is not module:  # a module replaced since
+            forward = self._forwards[id(module)] = FastForward(module, self.fast)
+        return forward
 
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``, a float or
@@ -176,6 +201,10 @@ class DQN(Algorithm):
         return self.learn(batch).metrics
 
     def learn(self, batch: Mapping[str, Any]) -> Learned:
+        with flush_denormals(self.fast != "off"):
+            return self._learn(batch)
+
+    def _learn(self, batch: Mapping[str, Any]) -> Learned:
         tensors = self.preprocess(batch)
         with torch.no_grad():
             target = self.target(tensors)
@@ -197,11 +226,19 @@ class DQN(Algorithm):
 
     def target(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Hook: the regression target ``y`` (no gradient flows through it)."""
-        next_q_target = self.target_network(batch["next_obs"])
-        if self.config.double_q:
-            next_action = self.network(batch["next_obs"]).argmax(dim=-1, keepdim=True)
-        else:
-            next_action = next_q_target.argmax(dim=-1, keepdim=True)
+        next_q_target = self.target_q(batch["next_obs"])
+        # A tied copy's target network is its online one: the same forward, once.
+        next_q_online = next_q_target
+        if self.config.double_q and self.target_network is not self.network:
+            next_q_online = self.online(batch["next_obs"])
+        return self.bootstrap(batch, next_q_target, next_q_online)
+
+    def bootstrap(self, batch: Mapping[str, torch.Tensor], next_q_target: torch.Tensor,
+                  next_q_online: torch.Tensor) -> torch.Tensor:
+        """``y`` from the next observations' Q values (the target network's, and the
+        online network's for double Q's action choice)."""
+        chooser = next_q_online if self.config.double_q else next_q_target
+        next_action = chooser.argmax(dim=-1, keepdim=True)
         next_value = next_q_target.gather(-1, next_action).squeeze(-1)
         discount = batch.get("discount")
         if discount is None:
@@ -214,7 +251,7 @@ class DQN(Algorithm):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Hook: ``(loss, td_error, q_taken)``; the loss is the importance-weighted
         mean of the per-transition Huber (or squared) error."""
-        q = self.network(batch["obs"])
+        q = self.online(batch["obs"])
         q_taken = q.gather(-1, batch["action"].long().view(-1, 1)).squeeze(-1)
         td_error = target - q_taken
         if self.config.huber_delta is None:
@@ -259,12 +296,27 @@ class DQN(Algorithm):
     def initial_priorities(self, batch: Mapping[str, Any]) -> np.ndarray:
         """Hook: priorities of new transitions before any update (Ape-X sec. 3: the
         actor's ``|y - Q(obs, action)|``). It goes through ``preprocess``, ``target``
-        and ``priorities``, so a subclass that changes the target changes these too."""
-        tensors = self.preprocess(batch)
-        target = self.target(tensors)
-        q = self.network(tensors["obs"])
-        q_taken = q.gather(-1, tensors["action"].long().view(-1, 1)).squeeze(-1)
-        return self.priorities(target - q_taken)
+        (or, for a tied copy with the stock ``target`` and ``fast`` on, ``bootstrap``
+        on one forward over obs and next_obs) and ``priorities``, so a subclass that
+        changes the target changes these too."""
+        with flush_denormals(self.fast != "off"):
+            tensors = self.preprocess(batch)
+            if self._one_forward_priorities():
+                # A tied acting copy with the stock target: obs and next_obs in one
+                # batch, one forward (3 forwards before, at half the batch each).
+                n = len(tensors["obs"])
+                both = self.online(torch.cat([tensors["obs"], tensors["next_obs"]]))
+                q, next_q = both[:n], both[n:]
+                target = self.bootstrap(tensors, next_q, next_q)
+            else:
+                target = self.target(tensors)
+                q = self.online(tensors["obs"])
+            q_taken = q.gather(-1, tensors["action"].long().view(-1, 1)).squeeze(-1)
+            return self.priorities(target - q_taken)
+
+    def _one_forward_priorities(self) -> bool:
+        return (self.fast != "off" and self.target_network is self.network
+                and type(self).target is DQN.target)
 
     def tie_target(self) -> None:
         """Make this an acting copy: its target network is its online network. An

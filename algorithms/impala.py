@@ -32,6 +32,7 @@ from torch import nn
 
 from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_critic, make_head
 from algorithms.base import Algorithm, GradHook, reduce_gradients
+from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.impala_checks import check_batch, check_state, explained_variance
 from algorithms.impala_config import IMPALAConfig
 from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm
@@ -93,6 +94,7 @@ class IMPALA(Algorithm):
         self.updates = 0
         self.grad_hook = grad_hook
         self._state_tensors: dict[str, torch.Tensor] | None = None
+        self.fast = resolve_fast(cfg.fast)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -100,9 +102,10 @@ class IMPALA(Algorithm):
         """``(actions, log_probs)`` for a batch of observations: sampled actions as an
         unroll stores them (Box actions unclipped; :meth:`to_env` maps them into the
         env's space) and their log-probabilities, the behaviour policy's ``log mu``."""
-        out = self.model.policy(self._obs_tensor(obs))
-        actions = self.head.sample(out, self.model.log_std)
-        log_probs = self.head.distribution(out, self.model.log_std).log_prob(actions)
+        with flush_denormals(self.fast != "off"):
+            out = self.model.policy(self._obs_tensor(obs))
+            actions = self.head.sample(out, self.model.log_std)
+            log_probs = self.head.distribution(out, self.model.log_std).log_prob(actions)
         return actions.cpu().numpy(), log_probs.float().cpu().numpy()
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -123,11 +126,12 @@ class IMPALA(Algorithm):
     # ----------------------------------------------------------------- learning
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
         """One gradient step on a batch of unrolls; returns loss and diagnostic metrics."""
-        data = self.preprocess(batch)
-        data = self.compute_targets(data)
-        loss, metrics = self.compute_loss(data)
-        metrics.update(self.optimize(loss))
-        return self.postprocess(data, metrics)
+        with flush_denormals(self.fast != "off"):  # algorithms.fast: Adam/RMSProp moments
+            data = self.preprocess(batch)
+            data = self.compute_targets(data)
+            loss, metrics = self.compute_loss(data)
+            metrics.update(self.optimize(loss))
+            return self.postprocess(data, metrics)
 
     def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Hook: check the batch (names what is missing or misshapen), then tensors on

@@ -60,6 +60,9 @@ class IMPALAConfig:
     log_std_init: float = 0.0
     state_dependent_std: bool = False
     action_transform: Literal["clip", "tanh"] = "clip"
+    # How updates and acting run on CPU (algorithms.fast): auto, off, eager, compile;
+    # IMPALA's one forward per update already covers obs and next obs.
+    fast: str = "auto"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -70,6 +73,9 @@ class IMPALAConfig:
         _in_unit("rmsprop_alpha", self.rmsprop_alpha)
         _choice("optimizer", self.optimizer, ("rmsprop", "adam"))
         _choice("loss_reduction", self.loss_reduction, ("sum", "mean"))
+        from algorithms.fast import check_fast
+
+        check_fast(self.fast)
         for name in ("rho_bar", "c_bar", "pg_rho_bar"):
             value = getattr(self, name)
             if value is not None and (math.isnan(value) or value <= 0):

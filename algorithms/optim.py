@@ -105,7 +105,13 @@ class _EagerOptimizer(torch.optim.Optimizer):
         _ADD_PARAM_GROUP(self, param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        _ZERO_GRAD(self, set_to_none)
+        # torch's opens a profiler range even when no profiler runs: as much as the loop.
+        if not set_to_none or torch.autograd._profiler_enabled():
+            _ZERO_GRAD(self, set_to_none)
+            return
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
 
     def state_dict(self) -> dict[str, Any]:
         return _STATE_DICT(self)

@@ -47,6 +47,7 @@ from torch import nn
 
 from algorithms.actor_critic import ActorCritic, build_actor_critic, make_head, successor_values
 from algorithms.base import Algorithm
+from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.optim import EagerAdam, clip_grad_norm
 from algorithms.ppo_config import PPOConfig
 from algorithms.returns import gae
@@ -132,6 +133,7 @@ class PPO(Algorithm):
                                    eps=self.config.optimizer_eps)
         self.grad_hook, self.mean_hook = grad_hook, mean_hook
         self.updates = 0
+        self.fast = resolve_fast(self.config.fast)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -139,9 +141,10 @@ class PPO(Algorithm):
         """``(actions, env_actions, {"log_probs", "values"})`` for a batch: sampled
         actions as stored in a rollout, the same mapped into the env's action space,
         and the behaviour policy's log-probabilities and values the update needs."""
-        policy_out, values = self.model(self._obs_tensor(obs))
-        actions = self.head.sample(policy_out, self.model.log_std, generator=self.generator)
-        log_probs = self.head.distribution(policy_out, self.model.log_std).log_prob(actions)
+        with flush_denormals(self.fast != "off"):
+            policy_out, values = self.model(self._obs_tensor(obs))
+            actions = self.head.sample(policy_out, self.model.log_std, generator=self.generator)
+            log_probs = self.head.distribution(policy_out, self.model.log_std).log_prob(actions)
         return (actions.cpu().numpy(), self.head.to_env(actions),
                 {"log_probs": log_probs.float().cpu().numpy(), "values": values.float().cpu().numpy()})
 
@@ -160,6 +163,10 @@ class PPO(Algorithm):
         """One PPO update on a ``(T, N)`` rollout; returns metrics averaged over its
         minibatch steps (``policy_loss``, ``value_loss``, ``entropy``, ``approx_kl``,
         ``clip_fraction``, ``grad_norm``, ...) and ``explained_variance``."""
+        with flush_denormals(self.fast != "off"):  # algorithms.fast: Adam's moments
+            return self._update(batch)
+
+    def _update(self, batch: Mapping[str, Any]) -> dict[str, float]:
         cfg = self.config
         data = self.compute_advantages(self.preprocess(batch))
         valid = data["valid"].flatten()

@@ -52,11 +52,16 @@ class PPOConfig:
     log_std_init: float = 0.0
     state_dependent_std: bool = False
     action_transform: Literal["clip", "tanh"] = "clip"
+    # How updates and acting run on CPU (algorithms.fast): auto, off, eager, compile.
+    fast: str = "auto"
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
+        from algorithms.fast import check_fast
+
+        check_fast(self.fast)
         _in_unit("gamma", self.gamma)
         _in_unit("gae_lambda", self.gae_lambda)
         for name in ("epochs", "minibatches"):

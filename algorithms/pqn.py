@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from algorithms.base import Algorithm, as_tensor
+from algorithms.fast import FastForward, flush_denormals, resolve_fast
 from algorithms.nets import q_network
 from algorithms.optim import EagerAdam, EagerRAdam, clip_grad_norm
 from algorithms.pqn_config import PQNConfig, linear_schedule
@@ -97,6 +98,8 @@ class PQN(Algorithm):
         self.num_actions = num_actions
         self.network = network.to(self.device)
         self.params = [p for p in self.network.parameters() if p.requires_grad]
+        self.fast = resolve_fast(self.config.fast)
+        self.forward = FastForward(self.network, self.fast)  # the hooks' forward (algorithms.fast)
         optimizer = EagerRAdam if self.config.optimizer == "radam" else EagerAdam
         self.optimizer = optimizer(self.params, lr=self.config.lr, eps=self.config.adam_eps)
         self.grad_hook = grad_hook
@@ -130,7 +133,8 @@ class PQN(Algorithm):
 
     @torch.no_grad()
     def q_values(self, obs: Any) -> torch.Tensor:
-        return self.network(as_tensor(obs, self.device))
+        with flush_denormals(self.fast != "off"):
+            return self.forward(as_tensor(obs, self.device))
 
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``) or greedy."""
@@ -153,6 +157,10 @@ class PQN(Algorithm):
         ``minibatches`` gradient steps. Metrics: mean ``loss``, ``q_mean`` (Q of the
         taken actions) and ``grad_norm`` (before clipping) over the steps,
         ``target_mean``, and the ``lr`` used."""
+        with flush_denormals(self.fast != "off"):
+            return self._update(batch)
+
+    def _update(self, batch: Mapping[str, Any]) -> dict[str, float]:
         data = self.preprocess(batch)
         with torch.no_grad():
             targets = self.targets(data)
@@ -236,7 +244,7 @@ class PQN(Algorithm):
         rows = fresh.flatten().nonzero().squeeze(1)
         next_obs = data["next_obs"].flatten(0, 1)
         for chunk in rows.split(_TARGET_CHUNK):
-            best.view(-1)[chunk] = self.network(next_obs[chunk]).max(dim=-1).values.float()
+            best.view(-1)[chunk] = self.forward(next_obs[chunk]).max(dim=-1).values.float()
         return best
 
     def minibatch_indices(self, size: int) -> list[torch.Tensor]:
@@ -248,7 +256,7 @@ class PQN(Algorithm):
     def compute_loss(self, minibatch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Hook: ``(loss, Q(s, a))``; the loss is the mean over valid steps of
         ``0.5 * (Q(s, a) - G)^2`` (or the Huber loss with ``huber_delta``)."""
-        q = self.network(minibatch["obs"])
+        q = self.forward(minibatch["obs"])
         q_taken = q.gather(-1, minibatch["actions"].view(-1, 1)).squeeze(-1)
         if self.config.huber_delta is None:
             elementwise = 0.5 * (q_taken - minibatch["targets"]).pow(2)

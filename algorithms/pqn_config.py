@@ -34,9 +34,14 @@ class PQNConfig:
     epsilon_decay_steps: int = 1_000_000
     # The default network (pqn_network): LayerNorm on, hidden sizes of the vector MLP.
     layer_norm: bool = True
+    # How forwards and updates run on CPU (algorithms.fast): auto, off, eager, compile.
+    fast: str = "auto"
     hidden: tuple[int, ...] = (128, 128)
 
     def validate(self) -> None:
+        from algorithms.fast import check_fast
+
+        check_fast(self.fast)
         for name in ("gamma", "lam", "epsilon_start", "epsilon_end"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")

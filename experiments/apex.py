@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import os
 import sys
+import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -38,6 +39,9 @@ from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_
 from experiments.runtime.data import ReplayConfig
 from experiments.runtime.envs import check_env, env_factory
 from experiments.runtime.job import main_for, run_job
+
+# algorithms.fast.FAST_MODES, spelled out: this module does not import torch.
+FastMode = Literal["auto", "off", "eager", "compile"]
 
 
 def default_actors() -> int:
@@ -96,6 +100,10 @@ class LearnConfig:
         "fresh incoming, zero outgoing weights); 0 = off, the paper's DQN setting 1000"))
     recycle_tau: float = field(0.1, help=(
         "ReDo's dormancy threshold: a unit's mean activation on the batch over its layer's mean"))
+    fast: FastMode = field("auto", help=(
+        "how the learner's updates and the actors' forwards run on CPU (algorithms.fast): auto "
+        "(= eager), off (plain eager), eager (denormals flushed, leaner forwards), compile "
+        "(torch.compile; falls back to eager without a C++ compiler)"))
     double_q: bool = field(True, help="double Q-learning")
     dueling: bool = field(True, help="dueling head")
     hidden: str | None = field(None, help=(
@@ -141,6 +149,8 @@ class LearnConfig:
             raise ValueError(f"{flag('eps_alpha')} must be >= 0, got {self.eps_alpha}")
         if self.hidden is not None:
             self.hidden_sizes()
+        if self.fast not in typing.get_args(FastMode):
+            raise ValueError(f"{flag('fast')} must be one of {list(typing.get_args(FastMode))}, got {self.fast!r}")
 
     def hidden_sizes(self) -> tuple[int, ...]:
         self.require("hidden")
@@ -168,7 +178,7 @@ class LearnConfig:
         self.require("lr", "tau")
         return DQNConfig(gamma=self.gamma, lr=self.lr, double_q=self.double_q,
                          target_update_interval=self.target_update, tau=self.tau, adam_eps=self.adam_eps,
-                         recycle_every=self.recycle_every, recycle_tau=self.recycle_tau)
+                         recycle_every=self.recycle_every, recycle_tau=self.recycle_tau, fast=self.fast)
 
 
 @dataclasses.dataclass

@@ -69,6 +69,9 @@ class LearnConfig:
     hidden: str = field("64,64", help="MLP hidden sizes for vector observations, comma separated")
     push_every: int = field(1, help="learner updates between parameter publications")
     pull_every: int = field(0, help="actor env steps between parameter pulls (0: one unroll's, every unroll)")
+    fast: Literal["auto", "off", "eager", "compile"] = field("auto", help=(
+        "how updates and acting run on CPU (algorithms.fast): auto (= eager), off, eager (denormals "
+        "flushed), compile (falls back to eager without a C++ compiler)"))
 
     def validate(self) -> None:
         for name in ("unroll_length", "batch_size"):
@@ -77,6 +80,8 @@ class LearnConfig:
         if self.push_every < 1 or self.pull_every < 0:
             raise ValueError(f"{flag('push_every')} must be >= 1 and {flag('pull_every')} >= 0")
         layer_sizes(self.hidden, name="hidden")
+        if self.fast not in ("auto", "off", "eager", "compile"):
+            raise ValueError(f"{flag('fast')} must be one of ['auto', 'off', 'eager', 'compile'], got {self.fast!r}")
         if self.lr is not None:
             self.impala_config()  # the algorithm's own checks, named by field
 
@@ -88,7 +93,8 @@ class LearnConfig:
         return IMPALAConfig(gamma=self.gamma, rho_bar=self.rho_bar, c_bar=self.c_bar,
                             entropy_coef=self.entropy_coef, value_coef=self.value_coef,
                             max_grad_norm=self.max_grad_norm, reward_clip=self.reward_clip,
-                            optimizer=self.optimizer, lr=self.lr, hidden=layer_sizes(self.hidden, name="hidden"))
+                            optimizer=self.optimizer, lr=self.lr, hidden=layer_sizes(self.hidden, name="hidden"),
+                            fast=self.fast)
 
 
 @dataclasses.dataclass

@@ -1,23 +1,74 @@
-"""What bounds the Ape-X learner on MinAtar: update cost, its profile, and its FLOP rate.
+"""What bounds the Ape-X learner and actors on MinAtar: update cost, its profile, its FLOP
+rate, and an actor's env steps per CPU-second, per ``fast`` mode (:mod:`algorithms.fast`).
 
 For each game's observations (``MinAtar/<Game>-v0``: 10x10xC booleans, C = 4..10) the
 learner's DQN is built as the Ape-X job builds it (``q_network(..., dueling=True)``,
-``fill_learn(LearnConfig(), algorithm="dqn", family=...).dqn_config()``: double Q, Huber, clipping, EagerAdam)
-and fed replay-shaped batches. After a warm-up, N updates are timed per (game, batch size,
-intra-op threads): CPU ms (``time.process_time``, all threads) and wall ms per update,
-updates/s and samples/s. Then batch 128 on 1 thread (the job's default) runs under
-``torch.profiler``: one line per cost group with its share of self CPU time and top raw
-ops. "python, dispatch and autograd engine" is the self time of scopes (the update call,
-autograd nodes) between aten ops; the profiler's own cost lands there too, so it is an
-upper bound (the summary line has profiled and unprofiled ms per update).
+``fill_learn(LearnConfig(fast=...), algorithm="dqn", family=...).dqn_config()``: double Q,
+Huber, clipping, EagerAdam) and fed replay-shaped batches. Per (game, batch size,
+intra-op threads) the ``--fast`` modes' learners take turns, 6 blocks each, and each
+mode's line has its median block: CPU ms (``time.process_time``, all threads) and wall
+ms per update, updates/s and samples/s (modes in turns, so a load that comes and goes
+slows them alike). Then batch 128 on 1 thread (the job's default) runs under
+``torch.profiler`` (the last mode): one line per cost group with its share of self CPU
+time and top raw ops. "python, dispatch and autograd engine" is the self time of scopes
+(the update call, autograd nodes) between aten ops; the profiler's own cost lands there
+too, so it is an upper bound (the summary line has profiled and unprofiled ms per update).
 
 FLOPs are analytic (conv and dense multiply-adds; bias, ReLU, Adam ignored): per sample a
 forward on obs (F), its backward (weight grads F, input grads F less the first conv's),
 online and target forwards on next_obs: 5F - F_first_conv. GFLOP/s against a float32
 matmul's on this machine (``fraction_of_sgemm_peak``) says whether it is compute-bound.
 
+The actor lines (``--parts actor|both``): an :class:`~algorithms.apex.ApexActor` on 8
+in-process MinAtar copies adding to a local prioritized replay, pulling from a local
+model store, no learner and no pacing: env steps per CPU-second of its thread (acting,
+env steps, n-step transitions, initial priorities, adds), modes in turns.
+
     python -m experiments.bench.minatar_learner [--games Breakout,...] \\
-        [--batch-sizes 32,64,128] [--threads 1,2] [--updates N] [--quick]
+        [--batch-sizes 32,64,128] [--threads 1,2] [--updates N] [--fast off,auto] \\
+        [--parts learner|actor|both] [--actor-steps N] [--quick]
+
+``--fast default`` is the config's default, and runs on a tree without the option too:
+the "before" column below is this file run on the tree before it (commit f736e6e) with
+``--fast default``, the "after" column this tree with ``--fast auto``, alternating
+before/after runs, twice, the mean of the two; "off" is this tree's plain path (it keeps
+the changes that need no option: a tied actor's target forward done once, one-step
+transitions without the n-step ring, a cheaper ``zero_grad``). Recorded 2026-11-26 on the
+2-core Xeon (Sapphire Rapids, KVM) shared with other jobs, 1 intra-op thread, 300
+updates and 2,400 actor vector steps per mode, load average 2.1-4.5; sgemm 155-183
+GFLOP/s per CPU-second:
+
+=============  ==================  =====================  ==========================
+game           update b32, ms CPU  update b128, ms CPU    actor, env steps / CPU-s
+               before / after      before / after (off)   before / after (off)
+=============  ==================  =====================  ==========================
+Breakout       2.35 / 2.37         4.33 / 3.82 (4.28)     11.9K / 18.1K (14.0K) 1.53x
+SpaceInvaders  2.51 / 2.36         4.61 / 4.29 (4.78)     8.8K / 12.2K (10.5K) 1.40x
+Asterix        2.48 / 2.28         4.46 / 3.90 (4.36)     12.3K / 18.4K (13.9K) 1.50x
+Freeway        2.49 / 2.43         4.67 / 4.51 (4.93)     10.9K / 15.2K (12.5K) 1.39x
+Seaquest       2.60 / 2.57         5.11 / 5.02 (5.32)     10.2K / 13.9K (12.1K) 1.37x
+=============  ==================  =====================  ==========================
+
+Fraction of the matmul limit at batch 128: 0.28-0.31 before, 0.33-0.34 after; at batch
+32: 0.12-0.15 before, 0.14-0.16 after. The batch-128 update is 1.02-1.15x cheaper, far
+from 1.5x: 60% of it is oneDNN's convolution and MKL's matmuls (profile shares: dense
+matmuls 33%, convolution forward 16% and backward 12%), which no mode here changes, and
+the rest is spread over ~60 small ops. The actor is 1.37-1.53x: a batch-8 act went from
+270 to 150 us (oneDNN's convolution alone took 44 us of it; im2col 19 us), its initial
+priorities from 3 forwards to 1 (over obs and next_obs), one-step transitions from 85 to
+30 us a vector step. What is left per env step (Breakout, 61 us): acting 30 (the
+forward 23), initial priorities 13, the MinAtar env 9 (SpaceInvaders: 31), adds and
+transitions 6.
+
+On a trained net the plain path also pays for subnormal Adam moments (algorithms.fast):
+SpaceInvaders' learner state after 170K env steps (10.5K updates) with its dead weights'
+moments aged 70K more updates: 5.13 ms (off) against 4.34 ms (auto) at batch 128, 2.82
+against 2.38 ms at batch 32 (load 4-5). ``--fast compile`` (not in the table): the DQN
+update at batch 128 took 6.4-7.0 ms against 5.4-5.7 ms eager and 20-40 s to compile per
+shape (load 5-10); inductor stores each ReLU's backward mask as bools at ~10 ns an
+element. Intra-op threads: 2 threads on this loaded 2-core box took 119 ms of CPU per
+SpaceInvaders batch-128 update against 7.0 ms for 1 (load 9; libgomp's workers spin
+while they wait), 13.7 ms with ``OMP_WAIT_POLICY=PASSIVE``: keep 1 thread per role here.
 """
 
 from __future__ import annotations
@@ -32,8 +83,12 @@ import numpy as np
 import torch
 from torch import nn
 
+# algorithms.fast.FAST_MODES (the bench also runs on trees without it: --fast default)
+FAST_MODES = ("auto", "off", "eager", "compile")
+
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 PROFILE_BATCH, PROFILE_THREADS = 128, 1
+ROUNDS = 6  # blocks per mode in timing and actor_rates, taken in turns
 OVERHEAD = "python, dispatch and autograd engine"
 UPDATE_SCOPE = "bench::update"
 _DENSE = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
@@ -41,18 +96,28 @@ _RELU = {"aten::relu", "aten::relu_", "aten::clamp_min", "aten::threshold_backwa
 _CLIP = {"aten::_foreach_norm", "aten::_foreach_mul_"}
 
 
-def build_learner(game: str, *, seed: int = 0) -> tuple[Any, tuple[int, ...], np.dtype, int]:
+def dqn_config(shape: tuple[int, ...], fast: str | None):
+    """The Ape-X job's DQN config for observations of ``shape`` (``fast`` as given;
+    None: a tree without the option, which the ``before`` numbers were taken on)."""
+    from algorithms.nets import observation_family
+    from experiments.apex import LearnConfig, fill_learn
+
+    learn = LearnConfig() if fast is None else LearnConfig(fast=fast)
+    return fill_learn(learn, algorithm="dqn", family=observation_family(shape))
+
+
+def build_learner(game: str, *, seed: int = 0, fast: str | None = None
+                  ) -> tuple[Any, tuple[int, ...], np.dtype, int]:
     """The Ape-X learner's DQN for ``game``, its obs shape, obs dtype and action count."""
     from algorithms.dqn import DQN
-    from algorithms.nets import observation_family, q_network
+    from algorithms.nets import q_network
     from envs.registry import make_env
-    from experiments.apex import LearnConfig, fill_learn
 
     env = make_env(f"MinAtar/{game}-v0")
     shape, dtype, n = tuple(env.observation_space.shape), env.observation_space.dtype, int(env.action_space.n)
     env.close()
     torch.manual_seed(seed)
-    config = fill_learn(LearnConfig(), algorithm="dqn", family=observation_family(shape)).dqn_config()
+    config = dqn_config(shape, fast).dqn_config()
     dqn = DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=config, seed=seed)
     return dqn, shape, dtype, n
 
@@ -153,28 +218,95 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps({"bench": "minatar_learner", **record}), flush=True)
 
 
-def timing(game: str, batch: int, threads: int, updates: int, warmup: int, peak: float) -> dict[str, Any]:
+def timing(game: str, batch: int, threads: int, updates: int, warmup: int, peak: float,
+           modes: list[str | None]) -> list[dict[str, Any]]:
+    """One line per fast mode; the modes' learners take turns, ``ROUNDS`` blocks of
+    ``updates / ROUNDS`` each, and each line has its median block (a loaded machine
+    slows all of them alike)."""
     torch.set_num_threads(threads)
-    dqn, shape, dtype, n = build_learner(game)
-    cpu, wall = time_updates(dqn, make_batches(shape, dtype, n, batch, 4), updates, warmup)
-    flops = update_flops(dqn.network, shape, batch) * updates
-    return {"kind": "timing", "game": game, "obs_shape": list(shape), "num_actions": n,
-            "batch_size": batch, "threads": threads, "updates": updates,
-            "cpu_ms_per_update": round(1e3 * cpu / updates, 3), "wall_ms_per_update": round(1e3 * wall / updates, 3),
-            "updates_per_s": round(updates / wall, 1), "samples_per_s": round(batch * updates / wall),
-            "mflop_per_update": round(flops / updates / 1e6, 2), "gflop_per_cpu_s": round(flops / cpu / 1e9, 2),
-            "gflop_per_wall_s": round(flops / wall / 1e9, 2),
-            "fraction_of_sgemm_peak": round(flops / cpu / 1e9 / peak, 3)}
+    learners = {mode: build_learner(game, fast=mode)[0] for mode in modes}
+    _, shape, dtype, n = build_learner(game)
+    batches = make_batches(shape, dtype, n, batch, 4)
+    block = max(1, updates // ROUNDS)
+    blocks: dict[str | None, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    for dqn in learners.values():
+        time_updates(dqn, batches, 0, warmup)
+    for i in range(ROUNDS):
+        for mode in modes if i % 2 == 0 else modes[::-1]:
+            blocks[mode].append(time_updates(learners[mode], batches, block, 0))
+    flops = update_flops(learners[modes[0]].network, shape, batch)
+    lines = []
+    for mode in modes:
+        cpu, wall = (float(np.median([b[k] for b in blocks[mode]])) / block for k in (0, 1))
+        lines.append({"kind": "timing", "game": game, "fast": mode or "default", "obs_shape": list(shape),
+                      "num_actions": n, "batch_size": batch, "threads": threads, "updates": block * ROUNDS,
+                      "cpu_ms_per_update": round(1e3 * cpu, 3), "wall_ms_per_update": round(1e3 * wall, 3),
+                      "updates_per_s": round(1 / wall, 1), "samples_per_s": round(batch / wall),
+                      "mflop_per_update": round(flops / 1e6, 2), "gflop_per_cpu_s": round(flops / cpu / 1e9, 2),
+                      "gflop_per_wall_s": round(flops / wall / 1e9, 2),
+                      "fraction_of_sgemm_peak": round(flops / cpu / 1e9 / peak, 3)})
+    return lines
 
 
-def profile_lines(game: str, updates: int, warmup: int, unprofiled_ms: float | None) -> list[dict[str, Any]]:
+def actor_rates(game: str, steps: int, modes: list[str | None], num_envs: int = 8) -> list[dict[str, Any]]:
+    """An Ape-X actor's env steps per CPU-second on ``game``, unpaced: an
+    :class:`~algorithms.apex.ApexActor` (``num_envs`` MinAtar copies stepped in its own
+    process, as ``--env-workers 0`` runs them) adding to a local prioritized replay and
+    pulling from a local model store, no learner. Modes take turns as in :func:`timing`."""
+    from gymnasium.vector import AutoresetMode
+
+    from algorithms.apex import ApexActor
+    from algorithms.dqn import DQN
+    from algorithms.nets import q_network
+    from envs import make_vector_env
+    from envs.registry import ensure_registered
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.servers.model import ModelStore
+
+    torch.set_num_threads(1)
+    actors = {}
+    for mode in modes:
+        env = make_vector_env(ensure_registered(f"MinAtar/{game}-v0"), num_envs=num_envs, num_workers=0,
+                              autoreset_mode=AutoresetMode.SAME_STEP, seed=0)
+        shape, n = tuple(env.single_observation_space.shape), int(env.single_action_space.n)
+        learn = dqn_config(shape, mode)
+
+        def make_dqn(shape: tuple[int, ...] = shape, n: int = n, learn: Any = learn) -> DQN:
+            torch.manual_seed(0)
+            return DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=learn.dqn_config(), seed=0)
+
+        params = ModelStore()
+        params.push(make_dqn().policy_state(), version=0)
+        actors[mode] = ApexActor(dqn=make_dqn(), env=env, buffer=PrioritizedReplayBuffer(capacity=100_000, seed=0),
+                                 params=params, index=0, num_actors=2, config=learn.apex_config(), seed=0)
+        actors[mode].sync()
+        for _ in range(32):  # warm-up: the first add and pull
+            actors[mode].step()
+    per_step: dict[str | None, list[float]] = {mode: [] for mode in modes}
+    block = max(1, steps // ROUNDS)
+    for i in range(ROUNDS):
+        for mode in modes if i % 2 == 0 else modes[::-1]:
+            actor, start, taken = actors[mode], time.thread_time(), actors[mode].env_steps
+            for _ in range(block):
+                actor.step()
+            per_step[mode].append((time.thread_time() - start) / (actor.env_steps - taken))
+    for actor in actors.values():
+        actor.env.close()
+    return [{"kind": "actor", "game": game, "fast": mode or "default", "num_envs": num_envs,
+             "vector_steps": block * ROUNDS, "cpu_us_per_env_step": round(1e6 * float(np.median(per_step[mode])), 2),
+             "env_steps_per_cpu_s": round(1 / float(np.median(per_step[mode])))} for mode in modes]
+
+
+def profile_lines(game: str, updates: int, warmup: int, unprofiled_ms: float | None,
+                  mode: str | None = None) -> list[dict[str, Any]]:
     torch.set_num_threads(PROFILE_THREADS)
-    dqn, shape, dtype, n = build_learner(game)
+    dqn, shape, dtype, n = build_learner(game, fast=mode)
     batches = make_batches(shape, dtype, n, PROFILE_BATCH, 4)
     time_updates(dqn, batches, 0, warmup)
     costs = profile_costs(dqn, batches, updates)
     total = sum(sum(ops.values()) for ops in costs.values())
-    config = {"game": game, "batch_size": PROFILE_BATCH, "threads": PROFILE_THREADS, "updates": updates}
+    config = {"game": game, "fast": mode or "default", "batch_size": PROFILE_BATCH, "threads": PROFILE_THREADS,
+              "updates": updates}
     lines = []
     for group, ops in sorted(costs.items(), key=lambda kv: -sum(kv[1].values())):
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:4]
@@ -198,12 +330,25 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
+def fast_modes(text: str) -> list[str | None]:
+    modes = text.split(",")
+    if bad := [m for m in modes if m not in (*FAST_MODES, "default")]:
+        raise argparse.ArgumentTypeError(f"unknown fast mode(s) {bad}; choose from {[*FAST_MODES, 'default']}")
+    return [None if m == "default" else m for m in modes]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--games", help=f"comma-separated, from {list(GAMES)} (default: all; --quick: Breakout)")
     p.add_argument("--batch-sizes", type=positive_ints, help="default 32,64,128 (--quick: 128)")
     p.add_argument("--threads", type=positive_ints, help="intra-op thread counts, default 1,2 (--quick: 1)")
     p.add_argument("--updates", type=int, help="timed (and profiled) updates per config, default 300 (--quick: 20)")
+    p.add_argument("--fast", type=fast_modes, help=(
+        "comma-separated fast modes compared in turns (algorithms.fast), or 'default' (the config's "
+        "default, also on a tree without the option); default off,auto (--quick: auto)"))
+    p.add_argument("--parts", choices=("learner", "actor", "both"), default="both",
+                   help="the learner's updates (timing, profile), the actor's env steps, or both")
+    p.add_argument("--actor-steps", type=int, help="actor vector steps per mode, default 3000 (--quick: 60)")
     p.add_argument("--quick", action="store_true", help="a smoke run: one game, one config, few updates")
     args = p.parse_args(argv)
     q = args.quick
@@ -213,22 +358,31 @@ def main(argv: list[str] | None = None) -> None:
     batch_sizes = args.batch_sizes or ([128] if q else [32, 64, 128])
     threads = args.threads or ([1] if q else [1, 2])
     updates = args.updates if args.updates is not None else (20 if q else 300)
+    actor_steps = args.actor_steps if args.actor_steps is not None else (60 if q else 3000)
+    modes = args.fast or (["auto"] if q else ["off", "auto"])
     if updates < 1:
         p.error(f"--updates must be >= 1, got {updates}")
+    if actor_steps < 1:
+        p.error(f"--actor-steps must be >= 1, got {actor_steps}")
     warmup, default_threads, peak = max(5, updates // 10), torch.get_num_threads(), {}
-    for t in sorted(set(threads) | {PROFILE_THREADS}):
+    for t in sorted(set(threads) | {PROFILE_THREADS}) if args.parts != "actor" else ():
         torch.set_num_threads(t)
         peak[t] = sgemm_gflop_per_cpu_s(3 if q else 20)
         emit({"kind": "sgemm_peak", "threads": t, "gflop_per_cpu_s": round(peak[t], 2)})
     for game in games:
-        unprofiled_ms = None
-        for batch in batch_sizes:
-            for t in threads:
-                emit(line := timing(game, batch, t, updates, warmup, peak[t]))
-                if (batch, t) == (PROFILE_BATCH, PROFILE_THREADS):
-                    unprofiled_ms = line["cpu_ms_per_update"]
-        for line in profile_lines(game, updates, warmup, unprofiled_ms):
-            emit(line)
+        if args.parts != "actor":
+            unprofiled_ms = None
+            for batch in batch_sizes:
+                for t in threads:
+                    for line in timing(game, batch, t, updates, warmup, peak[t], modes):
+                        emit(line)
+                        if (batch, t, line["fast"]) == (PROFILE_BATCH, PROFILE_THREADS, modes[-1] or "default"):
+                            unprofiled_ms = line["cpu_ms_per_update"]
+            for line in profile_lines(game, updates, warmup, unprofiled_ms, modes[-1]):
+                emit(line)
+        if args.parts != "learner":
+            for line in actor_rates(game, actor_steps, modes):
+                emit(line)
     torch.set_num_threads(default_threads)
 
 

@@ -34,7 +34,7 @@ def test_quick_run_prints_timing_profile_and_flops():
     assert peak["threads"] == 1 and peak["gflop_per_cpu_s"] > 0
 
     (timing,) = by_kind["timing"]
-    assert (timing["game"], timing["batch_size"], timing["threads"]) == ("Breakout", 128, 1)
+    assert (timing["game"], timing["batch_size"], timing["threads"], timing["fast"]) == ("Breakout", 128, 1, "auto")
     assert timing["obs_shape"] == [10, 10, 4] and timing["num_actions"] == 6
     for key in ("cpu_ms_per_update", "wall_ms_per_update", "updates_per_s", "samples_per_s",
                 "gflop_per_cpu_s", "gflop_per_wall_s", "fraction_of_sgemm_peak"):
@@ -52,6 +52,9 @@ def test_quick_run_prints_timing_profile_and_flops():
     for line in costs:
         assert 0 <= line["share"] <= 1 and line["top_ops"]
         assert sum(op["share"] for op in line["top_ops"]) <= line["share"] + 1e-3
+    (actor,) = by_kind["actor"]
+    assert (actor["game"], actor["fast"], actor["num_envs"]) == ("Breakout", "auto", 8)
+    assert actor["env_steps_per_cpu_s"] > 0 and actor["cpu_us_per_env_step"] > 0
     (summary,) = by_kind["profile_summary"]
     assert summary["mflop_per_update"] == timing["mflop_per_update"]
     assert summary["profiled_cpu_ms_per_update"] > 0 and summary["unprofiled_cpu_ms_per_update"] > 0
@@ -63,6 +66,8 @@ def test_quick_run_prints_timing_profile_and_flops():
     (("--batch-sizes", "32,0"), "positive integers"),
     (("--threads", "one"), "comma-separated integers"),
     (("--updates", "0"), "--updates must be >= 1"),
+    (("--fast", "auto,fastest"), "unknown fast mode(s) ['fastest']"),
+    (("--actor-steps", "0"), "--actor-steps must be >= 1"),
 ])
 def test_bad_arguments_are_rejected_by_name(args, message):
     proc = run_bench("--quick", *args)
