@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown cases {unknown}; choose from {sorted(CASES)}")
     if args.quick:
-        args.placements, args.senders, args.capacity, args.seconds = "learner", [2], 2048, 1.0
-        args.actors, args.scaling_seconds, args.fan_in_actors = [1, 2], 6.0, 4
+        args.placements, args.senders, args.capacity, args.seconds = "learner", [2], 2048, 0.5
+        args.actors, args.scaling_seconds, args.fan_in_actors = [1, 2], 2.5, 4
     if args.actors[0] != 1:
         parser.error("--actors must start with 1 (the reference of linear scaling)")
     load0, started = os.getloadavg(), time.time()

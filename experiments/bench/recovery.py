@@ -226,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="all", help=f"comma-separated: {', '.join(CASES)} (or all)")
     parser.add_argument("--seconds", type=float, default=None,
-                        help="wall-clock budget of each run, from its launch (default 60, --quick 16)")
+                        help="wall-clock budget of each run, from its launch (default 60, --quick 11)")
     parser.add_argument("--kill-at", type=float, default=None,
                         help="seconds after the killed process's first step (update) that it dies "
-                             "(default 20, --quick 4)")
+                             "(default 20, --quick 3)")
     parser.add_argument("--checkpoint-every", type=float, default=None,
                         help="seconds between checkpoints (default 5, --quick 1)")
     parser.add_argument("--actors", type=int, default=2, help="Ape-X actors, A3C workers")
@@ -240,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--cases: {exc}")
     if args.kill_at is None:
-        args.kill_at = 4.0 if args.quick else 20.0
+        args.kill_at = 3.0 if args.quick else 20.0
     if args.seconds is None:
-        args.seconds = 16.0 if args.quick else 60.0
+        args.seconds = 11.0 if args.quick else 60.0
     if not 0 < args.kill_at < args.seconds:
         parser.error(f"--kill-at must be in (0, --seconds {args.seconds:g}), got {args.kill_at:g}")
     if args.checkpoint_every is None:

@@ -46,12 +46,21 @@ class KilledOncePPO(TracedPPO):
         metrics = super().update(batch)
         marker = os.environ["KILL_MARKER"]
         if (os.environ.get("RANK") == os.environ["KILL_RANK"] and not os.path.exists(marker)
-                and self.updates >= int(os.environ["KILL_AFTER"])
-                and any(name.endswith(".pt") for _, _, names in os.walk(os.environ["RUNS"]) for name in names
-                        if name.startswith("ckpt-"))):
+                and self.updates >= int(os.environ["KILL_AFTER"])):
+            # The lead checkpoints on its clock between updates; on a fast machine the
+            # whole budget could pass before the first one, so wait for it (the lead
+            # reaches its next checkpoint while this member holds the next all-reduce).
+            deadline = time.monotonic() + 30.0
+            while not _has_checkpoint(os.environ["RUNS"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         return metrics
+
+
+def _has_checkpoint(runs: str) -> bool:
+    return any(name.startswith("ckpt-") and name.endswith(".pt")
+               for _, _, names in os.walk(runs) for name in names)
 
 
 class SlowOnRank(gym.Wrapper):

@@ -81,7 +81,7 @@ def test_a_killed_member_restarts_the_world_from_the_newest_checkpoint(tmp_path,
     for name, value in (("TRACE_DIR", tmp_path), ("KILL_MARKER", tmp_path / "killed"), ("KILL_RANK", "1"),
                         ("KILL_AFTER", "4"), ("RUNS", runs)):
         monkeypatch.setenv(name, str(value))
-    summary = ppo.run(ppo_config(str(runs), num_workers=2, max_env_steps=640, checkpoint_every=0.2,
+    summary = ppo.run(ppo_config(str(runs), num_workers=2, max_env_steps=640, checkpoint_every=0.001,
                                  eval_every=10_000), parts=Parts(algorithm=KilledOncePPO), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["restarts"] == 1 and summary["resumed_from_step"] > 0
