@@ -19,9 +19,13 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/python -m experiments.apex
 
+# Two pytest workers: most tests leave one of CI's 2 cores idle (a process waits on
+# another, on a socket or a sleep); tests that need both still pass beside a neighbour.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...) and the
 # MuJoCo tasks of experiments.bench.continuous.

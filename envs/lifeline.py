@@ -191,7 +191,8 @@ def _forkserver_exit_hook() -> None:
         pidfd = None
 
     def clean() -> None:
-        if os.getpid() != me or not _owner_exited(owner, pidfd, wait=2.0):
+        # A SIGKILLed owner's exit can lag its pipe's EOF by seconds on a loaded machine.
+        if os.getpid() != me or not _owner_exited(owner, pidfd, wait=10.0):
             return  # a forked child, or the owner lives (it stopped this forkserver)
         from multiprocessing import forkserver
 

@@ -154,6 +154,7 @@ class WorkerShell:
         self.pull_first = config.sync and isinstance(sink, GradMember)
         self._sums: dict[str, float] = {}
         self._count = self._reported = self._env_restarts = 0
+        self.dropped = False  # the last gradient was dropped by the server
 
     def ready(self) -> bool:
         """Whether the round of its last gradient has closed (always, but in --sync)."""
@@ -162,9 +163,14 @@ class WorkerShell:
     def step(self) -> None:
         if self.pull_first:
             self.worker.sync()
-        for key, value in self.worker.update(self.collector.collect()).items():
+        metrics = self.worker.update(self.collector.collect())
+        for key, value in metrics.items():
             self._sums[key] = self._sums.get(key, 0.0) + value
         self._count += 1
+        # --sync: a dropped push is a restarted worker's repeat, or the lead released
+        # the rounds at the end; either way, report now rather than keep computing
+        # gradients that are dropped until the next scheduled report.
+        self.dropped = not metrics.get("accepted", 1.0)
 
     def report(self, *, final: bool = False) -> Report:
         returns, lengths = self.collector.drain_episodes()
@@ -189,7 +195,7 @@ def run_worker(ctx: JobContext, group: Any, shell: WorkerShell, signals: StopSig
         last = time.monotonic()
         while not signals.stopped:
             shell.step()
-            if time.monotonic() - last >= ctx.config.server.report_every:
+            if shell.dropped or time.monotonic() - last >= ctx.config.server.report_every:
                 last = time.monotonic()
                 if group.call("coord/report", shell.report()).stop:
                     break
