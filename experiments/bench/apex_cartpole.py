@@ -14,6 +14,13 @@ Peers, each with its documented CartPole settings, 1 torch thread:
 - ``tianshou``: tianshou DQN with the settings of its CartPole example/test
   (n-step 3, 10 train envs, 128x3 MLP, target update 320, update_per_step 0.1).
 
+Our other jobs on the same protocol, their defaults: ``impala`` (``experiments.impala``,
+a local actor-learner world) and ``ppo`` (``experiments.ppo``, one member); their
+peer ``sb3-ppo`` is Stable-Baselines3 PPO with the zoo's CartPole-v1 settings. Only
+``ours`` (Ape-X) is compared with the DQN peers in ``ratio_vs_best_peer``.
+
+    python -m experiments.bench.apex_cartpole --impls impala,ppo,sb3-ppo --seeds 3
+
 ``ours-1proc`` is not a peer: ours' algorithm and config in one deterministic process
 (actors and learner taking turns), for env steps to solve free of timing noise; how
 the experiment's defaults were chosen, e.g.
@@ -41,7 +48,8 @@ from typing import Any
 
 BENCH = "apex_cartpole"
 TARGET = 475.0
-PEER_MODULES = {"sb3": "stable_baselines3", "tianshou": "tianshou"}
+PEER_MODULES = {"sb3": "stable_baselines3", "sb3-ppo": "stable_baselines3", "tianshou": "tianshou"}
+PEERS_OF = {"ours": ("sb3", "tianshou"), "ppo": ("sb3-ppo",)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             runs[impl].append(run)
             emit({"bench": BENCH, "impl": impl, "case": "run", **run})
     summaries = {impl: summarize(impl, runs[impl], quick=args.quick) for impl in runnable}
-    peers = [s["median_wall_s"] for k, s in summaries.items()
-             if not k.startswith("ours") and s["median_wall_s"]]
+    # Ape-X against the DQN peers, PPO against SB3's PPO.
     for impl, summary in summaries.items():
-        if impl == "ours":
-            best = min(peers) if peers else None
-            ours = summary["median_wall_s"]
+        peers = [summaries[p]["median_wall_s"] for p in PEERS_OF.get(impl, ())
+                 if p in summaries and summaries[p]["median_wall_s"]]
+        if impl in PEERS_OF:
+            best, ours = (min(peers) if peers else None), summary["median_wall_s"]
             summary["ratio_vs_best_peer"] = round(best / ours, 2) if best and ours else None
         emit(summary)
     return 0
@@ -331,8 +339,90 @@ class _OutOfBudget(Exception):
     pass
 
 
+def _job_worker(module: str, config_class: str):
+    """Another of our jobs on the same protocol (its defaults, the bench's budget,
+    evaluation and seed): ``experiments.impala`` (a local actor-learner world) or
+    ``experiments.ppo`` (one member)."""
+
+    def worker(args) -> dict[str, Any]:
+        import importlib
+
+        from experiments.runtime.cli import apply_overrides
+
+        job = importlib.import_module(module)
+        config = getattr(job, config_class)()
+        apply_overrides(config, {"seed": args.seed, "eval_every": args.eval_every,
+                                 "eval_episodes": args.eval_episodes, "target_return": TARGET,
+                                 "max_seconds": args.max_seconds, "max_env_steps": args.max_env_steps,
+                                 "log_dir": "none", "status_every": 0.0})
+        s = job.run(config, quiet=True, started=args.started)
+        rate = s.get("updates_per_s")
+        return {"solved": s["solved"],
+                "wall_s": round(s["time_to_solve_s"] if s["solved"] else s["wall_s"], 2),
+                "env_steps": s["env_steps_at_solve"] if s["solved"] else s["env_steps"],
+                "updates_per_s": None if rate is None else round(rate, 1),
+                "wait_fraction": None if s.get("wait_fraction") is None else round(s["wait_fraction"], 4),
+                "best_eval": s["best_eval_return"]}
+
+    return worker
+
+
+def worker_sb3_ppo(args) -> dict[str, Any]:
+    """Stable-Baselines3 PPO with the rl-baselines3-zoo CartPole-v1 hyperparameters
+    (8 envs x 32 steps, 20 epochs of minibatches of 256, gamma 0.98, GAE 0.8, lr and
+    clip range annealed linearly from 1e-3 and 0.2), evaluated like the others."""
+    import torch
+
+    torch.set_num_threads(1)
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def linear(start: float):
+        return lambda remaining: remaining * start
+
+    model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=args.seed), n_steps=32,
+                batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                learning_rate=linear(1e-3), clip_range=linear(0.2), seed=args.seed, device="cpu", verbose=0)
+    state: dict[str, Any] = {"solved": False, "best": None}
+    train_time = [0.0]
+    original_train = model.train
+
+    def timed_train(*a, **k):
+        t0 = time.perf_counter()
+        original_train(*a, **k)
+        train_time[0] += time.perf_counter() - t0
+
+    model.train = timed_train
+
+    class Evaluate(BaseCallback):
+        next_eval = args.eval_every
+
+        def _on_step(self) -> bool:
+            if time.time() - args.started > args.max_seconds:
+                return False
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += args.eval_every
+            mean = greedy_eval(lambda o: model.predict(o, deterministic=True)[0],
+                               args.eval_episodes, seed=self.num_timesteps)
+            state["best"] = mean if state["best"] is None else max(state["best"], mean)
+            if mean >= TARGET:
+                state.update(solved=True, wall_s=time.time() - args.started, env_steps=self.num_timesteps)
+                return False
+            return True
+
+    model.learn(total_timesteps=args.max_env_steps, callback=Evaluate())
+    return {"solved": state["solved"],
+            "wall_s": round(state.get("wall_s", time.time() - args.started), 2),
+            "env_steps": state.get("env_steps", model.num_timesteps),
+            "updates_per_s": round(model._n_updates / train_time[0], 1) if train_time[0] else None,
+            "wait_fraction": None, "best_eval": state["best"]}
+
+
 WORKERS = {"ours": worker_ours, "ours-1proc": worker_ours_1proc, "sb3": worker_sb3,
-           "tianshou": worker_tianshou}
+           "tianshou": worker_tianshou, "impala": _job_worker("experiments.impala", "ImpalaJobConfig"),
+           "ppo": _job_worker("experiments.ppo", "PPOJobConfig"), "sb3-ppo": worker_sb3_ppo}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
+import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from functools import partial
 
@@ -327,10 +329,17 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("context", ["forkserver", "fork"])
-def test_workers_asleep_in_step_die_with_their_killed_owner(tmp_path, context):
+def test_workers_asleep_in_step_die_with_their_killed_owner(context):
     # The forkserver is the workers' parent, so they are tied to the owner by their
     # watchdog and by the forkserver's own exit (envs.lifeline); fork children by the
-    # watchdog. Nothing of theirs may be left running or in the temp dir.
+    # watchdog. Nothing of theirs may be left running or in the temp dir. A short temp
+    # dir: under a deep one (pytest-xdist's tmp_path) the forkserver's socket path
+    # would pass Unix's 108 bytes, and lifeline leaves multiprocessing its own dir.
+    with tempfile.TemporaryDirectory(prefix="rl", dir="/tmp") as short:
+        _workers_die_with_their_killed_owner(pathlib.Path(short), context)
+
+
+def _workers_die_with_their_killed_owner(tmp_path, context):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run(
         [sys.executable, "-c", _HUNG_OWNER_SCRIPT % context],
