@@ -219,7 +219,6 @@ def worker_sb3(args) -> dict[str, Any]:
     torch.set_num_threads(1)
     import gymnasium as gym
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
 
     zoo_steps = 50_000  # rl-zoo n_timesteps; the exploration schedule spans 16% of it
     model = DQN("MlpPolicy", gym.make("CartPole-v1"), learning_rate=2.3e-3, batch_size=64,
@@ -228,6 +227,15 @@ def worker_sb3(args) -> dict[str, Any]:
                 exploration_fraction=min(1.0, 0.16 * zoo_steps / args.max_env_steps),
                 exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
                 seed=args.seed, device="cpu", verbose=0)
+    return _learn_sb3(model, args)
+
+
+def _learn_sb3(model, args) -> dict[str, Any]:
+    """An SB3 model's ``learn`` under the shared protocol: greedy evaluations every
+    ``--eval-every`` env steps, stopped when solved or out of budget; its gradient
+    steps timed for updates/s."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
     train_time = [0.0]
     original_train = model.train
 
@@ -375,7 +383,6 @@ def worker_sb3_ppo(args) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
     def linear(start: float):
@@ -384,40 +391,7 @@ def worker_sb3_ppo(args) -> dict[str, Any]:
     model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=args.seed), n_steps=32,
                 batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
                 learning_rate=linear(1e-3), clip_range=linear(0.2), seed=args.seed, device="cpu", verbose=0)
-    state: dict[str, Any] = {"solved": False, "best": None}
-    train_time = [0.0]
-    original_train = model.train
-
-    def timed_train(*a, **k):
-        t0 = time.perf_counter()
-        original_train(*a, **k)
-        train_time[0] += time.perf_counter() - t0
-
-    model.train = timed_train
-
-    class Evaluate(BaseCallback):
-        next_eval = args.eval_every
-
-        def _on_step(self) -> bool:
-            if time.time() - args.started > args.max_seconds:
-                return False
-            if self.num_timesteps < self.next_eval:
-                return True
-            self.next_eval += args.eval_every
-            mean = greedy_eval(lambda o: model.predict(o, deterministic=True)[0],
-                               args.eval_episodes, seed=self.num_timesteps)
-            state["best"] = mean if state["best"] is None else max(state["best"], mean)
-            if mean >= TARGET:
-                state.update(solved=True, wall_s=time.time() - args.started, env_steps=self.num_timesteps)
-                return False
-            return True
-
-    model.learn(total_timesteps=args.max_env_steps, callback=Evaluate())
-    return {"solved": state["solved"],
-            "wall_s": round(state.get("wall_s", time.time() - args.started), 2),
-            "env_steps": state.get("env_steps", model.num_timesteps),
-            "updates_per_s": round(model._n_updates / train_time[0], 1) if train_time[0] else None,
-            "wait_fraction": None, "best_eval": state["best"]}
+    return _learn_sb3(model, args)
 
 
 WORKERS = {"ours": worker_ours, "ours-1proc": worker_ours_1proc, "sb3": worker_sb3,
