@@ -123,20 +123,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 setattr(args, name, QUICK[name])
         if args.eval_episodes == parser.get_default("eval_episodes"):
             args.eval_episodes = QUICK["eval_episodes"]
-    args.env_list = _names(args.envs)
-    unknown = [e for e in args.env_list if e not in ENVS]
-    if unknown or not args.env_list:
-        parser.error(f"--envs: unknown env(s) {unknown}; choose from {list(ENVS)}")
-    args.impl_list = _names(args.impls)
-    unknown = [i for i in args.impl_list if i not in IMPLS]
-    if unknown or not args.impl_list:
-        parser.error(f"--impls: unknown implementation(s) {unknown}; choose from {list(IMPLS)}")
-    try:
-        args.seed_list = [int(s) for s in _names(args.seeds)]
-    except ValueError:
-        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
-    if not args.seed_list or any(s < 0 for s in args.seed_list):
-        parser.error(f"--seeds must be non-negative integers, got {args.seeds!r}")
+    args.env_list = wc.choose(parser, "--envs", args.envs, list(ENVS), what="env")
+    args.impl_list = wc.choose(parser, "--impls", args.impls, IMPLS, what="implementation")
+    args.seed_list = wc.seed_list(parser, args.seeds)
     for name in ("max_env_steps", "eval_every", "eval_episodes", "peer_threads"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -149,7 +138,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             parser.error("--score applies to one env: give --envs one env (envs may run in separate "
                          "invocations with the same --out)")
         try:
-            args.levels = tuple(float(s) for s in _names(args.score))
+            args.levels = tuple(float(s) for s in wc.names(args.score))
         except ValueError:
             parser.error(f"--score must be comma-separated numbers, got {args.score!r}")
         if not args.levels or not all(abs(x) < float("inf") for x in args.levels):
@@ -162,10 +151,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         for env_id in args.env_list:  # bad job flags: exit 2 here, not in a child
             ours.apex_config(env_id, args.ours_flags)
     return args
-
-
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def budget_of(args: argparse.Namespace, env_id: str) -> float:

@@ -78,9 +78,8 @@ def make_model(impl: str, env_id: str, *, seed: int, quick: bool):
 def train(impl: str, env_id: str, *, run_dir: str, seed: int, started: float, budget_s: float,
           max_env_steps: int, eval_every: int, quick: bool, threads: int) -> dict[str, Any]:
     import torch
-    from stable_baselines3.common.callbacks import BaseCallback
 
-    from experiments.bench.wallclock import write_snapshot
+    from experiments.bench.wallclock import learn_sb3
 
     torch.set_num_threads(threads)
     model = make_model(impl, env_id, seed=seed, quick=quick)
@@ -96,31 +95,12 @@ def train(impl: str, env_id: str, *, run_dir: str, seed: int, started: float, bu
 
     model.train = timed_train
 
-    class Snapshots(BaseCallback):
-        next_at = eval_every
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next_at:
-                while self.next_at <= self.num_timesteps:
-                    self.next_at += eval_every
-                write_snapshot(run_dir, model.actor.state_dict(), env_steps=self.num_timesteps,
-                               wall_s=time.time() - started, updates=model._n_updates)
-            return time.time() - started < budget_s
-
-    began = time.time()
-    model.learn(total_timesteps=max_env_steps, callback=Snapshots())
-    ended = time.perf_counter()
-    active = time.time() - began
-    write_snapshot(run_dir, model.actor.state_dict(), env_steps=model.num_timesteps,
-                   wall_s=time.time() - started, updates=model._n_updates, final=True)
-    model.get_env().close()
+    figures = learn_sb3(model, model.actor.state_dict, run_dir=run_dir, started=started, budget_s=budget_s,
+                        max_env_steps=max_env_steps, eval_every=eval_every)
+    ended = time.perf_counter()  # after the final snapshot: a few ms in a run of minutes
     learning = ended - timing["learning_since"] if timing["learning_since"] is not None else 0.0
-    return {"env_steps": int(model.num_timesteps), "updates": int(model._n_updates),
-            "env_steps_per_s": model.num_timesteps / active if active > 0 else 0.0,
-            "updates_per_s": model._n_updates / active if active > 0 else 0.0,
-            "wait_fraction": 1.0 - timing["train_s"] / learning if learning > 0 else None,
-            "startup_s": began - started, "settings": {**settings(impl, env_id, quick=quick),
-                                                       "torch_threads": threads}}
+    return {**figures, "wait_fraction": 1.0 - timing["train_s"] / learning if learning > 0 else None,
+            "settings": {**settings(impl, env_id, quick=quick), "torch_threads": threads}}
 
 
 def policy(impl: str, env_id: str, *, quick: bool):

@@ -70,6 +70,7 @@ from typing import Any
 
 from experiments.bench import minatar_eval as ev
 from experiments.bench import minatar_jobs as jobs
+from experiments.bench import wallclock as wc
 
 BENCH = "minatar"
 IMPLS = ("rlpar-apex", "sb3-dqn", "rlpar-a3c", "sb3-a2c", "sb3-ppo", "rlpar-impala", "rlpar-ppo", "rlpar-pqn")
@@ -122,20 +123,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             args.games = QUICK["games"]
         if args.impls == parser.get_default("impls"):
             args.impls = QUICK["impls"]
-    args.game_list = _names(args.games)
-    unknown = [g for g in args.game_list if g not in ev.PAPER_SCORES]
-    if unknown or not args.game_list:
-        parser.error(f"--games: unknown game(s) {unknown}; choose from {list(ev.PAPER_SCORES)}")
-    args.impl_list = _names(args.impls)
-    unknown = [i for i in args.impl_list if i not in IMPLS]
-    if unknown or not args.impl_list:
-        parser.error(f"--impls: unknown implementation(s) {unknown}; choose from {list(IMPLS)}")
-    try:
-        args.seed_list = [int(s) for s in _names(args.seeds)]
-    except ValueError:
-        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
-    if not args.seed_list or any(s < 0 for s in args.seed_list):
-        parser.error(f"--seeds must be non-negative integers, got {args.seeds!r}")
+    args.game_list = wc.choose(parser, "--games", args.games, list(ev.PAPER_SCORES), what="game")
+    args.impl_list = wc.choose(parser, "--impls", args.impls, IMPLS, what="implementation")
+    args.seed_list = wc.seed_list(parser, args.seeds)
     for name in ("max_env_steps", "eval_every", "eval_episodes", "eval_max_steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -154,10 +144,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def parse_scores(text: str, games: list[str]) -> dict[str, float]:
     """``--score``: one number for every game, or ``GAME=X,...`` (games left out, and
     all of them for ``""``: the paper's score)."""
@@ -166,7 +152,7 @@ def parse_scores(text: str, games: list[str]) -> dict[str, float]:
         return scores
     if "=" not in text:
         return dict.fromkeys(games, _number(text, "--score"))
-    for part in _names(text):
+    for part in wc.names(text):
         game, _, value = part.partition("=")
         if game.strip() not in ev.PAPER_SCORES:
             raise ValueError(f"--score: unknown game {game.strip()!r}; choose from {list(ev.PAPER_SCORES)}")
@@ -176,7 +162,7 @@ def parse_scores(text: str, games: list[str]) -> dict[str, float]:
 
 def parse_times(text: str) -> tuple[float, ...]:
     """``--report-at``: positive seconds, in increasing order."""
-    times = sorted({_number(part, "--report-at") for part in _names(text)})
+    times = sorted({_number(part, "--report-at") for part in wc.names(text)})
     if any(t <= 0 for t in times):
         raise ValueError(f"--report-at takes positive seconds, got {text!r}")
     return tuple(times)

@@ -20,13 +20,26 @@ evaluation first reached a score, the best greedy return by given times.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from experiments.bench.wallclock import (  # noqa: F401  (the snapshot format, re-exported for this bench's callers)
+    CURVE,
+    DONE,
+    EVALUATOR,
+    PAUSES,
+    SNAPSHOTS,
+    first_reaching,
+    plot_runs,
+    read_curve,
+    snapshot_names,
+    snapshot_pause_s,
+    watch_snapshots,
+    write_snapshot,
+)
 
 # The MinAtar paper's DQN (experience replay and target network) after 5M frames,
 # the average epsilon-0.1 training return it reports, rounded (Young & Tian 2019,
@@ -36,8 +49,6 @@ PAPER_SCORES = {"Asterix": 16.5, "Breakout": 10.0, "Freeway": 50.5, "Seaquest": 
                 "SpaceInvaders": 45.0}
 EPSILONS = {"eps0.1": 0.1, "greedy": 0.01}
 VARIANTS = ("paper", "gymnax")  # envs.registry.minatar_id's
-SNAPSHOTS, DONE, CURVE, EVALUATOR = "snapshots", "DONE", "evals.jsonl", "evaluator.json"
-PAUSES = "snapshot-pauses.txt"  # seconds each snapshot took its trainer, one a line
 
 
 def env_id(game: str, variant: str = "paper") -> str:
@@ -53,49 +64,6 @@ def board(game: str, variant: str = "paper") -> str:
     """Where a game's runs and PNG go under the results directory: the game's name
     (the paper's protocol, as before variants), ``<game>-gymnax`` for the other."""
     return game if variant == "paper" else f"{game}-{variant}"
-
-
-# ------------------------------------------------------------------ snapshots
-
-
-def write_snapshot(run_dir: str, state: dict[str, Any], *, env_steps: int, wall_s: float, updates: int,
-                   final: bool = False) -> float:
-    """Save ``state`` (a state dict) atomically. The seconds it took (the trainer's
-    pause, from whichever process the trainer runs in) are appended to
-    ``<run_dir>/snapshot-pauses.txt``, except for the final snapshot, taken after
-    training."""
-    import torch
-
-    t0 = time.perf_counter()
-    directory = os.path.join(run_dir, SNAPSHOTS)
-    os.makedirs(directory, exist_ok=True)
-    name = f"snap-{int(env_steps):012d}{'-final' if final else ''}.pt"
-    path = os.path.join(directory, name)
-    payload = {"state": {k: v.detach().cpu() for k, v in state.items()}, "env_steps": int(env_steps),
-               "wall_s": float(wall_s), "updates": int(updates), "final": bool(final)}
-    torch.save(payload, path + ".tmp")
-    os.replace(path + ".tmp", path)
-    seconds = time.perf_counter() - t0
-    if not final:
-        with open(os.path.join(run_dir, PAUSES), "a") as f:
-            f.write(f"{seconds:.6f}\n")
-    return seconds
-
-
-def snapshot_pause_s(run_dir: str) -> float:
-    path = os.path.join(run_dir, PAUSES)
-    if not os.path.exists(path):
-        return 0.0
-    with open(path) as f:
-        return sum(float(line) for line in f if line.strip())
-
-
-def snapshot_names(run_dir: str) -> list[str]:
-    """Finished snapshots, in env-step order (the step count leads the name)."""
-    directory = os.path.join(run_dir, SNAPSHOTS)
-    if not os.path.isdir(directory):
-        return []
-    return sorted(n for n in os.listdir(directory) if n.startswith("snap-") and n.endswith(".pt"))
 
 
 # ----------------------------------------------------------------- evaluation
@@ -147,70 +115,24 @@ def evaluate_snapshot(scores: Callable, env: Any, *, seed: int) -> dict[str, Any
 def evaluator_main(run_dir: str, *, policy: Callable[[], tuple[Callable, Callable]], game: str,
                    episodes: int, max_steps: int, seed: int, variant: str = "paper",
                    poll_s: float = 0.5) -> dict[str, Any]:
-    """Evaluate every snapshot of ``run_dir`` until the bench writes ``DONE`` (after
-    the trainer exited) and none is left. ``policy()`` returns ``(load(state),
-    scores(obs))`` for the implementation's network."""
-    import torch
-
-    os.nice(10)  # the trainer comes first on a 2-core machine
-    torch.set_num_threads(1)
+    """Evaluate every snapshot of ``run_dir`` (:func:`~.wallclock.watch_snapshots`)
+    until the bench writes ``DONE`` (after the trainer exited) and none is left.
+    ``policy()`` returns ``(load(state), scores(obs))`` for the implementation's
+    network."""
     load, scores = policy()
     env = eval_env(game, episodes=episodes, max_steps=max_steps, variant=variant)
-    seen: set[str] = set()
-    cpu_at_done = done_at = None
-    count = 0
+
+    def evaluate(snap: dict[str, Any]) -> dict[str, Any]:
+        load(snap["state"])
+        return evaluate_snapshot(scores, env, seed=seed * 1_000_003 + snap["env_steps"])
+
     try:
-        while True:
-            done = os.path.exists(os.path.join(run_dir, DONE))  # before listing: no snapshot is missed
-            if done and done_at is None:
-                cpu_at_done, done_at = time.process_time(), time.time()
-            pending = [n for n in snapshot_names(run_dir) if n not in seen]
-            if not pending:
-                if done:
-                    break
-                time.sleep(poll_s)
-                continue
-            for name in pending:
-                seen.add(name)
-                snap = torch.load(os.path.join(run_dir, SNAPSHOTS, name), weights_only=True)
-                load(snap["state"])
-                t0, c0 = time.perf_counter(), time.process_time()
-                record = {"env_steps": snap["env_steps"], "wall_s": round(snap["wall_s"], 2),
-                          "updates": snap["updates"], "final": snap["final"],
-                          **evaluate_snapshot(scores, env, seed=seed * 1_000_003 + snap["env_steps"]),
-                          "eval_s": round(time.perf_counter() - t0, 3),
-                          "eval_cpu_s": round(time.process_time() - c0, 3)}
-                with open(os.path.join(run_dir, CURVE), "a") as f:
-                    f.write(json.dumps(record) + "\n")
-                count += 1
+        return watch_snapshots(run_dir, evaluate, poll_s=poll_s)
     finally:
         env.close()
-    cpu = time.process_time()
-    report = {"eval_cpu_s": round(cpu, 2),
-              "eval_cpu_s_during_training": round(cpu_at_done if cpu_at_done is not None else cpu, 2),
-              "eval_tail_s": round(time.time() - done_at, 2) if done_at else None,
-              "evaluations": count}
-    with open(os.path.join(run_dir, EVALUATOR), "w") as f:
-        json.dump(report, f)
-    return report
 
 
 # --------------------------------------------------------------- the results
-
-
-def read_curve(run_dir: str) -> list[dict[str, Any]]:
-    path = os.path.join(run_dir, CURVE)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return sorted((json.loads(line) for line in f if line.strip()),
-                      key=lambda r: (r["env_steps"], r["final"]))
-
-
-def first_reaching(curve: list[dict[str, Any]], key: str, score: float) -> dict[str, Any] | None:
-    """The first evaluation (in env-step order) whose ``key`` return (``"eps0.1"`` or
-    ``"greedy"``) is at least ``score``."""
-    return next((r for r in curve if r[key] >= score), None)
 
 
 def best_by(curve: list[dict[str, Any]], key: str, seconds: float) -> float | None:
@@ -255,38 +177,11 @@ def plot_game(out: str, game: str, impl_order: list[str], *, variant: str = "pap
     """``<out>/minatar-<board>.png``: epsilon-0.1 (solid) and greedy (dotted) returns
     against wall-clock and env steps, every run under ``<out>/<board>/`` (the board:
     :func:`board`); the paper's score and, if another, ``score`` as lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    levels: list[float | tuple[float, str]] = [(PAPER_SCORES[game], "paper (DQN, 5M)")]
+    if score is not None and score != PAPER_SCORES[game]:
+        levels.append((score, f"--score {score:g}"))
     name_of_board = board(game, variant)
-    root = os.path.join(out, name_of_board)
-    runs = sorted(os.listdir(root)) if os.path.isdir(root) else []
-    curves = [(name, read_curve(os.path.join(root, name))) for name in runs]
-    curves = [(name, c) for name, c in curves if c]
-    if not curves:
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    colors = plt.get_cmap("tab10")
-    for name, curve in curves:
-        impl = name.rsplit("-seed", 1)[0]
-        color = colors(impl_order.index(impl) % 10 if impl in impl_order else 9)
-        for ax, x in zip(axes, ("wall_s", "env_steps")):
-            xs = [r[x] for r in curve]
-            ax.plot(xs, [r["eps0.1"] for r in curve], color=color, marker="o", markersize=3, label=name)
-            ax.plot(xs, [r["greedy"] for r in curve], color=color, linestyle=":", linewidth=1)
-    for ax, label in zip(axes, ("wall-clock (s)", "env steps")):
-        ax.axhline(PAPER_SCORES[game], color="gray", linestyle="--", linewidth=1, label="paper (DQN, 5M)")
-        if score is not None and score != PAPER_SCORES[game]:
-            ax.axhline(score, color="black", linestyle="-.", linewidth=1, label=f"--score {score:g}")
-        ax.set_xlabel(label)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("return (solid: epsilon 0.1, dotted: 0.01)")
-    axes[1].legend(fontsize=8)
-    fig.suptitle(f"MinAtar {game}" + ("" if variant == "paper" else f" ({variant}: {env_id(game, variant)})"))
-    fig.tight_layout()
-    path = os.path.join(out, f"minatar-{name_of_board}.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    title = f"MinAtar {game}" + ("" if variant == "paper" else f" ({variant}: {env_id(game, variant)})")
+    return plot_runs(os.path.join(out, name_of_board), os.path.join(out, f"minatar-{name_of_board}.png"),
+                     key="eps0.1", dotted_key="greedy", title=title, impl_order=impl_order, levels=levels,
+                     ylabel="return (solid: epsilon 0.1, dotted: 0.01)")

@@ -28,10 +28,9 @@ A2C: one per rollout; PPO: epochs, each of 4 minibatches here).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from experiments.bench.minatar_eval import env_id, write_snapshot
+from experiments.bench.minatar_eval import env_id
 
 MODULE = "stable_baselines3"
 ALGORITHMS = {"sb3-dqn": "DQN", "sb3-a2c": "A2C", "sb3-ppo": "PPO"}
@@ -102,32 +101,14 @@ def acting_state(impl: str, model: Any) -> dict[str, Any]:
 def train(impl: str, game: str, *, run_dir: str, seed: int, started: float, budget_s: float,
           max_env_steps: int, eval_every: int, quick: bool, variant: str = "paper") -> dict[str, Any]:
     import torch
-    from stable_baselines3.common.callbacks import BaseCallback
+
+    from experiments.bench.wallclock import learn_sb3
 
     torch.set_num_threads(1)
     model = make_model(impl, game, seed=seed, max_env_steps=max_env_steps, quick=quick, variant=variant)
-
-    class Snapshots(BaseCallback):
-        next_at = eval_every
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next_at:
-                while self.next_at <= self.num_timesteps:
-                    self.next_at += eval_every
-                write_snapshot(run_dir, acting_state(impl, model), env_steps=self.num_timesteps,
-                               wall_s=time.time() - started, updates=model._n_updates)
-            return time.time() - started < budget_s
-
-    began = time.time()
-    model.learn(total_timesteps=max_env_steps, callback=Snapshots())
-    active = time.time() - began
-    write_snapshot(run_dir, acting_state(impl, model), env_steps=model.num_timesteps,
-                   wall_s=time.time() - started, updates=model._n_updates, final=True)
-    model.get_env().close()
-    return {"env_steps": int(model.num_timesteps), "updates": int(model._n_updates),
-            "env_steps_per_s": model.num_timesteps / active if active > 0 else 0.0,
-            "updates_per_s": model._n_updates / active if active > 0 else 0.0,
-            "wait_fraction": None, "startup_s": began - started}
+    figures = learn_sb3(model, lambda: acting_state(impl, model), run_dir=run_dir, started=started,
+                        budget_s=budget_s, max_env_steps=max_env_steps, eval_every=eval_every)
+    return {**figures, "wait_fraction": None}
 
 
 def policy(impl: str, game: str, *, variant: str = "paper"):

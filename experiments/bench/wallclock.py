@@ -13,13 +13,14 @@ how long evaluation went on after training, ``eval_tail_s``). The bench writes
 ``DONE`` in the run directory once the trainer has exited; the evaluator finishes
 the snapshots left and stops.
 
-The snapshot format and its readers are those of the MinAtar bench
-(:mod:`.minatar_eval`), re-exported here: they move into this module once that
-bench's open changes have landed, with no change for its callers.
+The snapshot format, its readers and the evaluator's loop live here; the MinAtar
+bench (:mod:`.minatar_eval`) plays its snapshots through them and re-exports the
+names its callers use.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -27,20 +28,53 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from experiments.bench.minatar_eval import (  # noqa: F401  (re-exported)
-    CURVE,
-    DONE,
-    EVALUATOR,
-    PAUSES,
-    SNAPSHOTS,
-    read_curve,
-    snapshot_names,
-    snapshot_pause_s,
-    write_snapshot,
-)
-
+SNAPSHOTS, DONE, CURVE, EVALUATOR = "snapshots", "DONE", "evals.jsonl", "evaluator.json"
+PAUSES = "snapshot-pauses.txt"  # seconds each snapshot took its trainer, one a line
 RESULTS = "results.jsonl"
 RESULT_PREFIX = "RESULT "  # how a trainer hands its figures to the bench: its last stdout line
+
+
+# ------------------------------------------------------------------ snapshots
+
+
+def write_snapshot(run_dir: str, state: dict[str, Any], *, env_steps: int, wall_s: float, updates: int,
+                   final: bool = False) -> float:
+    """Save ``state`` (a state dict) atomically. The seconds it took (the trainer's
+    pause, from whichever process the trainer runs in) are appended to
+    ``<run_dir>/snapshot-pauses.txt``, except for the final snapshot, taken after
+    training."""
+    import torch
+
+    t0 = time.perf_counter()
+    directory = os.path.join(run_dir, SNAPSHOTS)
+    os.makedirs(directory, exist_ok=True)
+    name = f"snap-{int(env_steps):012d}{'-final' if final else ''}.pt"
+    path = os.path.join(directory, name)
+    payload = {"state": {k: v.detach().cpu() for k, v in state.items()}, "env_steps": int(env_steps),
+               "wall_s": float(wall_s), "updates": int(updates), "final": bool(final)}
+    torch.save(payload, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    seconds = time.perf_counter() - t0
+    if not final:
+        with open(os.path.join(run_dir, PAUSES), "a") as f:
+            f.write(f"{seconds:.6f}\n")
+    return seconds
+
+
+def snapshot_pause_s(run_dir: str) -> float:
+    path = os.path.join(run_dir, PAUSES)
+    if not os.path.exists(path):
+        return 0.0
+    with open(path) as f:
+        return sum(float(line) for line in f if line.strip())
+
+
+def snapshot_names(run_dir: str) -> list[str]:
+    """Finished snapshots, in env-step order (the step count leads the name)."""
+    directory = os.path.join(run_dir, SNAPSHOTS)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if n.startswith("snap-") and n.endswith(".pt"))
 
 
 # ---------------------------------------------------------------- in a trainer
@@ -89,6 +123,38 @@ class PacedSnapshots:
             write_snapshot(self.run_dir, self.algorithm.policy_state(), env_steps=steps,  # type: ignore[attr-defined]
                            wall_s=time.time() - self.started, updates=self.updates)  # type: ignore[attr-defined]
         return metrics
+
+
+def learn_sb3(model: Any, acting_state: Callable[[], dict[str, Any]], *, run_dir: str, started: float,
+              budget_s: float, max_env_steps: int, eval_every: int) -> dict[str, Any]:
+    """Train a Stable-Baselines3 model under this protocol: a snapshot of
+    ``acting_state()`` every ``eval_every`` env steps, a stop at ``budget_s`` from
+    ``started`` (the trainer's launch) or at ``max_env_steps``, a final snapshot, its
+    env closed. Returns the figures every trainer reports (env steps, updates, their
+    rates over the time spent learning, start-up seconds)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Snapshots(BaseCallback):
+        next_at = eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_at:
+                while self.next_at <= self.num_timesteps:
+                    self.next_at += eval_every
+                write_snapshot(run_dir, acting_state(), env_steps=self.num_timesteps,
+                               wall_s=time.time() - started, updates=model._n_updates)
+            return time.time() - started < budget_s
+
+    began = time.time()
+    model.learn(total_timesteps=max_env_steps, callback=Snapshots())
+    active = time.time() - began
+    write_snapshot(run_dir, acting_state(), env_steps=model.num_timesteps, wall_s=time.time() - started,
+                   updates=model._n_updates, final=True)
+    model.get_env().close()
+    return {"env_steps": int(model.num_timesteps), "updates": int(model._n_updates),
+            "env_steps_per_s": model.num_timesteps / active if active > 0 else 0.0,
+            "updates_per_s": model._n_updates / active if active > 0 else 0.0,
+            "startup_s": began - started}
 
 
 def report(result: dict[str, Any]) -> None:
@@ -140,6 +206,35 @@ def watch_snapshots(run_dir: str, evaluate: Callable[[dict[str, Any]], dict[str,
     with open(os.path.join(run_dir, EVALUATOR), "w") as f:
         json.dump(figures, f)
     return figures
+
+
+# ------------------------------------------------------------ command lines
+
+
+def names(text: str) -> list[str]:
+    """The non-empty parts of a comma-separated flag value."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def choose(parser: argparse.ArgumentParser, flag: str, text: str, allowed: Sequence[str], *,
+           what: str) -> list[str]:
+    """``text``'s names, each one of ``allowed``; otherwise a parser error naming the flag."""
+    chosen = names(text)
+    unknown = [n for n in chosen if n not in allowed]
+    if unknown or not chosen:
+        parser.error(f"{flag}: unknown {what}(s) {unknown}; choose from {list(allowed)}")
+    return chosen
+
+
+def seed_list(parser: argparse.ArgumentParser, text: str) -> list[int]:
+    """``--seeds``: comma-separated non-negative integers."""
+    try:
+        seeds = [int(s) for s in names(text)]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, got {text!r}")
+    if not seeds or any(s < 0 for s in seeds):
+        parser.error(f"--seeds must be non-negative integers, got {text!r}")
+    return seeds
 
 
 # ------------------------------------------------------------------ the bench
@@ -207,9 +302,19 @@ def rounded(value: Any, digits: int = 4) -> Any:
 # ------------------------------------------------------------------- curves
 
 
-def first_reaching(curve: list[dict[str, Any]], key: str, level: float) -> dict[str, Any] | None:
-    """The first evaluation (in env-step order) whose ``key`` return is >= ``level``."""
-    return next((r for r in curve if r[key] >= level), None)
+def read_curve(run_dir: str) -> list[dict[str, Any]]:
+    path = os.path.join(run_dir, CURVE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return sorted((json.loads(line) for line in f if line.strip()),
+                      key=lambda r: (r["env_steps"], r["final"]))
+
+
+def first_reaching(curve: list[dict[str, Any]], key: str, score: float) -> dict[str, Any] | None:
+    """The first evaluation (in env-step order) whose ``key`` return (e.g. ``"eps0.1"``
+    or ``"greedy"``) is at least ``score``."""
+    return next((r for r in curve if r[key] >= score), None)
 
 
 def crossings(curve: list[dict[str, Any]], key: str, levels: Sequence[float]) -> dict[str, Any]:
@@ -230,10 +335,12 @@ def value_at(curve: list[dict[str, Any]], key: str, seconds: float) -> float | N
 
 
 def plot_runs(root: str, path: str, *, key: str, title: str, impl_order: Sequence[str],
-              levels: Sequence[float] = (), ylabel: str = "return") -> str | None:
+              levels: Sequence[float | tuple[float, str]] = (), ylabel: str = "return",
+              dotted_key: str | None = None) -> str | None:
     """``path``: the ``key`` return of every run under ``root`` (one directory per run,
-    ``<impl>-seed<k>``) against wall-clock and env steps; ``levels`` as dashed lines.
-    None when no run has a curve yet."""
+    ``<impl>-seed<k>``) against wall-clock and env steps, ``dotted_key``'s beside it
+    as a dotted line in the run's colour; ``levels`` as horizontal lines (a
+    ``(level, label)`` pair is named in the legend). None when no run has a curve yet."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,11 +357,15 @@ def plot_runs(root: str, path: str, *, key: str, title: str, impl_order: Sequenc
         impl = name.rsplit("-seed", 1)[0]
         color = colors(list(impl_order).index(impl) % 10 if impl in impl_order else 9)
         for ax, x in zip(axes, ("wall_s", "env_steps")):
-            ax.plot([r[x] for r in curve], [r[key] for r in curve], color=color, marker="o", markersize=3,
-                    label=name)
+            xs = [r[x] for r in curve]
+            ax.plot(xs, [r[key] for r in curve], color=color, marker="o", markersize=3, label=name)
+            if dotted_key is not None:
+                ax.plot(xs, [r[dotted_key] for r in curve], color=color, linestyle=":", linewidth=1)
     for ax, label in zip(axes, ("wall-clock (s, from the trainer's launch)", "env steps")):
-        for level in levels:
-            ax.axhline(level, color="gray", linestyle="--", linewidth=1)
+        for i, level in enumerate(levels):
+            value, name = level if isinstance(level, tuple) else (level, None)
+            ax.axhline(value, color="gray" if i == 0 else "black", linestyle="--" if i == 0 else "-.",
+                       linewidth=1, label=name)
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
