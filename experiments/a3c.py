@@ -36,6 +36,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
+from experiments.roles.a3c_parts import fill_defaults  # noqa: F401  (public: the defaults a run fills, for scripts)
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.job import main_for, run_job
 

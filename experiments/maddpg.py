@@ -41,6 +41,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
+from experiments.roles.maddpg_parts import env_factory, evaluate, teams_of  # noqa: F401  (public, for scripts)
 from experiments.runtime import Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.config import DEFAULT_ENV_STEP_TIMEOUT, check_step_timeout
 from experiments.runtime.job import main_for, run_job

@@ -103,3 +103,37 @@ def test_no_import_cycles_between_modules_of_the_packages():
     for node in sorted(graph):
         visit(node)
     assert not cycles, f"import cycles: {cycles}"
+
+
+PUBLIC_JOB_MODULES = {f"experiments.{job}" for job in JOBS} | {"experiments.evaluate"}
+
+
+def _public(module: str) -> bool:
+    """What code outside the jobs may import from ``experiments``: the job entry points,
+    the runtime, the builders, the actor-learner program's public names
+    (``experiments.roles.actor_learner.__all__``) and the benchmarks' own modules. The
+    other role modules are internal: changing them must not break a benchmark."""
+    return (module in PUBLIC_JOB_MODULES or module == "experiments.roles.actor_learner"
+            or module.startswith(("experiments.runtime", "experiments.builders", "experiments.bench")))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "bench").glob("*.py")), ids=lambda p: p.name)
+def test_benchmarks_use_only_public_api(path):
+    from experiments.roles import actor_learner
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "experiments":
+                modules = [f"experiments.{alias.name}" for alias in node.names]
+            else:
+                modules = [node.module]
+            for module in modules:
+                if module.startswith("experiments."):
+                    assert _public(module), f"{path.name} imports internal {module}"
+            if node.module == "experiments.roles.actor_learner":
+                private = [a.name for a in node.names if a.name not in actor_learner.__all__]
+                assert not private, f"{path.name} imports {private}, not in actor_learner.__all__"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("experiments."):
+                    assert _public(alias.name), f"{path.name} imports internal {alias.name}"

@@ -91,7 +91,7 @@ class _Reported:
 
 def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
     from algorithms.pacing import Pacing
-    from experiments.roles.learner import PARAMS, LearnerLoop
+    from experiments.roles.actor_learner import PARAMS, LearnerLoop
     from experiments.runtime.config import RunConfig
     from experiments.runtime.coordinator import Coordinator
     from rlpar.logging import MetricLogger
@@ -161,8 +161,7 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
 def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
     """The control loop of ``experiments.roles.actor.run_actor``, env and policy slept."""
     from algorithms.pacing import Pacing
-    from experiments.roles.learner import PARAMS
-    from experiments.roles.program import report_every
+    from experiments.roles.actor_learner import PARAMS, report_every
     from experiments.runtime.messages import Report
     from rlpar.servers import PushPullModelServer
 
@@ -231,7 +230,7 @@ def summarize(point: FanInPoint, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     slack = Pacing.slack_steps  # simulated actors hold no transitions back
     due = Pacing(updates_per_step=point.updates_per_step, learning_starts=point.learning_starts,
                  slack_steps=slack).learner_bound(fan["env_steps"])
-    from experiments.roles.program import report_every
+    from experiments.roles.actor_learner import report_every
 
     per_report = point.num_envs * (1 + int(report_every(point.actors) / point.vector_step_s))
     allowed = point.learning_starts + fan["total_updates"] / point.updates_per_step + slack

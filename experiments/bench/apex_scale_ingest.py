@@ -106,7 +106,7 @@ def _noop(batch: Any, priorities: Any) -> None:
 
 def _replay(point: IngestPoint, group: Any, names: list[str], role: str):
     """The replay handle of this rank, built as the job builds it."""
-    from experiments.roles.data import REPLAY
+    from experiments.roles.actor_learner import REPLAY
     from rlpar.buffers import (
         DistributedPrioritizedReplayBuffer,
         HostedBuffer,

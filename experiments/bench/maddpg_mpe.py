@@ -57,8 +57,7 @@ import numpy as np
 import torch
 
 from experiments.bench.maddpg_spread import KeptMADDPG, ours_config, ready_batches, update_period
-from experiments.maddpg import MultiAgentEnvConfig, run
-from experiments.roles.maddpg_parts import teams_of
+from experiments.maddpg import MultiAgentEnvConfig, run, teams_of
 from experiments.runtime import Parts, RunConfig
 
 COMPETITIVE = {"simple_adversary": "simple_adversary_v3", "simple_tag": "simple_tag_v3"}

@@ -57,8 +57,7 @@ from typing import Any
 import torch
 
 from algorithms.maddpg import MADDPG
-from experiments.maddpg import MADDPGJobConfig, MultiAgentEnvConfig, run
-from experiments.roles.maddpg_parts import env_factory, evaluate
+from experiments.maddpg import MADDPGJobConfig, MultiAgentEnvConfig, env_factory, evaluate, run
 from experiments.runtime import Parts, RunConfig
 from experiments.runtime.cli import leaves, parse_config
 

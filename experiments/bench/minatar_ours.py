@@ -261,7 +261,7 @@ def apex_policy(flags: str, game: str, *, variant: str = "paper"):
 def a3c_agent(flags: str, game: str, *, variant: str = "paper") -> A2C:
     """Ours' actor-critic for ``game`` as ``experiments.a3c`` with ``flags`` builds it."""
     from envs.registry import EnvFactory
-    from experiments.roles.a3c_parts import fill_defaults
+    from experiments.a3c import fill_defaults
 
     config = a3c_config(flags)
     factory = EnvFactory.from_id(env_id(game, variant))

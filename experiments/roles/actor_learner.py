@@ -15,6 +15,11 @@ shards on the actors its shard is dropped from sampling when it dies, and the le
 hosts a fresh, empty one for its replacement (see
 ``DistributedReplayBuffer.rehost``). Any other death restarts the world from the
 newest complete checkpoint (a learner's too: its group cannot go on without it).
+
+Public (``__all__``, what jobs, benchmarks and users' own launchers may import; the
+other role modules are internal and may change): the program and its entry points,
+the learner's loop, the service names the roles meet under (``PARAMS``: the model
+server; ``REPLAY``: the replay shards) and how often an actor reports.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from algorithms.builder import Builder, EnvSpec
-from experiments.roles.data import LearnerData, run_replay, warm_in_background
-from experiments.roles.learner import LearnerLoop, run_keeper, run_learner, target
+from experiments.roles.data import REPLAY, LearnerData, run_replay, warm_in_background
+from experiments.roles.learner import PARAMS, LearnerLoop, run_keeper, run_learner, target
 from experiments.roles.program import (
     Program,
     Setup,
@@ -34,11 +39,15 @@ from experiments.roles.program import (
     evaluate,
     learners_of,
     pacing,
+    report_every,
     role_names,
     role_of,
 )
 from experiments.runtime.job import Job, StopSignals
 from experiments.runtime.lead import announce_compile, run_lead, start_lead
+
+__all__ = ["PARAMS", "REPLAY", "LearnerLoop", "Program", "Setup", "load_policy", "make_job", "rank_main",
+           "report_every", "restartable", "serial_main"]
 
 
 def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
