@@ -41,18 +41,33 @@ class NStepAdder:
                   terminated: np.ndarray, truncated: np.ndarray, cut: np.ndarray | None) -> list[Batch]:
         """What the assembler returns for ``n = 1`` (every step is a whole transition),
         row for row and dtype for dtype, without its ring: 9 us per env step of an
-        Ape-X MinAtar actor's ~90. Its row order: envs whose episode goes on, then
-        envs whose episode ended; envs whose step was cut give no row."""
-        term = terminated.astype(bool, copy=False)
-        done = term | truncated.astype(bool, copy=False)
-        keep = ~cut.astype(bool, copy=False) if cut is not None else True
-        rows = np.concatenate([np.flatnonzero(~done & keep), np.flatnonzero(done & keep)])
-        if not rows.size:
-            return []
-        return [{"obs": obs[rows], "action": action[rows],
-                 "reward": reward[rows].astype(np.float64).astype(np.float32),
-                 "next_obs": next_obs[rows].astype(obs.dtype, copy=False), "terminated": term[rows],
-                 "discount": np.full(rows.size, self.gamma).astype(np.float32)}]
+        Ape-X MinAtar actor's ~90."""
+        item, _ = one_step_transitions(obs=obs, action=action, reward=reward, next_obs=next_obs,
+                                       terminated=terminated, truncated=truncated, cut=cut, gamma=self.gamma)
+        return [] if item is None else [item]
+
+
+def one_step_transitions(*, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+                         terminated: np.ndarray, truncated: np.ndarray, cut: np.ndarray | None,
+                         gamma: float) -> tuple[Batch | None, np.ndarray]:
+    """One vector step's one-step transitions (None if every env was cut) and the env
+    of each row (:func:`one_step_rows`)."""
+    rows = one_step_rows(terminated, truncated, cut)
+    if not rows.size:
+        return None, rows
+    return {"obs": obs[rows], "action": action[rows], "reward": reward[rows].astype(np.float64).astype(np.float32),
+            "next_obs": next_obs[rows].astype(obs.dtype, copy=False),
+            "terminated": terminated.astype(bool, copy=False)[rows],
+            "discount": np.full(rows.size, gamma).astype(np.float32)}, rows
+
+
+def one_step_rows(terminated: np.ndarray, truncated: np.ndarray, cut: np.ndarray | None) -> np.ndarray:
+    """The env of each row of :class:`NStepAdder`'s one-step transitions, in its row
+    order: envs whose episode goes on, then envs whose episode ended; no row for an
+    env whose step was cut."""
+    done = terminated.astype(bool, copy=False) | truncated.astype(bool, copy=False)
+    keep = ~cut.astype(bool, copy=False) if cut is not None else True
+    return np.concatenate([np.flatnonzero(~done & keep), np.flatnonzero(done & keep)])
 
 
 class UnrollItems:

@@ -189,7 +189,11 @@ class DQN(Algorithm):
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``, a float or
         one rate per observation) or greedy."""
-        greedy = self.q_values(obs).argmax(dim=-1).cpu().numpy()
+        return self.choose(self.q_values(obs), explore=explore)
+
+    def choose(self, q: torch.Tensor, *, explore: bool = True) -> np.ndarray:
+        """The actions :meth:`act` takes given the Q values ``q`` of its observations."""
+        greedy = q.argmax(dim=-1).cpu().numpy()
         if not explore or np.all(np.asarray(self.epsilon) <= 0.0):
             return greedy
         random = self._rng.integers(self.num_actions, size=greedy.shape)

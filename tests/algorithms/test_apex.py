@@ -164,3 +164,100 @@ def test_learner_publishes_every_push_every_updates():
     for _ in range(5):
         learner.step()
     assert store.version == 3
+
+
+class _Recorder:
+    def __init__(self):
+        self.batches, self.priorities = [], []
+
+    def add(self, batch, priorities):
+        self.batches.append(batch)
+        self.priorities.append(np.asarray(priorities))
+
+
+class _OwnTarget(DQN):
+    """A DQN with its own target hook (here the stock one): the actor must then score
+    by a forward, through the hook."""
+
+    def target(self, batch):
+        return super().target(batch)
+
+
+def _scored_run(dqn, *, truncate, add_every, steps=23, num_envs=3):
+    from rlpar.servers import ModelStore
+
+    env = SyncVectorEnv([lambda k=k: CountingEnv(episode_length=4 + k, truncate=truncate) for k in range(num_envs)],
+                        autoreset_mode=AutoresetMode.SAME_STEP)
+    sink = _Recorder()
+    actor = ApexActor(dqn=dqn, env=env, buffer=sink, params=ModelStore(), index=0, num_actors=2, seed=3,
+                      config=ApexConfig(n_step=1, add_every=add_every, pull_every=10**6))
+    for _ in range(steps):
+        actor.step()
+    actor.flush()  # as the roles do when an actor stops: the open last step is scored too
+    return actor, sink
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+@pytest.mark.parametrize("add_every", [1, 4, 7])
+def test_acting_scores_equal_the_forward_pass_priorities(truncate, add_every):
+    """One-step priorities from the Q values computed to act (and, for time limits,
+    the final observation's) equal a forward over each flushed batch: same batches,
+    priorities within float rounding (a batch-8 and a batch-2N forward sum in another
+    order: rtol 1e-5)."""
+    fast, slow = make_dqn(seed=2, fast="auto"), _OwnTarget(network=make_dqn(seed=2).network, num_actions=2,
+                                                          config=make_dqn(seed=2, fast="auto").config, seed=2)
+    scored_actor, scored = _scored_run(fast, truncate=truncate, add_every=add_every)
+    forward_actor, forward = _scored_run(slow, truncate=truncate, add_every=add_every)
+    assert scored_actor.scores is not None and forward_actor.scores is None
+    assert len(scored.batches) == len(forward.batches) > 1
+    for a, b, pa, pb in zip(scored.batches, forward.batches, scored.priorities, forward.priorities):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+        assert pa.shape == pb.shape == (len(a["reward"]),)
+        np.testing.assert_allclose(pa, pb, rtol=1e-5, atol=1e-6)
+    assert scored_actor.transitions_added == sum(len(b["reward"]) for b in scored.batches)
+    ended = np.concatenate([b["terminated"] for b in scored.batches])
+    assert ended.any() != truncate  # episodes ended by termination, or only by time limits
+
+
+def test_acting_scores_apply_only_where_they_are_the_same_computation():
+    from rlpar.servers import ModelStore
+
+    def scores(dqn, n_step=1):
+        return ApexActor(dqn=dqn, env=parity_env(), buffer=_Recorder(), params=ModelStore(), index=0,
+                         num_actors=1, config=ApexConfig(n_step=n_step)).scores
+
+    assert scores(make_dqn(fast="auto")) is not None
+    assert scores(make_dqn(fast="auto"), n_step=3) is None  # n-step windows: a forward at each flush
+    assert scores(make_dqn(fast="off")) is None  # the plain path stays as it was
+    base = make_dqn(fast="auto")
+    assert scores(_OwnTarget(network=base.network, num_actions=2, config=base.config)) is None
+
+
+@pytest.mark.timeout(30)
+def test_acting_scores_skip_the_step_a_restarted_env_worker_cut():
+    from envs import SubprocVectorEnv
+    from rlpar.servers import ModelStore
+    from tests.procs import kill_and_wait
+
+    env = SubprocVectorEnv([lambda: CountingEnv(episode_length=50)] * 2, num_workers=2, restart_on_crash=True,
+                           autoreset_mode=AutoresetMode.SAME_STEP)
+    sink = _Recorder()
+    actor = ApexActor(dqn=make_dqn(fast="auto"), env=env, buffer=sink, params=ModelStore(), index=0,
+                      num_actors=1, config=ApexConfig(n_step=1, add_every=2, pull_every=1000))
+    assert actor.scores is not None
+    try:
+        for _ in range(3):
+            actor.step()
+        worker = next(p for p in env._workers.procs if p is not None)  # (a group may run in this process)
+        kill_and_wait(worker.pid)
+        assert actor.step() == 1  # the killed worker's env lost its step, the other's happened
+        for _ in range(3):
+            actor.step()
+        actor.flush()
+    finally:
+        env.close()
+    rows = sum(len(b["reward"]) for b in sink.batches)
+    assert rows == actor.transitions_added == actor.env_steps == 3 * 2 + 1 + 3 * 2
+    priorities = np.concatenate(sink.priorities)
+    assert priorities.shape == (rows,) and np.isfinite(priorities).all() and (priorities > 0).all()
