@@ -180,8 +180,8 @@ class ActingScores:
     def _q_values(self, obs: np.ndarray) -> np.ndarray:
         return self.dqn.q_values(obs).float().cpu().numpy()
 
-    def acted_on(self, obs: np.ndarray, version: int) -> torch.Tensor:
-        """The Q values the actor acts on (a tensor for ``dqn.choose``): the ones a
+    def acted_on(self, obs: np.ndarray, version: int) -> np.ndarray:
+        """The Q values the actor acts on (for ``dqn.choose``): the ones a
         flush computed for these very observations at this version, or a forward.
         They finish the previous step's transitions."""
         handed, self._next = self._next, None
@@ -191,7 +191,7 @@ class ActingScores:
             q = self._q_values(obs)
         self._q = q
         self._finish(q)
-        return torch.from_numpy(q)
+        return q
 
     def opened(self, item: dict[str, np.ndarray], rows: np.ndarray, actions: np.ndarray,
                truncated: np.ndarray) -> None:

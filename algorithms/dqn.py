@@ -191,9 +191,10 @@ class DQN(Algorithm):
         one rate per observation) or greedy."""
         return self.choose(self.q_values(obs), explore=explore)
 
-    def choose(self, q: torch.Tensor, *, explore: bool = True) -> np.ndarray:
-        """The actions :meth:`act` takes given the Q values ``q`` of its observations."""
-        greedy = q.argmax(dim=-1).cpu().numpy()
+    def choose(self, q: torch.Tensor | np.ndarray, *, explore: bool = True) -> np.ndarray:
+        """The actions :meth:`act` takes given the Q values ``q`` of its observations
+        (a tensor, or an array: on a few rows numpy's argmax is the cheaper call)."""
+        greedy = q.argmax(-1) if isinstance(q, np.ndarray) else q.argmax(dim=-1).cpu().numpy()
         if not explore or np.all(np.asarray(self.epsilon) <= 0.0):
             return greedy
         random = self._rng.integers(self.num_actions, size=greedy.shape)

@@ -254,3 +254,40 @@ def test_zero_grad_sets_none_and_keeps_the_profiler_range():
     with torch.profiler.profile() as prof:
         learner.optimizer.zero_grad()
     assert any("zero_grad" in e.name for e in prof.events())
+
+
+@pytest.mark.parametrize("rows", [1, 8, 16, 17, 64])
+def test_acting_forward_equals_the_modules_and_follows_parameter_changes(rows):
+    """Small no-grad batches (acting) run the dueling head as one folded dense layer and
+    the big dense layer against a cached transpose; both follow every way parameters
+    change (an optimizer step, load_state_dict, a replaced Parameter). Tolerance:
+    float32 rounding of sums taken in another order (1e-5 on Q values of order 1)."""
+    from algorithms.fast import FastForward
+
+    torch.manual_seed(1)
+    net = q_network(MINATAR, 6, dueling=True)
+    fast = FastForward(net, "eager")
+    obs = torch.as_tensor(np.random.default_rng(0).random((rows, *MINATAR)) < 0.2)
+
+    def check():
+        with torch.no_grad():
+            torch.testing.assert_close(fast(obs), net(obs), rtol=1e-5, atol=1e-5)
+
+    check()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
+    net(obs).pow(2).mean().backward()  # with gradients: the streams as written, both get one
+    head = net[1]
+    assert head.value.weight.grad is not None and head.advantage.weight.grad is not None
+    optimizer.step()
+    check()
+    other = q_network(MINATAR, 6, dueling=True)
+    net.load_state_dict(other.state_dict())
+    check()
+    head.advantage.weight = torch.nn.Parameter(torch.randn_like(head.advantage.weight))
+    net[0][4].weight = torch.nn.Parameter(torch.randn_like(net[0][4].weight) * 0.01)
+    check()
+    calls = []
+    handle = head.value.register_forward_hook(lambda *a: calls.append(1))
+    check()
+    assert calls  # a stream with a hook runs as a module
+    handle.remove()
