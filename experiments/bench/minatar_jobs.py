@@ -23,20 +23,6 @@ JOBS = {"rlpar-apex": "experiments.apex", "rlpar-a3c": "experiments.a3c", "rlpar
 SYNC = ("rlpar-ppo", "rlpar-pqn")  # on the synchronous program: minatar_sync
 
 
-class Every:
-    """Passes once each time a growing count reaches the next multiple of ``every``."""
-
-    def __init__(self, every: int) -> None:
-        self.every, self.next = every, every
-
-    def passed(self, count: int) -> bool:
-        if count < self.next:
-            return False
-        while self.next <= count:
-            self.next += self.every
-        return True
-
-
 def missing(impl: str) -> str | None:
     """Why ``impl`` cannot run in this tree (its job module is absent), or None."""
     module = JOBS[impl]

@@ -31,7 +31,6 @@ mode of the policy, i.e. argmax of its logits (A3C, IMPALA, PPO).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -40,64 +39,23 @@ from algorithms.a2c import A2C
 from algorithms.actor_learner import Learner
 from algorithms.apex import ApexLearner
 from experiments.bench import minatar_jobs as jobs
-from experiments.bench.minatar_eval import env_id, write_snapshot
+from experiments.bench.minatar_eval import env_id
+from experiments.bench.wallclock import PacedSnapshots, Snapshots
 
 
-class SnapshottingLearner(ApexLearner):
-    """An Ape-X learner that writes evaluation snapshots (see the module docstring).
-    Use :meth:`bound` to make the subclass a run passes as ``Parts(learner=...)``."""
-
-    run_dir: str = ""
-    every: int = 0
-    started: float = 0.0
-    learning_starts: int = 0
-    updates_per_step: float = 1.0
-
-    @classmethod
-    def bound(cls, *, run_dir: str, every: int, started: float, learning_starts: int,
-              updates_per_step: float) -> type:
-        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started,
-                                           "learning_starts": learning_starts,
-                                           "updates_per_step": updates_per_step})
-
-    def __init__(self, *, dqn: Any, buffer: Any, params: Any, config: Any) -> None:
-        if not self.run_dir or self.every < 1:
-            raise TypeError("use SnapshottingLearner.bound(...) to set where and how often to snapshot")
-        super().__init__(dqn=dqn, buffer=buffer, params=params, config=config)
-        self._clock = jobs.Every(self.every)
-
-    def env_steps(self) -> int:
-        return self.learning_starts + int(self.updates / self.updates_per_step)
-
-    def step(self) -> dict[str, Any]:
-        metrics = super().step()
-        steps = self.env_steps()
-        if self._clock.passed(steps):
-            write_snapshot(self.run_dir, self.dqn.policy_state(), env_steps=steps,
-                           wall_s=time.time() - self.started, updates=self.updates)
-        return metrics
+class SnapshottingLearner(PacedSnapshots, ApexLearner):
+    """An Ape-X learner that writes evaluation snapshots (see the module docstring and
+    :class:`~experiments.bench.wallclock.PacedSnapshots`)."""
 
 
-class SnapshottingA2C(A2C):
-    """An A2C whose A3C worker writes evaluation snapshots (see the module
-    docstring). Use :meth:`bound` to make the subclass passed as ``Parts(algorithm=...)``."""
+class SnapshottingA2C(Snapshots, A2C):
+    """An A2C whose A3C worker writes evaluation snapshots (see the module docstring):
+    after loading the server's parameters that follow the rollout passing each
+    interval of its own env steps."""
 
-    run_dir: str = ""
-    every: int = 0
-    started: float = 0.0
-
-    @classmethod
-    def bound(cls, *, run_dir: str, every: int, started: float) -> type:
-        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started})
-
-    def __init__(self, *, observation_space: Any, action_space: Any, config: Any = None, model: Any = None,
-                 actor: Any = None, critic: Any = None, device: Any = None) -> None:
-        if not self.run_dir or self.every < 1:
-            raise TypeError("use SnapshottingA2C.bound(...) to set where and how often to snapshot")
-        super().__init__(observation_space=observation_space, action_space=action_space, config=config,
-                         model=model, actor=actor, critic=critic, device=device)
+    def start_snapshots(self) -> None:
+        super().start_snapshots()
         self.env_steps = self.rollouts = 0
-        self._clock = jobs.Every(self.every)
 
     def compute_gradients(self, batch: Any) -> Any:
         self.env_steps += math.prod(batch["rewards"].shape)  # (T, N) per rollout
@@ -106,31 +64,17 @@ class SnapshottingA2C(A2C):
 
     def load_policy_state(self, state: Any) -> None:
         super().load_policy_state(state)
-        if self.rollouts and self._clock.passed(self.env_steps):  # the server's parameters after that rollout
-            write_snapshot(self.run_dir, self.policy_state(), env_steps=self.env_steps,
-                           wall_s=time.time() - self.started, updates=self.rollouts)
+        if self.rollouts:  # the server's parameters after that rollout
+            self.snapshot_if_due(self.policy_state, env_steps=self.env_steps, updates=self.rollouts)
 
 
-class SnapshottingImpalaLearner(Learner):
-    """IMPALA's learner writing evaluation snapshots (see the module docstring). Use
-    :meth:`bound` to make the subclass a run passes as ``Parts(learner=...)``."""
+class SnapshottingImpalaLearner(Snapshots, Learner):
+    """IMPALA's learner writing evaluation snapshots (see the module docstring): after
+    the update passing each interval of the env steps it learned from."""
 
-    run_dir: str = ""
-    every: int = 0
-    started: float = 0.0
-
-    @classmethod
-    def bound(cls, *, run_dir: str, every: int, started: float) -> type:
-        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started})
-
-    def __init__(self, *, algorithm: Any, source: Any, params: Any, batch_size: int, push_every: int,
-                 weighted: bool) -> None:
-        if not self.run_dir or self.every < 1:
-            raise TypeError("use SnapshottingImpalaLearner.bound(...) to set where and how often to snapshot")
-        super().__init__(algorithm=algorithm, source=source, params=params, batch_size=batch_size,
-                         push_every=push_every, weighted=weighted)
+    def start_snapshots(self) -> None:
+        super().start_snapshots()
         self.learned_steps = 0  # env steps of the unrolls learned from: [T, B] rewards each batch
-        self._clock = jobs.Every(self.every)
 
     def learn(self, batch: Any) -> Any:
         self.learned_steps += int(np.asarray(batch["reward"]).size)
@@ -138,9 +82,7 @@ class SnapshottingImpalaLearner(Learner):
 
     def step(self) -> dict[str, float]:
         metrics = super().step()
-        if self._clock.passed(self.learned_steps):
-            write_snapshot(self.run_dir, self.algorithm.policy_state(), env_steps=self.learned_steps,
-                           wall_s=time.time() - self.started, updates=self.updates)
+        self.snapshot_if_due(self.algorithm.policy_state, env_steps=self.learned_steps, updates=self.updates)
         return metrics
 
 

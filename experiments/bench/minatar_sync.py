@@ -37,41 +37,36 @@ from algorithms.ppo import PPO, PPOConfig
 from algorithms.pqn import PQN, PQNConfig
 from experiments.bench import minatar_jobs as jobs
 from experiments.bench.minatar_eval import env_id, write_snapshot
+from experiments.bench.wallclock import Snapshots
 
 SPEC = "policy-spec.pt"
 CLAIMS = "claims"  # <run>/claims/<k>: a member writes the snapshot after k x eval_every env steps
 MEMBERS_FLAG = "--num-workers"
 
 
-class SnapshottingRollouts:
+class SnapshottingRollouts(Snapshots):
     """The snapshot half of :class:`SnapshottingPPO` and :class:`SnapshottingPQN`
-    (see the module docstring). Use :meth:`bound` to make the class a run passes as
-    ``Parts(algorithm=...)``."""
+    (see the module docstring); ``members``: the ranks of the run's group, each
+    counting every member's env steps, one of them writing each snapshot."""
 
     kind: str = ""
-    run_dir: str = ""
-    every: int = 0
-    started: float = 0.0
     members: int = 1
 
-    @classmethod
-    def bound(cls, *, run_dir: str, every: int, started: float, members: int = 1) -> type:
-        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started,
-                                           "members": members})
-
     def start_snapshots(self) -> None:
-        if not self.run_dir or self.every < 1 or self.members < 1:
-            raise TypeError(f"use {type(self).__name__}.bound(...) to set where and how often to snapshot")
+        if self.members < 1:
+            raise TypeError(f"{type(self).__name__}: members must be >= 1, got {self.members}")
+        super().start_snapshots()
         self.bench_env_steps = self.bench_updates = 0
-        self._clock = jobs.Every(self.every)
         write_spec(self.run_dir, self.kind, self.config)
 
-    def after_update(self, batch: Any) -> None:
+    def update(self, batch: Any) -> dict[str, float]:
+        metrics = super().update(batch)  # the algorithm's, next in the MRO
         self.bench_env_steps += rollout_steps(batch) * self.members
         self.bench_updates += 1
-        if self._clock.passed(self.bench_env_steps) and self._claim(self.bench_env_steps // self.every):
+        if self._snapshot_clock.passed(self.bench_env_steps) and self._claim(self.bench_env_steps // self.every):
             write_snapshot(self.run_dir, self.policy_state(), env_steps=self.bench_env_steps,
                            wall_s=time.time() - self.started, updates=self.bench_updates)
+        return metrics
 
     def _claim(self, interval: int) -> bool:
         """Whether this member writes the snapshot of ``interval`` (the ``eval_every``
@@ -91,27 +86,9 @@ class SnapshottingRollouts:
 class SnapshottingPPO(SnapshottingRollouts, PPO):
     kind = "ppo"
 
-    def __init__(self, **kwargs: Any) -> None:  # PPO's keywords, checked by PPO
-        super().__init__(**kwargs)
-        self.start_snapshots()
-
-    def update(self, batch: Any) -> dict[str, float]:
-        metrics = super().update(batch)
-        self.after_update(batch)
-        return metrics
-
 
 class SnapshottingPQN(SnapshottingRollouts, PQN):
     kind = "pqn"
-
-    def __init__(self, **kwargs: Any) -> None:  # PQN's keywords, checked by PQN
-        super().__init__(**kwargs)
-        self.start_snapshots()
-
-    def update(self, batch: Any) -> dict[str, float]:
-        metrics = super().update(batch)
-        self.after_update(batch)
-        return metrics
 
 
 CLASSES = {"rlpar-ppo": SnapshottingPPO, "rlpar-pqn": SnapshottingPQN}

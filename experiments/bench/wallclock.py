@@ -80,48 +80,85 @@ def snapshot_names(run_dir: str) -> list[str]:
 # ---------------------------------------------------------------- in a trainer
 
 
-class PacedSnapshots:
+class Every:
+    """Passes once each time a growing count reaches the next multiple of ``every``."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.next = every, every
+
+    def passed(self, count: int) -> bool:
+        if count < self.next:
+            return False
+        while self.next <= count:
+            self.next += self.every
+        return True
+
+
+class Snapshots:
+    """Mixin for a trainer's algorithm or learner (keyword-only constructor) that
+    writes evaluation snapshots: where (``run_dir``), how often (``every`` env steps)
+    and from when the wall-clock counts (``started``) are class attributes, set by
+    :meth:`bound` (class attributes travel to every rank with the class); an unbound
+    class refuses to be built."""
+
+    run_dir: str = ""
+    every: int = 0
+    started: float = 0.0
+
+    @classmethod
+    def bound(cls, **settings: Any) -> type:
+        """A subclass with these class attributes; a name the class lacks is a TypeError."""
+        unknown = sorted(k for k in settings if k.startswith("_") or not hasattr(cls, k)
+                         or callable(getattr(cls, k)))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.bound() got unknown settings {unknown}")
+        run_dir, every = settings.get("run_dir", cls.run_dir), settings.get("every", cls.every)
+        if not run_dir or every < 1:
+            raise ValueError(f"snapshots need a run directory and every >= 1; got {run_dir!r}, {every}")
+        return type(cls.__name__, (cls,), settings)
+
+    def __init__(self, **kwargs: Any) -> None:  # the base class's keywords, checked by it
+        super().__init__(**kwargs)
+        self.start_snapshots()
+
+    def start_snapshots(self) -> None:
+        if not self.run_dir or self.every < 1:
+            raise TypeError(f"use {type(self).__name__}.bound(...) to set where and how often to snapshot")
+        self._snapshot_clock = Every(self.every)
+
+    def snapshot_if_due(self, state: Callable[[], dict[str, Any]], *, env_steps: int, updates: int) -> bool:
+        """Write ``state()`` if ``env_steps`` passed the next multiple of ``every``."""
+        if not self._snapshot_clock.passed(env_steps):
+            return False
+        write_snapshot(self.run_dir, state(), env_steps=env_steps, wall_s=time.time() - self.started,
+                       updates=updates)
+        return True
+
+
+class PacedSnapshots(Snapshots):
     """Mixin for an actor-learner :class:`~algorithms.actor_learner.Learner` whose
     replay ratio is paced (Ape-X): after the update at which the run passes each
     ``every`` env steps, write ``algorithm.policy_state()`` as a snapshot. The
     learner does not see the coordinator's env-step count, so it uses the one
     Pacing holds it to, ``learning_starts + updates / updates_per_step``: actors
-    and learner stay within Pacing's slack of it. Use :meth:`bound` to make the
-    class a run passes as ``Parts(learner=...)`` (class attributes travel to every
-    rank with the class)."""
+    and learner stay within Pacing's slack of it."""
 
-    run_dir: str = ""
-    every: int = 0
-    started: float = 0.0
     learning_starts: int = 0
     updates_per_step: float = 1.0
-    _next_snapshot: int | None = None
 
     @classmethod
-    def bound(cls, *, run_dir: str, every: int, started: float, learning_starts: int,
-              updates_per_step: float) -> type:
-        if not run_dir or every < 1 or not updates_per_step > 0:
-            raise ValueError(f"snapshots need a run directory, every >= 1 and updates_per_step > 0; got "
-                             f"{run_dir!r}, {every}, {updates_per_step}")
-        return type(cls.__name__, (cls,), {"run_dir": run_dir, "every": every, "started": started,
-                                           "learning_starts": learning_starts,
-                                           "updates_per_step": updates_per_step})
+    def bound(cls, **settings: Any) -> type:
+        if not settings.get("updates_per_step", cls.updates_per_step) > 0:
+            raise ValueError(f"snapshots need updates_per_step > 0, got {settings.get('updates_per_step')}")
+        return super().bound(**settings)
 
     def paced_env_steps(self) -> int:
         return self.learning_starts + int(self.updates / self.updates_per_step)  # type: ignore[attr-defined]
 
     def step(self) -> dict[str, Any]:
         metrics = super().step()  # type: ignore[misc]
-        if not self.run_dir:
-            raise TypeError(f"use {type(self).__name__}.bound(...) to set where and how often to snapshot")
-        steps = self.paced_env_steps()
-        if self._next_snapshot is None:
-            self._next_snapshot = self.every
-        if steps >= self._next_snapshot:
-            while self._next_snapshot <= steps:
-                self._next_snapshot += self.every
-            write_snapshot(self.run_dir, self.algorithm.policy_state(), env_steps=steps,  # type: ignore[attr-defined]
-                           wall_s=time.time() - self.started, updates=self.updates)  # type: ignore[attr-defined]
+        self.snapshot_if_due(self.algorithm.policy_state, env_steps=self.paced_env_steps(),  # type: ignore[attr-defined]
+                             updates=self.updates)  # type: ignore[attr-defined]
         return metrics
 
 
