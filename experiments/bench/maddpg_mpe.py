@@ -56,7 +56,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.bench.maddpg_spread import KeptMADDPG, ours_config, ready_batches, update_period
+from experiments.bench.maddpg_spread import (
+    KeptMADDPG,
+    add_run_flags,
+    ours_config,
+    parse_run_flags,
+    ready_batches,
+    update_period,
+)
 from experiments.maddpg import MultiAgentEnvConfig, run, teams_of
 from experiments.runtime import Parts, RunConfig
 
@@ -323,31 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", choices=ENVS, default="simple_adversary",
                         help="simple_spread runs experiments.bench.maddpg_spread with the other flags")
-    parser.add_argument("--quick", action="store_true", help="tiny smoke run")
-    parser.add_argument("--steps", type=int, default=STEPS, help="env-step budget per run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--update-every", type=int, default=UPDATE_EVERY,
-                        help="rlpar: env steps (all copies) per update (see maddpg_spread)")
-    parser.add_argument("--peer-update-every", type=int, default=PEER_UPDATE_EVERY, help="the same for TorchRL")
-    parser.add_argument("--peer-grad-clip", type=float, default=0.5,
-                        help="TorchRL's gradient-norm clip over each group's actors (critics); <= 0: none")
-    parser.add_argument("--ours-flags", default="",
-                        help="extra experiments.maddpg flags for rlpar, e.g. --ours-flags=\"--critic-observes team\"")
-    parser.add_argument("--eval-episodes", type=int, default=50)
-    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.steps, args.seeds, args.batch_size, args.eval_episodes = 600, [0], 32, 2
-    if args.steps < 100 or args.num_envs < 1 or args.update_every < 1 or args.peer_update_every < 1:
-        parser.error("--steps must be >= 100, --num-envs, --update-every and --peer-update-every >= 1")
-    if "rlpar" in args.impls:
-        try:
-            ours_config(args.ours_flags)
-        except ValueError as exc:
-            parser.error(str(exc))
-    torch.set_num_threads(1)
+    add_run_flags(parser, steps=STEPS, ours_flags="", impls=list(IMPLS), default_impls=list(IMPLS))
+    args = parse_run_flags(parser, argv)
     common = dict(env=args.env, steps=args.steps, num_envs=args.num_envs, learning_starts=min(25_600, args.steps // 10),
                   batch_size=args.batch_size, eval_episodes=args.eval_episodes)
     runners: dict[str, Callable[..., dict[str, Any]]] = {}

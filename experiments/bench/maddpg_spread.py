@@ -289,12 +289,12 @@ def _line(impl: str, seed: int, steps: int, continuous: bool, result: dict[str, 
             **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_flags(parser: argparse.ArgumentParser, *, steps: int, ours_flags: str, impls: list[str],
+                  default_impls: list[str]) -> None:
+    """The flags this bench and :mod:`.maddpg_mpe` share."""
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
-    parser.add_argument("--steps", type=int, default=STEPS, help="env-step budget per run")
+    parser.add_argument("--steps", type=int, default=steps, help="env-step budget per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--discrete", action="store_true", help="discrete actions (rlpar only: Gumbel-softmax)")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--update-every", type=int, default=UPDATE_EVERY,
@@ -304,12 +304,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peer-update-every", type=int, default=PEER_UPDATE_EVERY,
                         help="the same for TorchRL")
     parser.add_argument("--peer-grad-clip", type=float, default=0.5,
-                        help="TorchRL's gradient-norm clip over each role's networks (<= 0: none)")
-    parser.add_argument("--ours-flags", default=RLPAR_FLAGS,
+                        help="TorchRL's gradient-norm clip over each role's (group's) networks (<= 0: none)")
+    parser.add_argument("--ours-flags", default=ours_flags,
                         help="extra experiments.maddpg flags for rlpar, e.g. --ours-flags=\"--lr 3e-3\"")
     parser.add_argument("--eval-episodes", type=int, default=50)
-    parser.add_argument("--impls", nargs="+", default=["random", "rlpar", "torchrl"],
-                        choices=["random", "rlpar", "torchrl"])
+    parser.add_argument("--impls", nargs="+", default=default_impls, choices=impls)
+
+
+def parse_run_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse, apply ``--quick`` and check the shared flags (errors name them)."""
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.seeds, args.batch_size, args.eval_episodes = 600, [0], 32, 2
@@ -321,6 +324,15 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             parser.error(str(exc))
     torch.set_num_threads(1)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    impls = ["random", "rlpar", "torchrl"]
+    add_run_flags(parser, steps=STEPS, ours_flags=RLPAR_FLAGS, impls=impls, default_impls=impls)
+    parser.add_argument("--discrete", action="store_true", help="discrete actions (rlpar only: Gumbel-softmax)")
+    args = parse_run_flags(parser, argv)
     continuous = not args.discrete
     learning_starts = min(25_600, args.steps // 10)
     common = dict(steps=args.steps, continuous=continuous, num_envs=args.num_envs,
