@@ -118,7 +118,10 @@ class ApexActor(Actor):
         super().__init__(acting=dqn, behave=self.behaviour, env=env, sink=buffer, params=params,
                          adder=NStepAdder(num_envs=env.num_envs, n=config.n_step, gamma=dqn.config.gamma),
                          add_every=config.add_every, pull_every=config.pull_every, prioritized=True, seed=seed)
-        self.scores = ActingScores(dqn) if ActingScores.applies(dqn, config) else None
+        # A subclass that acts or scores otherwise keeps its own hooks, scored by a forward.
+        own_hooks = (type(self).behaviour is not ApexActor.behaviour
+                     or type(self).initial_priorities is not ApexActor.initial_priorities)
+        self.scores = ActingScores(dqn) if ActingScores.applies(dqn, config) and not own_hooks else None
         if self.scores is not None:
             self.adder = self.scores.wrap(self.adder)
 

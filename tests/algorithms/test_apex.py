@@ -233,6 +233,18 @@ def test_acting_scores_apply_only_where_they_are_the_same_computation():
     base = make_dqn(fast="auto")
     assert scores(_OwnTarget(network=base.network, num_actions=2, config=base.config)) is None
 
+    class Boltzmann(ApexActor):  # an actor that explores otherwise: its own behaviour, a forward to score
+        def behaviour(self, obs):
+            q = self.dqn.q_values(obs)
+            return torch.distributions.Categorical(logits=q).sample().numpy(), {}
+
+    actor = Boltzmann(dqn=make_dqn(fast="auto"), env=parity_env(), buffer=_Recorder(), params=ModelStore(),
+                      index=0, num_actors=1, config=ApexConfig(n_step=1, add_every=2))
+    assert actor.scores is None
+    for _ in range(6):
+        actor.step()
+    assert actor.transitions_added == 12 and all(len(p) == 4 for p in actor.sink.priorities)
+
 
 @pytest.mark.timeout(30)
 def test_acting_scores_skip_the_step_a_restarted_env_worker_cut():
