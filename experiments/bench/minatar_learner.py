@@ -33,32 +33,36 @@ the "before" column below is this file run on the tree before it (commit f736e6e
 ``--fast default``, the "after" column this tree with ``--fast auto``, alternating
 before/after runs, twice, the mean of the two; "off" is this tree's plain path (it keeps
 the changes that need no option: a tied actor's target forward done once, one-step
-transitions without the n-step ring, a cheaper ``zero_grad``). Recorded 2026-11-26 on the
-2-core Xeon (Sapphire Rapids, KVM) shared with other jobs, 1 intra-op thread, 300
-updates and 2,400 actor vector steps per mode, load average 2.1-4.5; sgemm 155-183
-GFLOP/s per CPU-second:
+transitions without the n-step ring, a cheaper ``zero_grad``). Recorded 2026-11-26
+(22:50-22:56 UTC) on the 2-core Xeon (Sapphire Rapids, KVM) with nothing else running,
+load average 1.0-1.7, 1 intra-op thread, 300 updates and 3,000 actor vector steps per
+mode:
 
 =============  ==================  =====================  ==========================
 game           update b32, ms CPU  update b128, ms CPU    actor, env steps / CPU-s
                before / after      before / after (off)   before / after (off)
 =============  ==================  =====================  ==========================
-Breakout       2.35 / 2.37         4.33 / 3.82 (4.28)     11.9K / 18.1K (14.0K) 1.53x
-SpaceInvaders  2.51 / 2.36         4.61 / 4.29 (4.78)     8.8K / 12.2K (10.5K) 1.40x
-Asterix        2.48 / 2.28         4.46 / 3.90 (4.36)     12.3K / 18.4K (13.9K) 1.50x
-Freeway        2.49 / 2.43         4.67 / 4.51 (4.93)     10.9K / 15.2K (12.5K) 1.39x
-Seaquest       2.60 / 2.57         5.11 / 5.02 (5.32)     10.2K / 13.9K (12.1K) 1.37x
+Breakout       2.42 / 2.26         4.24 / 3.71 (4.14)     12.0K / 28.3K (14.4K) 2.37x
+SpaceInvaders  2.48 / 2.40         4.50 / 4.09 (4.56)     8.8K / 15.4K (10.0K) 1.75x
+Asterix        2.40 / 2.24         4.28 / 3.68 (4.11)     12.4K / 26.8K (14.2K) 2.17x
+Freeway        2.44 / 2.31         4.54 / 3.96 (4.48)     11.4K / 23.0K (13.2K) 2.01x
+Seaquest       2.58 / 2.52         4.82 / 4.57 (4.92)     10.7K / 20.0K (12.2K) 1.87x
 =============  ==================  =====================  ==========================
 
-Fraction of the matmul limit at batch 128: 0.28-0.31 before, 0.33-0.34 after; at batch
-32: 0.12-0.15 before, 0.14-0.16 after. The batch-128 update is 1.02-1.15x cheaper, far
-from 1.5x: 60% of it is oneDNN's convolution and MKL's matmuls (profile shares: dense
-matmuls 33%, convolution forward 16% and backward 12%), which no mode here changes, and
-the rest is spread over ~60 small ops. The actor is 1.37-1.53x: a batch-8 act went from
-270 to 150 us (oneDNN's convolution alone took 44 us of it; im2col 19 us), its initial
-priorities from 3 forwards to 1 (over obs and next_obs), one-step transitions from 85 to
-30 us a vector step. What is left per env step (Breakout, 61 us): acting 30 (the
-forward 23), initial priorities 13, the MinAtar env 9 (SpaceInvaders: 31), adds and
-transitions 6.
+Fraction of the matmul limit at batch 128: 0.32-0.36 before, 0.34-0.36 after; at batch
+32: 0.14-0.17 before and after. The batch-128 update is 1.05-1.16x cheaper, far from
+1.5x: 60% of it is oneDNN's convolution and MKL's matmuls (profile shares: dense
+matmuls 29-33%, convolution forward 14-16% and backward 10-12%), which no mode here
+changes, and the rest is spread over ~60 small ops. Tried and dropped: an im2col
+convolution (one gather, one matmul whose backward is the weight gradient) took 3.9 ms
+against 3.7 (the gather and the casts around it cost more than oneDNN saves); bf16
+dense matmuls (AMX) saved ~12% and change the numerics. The actor is 1.75-2.37x: a
+batch-8 act went from 270 to ~100 us (im2col convolution for small batches, a folded
+dueling head, a cached transpose of the dense weight), its initial priorities from 3
+forwards over each flushed batch to none (:class:`algorithms.apex.ActingScores`: the Q
+values computed to act), one-step transitions from 85 to 30 us a vector step. What is
+left per env step: Breakout 35 us, of which the MinAtar env 9; SpaceInvaders 65, of
+which the env 31 (pure-Python game logic, which bounds its ratio).
 
 On a trained net the plain path also pays for subnormal Adam moments (algorithms.fast):
 SpaceInvaders' learner state after 170K env steps (10.5K updates) with its dead weights'
