@@ -77,7 +77,10 @@ def run_actor_scaling(args: argparse.Namespace) -> None:
     single = None
     for n in args.actors:
         # The job's budget counts its world's start (slower with more ranks).
-        point = actors.ScalingPoint(actors=n, seconds=args.scaling_seconds + 4.0 + 0.3 * n)
+        # --quick: shorter sleeps, so that a few-second run still holds several adds
+        # (each one a point of every actor's trace) after the last actor started.
+        step_s = 0.01 if args.quick else actors.ScalingPoint.step_s
+        point = actors.ScalingPoint(actors=n, seconds=args.scaling_seconds + 4.0 + 0.3 * n, step_s=step_s)
         summary, records = actors.run_point(point)
         line = actors.scaling_line(point, summary, records, single)
         if n == 1:

@@ -53,6 +53,11 @@ class RecordingActor(ApexActor):
             self.versions.append(self.version)
         return loaded
 
+    def step(self) -> int:
+        if not self.trace:  # the trace starts at the first step, not at the first add
+            self.trace.append((time.time(), self.env_steps, time.process_time() - self._cpu0))
+        return super().step()
+
     def flush(self) -> None:
         super().flush()
         self.trace.append((time.time(), self.env_steps, time.process_time() - self._cpu0))
