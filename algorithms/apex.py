@@ -123,7 +123,7 @@ class ApexActor(Actor):
                      or type(self).initial_priorities is not ApexActor.initial_priorities)
         self.scores = ActingScores(dqn) if ActingScores.applies(dqn, config) and not own_hooks else None
         if self.scores is not None:
-            self.adder = self.scores.wrap(self.adder)
+            self.adder = _ScoringAdder(gamma=dqn.config.gamma, scores=self.scores)
 
     @property
     def buffer(self) -> Buffer:
@@ -177,9 +177,6 @@ class ActingScores:
         stock = all(getattr(type(dqn), name) is getattr(DQN, name) for name in cls.HOOKS)
         return stock and config.n_step == 1 and dqn.fast != "off" and dqn.target_network is dqn.network
 
-    def wrap(self, adder: NStepAdder) -> _ScoringAdder:
-        return _ScoringAdder(adder, self)
-
     def _q_values(self, obs: np.ndarray) -> np.ndarray:
         return self.dqn.q_values(obs).float().cpu().numpy()
 
@@ -216,8 +213,8 @@ class ActingScores:
         if step is None:
             return
         v = np.where(step.ended, step.final_v, q_next.max(-1)[step.rows])
-        not_done = 1.0 - step.terminated.astype(np.float32)
-        target = step.reward.astype(np.float32) + step.discount.astype(np.float32) * not_done * v
+        # The adder's rows are float32 already (its reward and discount columns).
+        target = step.reward + step.discount * ~step.terminated * v
         self._scored.append(target - step.q_taken)
 
     def take(self, next_obs: np.ndarray, version: int, *, rows: int) -> np.ndarray | None:
@@ -248,11 +245,12 @@ class _OpenStep:
 
 
 class _ScoringAdder:
-    """The actor's adder while :class:`ActingScores` scores: one-step transitions,
-    each step's handed to the scores with the Q values it was acted with."""
+    """The actor's adder while :class:`ActingScores` scores: one-step transitions (as
+    ``NStepAdder`` makes them for n = 1), each step's handed to the scores with the Q
+    values it was acted with."""
 
-    def __init__(self, adder: NStepAdder, scores: ActingScores) -> None:
-        self.adder, self.scores = adder, scores
+    def __init__(self, *, gamma: float, scores: ActingScores) -> None:
+        self.gamma, self.scores = gamma, scores
 
     def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
             reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -261,7 +259,7 @@ class _ScoringAdder:
         action = np.asarray(action)
         item, rows = one_step_transitions(obs=np.asarray(obs), action=action, reward=np.asarray(reward),
                                           next_obs=np.asarray(next_obs), terminated=np.asarray(terminated),
-                                          truncated=truncated, cut=cut, gamma=self.adder.gamma)
+                                          truncated=truncated, cut=cut, gamma=self.gamma)
         if item is None:
             return []
         self.scores.opened(item, rows, action[rows], truncated[rows])

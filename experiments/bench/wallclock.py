@@ -171,13 +171,11 @@ def learn_sb3(model: Any, acting_state: Callable[[], dict[str, Any]], *, run_dir
     rates over the time spent learning, start-up seconds)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    class Snapshots(BaseCallback):
-        next_at = eval_every
+    clock = Every(eval_every)
 
+    class Snapshots(BaseCallback):
         def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next_at:
-                while self.next_at <= self.num_timesteps:
-                    self.next_at += eval_every
+            if clock.passed(self.num_timesteps):
                 write_snapshot(run_dir, acting_state(), env_steps=self.num_timesteps,
                                wall_s=time.time() - started, updates=model._n_updates)
             return time.time() - started < budget_s
