@@ -35,7 +35,7 @@ from algorithms.base import Algorithm, GradHook, reduce_gradients
 from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.impala_checks import check_batch, check_state, explained_variance
 from algorithms.impala_config import IMPALAConfig
-from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm
+from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm, linear_lr
 from algorithms.returns import vtrace
 
 __all__ = ["IMPALA", "IMPALAConfig"]
@@ -130,8 +130,20 @@ class IMPALA(Algorithm):
             data = self.preprocess(batch)
             data = self.compute_targets(data)
             loss, metrics = self.compute_loss(data)
+            lr = self.set_learning_rate()
             metrics.update(self.optimize(loss))
+            if lr is not None:
+                metrics["lr"] = lr
             return self.postprocess(data, metrics)
+
+    def set_learning_rate(self) -> float | None:
+        """The learning rate of this update, annealed linearly to 0 over
+        ``lr_anneal_updates`` as the paper anneals it over its frames (None: not
+        annealed, the optimizer's own rate, which a user may have changed)."""
+        cfg = self.config
+        if cfg.lr_anneal_updates is None:
+            return None
+        return linear_lr(self.optimizer, lr=cfg.lr, step=self.updates, anneal_steps=cfg.lr_anneal_updates)
 
     def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Hook: check the batch (names what is missing or misshapen), then tensors on

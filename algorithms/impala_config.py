@@ -52,6 +52,7 @@ class IMPALAConfig:
     reward_clip: float | None = None  # rewards clipped to [-reward_clip, reward_clip]
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     lr: float = 2e-3
+    lr_anneal_updates: int | None = None  # anneal lr linearly to 0 over this many updates (None: constant)
     optimizer_eps: float | None = None  # None: 0.01 for RMSProp (the paper's), 1e-8 for Adam
     rmsprop_alpha: float = 0.99
     hidden: tuple[int, ...] = (64, 64)
@@ -89,6 +90,9 @@ class IMPALAConfig:
             if (value is not None or name == "lr") and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0{'' if name == 'lr' else ' or None'}, "
                                  f"got {value}")
+        anneal = self.lr_anneal_updates
+        if anneal is not None and (isinstance(anneal, bool) or not isinstance(anneal, int) or anneal < 1):
+            raise ValueError(f"lr_anneal_updates must be an int >= 1 or None, got {anneal!r}")
         self.network_config()  # the network fields, checked by A2CConfig's rules
 
     @property

@@ -48,6 +48,18 @@ def clip_grad_norm(grads: list[torch.Tensor], max_norm: float | None) -> torch.T
     return norm
 
 
+def linear_lr(optimizer: torch.optim.Optimizer, *, lr: float, step: int, anneal_steps: int | None) -> float:
+    """Set every param group of ``optimizer`` to ``lr`` annealed linearly to 0 over
+    ``anneal_steps`` (at ``step`` of them; None: ``lr`` constant) and return it: the
+    schedule of PPO (Schulman et al. 2017) and IMPALA (Espeholt et al. 2018), set
+    before each update so a resumed run continues where its step count says."""
+    if anneal_steps is not None:
+        lr = lr * max(0.0, 1.0 - step / anneal_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
 def _hooked_step(step: Any) -> Any:
     """torch's step wrapper (pre/post hooks, profiler range) without opening a
     profiler range when no profiler runs: that range alone costs about as much as

@@ -48,7 +48,7 @@ from torch import nn
 from algorithms.actor_critic import ActorCritic, build_actor_critic, make_head, successor_values
 from algorithms.base import Algorithm
 from algorithms.fast import flush_denormals, resolve_fast
-from algorithms.optim import EagerAdam, clip_grad_norm
+from algorithms.optim import EagerAdam, clip_grad_norm, linear_lr
 from algorithms.ppo_config import PPOConfig
 from algorithms.returns import gae
 from rlpar.state import StatePath, integer, mapping, module_state, torch_loader
@@ -289,10 +289,7 @@ class PPO(Algorithm):
         cfg = self.config
         if cfg.lr_anneal_updates is None:
             return cfg.lr
-        lr = cfg.lr * max(0.0, 1.0 - self.updates / cfg.lr_anneal_updates)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        return lr
+        return linear_lr(self.optimizer, lr=cfg.lr, step=self.updates, anneal_steps=cfg.lr_anneal_updates)
 
     def _group_mean(self, values: list[float]) -> float:
         mean = torch.tensor(sum(values) / len(values), dtype=torch.float64)

@@ -40,10 +40,11 @@ from experiments.runtime.job import main_for, run_job
 # env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
 # 13.9K); MinAtar Breakout (one seed, 180 s) greedy 11.4 at 2e-3 against 5.2 at 6e-4.
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
-    "vector": {"lr": 2e-3, "unroll_length": 20, "batch_size": 2},
-    "small_image": {"lr": 2e-3, "unroll_length": 20, "batch_size": 2},
-    "frames": {"lr": 6e-4, "unroll_length": 20, "batch_size": 4},  # the paper's; not measured here
-    "other": {"lr": 2e-3, "unroll_length": 20, "batch_size": 2},
+    "vector": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
+    "small_image": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
+    # the paper's; not measured here
+    "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4},
+    "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
 }
 
 
@@ -56,6 +57,9 @@ class LearnConfig:
     """IMPALA's hyperparameters (those left unset: ``DEFAULTS_BY_FAMILY``)."""
 
     lr: float | None = field(None, help="learning rate (none: by observation family, 2e-3; 6e-4 for frames)")
+    lr_anneal_steps: int | None = field(None, help=(
+        "anneal the learning rate linearly to 0 over this many env steps, all learners together "
+        "(0: constant; none: by observation family)"))
     optimizer: Literal["rmsprop", "adam"] = field("rmsprop", help="optimizer (the paper's RMSProp, eps 0.01)")
     gamma: float = field(0.99, help="discount")
     unroll_length: int | None = field(None, help="steps per unroll an actor sends (none: by family, 20)")
@@ -77,24 +81,30 @@ class LearnConfig:
         for name in ("unroll_length", "batch_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
+        if self.lr_anneal_steps is not None and self.lr_anneal_steps < 0:
+            raise ValueError(f"{flag('lr_anneal_steps')} must be >= 0, got {self.lr_anneal_steps}")
         if self.push_every < 1 or self.pull_every < 0:
             raise ValueError(f"{flag('push_every')} must be >= 1 and {flag('pull_every')} >= 0")
         layer_sizes(self.hidden, name="hidden")
         if self.fast not in ("auto", "off", "eager", "compile"):
             raise ValueError(f"{flag('fast')} must be one of ['auto', 'off', 'eager', 'compile'], got {self.fast!r}")
         if self.lr is not None:
-            self.impala_config()  # the algorithm's own checks, named by field
+            dataclasses.replace(self, lr_anneal_steps=0).impala_config(env_steps_per_update=1)  # named checks
 
-    def impala_config(self):
+    def impala_config(self, *, env_steps_per_update: int):
+        """The IMPALAConfig; the annealing, given in env steps, counted in updates of
+        ``env_steps_per_update`` (every learner's batch of unrolls together)."""
         from algorithms.impala_config import IMPALAConfig
 
-        if self.lr is None:
-            raise ValueError(f"{flag('lr')} is unset: the job fills it by the env's observations (env_defaults)")
+        if self.lr is None or self.lr_anneal_steps is None:
+            raise ValueError(f"{flag('lr')}/{flag('lr_anneal_steps')} unset: the job fills them by the "
+                             "env's observations (env_defaults)")
+        anneal = max(1, self.lr_anneal_steps // env_steps_per_update) if self.lr_anneal_steps else None
         return IMPALAConfig(gamma=self.gamma, rho_bar=self.rho_bar, c_bar=self.c_bar,
                             entropy_coef=self.entropy_coef, value_coef=self.value_coef,
                             max_grad_norm=self.max_grad_norm, reward_clip=self.reward_clip,
-                            optimizer=self.optimizer, lr=self.lr, hidden=layer_sizes(self.hidden, name="hidden"),
-                            fast=self.fast)
+                            optimizer=self.optimizer, lr=self.lr, lr_anneal_updates=anneal,
+                            hidden=layer_sizes(self.hidden, name="hidden"), fast=self.fast)
 
 
 @dataclasses.dataclass
@@ -126,8 +136,8 @@ class ImpalaJobConfig:
 def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
     from experiments.builders.impala import IMPALABuilder
 
-    return IMPALABuilder(learn=config.learn, num_envs=config.env.num_envs, spec=spec, network=parts.network,
-                         algorithm=parts.algorithm, actor=parts.actor, learner=parts.learner)
+    return IMPALABuilder(learn=config.learn, num_envs=config.env.num_envs, learners=config.learners, spec=spec,
+                         network=parts.network, algorithm=parts.algorithm, actor=parts.actor, learner=parts.learner)
 
 
 def resolve(config: ImpalaJobConfig, world_size: int | None) -> int:

@@ -25,10 +25,18 @@ class IMPALABuilder(Builder):
 
     algorithm_base, actor_base, learner_base = IMPALA, Actor, Learner
 
-    def __init__(self, *, learn: Any, num_envs: int, spec: EnvSpec, network: Any = None,
+    def __init__(self, *, learn: Any, num_envs: int, spec: EnvSpec, learners: int = 1, network: Any = None,
                  algorithm: type | None = None, actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
-        self.learn, self.num_envs = learn, num_envs
+        self.learn, self.num_envs, self.learners = learn, num_envs, learners
+
+    @property
+    def config(self) -> Any:
+        """The algorithm's IMPALAConfig (an update takes ``batch_size`` unrolls of
+        ``unroll_length`` steps of every env, on each learner)."""
+        learn = self.learn
+        return learn.impala_config(
+            env_steps_per_update=self.learners * learn.batch_size * learn.unroll_length * self.num_envs)
 
     @property
     def flow(self) -> Flow:
@@ -43,7 +51,7 @@ class IMPALABuilder(Builder):
         torch.manual_seed(seed)
         model = self.network(self.spec.observation_space, self.spec.action_space) if self.network else None
         return self.algorithm_cls(observation_space=self.spec.observation_space,
-                                  action_space=self.spec.action_space, config=self.learn.impala_config(),
+                                  action_space=self.spec.action_space, config=self.config,
                                   model=model, device=device)
 
     def make_actor(self, algorithm: IMPALA, *, env: Any, sink: Any, params: Any, index: int, num_actors: int,

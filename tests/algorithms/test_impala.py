@@ -120,6 +120,24 @@ def test_state_round_trip_continues_identically(tmp_path):
     np.testing.assert_array_equal(fresh.act(obs, explore=False), agent.act(obs, explore=False))
 
 
+def test_learning_rate_anneals_linearly_and_resumes_where_it_was(tmp_path):
+    """The paper's schedule: lr * (1 - updates / lr_anneal_updates), floored at 0, set
+    before each update from the update count a state keeps."""
+    agent = counting_agent(lr=1e-3, lr_anneal_updates=4)
+    batch = counting_batch(agent)
+    lrs = [agent.update(batch)["lr"] for _ in range(3)]
+    assert lrs == pytest.approx([1e-3, 7.5e-4, 5e-4])
+    other = counting_agent(lr=1e-3, lr_anneal_updates=4)
+    other.load_state_dict(agent.state_dict())
+    assert other.update(batch)["lr"] == pytest.approx(2.5e-4)
+    before = [p.detach().clone() for p in other.model.parameters()]
+    assert other.update(batch)["lr"] == 0.0  # past the end: no step moves the model
+    assert all(torch.equal(a, b) for a, b in zip(before, other.model.parameters()))
+    constant = counting_agent(lr=1e-3)
+    constant.optimizer.param_groups[0]["lr"] = 5e-4  # a user's own schedule is left alone
+    assert "lr" not in constant.update(batch) and constant.optimizer.param_groups[0]["lr"] == 5e-4
+
+
 def test_bad_states_are_named():
     agent = counting_agent()
     state = agent.state_dict()
@@ -207,7 +225,9 @@ def test_config_is_validated():
                          ({"max_grad_norm": 0.0}, "max_grad_norm must be"),
                          ({"optimizer": "sgd"}, "optimizer must be one of"),
                          ({"loss_reduction": "max"}, "loss_reduction must be one of"),
-                         ({"hidden": ()}, "hidden must be")]:
+                         ({"hidden": ()}, "hidden must be"),
+                         ({"lr_anneal_updates": 0}, "lr_anneal_updates must be an int >= 1"),
+                         ({"lr_anneal_updates": 2.5}, "lr_anneal_updates must be an int >= 1")]:
         with pytest.raises(ValueError, match=message):
             IMPALAConfig(**bad)
     assert IMPALAConfig(optimizer="rmsprop").eps == 0.01

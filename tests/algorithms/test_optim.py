@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from algorithms.optim import EagerAdam, EagerRAdam, EagerRMSprop, clip_grad_norm
+from algorithms.optim import EagerAdam, EagerRAdam, EagerRMSprop, clip_grad_norm, linear_lr
 
 
 def pair(name):
@@ -131,3 +131,13 @@ def test_step_hooks_run_and_may_replace_arguments():
     bad.register_step_pre_hook(lambda o, args, kwargs: "nonsense")
     with pytest.raises(RuntimeError, match="pre-hook"):
         bad.step()
+
+
+def test_linear_lr_anneals_every_group_to_zero_and_holds_there():
+    net = nn.Linear(2, 2)
+    optimizer = EagerAdam([{"params": [net.weight]}, {"params": [net.bias], "lr": 9.0}], lr=1.0)
+    rates = [linear_lr(optimizer, lr=2e-3, step=step, anneal_steps=4) for step in (0, 1, 4, 7)]
+    assert rates == pytest.approx([2e-3, 1.5e-3, 0.0, 0.0])
+    assert [g["lr"] for g in optimizer.param_groups] == [0.0, 0.0]
+    assert linear_lr(optimizer, lr=2e-3, step=100, anneal_steps=None) == 2e-3  # None: constant
+    assert [g["lr"] for g in optimizer.param_groups] == [2e-3, 2e-3]

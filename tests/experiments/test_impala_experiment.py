@@ -41,3 +41,17 @@ def test_bad_flags_are_named():
         impala.run(impala_config(serial=True, unroll_length=0))
     with pytest.raises(ValueError, match="--queue-capacity must be >= 1"):
         impala.run(impala_config(serial=True, queue_capacity=0))
+    with pytest.raises(ValueError, match="--lr-anneal-steps must be >= 0"):
+        impala.run(impala_config(serial=True, lr_anneal_steps=-1))
+
+
+def test_the_annealing_is_counted_in_updates_of_every_learners_batch():
+    from experiments.builders.impala import IMPALABuilder
+
+    learn = impala.LearnConfig(lr=1e-3, lr_anneal_steps=96_000, unroll_length=20, batch_size=3)
+    # An update takes 3 unrolls x 20 steps x 8 envs = 480 env steps on each of 2 learners.
+    builder = IMPALABuilder(learn=learn, num_envs=8, learners=2, spec=None)
+    assert builder.config.lr_anneal_updates == 100 and builder.config.lr == 1e-3
+    constant = IMPALABuilder(learn=impala.LearnConfig(lr=1e-3, lr_anneal_steps=0, unroll_length=20, batch_size=3),
+                             num_envs=8, spec=None)
+    assert constant.config.lr_anneal_updates is None
