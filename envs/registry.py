@@ -11,9 +11,11 @@ the registrations the user's script made:
 * ``"MinAtar/Breakout-v0"`` (all 6 actions: the protocol of Young & Tian 2019, "MinAtar:
   An Atari-Inspired Testbed for Thorough and Reproducible Reinforcement Learning
   Experiments", arXiv 1903.03176) and ``-v1`` (minimal action set), for Asterix,
-  Breakout, Freeway, Seaquest and SpaceInvaders: registered by
-  ``minatar.gym.register_envs()`` (the ``minatar`` extra). gymnasium 1.x does not load
-  MinAtar's plugin entry point, so nothing else registers them. Both keep MinAtar's
+  Breakout, Freeway, Seaquest and SpaceInvaders (the ``minatar`` extra): the ids
+  ``minatar.gym.register_envs()`` would register, on :class:`envs.minatar.MinAtarEnv`
+  (MinAtar's gym env with exact, faster engines for some games; an id a user already
+  registered with MinAtar's own entry point is left as it is). gymnasium 1.x does not
+  load MinAtar's plugin entry point, so nothing else registers them. Both keep MinAtar's
   defaults: sticky actions with probability 0.1, difficulty ramping, no episode cap;
 * ``"MinAtar/Breakout-gymnax-v0"`` (and the other four games): MinAtar as gymnax runs
   it (Lange 2022, the JAX ports PQN's authors trained on): the minimal action set,
@@ -39,9 +41,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.wrappers import FlattenObservation
 
-# minatar.gym.register_envs() registers all ten ids; this one tells it has run (calling it
-# twice would override every id with a warning).
-_MINATAR_SENTINEL = "MinAtar/Breakout-v0"
+_MINATAR_ENTRY_POINT = "envs.minatar:MinAtarEnv"
 # MinAtar's games: the id's name and minatar's module (minatar.gym's naming).
 MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Seaquest": "seaquest",
                  "SpaceInvaders": "space_invaders"}
@@ -94,18 +94,23 @@ def _register_ale(env_id: str) -> None:
 
 def _register_minatar(env_id: str) -> None:
     try:
-        import minatar.gym
+        import minatar.gym  # noqa: F401 (the extra is installed: envs.minatar builds on it)
     except ImportError as exc:
         raise ValueError(f"env id {env_id!r} is a MinAtar game but minatar is not installed "
                          "(pip install 'rlpar[minatar]')") from exc
     with _lock:
-        if _MINATAR_SENTINEL not in gym.registry:
-            minatar.gym.register_envs()
-        if minatar_id("Breakout", "gymnax") not in gym.registry:
-            for game, module in MINATAR_GAMES.items():
-                gym.register(id=minatar_id(game, "gymnax"), entry_point="minatar.gym:BaseEnv",
-                             kwargs={"game": module, **GYMNAX_KWARGS},
-                             max_episode_steps=GYMNAX_EPISODE_STEPS[game])
+        for game, module in MINATAR_GAMES.items():
+            # minatar.gym.register_envs()'s ids (v0: all six actions, v1: the minimal set).
+            for version, minimal in (("v0", False), ("v1", True)):
+                _register_once(f"MinAtar/{game}-{version}", game=module, use_minimal_action_set=minimal)
+            _register_once(minatar_id(game, "gymnax"), game=module, **GYMNAX_KWARGS,
+                           max_episode_steps=GYMNAX_EPISODE_STEPS[game])
+
+
+def _register_once(env_id: str, *, max_episode_steps: int | None = None, **kwargs: Any) -> None:
+    if env_id not in gym.registry:  # a user's registration (minatar's own, say) stays
+        gym.register(id=env_id, entry_point=_MINATAR_ENTRY_POINT, kwargs=kwargs,
+                     max_episode_steps=max_episode_steps)
 
 
 def minatar_id(game: str, variant: str = "paper") -> str:
