@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -65,6 +65,53 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return _flat_value(self.critic(obs), obs) if self.shared is None else self.forward(obs)[1]
+
+
+class ActingForward:
+    """An :class:`ActorCritic`'s forwards for acting, run as a resolved fast mode says
+    (:class:`algorithms.fast.FastForward`: an actor's few no-grad rows take the
+    small-batch kernels): separate actor and critic networks, or the body of a
+    :class:`SharedBody` (MinAtar's shared conv torso) with its two layers on top. Any
+    other shared network, or a module with hooks, runs as it is. A network replaced on
+    the model since is picked up."""
+
+    def __init__(self, model: ActorCritic, mode: str) -> None:
+        self.model, self.mode = model, mode
+        self._forwards: dict[str, Any] = {}
+
+    def _fast(self, module: nn.Module, name: str) -> Any:
+        from algorithms.fast import FastForward
+
+        forward = self._forwards.get(name)
+        if forward is None or forward.module is not module:
+            forward = self._forwards[name] = FastForward(module, self.mode)
+        return forward
+
+    def _shared_body(self) -> SharedBody | None:
+        shared = self.model.shared
+        if (isinstance(shared, SharedBody) and type(shared).forward is SharedBody.forward
+                and not (shared._forward_hooks or shared._forward_pre_hooks)):
+            return shared
+        return None
+
+    def policy(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.model.shared is None:
+            return self._fast(self.model.actor, "actor")(obs)
+        body = self._shared_body()
+        if body is None:
+            return self.model.policy(obs)
+        return body.policy_layer(self._fast(body.body, "body")(obs))
+
+    def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(policy_out, value)`` as ``model(obs)`` gives them."""
+        if self.model.shared is None:
+            return (self._fast(self.model.actor, "actor")(obs),
+                    _flat_value(self._fast(self.model.critic, "critic")(obs), obs))
+        body = self._shared_body()
+        if body is None:
+            return self.model(obs)
+        features = self._fast(body.body, "body")(obs)
+        return body.policy_layer(features), _flat_value(body.value_layer(features), obs)
 
 
 class SharedBody(nn.Module):
@@ -176,6 +223,12 @@ class PolicyHead(abc.ABC):
             raise NotImplementedError(f"{type(self).__name__} does not sample from a generator")
         return self.distribution(policy_out, log_std).sample()
 
+    def log_prob(self, policy_out: torch.Tensor, log_std: torch.Tensor | None,
+                 actions: torch.Tensor) -> torch.Tensor:
+        """``distribution(policy_out, log_std).log_prob(actions)``: what an actor
+        records as its behaviour log-probability (subclasses skip the object)."""
+        return self.distribution(policy_out, log_std).log_prob(actions)
+
     @abc.abstractmethod
     def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
         """The greedy action."""
@@ -198,6 +251,12 @@ class CategoricalHead(PolicyHead):
         # and a few elementwise ops are cheaper than softmax + multinomial.
         noise = torch.empty_like(policy_out).exponential_(generator=generator).log()
         return (policy_out - noise).argmax(dim=-1)
+
+    def log_prob(self, policy_out: torch.Tensor, log_std: torch.Tensor | None,
+                 actions: torch.Tensor) -> torch.Tensor:
+        # Categorical's own rule (logits - logsumexp, gathered), without building the
+        # object and its probabilities: a third of an actor's batch-8 act on MinAtar.
+        return policy_out.log_softmax(-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     def mode(self, policy_out: torch.Tensor) -> torch.Tensor:
         return policy_out.argmax(dim=-1)

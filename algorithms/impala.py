@@ -30,7 +30,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.actor_critic import ActorCritic, PolicyHead, default_actor_critic, make_head
+from algorithms.actor_critic import (
+    ActingForward,
+    ActorCritic,
+    PolicyHead,
+    default_actor_critic,
+    make_head,
+)
 from algorithms.base import Algorithm, GradHook, reduce_gradients
 from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.impala_checks import check_batch, check_state, explained_variance
@@ -95,6 +101,7 @@ class IMPALA(Algorithm):
         self.grad_hook = grad_hook
         self._state_tensors: dict[str, torch.Tensor] | None = None
         self.fast = resolve_fast(cfg.fast)
+        self._acting_forward = ActingForward(self.model, self.fast)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -103,10 +110,15 @@ class IMPALA(Algorithm):
         unroll stores them (Box actions unclipped; :meth:`to_env` maps them into the
         env's space) and their log-probabilities, the behaviour policy's ``log mu``."""
         with flush_denormals(self.fast != "off"):
-            out = self.model.policy(self._obs_tensor(obs))
+            out = self.policy_out(self._obs_tensor(obs))
             actions = self.head.sample(out, self.model.log_std)
-            log_probs = self.head.distribution(out, self.model.log_std).log_prob(actions)
+            log_probs = self.head.log_prob(out, self.model.log_std, actions)
         return actions.cpu().numpy(), log_probs.float().cpu().numpy()
+
+    def policy_out(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy network's output for acting, run as ``config.fast`` says (an
+        actor's few rows take algorithms.fast's small-batch kernels)."""
+        return self._acting().policy(obs)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Sampled actions as the env takes them (clipped or squashed into a Box)."""
@@ -117,7 +129,13 @@ class IMPALA(Algorithm):
         """Env actions for a batch: sampled with ``explore``, else the mode (greedy/mean)."""
         if explore:
             return self.to_env(self.sample_actions(obs)[0])
-        return self.head.to_env(self.head.mode(self.model.policy(self._obs_tensor(obs))))
+        with flush_denormals(self.fast != "off"):
+            return self.head.to_env(self.head.mode(self.policy_out(self._obs_tensor(obs))))
+
+    def _acting(self) -> ActingForward:
+        if self._acting_forward.model is not self.model:  # a model assigned since
+            self._acting_forward = ActingForward(self.model, self.fast)
+        return self._acting_forward
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
         # float32 here and in preprocess: both paths feed the network the same values.

@@ -45,7 +45,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.actor_critic import ActorCritic, build_actor_critic, make_head, successor_values
+from algorithms.actor_critic import (
+    ActingForward,
+    ActorCritic,
+    build_actor_critic,
+    make_head,
+    successor_values,
+)
 from algorithms.base import Algorithm
 from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.optim import EagerAdam, clip_grad_norm, linear_lr
@@ -134,6 +140,7 @@ class PPO(Algorithm):
         self.grad_hook, self.mean_hook = grad_hook, mean_hook
         self.updates = 0
         self.fast = resolve_fast(self.config.fast)
+        self._acting_forward = ActingForward(self.model, self.fast)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -142,9 +149,9 @@ class PPO(Algorithm):
         actions as stored in a rollout, the same mapped into the env's action space,
         and the behaviour policy's log-probabilities and values the update needs."""
         with flush_denormals(self.fast != "off"):
-            policy_out, values = self.model(self._obs_tensor(obs))
+            policy_out, values = self._acting()(self._obs_tensor(obs))
             actions = self.head.sample(policy_out, self.model.log_std, generator=self.generator)
-            log_probs = self.head.distribution(policy_out, self.model.log_std).log_prob(actions)
+            log_probs = self.head.log_prob(policy_out, self.model.log_std, actions)
         return (actions.cpu().numpy(), self.head.to_env(actions),
                 {"log_probs": log_probs.float().cpu().numpy(), "values": values.float().cpu().numpy()})
 
@@ -153,7 +160,13 @@ class PPO(Algorithm):
         """Env actions for a batch: sampled with ``explore``, else the mode (greedy/mean)."""
         if explore:
             return self.sample_actions(obs)[1]
-        return self.head.to_env(self.head.mode(self.model.policy(self._obs_tensor(obs))))
+        with flush_denormals(self.fast != "off"):
+            return self.head.to_env(self.head.mode(self._acting().policy(self._obs_tensor(obs))))
+
+    def _acting(self) -> ActingForward:
+        if self._acting_forward.model is not self.model:  # a model assigned since
+            self._acting_forward = ActingForward(self.model, self.fast)
+        return self._acting_forward
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
         return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)

@@ -39,10 +39,11 @@ from experiments.runtime.job import main_for, run_job
 # seeds, against 27.2K / 2.1 s with CleanRL's 2.5e-4 annealed; MinAtar Breakout-v0 with
 # 1e-3 annealed over 2M env steps reached a training return of 11.4 at 1.1M (4 min),
 # against 5.5 flat from 250K at 5e-4. Frames: CleanRL's Atari settings (not measured).
+RUN_BUDGET = -1  # lr_anneal_steps: the run's --max-env-steps (CleanRL anneals over its total_timesteps)
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 1e-3, "lr_anneal_steps": 0},
-    "small_image": {"lr": 1e-3, "lr_anneal_steps": 2_000_000},
-    "frames": {"lr": 2.5e-4, "lr_anneal_steps": 10_000_000},
+    "small_image": {"lr": 5e-4, "lr_anneal_steps": RUN_BUDGET},
+    "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET},
     "other": {"lr": 1e-3, "lr_anneal_steps": 0},
 }
 
@@ -53,10 +54,11 @@ class LearnConfig:
     CleanRL's ``ppo.py`` defaults)."""
 
     n_steps: int = field(128, help="steps per env in a member's rollout")
-    lr: float | None = field(None, help="Adam learning rate (none: by observation family, 1e-3; 2.5e-4 for frames)")
+    lr: float | None = field(None, help=(
+        "Adam learning rate (none: by observation family, 1e-3; 5e-4 for MinAtar, 2.5e-4 for frames)"))
     lr_anneal_steps: int | None = field(None, help=(
         "anneal the learning rate linearly to 0 over this many env steps, all members together "
-        "(0: constant; none: by observation family, 0 for vectors, 2M for MinAtar)"))
+        "(0: constant; none: by observation family, 0 for vectors, the run's --max-env-steps for images)"))
     epochs: int = field(4, help="passes over each rollout")
     minibatches: int = field(4, help="minibatches per pass (a count: every member takes as many steps)")
     gamma: float = field(0.99, help="discount")
@@ -143,6 +145,8 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
 
 def env_defaults(config: PPOJobConfig, parts: Parts) -> None:
     fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+    if config.learn.lr_anneal_steps == RUN_BUDGET:
+        config.learn.lr_anneal_steps = config.run.max_env_steps
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

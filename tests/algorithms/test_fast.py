@@ -291,3 +291,44 @@ def test_acting_forward_equals_the_modules_and_follows_parameter_changes(rows):
     check()
     assert calls  # a stream with a hook runs as a module
     handle.remove()
+
+
+@pytest.mark.parametrize("make", ["impala", "ppo"])
+def test_actor_critic_acting_equals_the_models_and_follows_a_replaced_network(make):
+    """IMPALA and PPO act through algorithms.actor_critic.ActingForward: an actor's few
+    MinAtar rows take the small-batch kernels, with the model's values (1e-5: float32
+    sums in another order) and its log-probabilities (Categorical's rule, 1e-6)."""
+    from torch.distributions import Categorical
+
+    from algorithms.impala import IMPALA, IMPALAConfig
+    from algorithms.ppo import PPO, PPOConfig
+
+    space, actions = spaces.Box(0, 1, MINATAR, bool), spaces.Discrete(6)
+    torch.manual_seed(0)
+    agent = (IMPALA(observation_space=space, action_space=actions, config=IMPALAConfig(), device="cpu")
+             if make == "impala" else PPO(observation_space=space, action_space=actions, config=PPOConfig(),
+                                          device="cpu"))
+    obs = np.random.default_rng(0).random((8, *MINATAR)) < 0.2
+    x = torch.as_tensor(obs, dtype=torch.float32)
+    with torch.no_grad():
+        policy_out, value = agent.model(x)
+        torch.testing.assert_close(agent._acting().policy(x), policy_out, rtol=1e-5, atol=1e-5)
+        fast_out, fast_value = agent._acting()(x)
+        torch.testing.assert_close(fast_value, value, rtol=1e-5, atol=1e-5)
+        sampled = torch.as_tensor(np.arange(8) % 6)
+        torch.testing.assert_close(agent.head.log_prob(fast_out, None, sampled),
+                                   Categorical(logits=fast_out).log_prob(sampled), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(agent.act(obs, explore=False), policy_out.argmax(-1).numpy())
+    assert set(agent._acting()._forwards) == {"body"}  # MinAtar's shared torso ran fast
+    agent.model.shared.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(400, 128))  # a user's
+    with torch.no_grad():
+        torch.testing.assert_close(agent._acting().policy(x), agent.model(x)[0], rtol=1e-5, atol=1e-5)
+    # Separate actor and critic networks (vectors) go through it too.
+    box = spaces.Box(-1, 1, (3,))
+    mlp = (IMPALA(observation_space=box, action_space=actions, config=IMPALAConfig(), device="cpu")
+           if make == "impala" else PPO(observation_space=box, action_space=actions, config=PPOConfig(),
+                                        device="cpu"))
+    v = torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(mlp._acting()(v), mlp.model(v))
+    assert set(mlp._acting()._forwards) == {"actor", "critic"}
