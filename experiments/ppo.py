@@ -36,13 +36,14 @@ from experiments.runtime.job import main_for, run_job
 # By observation family, for the fields left unset. Measured in one process
 # (experiments/bench/ppo_single.py, 8 envs x 128 steps, 2 shared cores): CartPole-v1
 # with lr 1e-3 constant solved (greedy 475) in a median 16.7K env steps / 1.4 s over 20
-# seeds, against 27.2K / 2.1 s with CleanRL's 2.5e-4 annealed; MinAtar Breakout-v0 with
-# 1e-3 annealed over 2M env steps reached a training return of 11.4 at 1.1M (4 min),
-# against 5.5 flat from 250K at 5e-4. Frames: CleanRL's Atari settings (not measured).
+# seeds, against 27.2K / 2.1 s with CleanRL's 2.5e-4 annealed. MinAtar: experiments/tuning.md
+# ("PPO on MinAtar": 7e-4 annealed over the run's budget, from 30-minute runs of
+# Breakout and SpaceInvaders against 1e-3 over 2M or 5M and 5e-4 over 5M). Frames:
+# CleanRL's Atari settings, annealed over the run as CleanRL does (not measured).
 RUN_BUDGET = -1  # lr_anneal_steps: the run's --max-env-steps (CleanRL anneals over its total_timesteps)
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 1e-3, "lr_anneal_steps": 0},
-    "small_image": {"lr": 5e-4, "lr_anneal_steps": RUN_BUDGET},
+    "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET},
     "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET},
     "other": {"lr": 1e-3, "lr_anneal_steps": 0},
 }
@@ -55,7 +56,7 @@ class LearnConfig:
 
     n_steps: int = field(128, help="steps per env in a member's rollout")
     lr: float | None = field(None, help=(
-        "Adam learning rate (none: by observation family, 1e-3; 5e-4 for MinAtar, 2.5e-4 for frames)"))
+        "Adam learning rate (none: by observation family, 1e-3; 7e-4 for MinAtar, 2.5e-4 for frames)"))
     lr_anneal_steps: int | None = field(None, help=(
         "anneal the learning rate linearly to 0 over this many env steps, all members together "
         "(0: constant; none: by observation family, 0 for vectors, the run's --max-env-steps for images)"))

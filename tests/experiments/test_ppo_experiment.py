@@ -112,7 +112,7 @@ def test_images_anneal_the_learning_rate_over_the_runs_budget_unless_given():
     steps; CartPole (vectors) keeps its rate; a given length is kept."""
     minatar = ppo_config(env_id="MinAtar/Breakout-v0", max_env_steps=3_000_000)
     ppo.env_defaults(minatar, Parts())
-    assert (minatar.learn.lr, minatar.learn.lr_anneal_steps) == (5e-4, 3_000_000)
+    assert (minatar.learn.lr, minatar.learn.lr_anneal_steps) == (7e-4, 3_000_000)
     assert minatar.learn.ppo_config(env_steps_per_update=1024).lr_anneal_updates == 3_000_000 // 1024
     given = ppo_config(env_id="MinAtar/Breakout-v0", lr_anneal_steps=7)
     ppo.env_defaults(given, Parts())
