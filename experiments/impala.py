@@ -39,9 +39,11 @@ from experiments.runtime.job import main_for, run_job
 # V-trace/IMPALA issue's notes): CartPole-v1 with RMSProp 2e-3 solved in a median 9.0K
 # env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
 # 13.9K); MinAtar Breakout (one seed, 180 s) greedy 11.4 at 2e-3 against 5.2 at 6e-4.
+# MinAtar's unrolls of 5 (A3C's n-step there, 4x the updates per env step of 20) and a
+# constant rate: experiments/tuning.md ("IMPALA on MinAtar").
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
-    "small_image": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
+    "small_image": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 5, "batch_size": 2},
     # the paper's; not measured here
     "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4},
     "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
@@ -62,7 +64,7 @@ class LearnConfig:
         "(0: constant; none: by observation family)"))
     optimizer: Literal["rmsprop", "adam"] = field("rmsprop", help="optimizer (the paper's RMSProp, eps 0.01)")
     gamma: float = field(0.99, help="discount")
-    unroll_length: int | None = field(None, help="steps per unroll an actor sends (none: by family, 20)")
+    unroll_length: int | None = field(None, help="steps per unroll an actor sends (none: by family, 20; 5 for MinAtar)")
     batch_size: int | None = field(None, help="unrolls per learner update (none: by family, 2)")
     rho_bar: float = field(1.0, help="V-trace: clip of the importance weights in the value targets")
     c_bar: float = field(1.0, help="V-trace: clip of the trace-cutting weights")
