@@ -103,7 +103,10 @@ class ActingForward:
         return body.policy_layer(self._fast(body.body, "body")(obs))
 
     def __call__(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(policy_out, value)`` as ``model(obs)`` gives them."""
+        """``(policy_out, value)`` as ``model(obs)`` gives them (through it, hooks and
+        all, when the model has hooks of its own)."""
+        if self.model._forward_hooks or self.model._forward_pre_hooks:
+            return self.model(obs)
         if self.model.shared is None:
             return (self._fast(self.model.actor, "actor")(obs),
                     _flat_value(self._fast(self.model.critic, "critic")(obs), obs))

@@ -258,6 +258,15 @@ class ProcessPool(Pool):
         worker.process.join(5.0)
         exitcode = worker.process.exitcode
         worker.conn.close()
+        self._deaths_in_a_row += 1
+        broken = self._deaths_in_a_row > _MAX_DEATHS_IN_A_ROW_PER_WORKER * self.processes
+        if not broken:
+            with self._lock:
+                replace = self._state in ("running", "closed")
+            if replace:
+                # Before the task's error is delivered: a caller who sees the failure
+                # sees the pool at full strength again (pids, the next task).
+                self._workers.append(_Worker(self, next(self._next_index)))
         if worker.task is not None:
             worker.task.result.set_error(ChildDied(
                 f"pool worker {worker.name!r} (pid {worker.process.pid}) "
@@ -265,19 +274,13 @@ class ProcessPool(Pool):
                 child_name=worker.name,
                 exitcode=exitcode,
             ))
-        self._deaths_in_a_row += 1
-        if self._deaths_in_a_row > _MAX_DEATHS_IN_A_ROW_PER_WORKER * self.processes:
+        if broken:
             with self._lock:
                 self._state = "broken"
             self._fail_all(ChildDied(
                 f"{self.name}: {self._deaths_in_a_row} workers died in a row without "
                 f"finishing a task (last {describe_exitcode(exitcode)}); pool is broken",
                 child_name=worker.name, exitcode=exitcode))
-            return
-        with self._lock:
-            replace = self._state in ("running", "closed")
-        if replace:
-            self._workers.append(_Worker(self, next(self._next_index)))
 
     def _stop_workers(self) -> None:
         for worker in self._workers:

@@ -332,3 +332,9 @@ def test_actor_critic_acting_equals_the_models_and_follows_a_replaced_network(ma
     with torch.no_grad():
         torch.testing.assert_close(mlp._acting()(v), mlp.model(v))
     assert set(mlp._acting()._forwards) == {"actor", "critic"}
+    calls = []
+    handle = mlp.model.register_forward_hook(lambda *a: calls.append(1))
+    with torch.no_grad():
+        mlp._acting()(v)
+    assert calls  # a hook on the model itself still runs
+    handle.remove()
