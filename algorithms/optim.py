@@ -48,16 +48,28 @@ def clip_grad_norm(grads: list[torch.Tensor], max_norm: float | None) -> torch.T
     return norm
 
 
-def linear_lr(optimizer: torch.optim.Optimizer, *, lr: float, step: int, anneal_steps: int | None) -> float:
-    """Set every param group of ``optimizer`` to ``lr`` annealed linearly to 0 over
-    ``anneal_steps`` (at ``step`` of them; None: ``lr`` constant) and return it: the
-    schedule of PPO (Schulman et al. 2017) and IMPALA (Espeholt et al. 2018), set
-    before each update so a resumed run continues where its step count says."""
-    if anneal_steps is not None:
-        lr = lr * max(0.0, 1.0 - step / anneal_steps)
+def linear_schedule(step: float, *, start: float, end: float, steps: int) -> float:
+    """``start`` at step 0, ``end`` from ``steps`` on, linear in between."""
+    if steps <= 0 or step >= steps:
+        return end
+    return start + (end - start) * max(step, 0) / steps
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> float:
+    """Set every param group of ``optimizer`` to ``lr``; returns it."""
     for group in optimizer.param_groups:
         group["lr"] = lr
     return lr
+
+
+def linear_lr(optimizer: torch.optim.Optimizer, *, lr: float, step: int, anneal_steps: int | None) -> float:
+    """Set ``optimizer`` to ``lr`` annealed linearly to 0 over ``anneal_steps`` (at
+    ``step`` of them; None: ``lr`` constant) and return it: the schedule of PPO
+    (Schulman et al. 2017), IMPALA (Espeholt et al. 2018) and PQN, set before each
+    update so a resumed run continues where its step count says."""
+    if anneal_steps is not None:
+        lr = linear_schedule(step, start=lr, end=0.0, steps=anneal_steps)
+    return set_lr(optimizer, lr)
 
 
 def _hooked_step(step: Any) -> Any:

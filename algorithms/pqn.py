@@ -45,8 +45,8 @@ from torch import nn
 from algorithms.base import Algorithm, as_tensor
 from algorithms.fast import FastForward, flush_denormals, resolve_fast
 from algorithms.nets import q_network
-from algorithms.optim import EagerAdam, EagerRAdam, clip_grad_norm
-from algorithms.pqn_config import PQNConfig, linear_schedule
+from algorithms.optim import EagerAdam, EagerRAdam, clip_grad_norm, linear_schedule, set_lr
+from algorithms.pqn_config import PQNConfig
 from algorithms.returns import q_lambda
 from rlpar.state import StatePath, array, generator_state, integer, mapping, number, torch_loader
 
@@ -164,8 +164,7 @@ class PQN(Algorithm):
         data = self.preprocess(batch)
         with torch.no_grad():
             targets = self.targets(data)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.env_steps)
+        set_lr(self.optimizer, self.lr_at(self.env_steps))
         flat = {"obs": data["obs"].flatten(0, 1), "actions": data["actions"].flatten(),
                 "targets": targets.flatten(), "valid": data["valid"].flatten()}
         losses, q_means, norms = [], [], []

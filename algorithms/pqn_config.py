@@ -61,10 +61,3 @@ class PQNConfig:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)}")
         if not self.hidden or any(not isinstance(h, int) or h < 1 for h in self.hidden):
             raise ValueError(f"hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
-
-
-def linear_schedule(step: float, *, start: float, end: float, steps: int) -> float:
-    """``start`` at step 0, ``end`` from ``steps`` on, linear in between."""
-    if steps <= 0 or step >= steps:
-        return end
-    return start + (end - start) * max(step, 0) / steps
