@@ -72,12 +72,16 @@ class ActingForward:
     (:class:`algorithms.fast.FastForward`: an actor's few no-grad rows take the
     small-batch kernels): separate actor and critic networks, or the body of a
     :class:`SharedBody` (MinAtar's shared conv torso) with its two layers on top. Any
-    other shared network, or a module with hooks, runs as it is. A network replaced on
-    the model since is picked up."""
+    other shared network, or a module with hooks, runs as it is. A network or model
+    replaced since is picked up: ``owner.model`` (the algorithm's) is read at each call."""
 
-    def __init__(self, model: ActorCritic, mode: str) -> None:
-        self.model, self.mode = model, mode
+    def __init__(self, owner: Any, mode: str) -> None:
+        self.owner, self.mode = owner, mode
         self._forwards: dict[str, Any] = {}
+
+    @property
+    def model(self) -> ActorCritic:
+        return self.owner.model
 
     def _fast(self, module: nn.Module, name: str) -> Any:
         from algorithms.fast import FastForward

@@ -101,7 +101,7 @@ class IMPALA(Algorithm):
         self.grad_hook = grad_hook
         self._state_tensors: dict[str, torch.Tensor] | None = None
         self.fast = resolve_fast(cfg.fast)
-        self._acting_forward = ActingForward(self.model, self.fast)
+        self._acting = ActingForward(self, self.fast)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -118,7 +118,7 @@ class IMPALA(Algorithm):
     def policy_out(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy network's output for acting, run as ``config.fast`` says (an
         actor's few rows take algorithms.fast's small-batch kernels)."""
-        return self._acting().policy(obs)
+        return self._acting.policy(obs)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         """Sampled actions as the env takes them (clipped or squashed into a Box)."""
@@ -131,11 +131,6 @@ class IMPALA(Algorithm):
             return self.to_env(self.sample_actions(obs)[0])
         with flush_denormals(self.fast != "off"):
             return self.head.to_env(self.head.mode(self.policy_out(self._obs_tensor(obs))))
-
-    def _acting(self) -> ActingForward:
-        if self._acting_forward.model is not self.model:  # a model assigned since
-            self._acting_forward = ActingForward(self.model, self.fast)
-        return self._acting_forward
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
         # float32 here and in preprocess: both paths feed the network the same values.

@@ -140,7 +140,7 @@ class PPO(Algorithm):
         self.grad_hook, self.mean_hook = grad_hook, mean_hook
         self.updates = 0
         self.fast = resolve_fast(self.config.fast)
-        self._acting_forward = ActingForward(self.model, self.fast)
+        self._acting = ActingForward(self, self.fast)
 
     # ----------------------------------------------------------------- acting
     @torch.no_grad()
@@ -149,7 +149,7 @@ class PPO(Algorithm):
         actions as stored in a rollout, the same mapped into the env's action space,
         and the behaviour policy's log-probabilities and values the update needs."""
         with flush_denormals(self.fast != "off"):
-            policy_out, values = self._acting()(self._obs_tensor(obs))
+            policy_out, values = self._acting(self._obs_tensor(obs))
             actions = self.head.sample(policy_out, self.model.log_std, generator=self.generator)
             log_probs = self.head.log_prob(policy_out, self.model.log_std, actions)
         return (actions.cpu().numpy(), self.head.to_env(actions),
@@ -161,12 +161,7 @@ class PPO(Algorithm):
         if explore:
             return self.sample_actions(obs)[1]
         with flush_denormals(self.fast != "off"):
-            return self.head.to_env(self.head.mode(self._acting().policy(self._obs_tensor(obs))))
-
-    def _acting(self) -> ActingForward:
-        if self._acting_forward.model is not self.model:  # a model assigned since
-            self._acting_forward = ActingForward(self.model, self.fast)
-        return self._acting_forward
+            return self.head.to_env(self.head.mode(self._acting.policy(self._obs_tensor(obs))))
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
         return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)

@@ -312,17 +312,17 @@ def test_actor_critic_acting_equals_the_models_and_follows_a_replaced_network(ma
     x = torch.as_tensor(obs, dtype=torch.float32)
     with torch.no_grad():
         policy_out, value = agent.model(x)
-        torch.testing.assert_close(agent._acting().policy(x), policy_out, rtol=1e-5, atol=1e-5)
-        fast_out, fast_value = agent._acting()(x)
+        torch.testing.assert_close(agent._acting.policy(x), policy_out, rtol=1e-5, atol=1e-5)
+        fast_out, fast_value = agent._acting(x)
         torch.testing.assert_close(fast_value, value, rtol=1e-5, atol=1e-5)
         sampled = torch.as_tensor(np.arange(8) % 6)
         torch.testing.assert_close(agent.head.log_prob(fast_out, None, sampled),
                                    Categorical(logits=fast_out).log_prob(sampled), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(agent.act(obs, explore=False), policy_out.argmax(-1).numpy())
-    assert set(agent._acting()._forwards) == {"body"}  # MinAtar's shared torso ran fast
+    assert set(agent._acting._forwards) == {"body"}  # MinAtar's shared torso ran fast
     agent.model.shared.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(400, 128))  # a user's
     with torch.no_grad():
-        torch.testing.assert_close(agent._acting().policy(x), agent.model(x)[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(agent._acting.policy(x), agent.model(x)[0], rtol=1e-5, atol=1e-5)
     # Separate actor and critic networks (vectors) go through it too.
     box = spaces.Box(-1, 1, (3,))
     mlp = (IMPALA(observation_space=box, action_space=actions, config=IMPALAConfig(), device="cpu")
@@ -330,11 +330,11 @@ def test_actor_critic_acting_equals_the_models_and_follows_a_replaced_network(ma
                                         device="cpu"))
     v = torch.randn(4, 3)
     with torch.no_grad():
-        torch.testing.assert_close(mlp._acting()(v), mlp.model(v))
-    assert set(mlp._acting()._forwards) == {"actor", "critic"}
+        torch.testing.assert_close(mlp._acting(v), mlp.model(v))
+    assert set(mlp._acting._forwards) == {"actor", "critic"}
     calls = []
     handle = mlp.model.register_forward_hook(lambda *a: calls.append(1))
     with torch.no_grad():
-        mlp._acting()(v)
+        mlp._acting(v)
     assert calls  # a hook on the model itself still runs
     handle.remove()
