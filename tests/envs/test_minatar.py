@@ -4,10 +4,10 @@ terminals and random draws, step for step, through episode ends and difficulty r
 import gymnasium as gym
 import numpy as np
 import pytest
-from minatar.environments import space_invaders
+from minatar.environments import seaquest, space_invaders
 from minatar.gym import BaseEnv
 
-from envs.minatar import ENGINES, MinAtarEnv, SpaceInvadersEngine
+from envs.minatar import ENGINES, MinAtarEnv, SeaquestEngine, SpaceInvadersEngine
 from envs.registry import make_env
 
 
@@ -72,7 +72,123 @@ def test_sticky_actions_and_no_ramping_carry_over():
 def test_registered_ids_use_the_engines_and_other_games_stay_minatars():
     env = make_env("MinAtar/SpaceInvaders-v0")
     assert isinstance(env.unwrapped.game.env, ENGINES["space_invaders"])
+    assert isinstance(make_env("MinAtar/Seaquest-v1").unwrapped.game.env, SeaquestEngine)
     assert type(make_env("MinAtar/Breakout-gymnax-v0").unwrapped.game.env).__module__ == \
         "minatar.environments.breakout"
     assert gym.spec("MinAtar/SpaceInvaders-v1").kwargs == {"game": "space_invaders",
                                                            "use_minimal_action_set": True}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_seaquest_engine_plays_minatars_game_exactly(seed):
+    assert play_side_by_side("seaquest", steps=8_000, seed=seed, policy_seed=seed) > 100
+
+
+def test_seaquest_sticky_actions_and_no_ramping_carry_over():
+    assert play_side_by_side("seaquest", steps=3_000, seed=5, policy_seed=1,
+                             sticky_action_prob=0.5, difficulty_ramping=False) > 20
+    env = MinAtarEnv("seaquest", difficulty_ramping=False)
+    assert isinstance(env.game.env, SeaquestEngine) and env.game.env.ramping is False
+
+
+def _game_state(env) -> str:
+    """Everything the game holds but its RandomState: lists, timers, counts, flags, as repr
+    (so a True where upstream holds 1 would show)."""
+    return repr(sorted((k, v) for k, v in vars(env).items() if k != "random"))
+
+
+def seaquest_lockstep(setup, actions, *, seed: int = 0, ramping: bool = True) -> tuple[list[tuple], seaquest.Env]:
+    """Upstream's Seaquest and ours from the state ``setup(env)`` makes, stepped with
+    ``actions``, compared whole after every step; a terminal resets both and runs
+    ``setup`` again. Returns upstream's (reward, terminal) per step, and upstream's game."""
+    ours, theirs = SeaquestEngine(ramping=ramping), seaquest.Env(ramping=ramping)
+    for env in (ours, theirs):
+        env.random = np.random.RandomState(seed)
+        setup(env)
+    assert _game_state(ours) == _game_state(theirs)
+    results = []
+    for step, action in enumerate(actions):
+        r_a, r_b = ours.act(action), theirs.act(action)
+        assert r_a == r_b and type(r_a[0]) is type(r_b[0]), f"step {step}"
+        state_a, state_b = ours.state(), theirs.state()
+        assert state_a.dtype == state_b.dtype and state_a.shape == state_b.shape
+        np.testing.assert_array_equal(state_a, state_b, err_msg=f"step {step}")
+        assert _game_state(ours) == _game_state(theirs), f"step {step}"
+        results.append(r_b)
+        if r_b[1]:
+            for env in (ours, theirs):
+                env.reset()
+                setup(env)
+    np.testing.assert_array_equal(ours.random.get_state()[1], theirs.random.get_state()[1])
+    assert ours.random.get_state()[2] == theirs.random.get_state()[2]
+    return results, theirs
+
+
+def _underwater(env, *, divers: int = 0, oxygen: int = seaquest.max_oxygen, y: int = 1) -> None:
+    env.sub_y, env.surface, env.diver_count, env.oxygen = y, False, divers, oxygen
+
+
+def test_seaquest_surfacing_with_six_divers_pays_the_oxygen_and_ramps():
+    results, theirs = seaquest_lockstep(lambda env: _underwater(env, divers=6, oxygen=150), [2, 4, 2, 4, 2])
+    assert results[0] == (150 * 10 // seaquest.max_oxygen, False)
+    # Upstream leaves the count at -1 after a full surfacing, so the next ones do not end the game.
+    assert not any(terminal for _, terminal in results) and theirs.diver_count == -3
+    assert (theirs.ramp_index, theirs.move_speed, theirs.e_spawn_speed) == (3, 4, 17)
+
+
+def test_seaquest_surfacing_without_divers_ends_the_game():
+    assert seaquest_lockstep(lambda env: _underwater(env), [2])[0] == [(0, True)]
+    ended = SeaquestEngine()
+    _underwater(ended)
+    assert ended.act(2) == (0, True) and ended.act(3) == (0, True) and ended.sub_x == 5  # it stays over
+
+
+def test_seaquest_oxygen_runs_out():
+    results, _ = seaquest_lockstep(lambda env: _underwater(env, divers=1, oxygen=3, y=4), [0] * 5)
+    assert [terminal for _, terminal in results] == [False, False, False, True, False]
+
+
+def test_seaquest_divers_are_picked_up_up_to_six():
+    def setup(env):
+        _underwater(env, divers=4, y=3)
+        env.sub_x = 5
+        # One on the sub, one moving onto it, one swimming away, one leaving the screen.
+        env.divers = [[5, 3, True, 2], [4, 3, True, 0], [6, 3, True, 0], [9, 5, True, 0], [3, 3, True, 4]]
+    _, theirs = seaquest_lockstep(setup, [0, 0, 1, 1, 0, 2, 2])
+    # Two picked up on the first step; at six the sub moves onto the last one and it swims on.
+    assert theirs.diver_count == 6 and theirs.divers == [[8, 3, True, 5], [4, 3, True, 3]]
+
+
+def test_seaquest_late_game_spawns_shoots_and_collides_identically():
+    """Difficulty ramped to its floor: an enemy spawns every step and moves every third,
+    subs fire, bullets and fish collide with the player, the player's bullets hit."""
+    def setup(env):
+        _underwater(env, divers=3, y=4)
+        env.e_spawn_speed, env.e_spawn_timer, env.move_speed, env.ramp_index = 1, 0, 2, 40
+    actions = np.random.default_rng(2).choice(6, size=3_000, p=[0.1, 0.15, 0.1, 0.15, 0.1, 0.4]).tolist()
+    results, _ = seaquest_lockstep(setup, actions, seed=4)
+    assert sum(r for r, _ in results) > 100 and sum(t for _, t in results) > 50
+
+
+def test_seaquest_equal_objects_are_removed_by_value_as_upstreams_lists_do():
+    """Two bullets one cell apart in a row (a state no play reaches): the one behind hits a
+    fish and ``list.remove`` drops the one ahead, equal to it by then, and the other stays;
+    the list's order shows which went."""
+    def setup(env):
+        _underwater(env, divers=1, y=8)
+        env.f_bullets = [[4, 3, True], [5, 6, False], [3, 3, True]]
+        env.e_fish = [[4, 3, False, 3], [7, 5, True, 0], [7, 5, True, 0]]
+        env.e_subs = [[2, 2, True, 0, 0], [1, 2, True, 1, 0]]
+    results, theirs = seaquest_lockstep(setup, [0], ramping=False)
+    assert results == [(1, False)] and theirs.f_bullets == [[4, 6, False], [5, 3, True]]
+    seaquest_lockstep(setup, [0] * 12, ramping=False)
+
+
+def test_seaquest_a_sub_shot_as_it_moves_still_fires():
+    """Upstream's sub, hit by the player's bullet on its own move, fires on its way out."""
+    def setup(env):
+        _underwater(env, divers=1, y=8)
+        env.f_bullets = [[5, 4, False]]
+        env.e_subs = [[3, 4, True, 0, 0]]
+    results, theirs = seaquest_lockstep(setup, [0], ramping=False)
+    assert results == [(1, False)] and theirs.e_subs == [] and theirs.e_bullets == [[5, 4, True]]
