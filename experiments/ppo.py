@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from experiments.roles.sync_member import SyncProgram
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.envs import check_env, env_factory, fill_by_family
 from experiments.runtime.group import GroupConfig
 from experiments.runtime.job import main_for, run_job
@@ -38,15 +38,26 @@ from experiments.runtime.job import main_for, run_job
 # with lr 1e-3 constant solved (greedy 475) in a median 16.7K env steps / 1.4 s over 20
 # seeds, against 27.2K / 2.1 s with CleanRL's 2.5e-4 annealed. MinAtar: experiments/tuning.md
 # ("PPO on MinAtar": 7e-4 annealed over the run's budget, from 30-minute runs of
-# Breakout and SpaceInvaders against 1e-3 over 2M or 5M and 5e-4 over 5M). Frames:
+# Breakout and SpaceInvaders against 1e-3 over 2M or 5M and 5e-4 over 5M; 32 envs and an
+# entropy bonus of 0.05, which left Breakout's plateau at seeds where 8 envs and 0.01
+# stayed on it, and step faster). Frames:
 # CleanRL's Atari settings, annealed over the run as CleanRL does (not measured).
 RUN_BUDGET = -1  # lr_anneal_steps: the run's --max-env-steps (CleanRL anneals over its total_timesteps)
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
-    "vector": {"lr": 1e-3, "lr_anneal_steps": 0},
-    "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET},
-    "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET},
-    "other": {"lr": 1e-3, "lr_anneal_steps": 0},
+    "vector": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
+    "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.05},
+    "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.01},
+    "other": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
 }
+ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 8}, "small_image": {"num_envs": 32},
+                          "frames": {"num_envs": 8}, "other": {"num_envs": 8}}
+
+
+@dataclasses.dataclass
+class PPOEnvConfig(FamilyEnvConfig):
+    """The env each member steps; ``--num-envs`` by observation family when not given."""
+
+    num_envs: int | None = field(None, help="env copies per member (none: by observation family, 8; 32 for MinAtar)")
 
 
 @dataclasses.dataclass
@@ -67,7 +78,7 @@ class LearnConfig:
     clip_coef: float = field(0.2, help="surrogate clipping range")
     clip_vloss: bool = field(True, help="clip the value change like the ratio")
     normalize_advantages: bool = field(True, help="normalize advantages per minibatch")
-    entropy_coef: float = field(0.01, help="entropy bonus weight")
+    entropy_coef: float | None = field(None, help="entropy bonus weight (none: by observation family, 0.01; 0.05 for MinAtar)")
     value_coef: float = field(0.5, help="value loss weight")
     max_grad_norm: float | None = field(0.5, help="clip the averaged gradient to this norm ('none': no clipping)")
     target_kl: float | None = field(None, help="stop an update's epochs once an epoch's mean KL (over all members) passes this")
@@ -82,7 +93,8 @@ class LearnConfig:
         if self.lr_anneal_steps is not None and self.lr_anneal_steps < 0:
             raise ValueError(f"{flag('lr_anneal_steps')} must be >= 0, got {self.lr_anneal_steps}")
         layer_sizes(self.hidden, name="hidden")
-        probe = dataclasses.replace(self, lr=1e-3 if self.lr is None else self.lr, lr_anneal_steps=0)
+        probe = dataclasses.replace(self, lr=1e-3 if self.lr is None else self.lr, lr_anneal_steps=0,
+                                    entropy_coef=0.01 if self.entropy_coef is None else self.entropy_coef)
         try:  # the algorithm's own checks, named by flag
             probe.ppo_config(env_steps_per_update=1)
         except ValueError as exc:
@@ -93,9 +105,10 @@ class LearnConfig:
         ``env_steps_per_update`` (every member's full rollouts together)."""
         from algorithms.ppo import PPOConfig
 
-        if self.lr is None or self.lr_anneal_steps is None:
-            raise ValueError(f"{flag('lr')}/{flag('lr_anneal_steps')} unset: the job fills them by the "
-                             "env's observations (env_defaults)")
+        unset = [flag(k) for k in DEFAULTS_BY_FAMILY["vector"] if getattr(self, k) is None]
+        if unset:
+            raise ValueError(f"{', '.join(unset)} unset: the job fills them by the env's observations "
+                             "(env_defaults)")
         anneal = max(1, self.lr_anneal_steps // env_steps_per_update) if self.lr_anneal_steps else None
         return PPOConfig(gamma=self.gamma, gae_lambda=self.gae_lambda, clip_coef=self.clip_coef,
                          epochs=self.epochs, minibatches=self.minibatches, clip_vloss=self.clip_vloss,
@@ -115,7 +128,7 @@ class PPOJobConfig:
     fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "activation", "shared_network")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=5_000))
-    env: EnvConfig = section(EnvConfig)
+    env: PPOEnvConfig = section(PPOEnvConfig)
     group: GroupConfig = section(GroupConfig)
     learn: LearnConfig = section(LearnConfig)
 
@@ -146,6 +159,7 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
 
 def env_defaults(config: PPOJobConfig, parts: Parts) -> None:
     fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
     if config.learn.lr_anneal_steps == RUN_BUDGET:
         config.learn.lr_anneal_steps = config.run.max_env_steps
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from experiments.roles.sync_member import SyncProgram
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.envs import check_env, env_factory, fill_by_family
 from experiments.runtime.group import GroupConfig
 from experiments.runtime.job import main_for, run_job
@@ -56,13 +56,10 @@ def _by_family(what: str) -> str:
 
 
 @dataclasses.dataclass
-class PQNEnvConfig(EnvConfig):
+class PQNEnvConfig(FamilyEnvConfig):
     """The env each member steps; ``--num-envs`` by observation family when not given."""
 
     num_envs: int | None = field(None, help=f"env copies per member ({_by_family('32 for vectors, 128 for images')})")
-
-    def validate(self) -> None:  # unset until the job fills it from the env: checked with 1
-        EnvConfig.validate(self if self.num_envs is not None else dataclasses.replace(self, num_envs=1))
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ algorithms use it too).
 """
 
 from experiments.runtime.cli import field, flag, layer_sizes, parse_config, section
-from experiments.runtime.config import EnvConfig, RunConfig
+from experiments.runtime.config import EnvConfig, FamilyEnvConfig, RunConfig
 from experiments.runtime.parts import Parts
 
-__all__ = ["EnvConfig", "Parts", "RunConfig", "field", "flag", "layer_sizes", "parse_config", "section"]
+__all__ = ["EnvConfig", "FamilyEnvConfig", "Parts", "RunConfig", "field", "flag", "layer_sizes", "parse_config", "section"]

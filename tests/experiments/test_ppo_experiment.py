@@ -120,3 +120,25 @@ def test_images_anneal_the_learning_rate_over_the_runs_budget_unless_given():
     cartpole = ppo_config()
     ppo.env_defaults(cartpole, Parts())
     assert (cartpole.learn.lr, cartpole.learn.lr_anneal_steps) == (1e-3, 0)
+
+
+def test_images_step_32_envs_with_a_larger_entropy_bonus_unless_given():
+    """MinAtar (small images) fills --num-envs 32 and --entropy-coef 0.05 (experiments/tuning.md,
+    "PPO on MinAtar"); CartPole keeps CleanRL's 8 and 0.01; given values are kept, and a
+    config left unfilled says which flags are missing rather than building a PPO."""
+    minatar = ppo.PPOJobConfig()
+    apply_overrides(minatar, {"env_id": "MinAtar/Breakout-v0"})
+    assert minatar.env.num_envs is None and minatar.learn.entropy_coef is None
+    with pytest.raises(ValueError, match="--entropy-coef"):
+        minatar.learn.ppo_config(env_steps_per_update=1)
+    ppo.env_defaults(minatar, Parts())
+    assert (minatar.env.num_envs, minatar.learn.entropy_coef) == (32, 0.05)
+    given = ppo.PPOJobConfig()
+    apply_overrides(given, {"env_id": "MinAtar/Breakout-v0", "num_envs": 4, "entropy_coef": 0.02})
+    ppo.env_defaults(given, Parts())
+    assert (given.env.num_envs, given.learn.entropy_coef) == (4, 0.02)
+    cartpole = ppo.PPOJobConfig()
+    ppo.env_defaults(cartpole, Parts())
+    assert (cartpole.env.num_envs, cartpole.learn.entropy_coef) == (8, 0.01)
+    with pytest.raises(ValueError, match="--num-envs"):
+        ppo.run(ppo_config(num_envs=0))
