@@ -320,25 +320,11 @@ class SeaquestEngine(seaquest.Env):
             for bullet in self.e_bullets:
                 frame[100 * bullet[1] + 10 * bullet[0] + 4] = 1
         # Enemies and divers with the cell they came from on the trail channel (3).
-        if self.e_fish:
-            for fish in self.e_fish:
-                x, row = fish[0], 100 * fish[1]
-                frame[row + 10 * x + 5] = 1
-                back = x - 1 if fish[2] else x + 1
-                if 0 <= back <= 9:
-                    frame[row + 10 * back + 3] = 1
-        if self.e_subs:
-            for sub in self.e_subs:
-                x, row = sub[0], 100 * sub[1]
-                frame[row + 10 * x + 6] = 1
-                back = x - 1 if sub[2] else x + 1
-                if 0 <= back <= 9:
-                    frame[row + 10 * back + 3] = 1
-        if self.divers:
-            for diver in self.divers:
-                x, row = diver[0], 100 * diver[1]
-                frame[row + 10 * x + 9] = 1
-                back = x - 1 if diver[2] else x + 1
+        for movers, channel in ((self.e_fish, 5), (self.e_subs, 6), (self.divers, 9)):
+            for mover in movers:
+                x, row = mover[0], 100 * mover[1]
+                frame[row + 10 * x + channel] = 1
+                back = x - 1 if mover[2] else x + 1
                 if 0 <= back <= 9:
                     frame[row + 10 * back + 3] = 1
         return np.ndarray(_SEAQUEST_SHAPE, _BOOL, frame)
