@@ -208,25 +208,10 @@ class SeaquestEngine(seaquest.Env):
         enemy_bullets = self.e_bullets
         if subs:
             for sub in reversed(subs):
-                if sub[0] == sx and sub[1] == sy:
-                    terminal = True
-                if sub[3] == 0:
-                    sub[3] = move_speed
-                    nx = sub[0] = sub[0] + (1 if sub[2] else -1)
-                    if nx < 0 or nx > 9:
-                        subs.remove(sub)  # and it still shoots below, as upstream's does
-                    elif nx == sx and sub[1] == sy:
-                        terminal = True
-                    else:
-                        ny = sub[1]
-                        for bullet in bullets:
-                            if bullet[0] == nx and bullet[1] == ny:
-                                subs.remove(sub)
-                                bullets.remove(bullet)
-                                r += 1
-                                break
-                else:
-                    sub[3] -= 1
+                # A sub that leaves the board or is shot still shoots below, as upstream's does.
+                hit, dead = _advance(sub, subs, bullets, sx, sy, move_speed)
+                r += hit
+                terminal = terminal or dead
                 if sub[4] == 0:
                     sub[4] = seaquest.enemy_shot_interval
                     enemy_bullets.append([sub[0], sub[1], sub[2]])
@@ -245,25 +230,9 @@ class SeaquestEngine(seaquest.Env):
 
         if fishes:
             for fish in reversed(fishes):
-                if fish[0] == sx and fish[1] == sy:
-                    terminal = True
-                if fish[3] == 0:
-                    fish[3] = move_speed
-                    nx = fish[0] = fish[0] + (1 if fish[2] else -1)
-                    if nx < 0 or nx > 9:
-                        fishes.remove(fish)
-                    elif nx == sx and fish[1] == sy:
-                        terminal = True
-                    else:
-                        ny = fish[1]
-                        for bullet in bullets:
-                            if bullet[0] == nx and bullet[1] == ny:
-                                fishes.remove(fish)
-                                bullets.remove(bullet)
-                                r += 1
-                                break
-                else:
-                    fish[3] -= 1
+                hit, dead = _advance(fish, fishes, bullets, sx, sy, move_speed)
+                r += hit
+                terminal = terminal or dead
 
         if self.e_spawn_timer > 0:
             self.e_spawn_timer -= 1
@@ -328,6 +297,30 @@ class SeaquestEngine(seaquest.Env):
                 if 0 <= back <= 9:
                     frame[row + 10 * back + 3] = 1
         return np.ndarray(_SEAQUEST_SHAPE, _BOOL, frame)
+
+
+def _advance(enemy: list, enemies: list, bullets: list, sx: int, sy: int, move_speed: int) -> tuple[int, bool]:
+    """One enemy's (fish or sub) turn in upstream's order: meeting the player's sub where it
+    stands, moving on its timer, leaving the board, meeting the sub or a bullet where it
+    arrives. Returns (reward, whether the player's sub was hit)."""
+    dead = enemy[0] == sx and enemy[1] == sy
+    if enemy[3] != 0:
+        enemy[3] -= 1
+        return 0, dead
+    enemy[3] = move_speed
+    nx = enemy[0] = enemy[0] + (1 if enemy[2] else -1)
+    if nx < 0 or nx > 9:
+        enemies.remove(enemy)
+        return 0, dead
+    ny = enemy[1]
+    if nx == sx and ny == sy:
+        return 0, True
+    for bullet in bullets:
+        if bullet[0] == nx and bullet[1] == ny:
+            enemies.remove(enemy)
+            bullets.remove(bullet)
+            return 1, dead
+    return 0, dead
 
 
 def _seaquest_gauges(oxygen_cells: int, divers: int) -> bytearray:
