@@ -158,8 +158,9 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
 
 
 def env_defaults(config: PPOJobConfig, parts: Parts) -> None:
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
-    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+    env_fn = job_env_fn(config, parts)
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, env_fn)
+    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, env_fn)
     if config.learn.lr_anneal_steps == RUN_BUDGET:
         config.learn.lr_anneal_steps = config.run.max_env_steps
 

@@ -127,7 +127,6 @@ class EnvConfig:
             raise ValueError(f"{flag('env_id')} may not be empty")
 
 
-
 @dataclasses.dataclass
 class FamilyEnvConfig(EnvConfig):
     """:class:`EnvConfig` whose ``--num-envs``, when not given, the job fills by the env's
@@ -138,6 +137,7 @@ class FamilyEnvConfig(EnvConfig):
 
     def validate(self) -> None:  # unset until the job fills it from the env: checked with 1
         EnvConfig.validate(self if self.num_envs is not None else dataclasses.replace(self, num_envs=1))
+
 
 def check_step_timeout(timeout: float | None, workers: int) -> None:
     """ValueError naming --env-step-timeout unless it is > 0 and, when finite, has env
