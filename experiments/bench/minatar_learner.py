@@ -70,6 +70,25 @@ auto``) 20.9K / 22.6K env steps per CPU-s (the actor thread's CPU time), alterna
 2026-11-27 00:55 UTC, nothing else running (load average 3.2-4.3, falling from a
 benchmark that had just ended): **2.31x** (``off``: 12.3K / 12.7K), 44-48 us an env step.
 
+Seaquest since (:class:`envs.minatar.SeaquestEngine`: the same game at 1.7 against 3.1 us
+a step, act and state, random play): before (f736e6e, ``--fast default``) 11.4K / 12.2K /
+11.1K / 11.5K, after (eea464f, ``--fast auto``) 23.2K / 25.7K / 22.1K / 24.5K env steps
+per CPU-s, alternating four times, 2026-11-27 03:06 UTC (load 1.5, a benchmark finishing)
+and 03:58 (nothing else, load 1.0): **2.07x** (1.99-2.11 a pair; ``off``: 13.7K / 14.2K /
+12.9K / 13.5K). So every game's actor is 2x or more.
+
+Tried on the batch-128 update since, and dropped (2026-11-27): the MinAtar torso's
+forward and backward as one autograd node with the convolution's weight gradient on
+channels-last tensors (alone 152 against 344 us at 4 channels) left the update within
+noise (3.6-4.3 against 3.6-4.1 ms, machine loaded); a hand-written update with no
+autograd at all (the same kernels) saved ~10%; bf16 dense layers on top of it 5-10% more.
+The update's fresh 128 x 1024 float tensors are above glibc's mmap threshold, so each is
+mapped and faulted in anew (180-510 minor page faults an update); keeping freed memory
+(``MALLOC_MMAP_THRESHOLD_=32 MiB``) removed the faults but not measurably the time on a
+quiet machine (Breakout 3.93 / 3.59 against 3.62 / 3.75 ms, Seaquest 4.65 / 4.28 against
+4.56 / 4.32, alternating). What remains is kernels at this CPU's float32 rate and
+per-op work around them.
+
 On a trained net the plain path also pays for subnormal Adam moments (algorithms.fast):
 SpaceInvaders' learner state after 170K env steps (10.5K updates) with its dead weights'
 moments aged 70K more updates: 5.13 ms (off) against 4.34 ms (auto) at batch 128, 2.82
