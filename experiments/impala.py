@@ -39,14 +39,15 @@ from experiments.runtime.job import main_for, run_job
 # V-trace/IMPALA issue's notes): CartPole-v1 with RMSProp 2e-3 solved in a median 9.0K
 # env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
 # 13.9K); MinAtar Breakout (one seed, 180 s) greedy 11.4 at 2e-3 against 5.2 at 6e-4.
-# MinAtar's unrolls of 5 (A3C's n-step there, 4x the updates per env step of 20) and a
-# constant rate: experiments/tuning.md ("IMPALA on MinAtar").
+# MinAtar's unrolls of 5 (A3C's n-step there, 4x the updates per env step of 20), a
+# constant rate and an entropy bonus of 0.05 (Breakout left its plateau 8x sooner):
+# experiments/tuning.md ("IMPALA on MinAtar").
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
-    "vector": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
-    "small_image": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 5, "batch_size": 2},
+    "vector": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
+    "small_image": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 5, "batch_size": 2, "entropy_coef": 0.05},
     # the paper's; not measured here
-    "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4},
-    "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2},
+    "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4, "entropy_coef": 0.01},
+    "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
 }
 
 
@@ -68,7 +69,7 @@ class LearnConfig:
     batch_size: int | None = field(None, help="unrolls per learner update (none: by family, 2)")
     rho_bar: float = field(1.0, help="V-trace: clip of the importance weights in the value targets")
     c_bar: float = field(1.0, help="V-trace: clip of the trace-cutting weights")
-    entropy_coef: float = field(0.01, help="entropy bonus weight")
+    entropy_coef: float | None = field(None, help="entropy bonus weight (none: by family, 0.01; 0.05 for MinAtar)")
     value_coef: float = field(0.5, help="baseline loss weight")
     max_grad_norm: float | None = field(40.0, help="clip the summed loss's gradient to this norm ('none': no clip)")
     reward_clip: float | None = field(None, help="clip rewards to +-this ('none': no clip; the paper's Atari: 1)")
@@ -90,17 +91,19 @@ class LearnConfig:
         layer_sizes(self.hidden, name="hidden")
         if self.fast not in ("auto", "off", "eager", "compile"):
             raise ValueError(f"{flag('fast')} must be one of ['auto', 'off', 'eager', 'compile'], got {self.fast!r}")
-        if self.lr is not None:
-            dataclasses.replace(self, lr_anneal_steps=0).impala_config(env_steps_per_update=1)  # named checks
+        if self.lr is not None:  # the algorithm's named checks
+            entropy = 0.01 if self.entropy_coef is None else self.entropy_coef
+            dataclasses.replace(self, lr_anneal_steps=0, entropy_coef=entropy).impala_config(env_steps_per_update=1)
 
     def impala_config(self, *, env_steps_per_update: int):
         """The IMPALAConfig; the annealing, given in env steps, counted in updates of
         ``env_steps_per_update`` (every learner's batch of unrolls together)."""
         from algorithms.impala_config import IMPALAConfig
 
-        if self.lr is None or self.lr_anneal_steps is None:
-            raise ValueError(f"{flag('lr')}/{flag('lr_anneal_steps')} unset: the job fills them by the "
-                             "env's observations (env_defaults)")
+        unset = [flag(k) for k in ("lr", "lr_anneal_steps", "entropy_coef") if getattr(self, k) is None]
+        if unset:
+            raise ValueError(f"{', '.join(unset)} unset: the job fills them by the env's observations "
+                             "(env_defaults)")
         anneal = max(1, self.lr_anneal_steps // env_steps_per_update) if self.lr_anneal_steps else None
         return IMPALAConfig(gamma=self.gamma, rho_bar=self.rho_bar, c_bar=self.c_bar,
                             entropy_coef=self.entropy_coef, value_coef=self.value_coef,

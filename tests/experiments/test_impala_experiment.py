@@ -48,10 +48,31 @@ def test_bad_flags_are_named():
 def test_the_annealing_is_counted_in_updates_of_every_learners_batch():
     from experiments.builders.impala import IMPALABuilder
 
-    learn = impala.LearnConfig(lr=1e-3, lr_anneal_steps=96_000, unroll_length=20, batch_size=3)
+    learn = impala.LearnConfig(lr=1e-3, lr_anneal_steps=96_000, unroll_length=20, batch_size=3,
+                               entropy_coef=0.01)
     # An update takes 3 unrolls x 20 steps x 8 envs = 480 env steps on each of 2 learners.
     builder = IMPALABuilder(learn=learn, num_envs=8, learners=2, spec=None)
     assert builder.config.lr_anneal_updates == 100 and builder.config.lr == 1e-3
-    constant = IMPALABuilder(learn=impala.LearnConfig(lr=1e-3, lr_anneal_steps=0, unroll_length=20, batch_size=3),
+    constant = IMPALABuilder(learn=impala.LearnConfig(lr=1e-3, lr_anneal_steps=0, unroll_length=20, batch_size=3,
+                                                         entropy_coef=0.01),
                              num_envs=8, spec=None)
     assert constant.config.lr_anneal_updates is None
+
+
+def test_minatar_fills_a_larger_entropy_bonus_unless_given():
+    """Small images get 0.05 (experiments/tuning.md, "IMPALA on MinAtar"), CartPole 0.01; a
+    given value is kept, and an unfilled config names the missing flag."""
+    from experiments.runtime import Parts
+    from experiments.runtime.cli import apply_overrides
+
+    def filled(**over):
+        config = impala.ImpalaJobConfig()
+        apply_overrides(config, over)
+        impala.env_defaults(config, Parts())
+        return config.learn.entropy_coef
+
+    assert filled(env_id="MinAtar/Breakout-v0") == 0.05
+    assert filled(env_id="MinAtar/Breakout-v0", entropy_coef=0.02) == 0.02
+    assert filled() == 0.01
+    with pytest.raises(ValueError, match="--entropy-coef"):
+        impala.LearnConfig(lr=1e-3, lr_anneal_steps=0).impala_config(env_steps_per_update=1)
