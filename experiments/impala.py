@@ -91,9 +91,13 @@ class LearnConfig:
         layer_sizes(self.hidden, name="hidden")
         if self.fast not in ("auto", "off", "eager", "compile"):
             raise ValueError(f"{flag('fast')} must be one of ['auto', 'off', 'eager', 'compile'], got {self.fast!r}")
-        if self.lr is not None:  # the algorithm's named checks
-            entropy = 0.01 if self.entropy_coef is None else self.entropy_coef
-            dataclasses.replace(self, lr_anneal_steps=0, entropy_coef=entropy).impala_config(env_steps_per_update=1)
+        if self.lr is not None:  # the algorithm's named checks, unset fields as for vectors
+            unset = {k: v for k, v in DEFAULTS_BY_FAMILY["vector"].items() if getattr(self, k) is None}
+            probe = dataclasses.replace(self, **{**unset, "lr_anneal_steps": 0})
+            try:
+                probe.impala_config(env_steps_per_update=1)
+            except ValueError as exc:
+                raise ValueError(f"{flag(str(exc).split()[0])}: {exc}") from None
 
     def impala_config(self, *, env_steps_per_update: int):
         """The IMPALAConfig; the annealing, given in env steps, counted in updates of

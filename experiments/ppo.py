@@ -93,8 +93,9 @@ class LearnConfig:
         if self.lr_anneal_steps is not None and self.lr_anneal_steps < 0:
             raise ValueError(f"{flag('lr_anneal_steps')} must be >= 0, got {self.lr_anneal_steps}")
         layer_sizes(self.hidden, name="hidden")
-        probe = dataclasses.replace(self, lr=1e-3 if self.lr is None else self.lr, lr_anneal_steps=0,
-                                    entropy_coef=0.01 if self.entropy_coef is None else self.entropy_coef)
+        # Unset fields are checked with the vector family's values, as PQN's config does.
+        unset = {k: v for k, v in DEFAULTS_BY_FAMILY["vector"].items() if getattr(self, k) is None}
+        probe = dataclasses.replace(self, **{**unset, "lr_anneal_steps": 0})
         try:  # the algorithm's own checks, named by flag
             probe.ppo_config(env_steps_per_update=1)
         except ValueError as exc:

@@ -43,6 +43,8 @@ def test_bad_flags_are_named():
         impala.run(impala_config(serial=True, queue_capacity=0))
     with pytest.raises(ValueError, match="--lr-anneal-steps must be >= 0"):
         impala.run(impala_config(serial=True, lr_anneal_steps=-1))
+    with pytest.raises(ValueError, match="--entropy-coef: entropy_coef must be"):
+        impala.run(impala_config(serial=True, entropy_coef=-1.0))
 
 
 def test_the_annealing_is_counted_in_updates_of_every_learners_batch():
