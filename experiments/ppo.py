@@ -11,8 +11,9 @@ members have finished (never before ``--preempt-min`` of its rollout). It stops 
 greedy evaluation over ``--eval-episodes`` episodes averages ``--target-return`` (the
 env's reward threshold: 475 on CartPole-v1), or at the time/step budget.
 
-Members: ``--num-workers N`` on this machine (default: one per core, and a single one
-in this process below 4 cores, see :func:`experiments.runtime.group.default_members`),
+Members: ``--num-workers N`` on this machine (default: one per GPU when learning on
+CUDA, else one per core and a single one in this process below 4 cores, see
+:func:`experiments.runtime.group.default_members`),
 or the world under torchrun (rank 0 also leads: coordinator, evaluation, checkpoints).
 Measured (CartPole-v1, 8 x 128 per member, lr 1e-3, 10 seeds, 2 shared cores): one
 member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (README,

@@ -170,6 +170,13 @@ def ppo_gpu_learner(cpu: bool) -> dict[str, Any]:
     return _updated(run_job("experiments.ppo", argv))
 
 
+def pqn_gpu_learner(cpu: bool) -> dict[str, Any]:
+    """PQN with its rollouts' updates on the GPU (envs stepped on CPU)."""
+    argv = ["--device", "cpu" if cpu else "cuda", "--num-envs", "8", "--max-env-steps",
+            "1000" if cpu else "8000", "--eval-every", "100000", "--max-seconds", "60"]
+    return _updated(run_job("experiments.pqn", argv))
+
+
 def learners_2_one_gpu(cpu: bool) -> dict[str, Any]:
     """Ape-X with ``--learners 2`` (once merged), both learners on the one GPU."""
     if not has_flag("experiments.apex", "ApexJobConfig", "--learners"):
@@ -185,8 +192,11 @@ CASES = {
     "apex_gpu_learner": apex_gpu_learner,
     "impala_gpu_learner": impala_gpu_learner,
     "ppo_gpu_learner": ppo_gpu_learner,
+    "pqn_gpu_learner": pqn_gpu_learner,
     "learners_2_one_gpu": learners_2_one_gpu,
 }
 # Seconds each case may take on a GPU machine (in its own process): 8 minutes in all.
-TIMEOUTS = {"nccl_learner_group": 60, "rpc_device_maps": 60, "apex_gpu_learner": 90,
-            "impala_gpu_learner": 90, "ppo_gpu_learner": 90, "learners_2_one_gpu": 90}
+# On one H200 each took 5.5-15.5 s (README, "GPU check").
+TIMEOUTS = {"nccl_learner_group": 60, "rpc_device_maps": 60, "apex_gpu_learner": 75,
+            "impala_gpu_learner": 75, "ppo_gpu_learner": 75, "pqn_gpu_learner": 60,
+            "learners_2_one_gpu": 75}

@@ -1,9 +1,10 @@
-"""Every CUDA path of rlpar, checked in one go on the day a GPU is lent:
-``python -m experiments.bench.gpu_check`` (at most 8 minutes).
+"""Every CUDA path of rlpar, checked in one go on a machine with a GPU:
+``python -m experiments.bench.gpu_check`` (at most 8 minutes; on one H200, 77 s).
 
-No session has had a GPU so far, so these paths are written and not yet run (README,
-"What each algorithm runs with"). Each case is a short run in a process of its own with
-its own timeout (a hung NCCL call cannot stall the others) and prints one JSON line::
+CI has no GPU, so these paths are tested there only through their CPU fallbacks; this
+check is what runs them on CUDA (README, "GPU check", holds the last result). Each
+case is a short run in a process of its own with its own timeout (a hung NCCL call
+cannot stall the others) and prints one JSON line::
 
     {"case": ..., "ok": true, "seconds": ..., "device": ..., "detail": {...}}
     {"case": ..., "ok": false, "seconds": ..., "device": ..., "error": "..."}
@@ -12,8 +13,9 @@ its own timeout (a hung NCCL call cannot stall the others) and prints one JSON l
 Cases (:mod:`experiments.bench.gpu_cases`): ``nccl_learner_group`` (broadcast and
 gradient averaging over NCCL), ``rpc_device_maps`` (CUDA tensors over RPC with
 TensorPipe device maps), ``apex_gpu_learner`` and ``impala_gpu_learner`` (the jobs with
-``--device cuda``), ``ppo_gpu_learner`` and ``learners_2_one_gpu`` (``experiments.ppo``
-and Ape-X ``--learners 2``: looked up at run time, "not available" until merged). A
+``--device cuda``), ``ppo_gpu_learner``, ``pqn_gpu_learner`` and ``learners_2_one_gpu``
+(Ape-X ``--learners 2``; it and PPO's look their job and flag up at run time, "not
+available" on a tree without them). A
 machine without CUDA skips every case (ok null). ``--cpu-smoke`` runs each case's CPU
 fallback instead (gloo, CPU tensors, ``--device cpu``), in this process, in seconds:
 what CI runs (``tests/experiments/test_bench_gpu_check.py``). ``--cases a,b`` picks.

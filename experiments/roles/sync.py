@@ -153,7 +153,7 @@ def train(member: Member, *, lead: Any | None, send: Callable[[Any], Any], preem
 
 def resolve(config: Any, world_size: int | None) -> int:
     """The number of members: the world's under torchrun; else ``--num-workers`` (0:
-    by cores, see ``experiments.runtime.group.default_members``); one local member runs
+    by GPUs or cores, see ``experiments.runtime.group.default_members``); one local member runs
     in this process (no world to spawn)."""
     from experiments.runtime.group import default_members
 
@@ -161,7 +161,7 @@ def resolve(config: Any, world_size: int | None) -> int:
     if world_size is not None:
         group.num_workers = world_size
         return world_size
-    group.num_workers = group.num_workers or (1 if config.run.serial else default_members())
+    group.num_workers = group.num_workers or (1 if config.run.serial else default_members(config.run.device))
     if group.num_workers == 1:
         config.run.serial = True
     return group.num_workers

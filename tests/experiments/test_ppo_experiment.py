@@ -142,3 +142,22 @@ def test_images_step_32_envs_with_a_larger_entropy_bonus_unless_given():
     assert (cartpole.env.num_envs, cartpole.learn.entropy_coef) == (8, 0.01)
     with pytest.raises(ValueError, match="--num-envs"):
         ppo.run(ppo_config(num_envs=0))
+
+
+def test_members_by_default_one_per_gpu_when_learning_on_cuda(monkeypatch):
+    """--num-workers 0: one member per GPU on CUDA (members sharing a GPU would average
+    through host copies), one for cuda:N, one per core on CPU (1 below 4 cores)."""
+    import torch
+
+    from experiments.runtime import group
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(group.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert group.default_members("cuda") == group.default_members("auto") == 3
+    assert group.default_members("cuda:2") == 1
+    assert group.default_members("cpu") == 16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert group.default_members("auto") == 16
+    monkeypatch.setattr(group.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert group.default_members("auto") == 1
