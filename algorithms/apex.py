@@ -270,15 +270,21 @@ class ApexDPGActor(Actor):
     """An Ape-X actor for continuous actions (Ape-X DPG, Horgan et al. 2018, with a
     DDPG or TD3 copy): Gaussian exploration at its scales sigma_i
     (:func:`algorithms.noise.exploration_scales`, per env copy), n-step transitions,
-    initial priorities from its own critic; ``ddpg.act`` is its behaviour."""
+    initial priorities from its own critic; ``ddpg.act`` is its behaviour. With
+    ``random_start``, actions are uniformly random until the actor holds parameters the
+    learner has trained (version > 0), as the TD3 reference starts (Fujimoto et al.
+    2018, ``start_timesteps``): a fresh policy plus small noise would fill the replay
+    with nearly one action per state. A resumed run's or a restarted actor's first pull
+    is trained already, so they act by policy at once."""
 
     def __init__(self, *, ddpg: Any, env: Any, buffer: Buffer, params: ParameterStore, index: int,
                  num_actors: int, config: ApexConfig, sigma: float, sigma_alpha: float,
-                 seed: int | None = None) -> None:
+                 random_start: bool = False, seed: int | None = None) -> None:
         from algorithms.noise import exploration_scales
 
         config.validate()
         self.ddpg, self.config, self.index = ddpg, config, index
+        self.random_start, self._uniform = random_start, np.random.default_rng(seed)
         ddpg.tie_target()
         ddpg.noise_scale = exploration_scales(index, num_actors, env.num_envs, sigma=sigma, alpha=sigma_alpha,
                                               per_env=config.eps_per_env)
@@ -287,6 +293,10 @@ class ApexDPGActor(Actor):
                          add_every=config.add_every, pull_every=config.pull_every, prioritized=True, seed=seed)
 
     def behaviour(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.random_start and self.version <= 0:  # the learner's initial weights, or none yet
+            ddpg = self.ddpg
+            uniform = self._uniform.uniform(-1.0, 1.0, size=(len(obs), ddpg.action_dim))
+            return (ddpg.center + ddpg.half_range * uniform).astype(np.float32), {}
         return self.ddpg.act(obs, explore=True), {}
 
 

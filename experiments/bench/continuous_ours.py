@@ -26,7 +26,7 @@ NEVER = 2**62  # --eval-every for the job's own evaluation: the bench evaluates 
 # runs the job's defaults. MuJoCo: what the SB3 peers run with there (the zoo's 10K
 # random steps before learning, a 1M-transition replay), so all three start alike; not
 # tuned here, and not the job's defaults.
-MUJOCO_FLAGS = "--learning-starts 10000 --replay-capacity 1000000"
+MUJOCO_FLAGS = "--learning-starts 10000 --random-start --replay-capacity 1000000"
 ENV_FLAGS: dict[str, str] = {"Pendulum-v1": "", "HalfCheetah-v5": MUJOCO_FLAGS, "Hopper-v5": MUJOCO_FLAGS}
 
 

@@ -83,7 +83,7 @@ class TD3Builder(Builder):
         cont = self.continuous
         return self.actor_cls(ddpg=algorithm, env=env, buffer=sink, params=params, index=index,
                               num_actors=num_actors, config=self.apex, sigma=cont.sigma,
-                              sigma_alpha=cont.sigma_alpha, seed=seed)
+                              sigma_alpha=cont.sigma_alpha, random_start=cont.random_start, seed=seed)
 
     def make_learner(self, algorithm: DDPG, *, source: Any, params: Any) -> Learner:
         return self.learner_cls(algorithm=algorithm, source=source, params=params,

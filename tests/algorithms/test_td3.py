@@ -251,3 +251,53 @@ def test_invalid_config_rejected(kwargs, match):
 def test_a_ddpg_config_is_refused():
     with pytest.raises(TypeError, match="TD3Config"):
         TD3(obs_dim=2, action_low=[-1], action_high=[1], config=DDPGConfig())
+
+
+def test_random_start_acts_uniformly_until_trained_parameters_arrive():
+    """With ``random_start`` an Ape-X TD3 actor's actions cover the Box uniformly while
+    it holds the learner's initial weights (version 0), then are its policy's; without
+    it the policy acts from the first step."""
+    import gymnasium as gym
+
+    from algorithms.apex import ApexConfig, ApexDPGActor
+    from rlpar.servers import ModelStore
+
+    class Recorder:
+        def __init__(self):
+            self.batches = []
+
+        def add(self, batch, priorities):
+            self.batches.append(batch)
+
+    def actor(random_start, store):
+        td3 = _td3()
+        env = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")] * 4)
+        sink = Recorder()
+        made = ApexDPGActor(ddpg=td3, env=env, buffer=sink, params=store, index=0, num_actors=1,
+                            config=ApexConfig(n_step=1, add_every=1, pull_every=4), sigma=1e-6,
+                            sigma_alpha=0.0, random_start=random_start, seed=0)
+        return made, td3, sink
+
+    def by_policy(td3, batches):  # the noiseless policy's actions on the recorded obs
+        obs = np.concatenate([b["obs"] for b in batches])
+        return np.abs(np.concatenate([b["action"] for b in batches]) - td3.act(obs, explore=False)).max()
+
+    store = ModelStore()
+    store.push(_td3().policy_state(), version=0)  # the learner's initial weights
+    random, td3, sink = actor(True, store)
+    for _ in range(50):
+        random.step()
+    early = np.concatenate([b["action"] for b in sink.batches])
+    assert early.shape == (200, 1) and early.min() < -1.5 and early.max() > 1.5 and abs(early.mean()) < 0.4
+    assert by_policy(td3, sink.batches) > 1.0
+    store.push({k: v * 2.0 for k, v in td3.policy_state().items()}, version=8)  # first trained ones
+    while random.version <= 0:
+        random.step()
+    sink.batches.clear()
+    random.step()
+    assert by_policy(td3, sink.batches) < 1e-3
+    fresh = ModelStore()
+    fresh.push(_td3().policy_state(), version=0)
+    plain, td3, sink = actor(False, fresh)
+    plain.step()
+    assert plain.version == 0 and by_policy(td3, sink.batches) < 1e-3
