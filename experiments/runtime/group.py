@@ -20,8 +20,9 @@ def default_members(device: str = "cpu") -> int:
     or ``auto`` on a machine with GPUs) or one (``cuda:N``), each its own GPU under
     NCCL, as DistributedDataParallel lays members out. More members than GPUs share one
     through gloo, which copies every minibatch's gradient to the host and back: PQN on
-    MinAtar Breakout with 16 members on one H200 stepped 27.7K env steps/s against
-    52.5K for the same 16 members on its 16 CPU cores (README, "GPU check").
+    MinAtar Breakout with 16 members sharing one H200 made 0.41 updates/s, against 0.74
+    for 16 members on its 16 CPU cores and 4.0 for one member on the GPU (README, "GPU
+    check").
 
     On CPU: one per CPU core, except below 4 cores, where it is 1, in this process.
     Every member steps its own envs and runs its own forward and backward passes, so
