@@ -146,7 +146,7 @@ def _where(cpu: bool, steps: int) -> list[str]:
     """On CPU (CI) one process; on a GPU the local world, the learner on cuda."""
     if cpu:
         return ["--device", "cpu", "--serial", "--max-env-steps", str(min(steps, 400))]
-    return ["--device", "cuda", "--num-actors", "1", "--max-env-steps", str(steps), "--max-seconds", "60"]
+    return ["--device", "cuda", "--num-actors", "1", "--max-env-steps", str(steps), "--max-seconds", "30"]
 
 
 def apex_gpu_learner(cpu: bool) -> dict[str, Any]:
@@ -154,9 +154,33 @@ def apex_gpu_learner(cpu: bool) -> dict[str, Any]:
     return _updated(run_job("experiments.apex", [*_SMALL_APEX, *_where(cpu, 2000)]))
 
 
+def td3_gpu_learner(cpu: bool) -> dict[str, Any]:
+    """Ape-X for continuous actions (TD3 on Pendulum-v1) with its learner on the GPU."""
+    argv = ["--env-id", "Pendulum-v1", "--learning-starts", "200", "--batch-size", "32", "--hidden", "32",
+            "--eval-every", "100000"]
+    return _updated(run_job("experiments.apex", [*argv, *_where(cpu, 2000)]))
+
+
 def impala_gpu_learner(cpu: bool) -> dict[str, Any]:
     """IMPALA with its learner on the GPU, in a local world."""
     return _updated(run_job("experiments.impala", [*_SMALL_IMPALA, *_where(cpu, 2000)]))
+
+
+def a3c_gpu_workers(cpu: bool) -> dict[str, Any]:
+    """A3C with its workers' gradients computed on the GPU (two workers sharing it),
+    pushed to and pulled from the lead's gradient server."""
+    where = (["--device", "cpu", "--serial", "--max-env-steps", "400"] if cpu
+             else ["--device", "cuda", "--num-workers", "2", "--max-env-steps", "4000", "--max-seconds", "30"])
+    return _updated(run_job("experiments.a3c", ["--num-envs", "2", "--hidden", "32", "--eval-every", "100000",
+                                                *where]))
+
+
+def maddpg_gpu(cpu: bool) -> dict[str, Any]:
+    """MADDPG (one process, env copies stepped in subprocesses) learning on the GPU."""
+    argv = ["--env-id", "cooperative", "--num-envs", "4", "--batch-size", "32", "--hidden", "32",
+            "--learning-starts", "100", "--eval-every", "100000", "--device", "cpu" if cpu else "cuda",
+            "--max-env-steps", "400" if cpu else "4000", "--max-seconds", "30"]
+    return _updated(run_job("experiments.maddpg", argv))
 
 
 def ppo_gpu_learner(cpu: bool) -> dict[str, Any]:
@@ -164,7 +188,7 @@ def ppo_gpu_learner(cpu: bool) -> dict[str, Any]:
     if not has_module("experiments.ppo"):
         raise Unavailable("not available: experiments.ppo is not in this checkout")
     argv = ["--device", "cpu" if cpu else "cuda", "--max-env-steps", "1000" if cpu else "4000",
-            "--eval-every", "100000", "--max-seconds", "60"]
+            "--eval-every", "100000", "--max-seconds", "30"]
     if has_flag("experiments.ppo", "PPOJobConfig", "--num-workers"):
         argv += ["--num-workers", "1"]
     return _updated(run_job("experiments.ppo", argv))
@@ -173,7 +197,7 @@ def ppo_gpu_learner(cpu: bool) -> dict[str, Any]:
 def pqn_gpu_learner(cpu: bool) -> dict[str, Any]:
     """PQN with its rollouts' updates on the GPU (envs stepped on CPU)."""
     argv = ["--device", "cpu" if cpu else "cuda", "--num-envs", "8", "--max-env-steps",
-            "1000" if cpu else "8000", "--eval-every", "100000", "--max-seconds", "60"]
+            "1000" if cpu else "8000", "--eval-every", "100000", "--max-seconds", "30"]
     return _updated(run_job("experiments.pqn", argv))
 
 
@@ -182,7 +206,7 @@ def learners_2_one_gpu(cpu: bool) -> dict[str, Any]:
     if not has_flag("experiments.apex", "ApexJobConfig", "--learners"):
         raise Unavailable("not available: experiments.apex has no --learners in this checkout")
     where = (["--device", "cpu", "--num-actors", "2", "--max-env-steps", "400"] if cpu
-             else ["--device", "cuda", "--num-actors", "2", "--max-env-steps", "2000", "--max-seconds", "60"])
+             else ["--device", "cuda", "--num-actors", "2", "--max-env-steps", "2000", "--max-seconds", "30"])
     return _updated(run_job("experiments.apex", [*_SMALL_APEX, "--learners", "2", *where]))
 
 
@@ -190,13 +214,15 @@ CASES = {
     "nccl_learner_group": nccl_learner_group,
     "rpc_device_maps": rpc_device_maps,
     "apex_gpu_learner": apex_gpu_learner,
+    "td3_gpu_learner": td3_gpu_learner,
     "impala_gpu_learner": impala_gpu_learner,
+    "a3c_gpu_workers": a3c_gpu_workers,
+    "maddpg_gpu": maddpg_gpu,
     "ppo_gpu_learner": ppo_gpu_learner,
     "pqn_gpu_learner": pqn_gpu_learner,
     "learners_2_one_gpu": learners_2_one_gpu,
 }
 # Seconds each case may take on a GPU machine (in its own process): 8 minutes in all.
-# On one H200 each took 5.5-15.5 s (README, "GPU check").
-TIMEOUTS = {"nccl_learner_group": 60, "rpc_device_maps": 60, "apex_gpu_learner": 75,
-            "impala_gpu_learner": 75, "ppo_gpu_learner": 75, "pqn_gpu_learner": 60,
-            "learners_2_one_gpu": 75}
+# On one H200 each of the first seven took 5.5-15.5 s (README, "GPU check"); the jobs
+# stop by their env steps well before their own --max-seconds 30.
+TIMEOUTS = {name: 45 for name in CASES} | {"nccl_learner_group": 60}

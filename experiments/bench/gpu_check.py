@@ -1,5 +1,5 @@
 """Every CUDA path of rlpar, checked in one go on a machine with a GPU:
-``python -m experiments.bench.gpu_check`` (at most 8 minutes; on one H200, 77 s).
+``python -m experiments.bench.gpu_check`` (at most 8 minutes; on one H100, 104 s).
 
 CI has no GPU, so these paths are tested there only through their CPU fallbacks; this
 check is what runs them on CUDA (README, "GPU check", holds the last result). Each
@@ -12,8 +12,9 @@ cannot stall the others) and prints one JSON line::
 
 Cases (:mod:`experiments.bench.gpu_cases`): ``nccl_learner_group`` (broadcast and
 gradient averaging over NCCL), ``rpc_device_maps`` (CUDA tensors over RPC with
-TensorPipe device maps), ``apex_gpu_learner`` and ``impala_gpu_learner`` (the jobs with
-``--device cuda``), ``ppo_gpu_learner``, ``pqn_gpu_learner`` and ``learners_2_one_gpu``
+TensorPipe device maps), ``apex_gpu_learner``, ``td3_gpu_learner`` (Ape-X on
+Pendulum-v1), ``impala_gpu_learner``, ``a3c_gpu_workers`` and ``maddpg_gpu`` (the jobs
+with ``--device cuda``), ``ppo_gpu_learner``, ``pqn_gpu_learner`` and ``learners_2_one_gpu``
 (Ape-X ``--learners 2``; it and PPO's look their job and flag up at run time, "not
 available" on a tree without them). A
 machine without CUDA skips every case (ok null). ``--cpu-smoke`` runs each case's CPU

@@ -27,7 +27,8 @@ def test_cpu_smoke_runs_every_cases_fallback(capsys):
     by_case = {line["case"]: line for line in out}
     assert by_case["nccl_learner_group"]["detail"]["identical"]
     assert by_case["rpc_device_maps"]["detail"]["exact"]
-    assert by_case["apex_gpu_learner"]["detail"]["updates"] > 0
+    for case in ("apex_gpu_learner", "td3_gpu_learner", "impala_gpu_learner", "a3c_gpu_workers", "maddpg_gpu"):
+        assert by_case[case]["detail"]["updates"] > 0, case
     assert sum(TIMEOUTS.values()) <= 8 * 60  # the whole check on a GPU machine
 
 
