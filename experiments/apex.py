@@ -194,9 +194,10 @@ class ContinuousConfig:
         "TD3/DDPG actors' widest Gaussian exploration std (normalized actions): env copy j of J "
         "explores at sigma^(1 + sigma_alpha j / (J - 1))"))
     sigma_alpha: float = field(3.0, help="TD3/DDPG: the exponent of that schedule (0: every copy at sigma)")
-    random_start: bool = field(False, help=(
+    random_start: bool = field(True, help=(
         "TD3/DDPG: actors act uniformly at random until they pull the learner's first trained "
-        "parameters (learning starts after --learning-starts env steps), as the TD3 reference and SB3 start"))
+        "parameters (learning starts after --learning-starts env steps), as the TD3 reference and SB3 "
+        "start; --no-random-start: by the fresh policy plus exploration noise from the first step"))
 
     def validate(self) -> None:
         if self.critic_lr is not None and not self.critic_lr > 0:

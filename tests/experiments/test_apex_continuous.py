@@ -54,11 +54,19 @@ def test_actors_explore_at_their_own_scales():
                           autoreset_mode=AutoresetMode.SAME_STEP, seed=0)
     try:
         builder = apex.builder(config, Parts(), EnvSpec(env.single_observation_space, env.single_action_space))
-        scales = [builder.make_actor(builder.make_algorithm(device="cpu", seed=i), env=env, sink=None,
-                                     params=ModelStore(), index=i, num_actors=2, seed=i).ddpg.noise_scale
-                  for i in range(2)]
+        actors = [builder.make_actor(builder.make_algorithm(device="cpu", seed=i), env=env, sink=None,
+                                     params=ModelStore(), index=i, num_actors=2, seed=i) for i in range(2)]
+        scales = [actor.ddpg.noise_scale for actor in actors]
     finally:
         env.close()
+    assert all(actor.random_start for actor in actors)  # by default, until trained parameters arrive
     assert scales[0].shape == (4,) and scales[0][0] == pytest.approx(0.5)  # the widest: sigma
     assert scales[1][-1] == pytest.approx(0.5 ** 4)  # the narrowest: sigma^(1 + alpha)
     assert all((a > b).all() for a, b in zip(scales, scales[1:]))
+
+
+def test_the_random_start_is_the_default_and_can_be_switched_off():
+    from experiments.runtime.cli import parse_config
+
+    assert parse_config(apex.ApexJobConfig, ["--env-id", "Pendulum-v1"]).continuous.random_start
+    assert not parse_config(apex.ApexJobConfig, ["--env-id", "Pendulum-v1", "--no-random-start"]).continuous.random_start
