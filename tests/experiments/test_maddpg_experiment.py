@@ -314,3 +314,12 @@ def test_a_seed_gives_the_same_run():
         assert first[key] == second[key], key
     # evals: (seconds, env steps, mean, std, version); only the wall-clock may differ
     assert [e[1:] for e in first["evals"]] == [e[1:] for e in second["evals"]]
+
+
+def test_learns_on_cpu_unless_a_device_is_given():
+    """MPE's small networks were 1.3x slower on a GPU."""
+    from experiments.maddpg import MADDPGJobConfig
+    from experiments.runtime.cli import parse_config
+
+    assert parse_config(MADDPGJobConfig, []).run.device == "cpu"
+    assert parse_config(MADDPGJobConfig, ["--device", "auto"]).run.device == "auto"
