@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 from experiments.roles.program import Program, check_learners, describe_learners, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
 from experiments.runtime.data import QueueConfig
-from experiments.runtime.envs import check_env, env_factory, fill_by_family
+from experiments.runtime.envs import RUN_BUDGET, check_env, env_factory, fill_by_family
 from experiments.runtime.job import main_for, run_job
 
 # By observation family (the rule that picks the default network), for the fields left
@@ -39,12 +39,14 @@ from experiments.runtime.job import main_for, run_job
 # V-trace/IMPALA issue's notes): CartPole-v1 with RMSProp 2e-3 solved in a median 9.0K
 # env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
 # 13.9K); MinAtar Breakout (one seed, 180 s) greedy 11.4 at 2e-3 against 5.2 at 6e-4.
-# MinAtar's unrolls of 5 (A3C's n-step there, 4x the updates per env step of 20), a
-# constant rate and an entropy bonus of 0.05 (Breakout left its plateau 8x sooner):
-# experiments/tuning.md ("IMPALA on MinAtar").
+# MinAtar's unrolls of 5 (A3C's n-step there, 4x the updates per env step of 20), an
+# entropy bonus of 0.05 (Breakout left its plateau 8x sooner) and the rate annealed to 0
+# over the run's --max-env-steps (the paper's linear decay; SpaceInvaders' epsilon-0.1
+# return rose past SB3 PPO's): experiments/tuning.md ("IMPALA on MinAtar").
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
-    "small_image": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 5, "batch_size": 2, "entropy_coef": 0.05},
+    "small_image": {"lr": 2e-3, "lr_anneal_steps": RUN_BUDGET, "unroll_length": 5, "batch_size": 2,
+                    "entropy_coef": 0.05},
     # the paper's; not measured here
     "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4, "entropy_coef": 0.01},
     "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
@@ -62,7 +64,7 @@ class LearnConfig:
     lr: float | None = field(None, help="learning rate (none: by observation family, 2e-3; 6e-4 for frames)")
     lr_anneal_steps: int | None = field(None, help=(
         "anneal the learning rate linearly to 0 over this many env steps, all learners together "
-        "(0: constant; none: by observation family)"))
+        "(0: constant; none: by observation family, over the run's --max-env-steps for MinAtar, else 0)"))
     optimizer: Literal["rmsprop", "adam"] = field("rmsprop", help="optimizer (the paper's RMSProp, eps 0.01)")
     gamma: float = field(0.99, help="discount")
     unroll_length: int | None = field(None, help="steps per unroll an actor sends (none: by family, 20; 5 for MinAtar)")
@@ -182,6 +184,8 @@ def check(config: ImpalaJobConfig, parts: Parts) -> None:
 def env_defaults(config: ImpalaJobConfig, parts: Parts) -> None:
     """The fields left unset, by the env's observation family (``DEFAULTS_BY_FAMILY``)."""
     fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
+    if config.learn.lr_anneal_steps == RUN_BUDGET:
+        config.learn.lr_anneal_steps = config.run.max_env_steps
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

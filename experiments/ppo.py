@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 
 from experiments.roles.sync_member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
-from experiments.runtime.envs import check_env, env_factory, fill_by_family
+from experiments.runtime.envs import RUN_BUDGET, check_env, env_factory, fill_by_family
 from experiments.runtime.group import GroupConfig
 from experiments.runtime.job import main_for, run_job
 
@@ -43,7 +43,6 @@ from experiments.runtime.job import main_for, run_job
 # entropy bonus of 0.05, which left Breakout's plateau at seeds where 8 envs and 0.01
 # stayed on it, and step faster). Frames:
 # CleanRL's Atari settings, annealed over the run as CleanRL does (not measured).
-RUN_BUDGET = -1  # lr_anneal_steps: the run's --max-env-steps (CleanRL anneals over its total_timesteps)
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "vector": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
     "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.05},

@@ -149,6 +149,12 @@ def target_return(given: float | None, factory: Callable[[], Any]) -> float:
     return math.inf if threshold is None else float(threshold)
 
 
+# A family default of ``lr_anneal_steps`` meaning the run's own ``--max-env-steps`` (the
+# rate reaches 0 as the run ends, as CleanRL anneals over its total_timesteps); the job
+# replaces it right after filling, so it never reaches a learner.
+RUN_BUDGET = -1
+
+
 def fill_by_family(section: Any, defaults: Mapping[str, Mapping[str, Any]],
                    factory: Callable[[], Any]) -> None:
     """Set the fields of the config ``section`` left ``None`` to

@@ -78,3 +78,21 @@ def test_minatar_fills_a_larger_entropy_bonus_unless_given():
     assert filled() == 0.01
     with pytest.raises(ValueError, match="--entropy-coef"):
         impala.LearnConfig(lr=1e-3, lr_anneal_steps=0).impala_config(env_steps_per_update=1)
+
+
+def test_minatar_anneals_the_learning_rate_over_the_runs_budget_unless_given():
+    """Small images anneal to 0 over the run's --max-env-steps (experiments/tuning.md,
+    "IMPALA on MinAtar"), CartPole keeps a constant rate; a given value is kept."""
+    from experiments.runtime import Parts
+    from experiments.runtime.cli import apply_overrides
+
+    def filled(**over):
+        config = impala.ImpalaJobConfig()
+        apply_overrides(config, over)
+        impala.env_defaults(config, Parts())
+        return config.learn.lr_anneal_steps
+
+    assert filled(env_id="MinAtar/Breakout-v0") == 5_000_000
+    assert filled(env_id="MinAtar/Breakout-v0", max_env_steps=2_000_000) == 2_000_000
+    assert filled(env_id="MinAtar/Breakout-v0", lr_anneal_steps=0) == 0
+    assert filled() == 0
