@@ -61,21 +61,23 @@ def test_the_annealing_is_counted_in_updates_of_every_learners_batch():
     assert constant.config.lr_anneal_updates is None
 
 
-def test_minatar_fills_a_larger_entropy_bonus_unless_given():
-    """Small images get 0.05 (experiments/tuning.md, "IMPALA on MinAtar"), CartPole 0.01; a
-    given value is kept, and an unfilled config names the missing flag."""
+def filled_learn(**over):
+    """IMPALA's learn section after the job fills its unset fields for ``over``'s env."""
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    def filled(**over):
-        config = impala.ImpalaJobConfig()
-        apply_overrides(config, over)
-        impala.env_defaults(config, Parts())
-        return config.learn.entropy_coef
+    config = impala.ImpalaJobConfig()
+    apply_overrides(config, over)
+    impala.env_defaults(config, Parts())
+    return config.learn
 
-    assert filled(env_id="MinAtar/Breakout-v0") == 0.05
-    assert filled(env_id="MinAtar/Breakout-v0", entropy_coef=0.02) == 0.02
-    assert filled() == 0.01
+
+def test_minatar_fills_a_larger_entropy_bonus_unless_given():
+    """Small images get 0.05 (experiments/tuning.md, "IMPALA on MinAtar"), CartPole 0.01; a
+    given value is kept, and an unfilled config names the missing flag."""
+    assert filled_learn(env_id="MinAtar/Breakout-v0").entropy_coef == 0.05
+    assert filled_learn(env_id="MinAtar/Breakout-v0", entropy_coef=0.02).entropy_coef == 0.02
+    assert filled_learn().entropy_coef == 0.01
     with pytest.raises(ValueError, match="--entropy-coef"):
         impala.LearnConfig(lr=1e-3, lr_anneal_steps=0).impala_config(env_steps_per_update=1)
 
@@ -83,16 +85,7 @@ def test_minatar_fills_a_larger_entropy_bonus_unless_given():
 def test_minatar_anneals_the_learning_rate_over_the_runs_budget_unless_given():
     """Small images anneal to 0 over the run's --max-env-steps (experiments/tuning.md,
     "IMPALA on MinAtar"), CartPole keeps a constant rate; a given value is kept."""
-    from experiments.runtime import Parts
-    from experiments.runtime.cli import apply_overrides
-
-    def filled(**over):
-        config = impala.ImpalaJobConfig()
-        apply_overrides(config, over)
-        impala.env_defaults(config, Parts())
-        return config.learn.lr_anneal_steps
-
-    assert filled(env_id="MinAtar/Breakout-v0") == 5_000_000
-    assert filled(env_id="MinAtar/Breakout-v0", max_env_steps=2_000_000) == 2_000_000
-    assert filled(env_id="MinAtar/Breakout-v0", lr_anneal_steps=0) == 0
-    assert filled() == 0
+    assert filled_learn(env_id="MinAtar/Breakout-v0").lr_anneal_steps == 5_000_000
+    assert filled_learn(env_id="MinAtar/Breakout-v0", max_env_steps=2_000_000).lr_anneal_steps == 2_000_000
+    assert filled_learn(env_id="MinAtar/Breakout-v0", lr_anneal_steps=0).lr_anneal_steps == 0
+    assert filled_learn().lr_anneal_steps == 0
