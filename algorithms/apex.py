@@ -279,7 +279,7 @@ class ApexDPGActor(Actor):
 
     def __init__(self, *, ddpg: Any, env: Any, buffer: Buffer, params: ParameterStore, index: int,
                  num_actors: int, config: ApexConfig, sigma: float, sigma_alpha: float,
-                 random_start: bool = False, seed: int | None = None) -> None:
+                 random_start: bool = True, seed: int | None = None) -> None:
         from algorithms.noise import exploration_scales
 
         config.validate()

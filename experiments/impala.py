@@ -183,9 +183,7 @@ def check(config: ImpalaJobConfig, parts: Parts) -> None:
 
 def env_defaults(config: ImpalaJobConfig, parts: Parts) -> None:
     """The fields left unset, by the env's observation family (``DEFAULTS_BY_FAMILY``)."""
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts))
-    if config.learn.lr_anneal_steps == RUN_BUDGET:
-        config.learn.lr_anneal_steps = config.run.max_env_steps
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts), run_budget=config.run.max_env_steps)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

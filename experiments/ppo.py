@@ -160,10 +160,8 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
 
 def env_defaults(config: PPOJobConfig, parts: Parts) -> None:
     env_fn = job_env_fn(config, parts)
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, env_fn)
+    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, env_fn, run_budget=config.run.max_env_steps)
     fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, env_fn)
-    if config.learn.lr_anneal_steps == RUN_BUDGET:
-        config.learn.lr_anneal_steps = config.run.max_env_steps
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

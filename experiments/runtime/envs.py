@@ -149,18 +149,20 @@ def target_return(given: float | None, factory: Callable[[], Any]) -> float:
     return math.inf if threshold is None else float(threshold)
 
 
-# A family default of ``lr_anneal_steps`` meaning the run's own ``--max-env-steps`` (the
-# rate reaches 0 as the run ends, as CleanRL anneals over its total_timesteps); the job
-# replaces it right after filling, so it never reaches a learner.
+# A family default meaning the run's own ``--max-env-steps`` (``lr_anneal_steps``: the
+# rate reaches 0 as the run ends, as CleanRL anneals over its total_timesteps);
+# :func:`fill_by_family` replaces it, so it never reaches a learner.
 RUN_BUDGET = -1
 
 
 def fill_by_family(section: Any, defaults: Mapping[str, Mapping[str, Any]],
-                   factory: Callable[[], Any]) -> None:
+                   factory: Callable[[], Any], *, run_budget: int | None = None) -> None:
     """Set the fields of the config ``section`` left ``None`` to
     ``defaults[family][field]``, where ``family`` is the observation family of the
     env ``factory`` makes (:func:`algorithms.nets.observation_family`: the rule that
-    also picks the default network). The env is built only when a field is unset."""
+    also picks the default network); a default of :data:`RUN_BUDGET` becomes
+    ``run_budget`` (the run's ``--max-env-steps``). The env is built only when a field
+    is unset."""
     unset = [name for name in next(iter(defaults.values())) if getattr(section, name) is None]
     if not unset:
         return
@@ -169,4 +171,9 @@ def fill_by_family(section: Any, defaults: Mapping[str, Mapping[str, Any]],
     obs_space, _ = env_spaces(factory)
     family = observation_family(obs_space.shape or ())
     for name in unset:
-        setattr(section, name, defaults[family][name])
+        value = defaults[family][name]
+        if value == RUN_BUDGET:
+            if run_budget is None:
+                raise TypeError(f"the {family} default of {name} is the run's budget: pass run_budget")
+            value = run_budget
+        setattr(section, name, value)

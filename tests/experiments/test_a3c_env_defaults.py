@@ -92,6 +92,19 @@ def test_fill_by_family_picks_the_family_and_builds_no_env_when_nothing_is_unset
     assert factory.built == built
 
 
+def test_a_run_budget_default_becomes_the_runs_env_steps_and_needs_them():
+    from types import SimpleNamespace
+
+    from experiments.runtime.envs import RUN_BUDGET
+
+    defaults = {"vector": {"lr_anneal_steps": 0}, "small_image": {"lr_anneal_steps": RUN_BUDGET}}
+    section = SimpleNamespace(lr_anneal_steps=None)
+    fill_by_family(section, defaults, _Counting((10, 10, 4)), run_budget=3_000_000)
+    assert section.lr_anneal_steps == 3_000_000
+    with pytest.raises(TypeError, match="run_budget"):
+        fill_by_family(SimpleNamespace(lr_anneal_steps=None), defaults, _Counting((10, 10, 4)))
+
+
 def test_minatar_runs_through_serial_a3c_with_its_family_defaults(tmp_path):
     pytest.importorskip("minatar")
     summary = run(a3c_config(str(tmp_path), env_id="MinAtar/Breakout-v0", max_env_steps=400,
