@@ -59,13 +59,14 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "other": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
 }
 # DQN's for every family, and TD3's and DDPG's (continuous actions, vector observations):
-# the authors' reference settings (lr 3e-4, tau 0.005, 256x256; Fujimoto et al. 2018,
-# sfujim/TD3) with Ape-X's n-step returns and a replay ratio of 0.25 updates of 256 per
-# env step, which solved Pendulum-v1 in 13-15K env steps in one process (seeds 0-2;
-# ratio 1: 6K; experiments/bench/td3_pendulum.py).
+# the authors' reference settings (lr 3e-4, tau 0.005, 256x256, one-step targets; Fujimoto
+# et al. 2018, sfujim/TD3) with a replay ratio of 0.25 updates of 256 per env step. Not
+# Ape-X's n-step returns: uncorrected, they value the actors' noisy behaviour (sigma up to
+# 0.5) rather than the greedy policy, and HalfCheetah-v5 then stayed on its back more often
+# (experiments/tuning.md, "Ape-X TD3 on HalfCheetah").
 DQN_DEFAULTS: dict[str, float | int | str] = {"tau": 1.0, "hidden": "128,128", "batch_size": 128}
 CONTINUOUS_DEFAULTS: dict[str, float | int | str] = {
-    "lr": 3e-4, "tau": 0.005, "hidden": "256,256", "batch_size": 256, "n_step": 3, "updates_per_step": 0.25}
+    "lr": 3e-4, "tau": 0.005, "hidden": "256,256", "batch_size": 256, "n_step": 1, "updates_per_step": 0.25}
 
 
 @dataclasses.dataclass
@@ -86,7 +87,8 @@ class LearnConfig:
         "DQN 2.5e-3 for vectors, 2.5e-4 for MinAtar-size images, 6.25e-5 for 84x84 frames; TD3 3e-4)"))
     gamma: float = field(0.99, help="discount")
     n_step: int | None = field(None, help=(
-        "n-step return length (none: by observation family, 1 for MinAtar-size images, 3 otherwise)"))
+        "n-step return length (none: TD3/DDPG 1; DQN by observation family, 1 for MinAtar-size images, "
+        "3 otherwise)"))
     batch_size: int | None = field(None, help="learner batch size (none: 128 for DQN, 256 for TD3/DDPG)")
     target_update: int = field(500, help="DQN: learner updates between target network updates")
     tau: float | None = field(None, help=(
