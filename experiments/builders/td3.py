@@ -2,7 +2,8 @@
 Function Approximation Error in Actor-Critic Methods", ICML, arXiv:1802.09477) or DDPG
 (Lillicrap et al. 2016) learning from Ape-X's prioritized replay (Horgan et al. 2018,
 whose continuous variant is Ape-X DPG). Actors explore with Gaussian noise at scales
-sigma_i spread over every env copy, send n-step transitions with initial priorities
+sigma_i spread over every env copy, send transitions (one-step by default, TD3's
+targets; ``--n-step`` gives Ape-X's uncorrected n-step returns) with initial priorities
 from their own critic; the learner's priorities are the critics' TD errors.
 
 The hyperparameters are the Ape-X job's ``learn`` section (the fields it shares: lr,
