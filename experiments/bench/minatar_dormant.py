@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench.minatar_eval import PAPER_SCORES, SNAPSHOTS, env_id, snapshot_names
+from experiments.bench.minatar_eval import PAPER_SCORES, env_id
+from experiments.bench.wallclock import bench_run
 
 IMPLS = ("rlpar-apex", "rlpar-a3c")
 
@@ -86,13 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         game = args.game or os.path.basename(os.path.dirname(os.path.abspath(run)))
         if game not in PAPER_SCORES:
             parser.error(f"{run}: cannot tell the game (got {game!r}); pass --game, one of {sorted(PAPER_SCORES)}")
-        impl = args.impl or next((i for i in IMPLS if os.path.basename(os.path.abspath(run)).startswith(i + "-")),
-                                 None)
-        if impl is None:
-            parser.error(f"{run}: cannot tell whose run it is; pass --impl, one of {list(IMPLS)}")
-        paths = [os.path.join(run, SNAPSHOTS, name) for name in snapshot_names(run)]
-        if not paths:
-            parser.error(f"{run}: no snapshots under {os.path.join(run, SNAPSHOTS)}")
+        _, impl, paths = bench_run(parser, run, IMPLS, impl=args.impl)
         jobs.append((run, game, impl, paths))
 
     import torch

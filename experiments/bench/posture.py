@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from experiments.bench.wallclock import SNAPSHOTS, snapshot_names
+from experiments.bench.wallclock import bench_run
 
 IMPLS = ("rlpar-td3", "rlpar-ddpg")
 ROOT_PITCH_JOINT = "rooty"
@@ -78,16 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--every must be >= 1, got {args.every}")
     jobs = []
     for run in args.runs:
-        env_id = args.env or os.path.basename(os.path.dirname(os.path.abspath(run)))
-        impl = args.impl or next((i for i in IMPLS if os.path.basename(os.path.abspath(run)).startswith(i + "-")),
-                                 None)
-        if impl is None:
-            parser.error(f"{run}: cannot tell whose run it is; pass --impl, one of {list(IMPLS)}")
-        names = snapshot_names(run)
-        if not names:
-            parser.error(f"{run}: no snapshots under {os.path.join(run, SNAPSHOTS)}")
-        names = [n for k, n in enumerate(names) if k % args.every == 0 or k == len(names) - 1]
-        jobs.append((run, env_id, impl, [os.path.join(run, SNAPSHOTS, n) for n in names]))
+        where, impl, paths = bench_run(parser, run, IMPLS, impl=args.impl)
+        paths = [p for k, p in enumerate(paths) if k % args.every == 0 or k == len(paths) - 1]
+        jobs.append((run, args.env or where, impl, paths))
 
     import torch
 

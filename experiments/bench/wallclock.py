@@ -69,6 +69,21 @@ def snapshot_pause_s(run_dir: str) -> float:
         return sum(float(line) for line in f if line.strip())
 
 
+def bench_run(parser: argparse.ArgumentParser, run_dir: str, impls: Sequence[str], *,
+              impl: str | None = None) -> tuple[str, str, list[str]]:
+    """``(env or game, implementation, snapshot paths)`` of a bench's run directory,
+    ``<out>/<env or game>/<impl>-seed<k>`` (``impl`` given wins over the name). Exits
+    through ``parser.error``, naming the run, when either cannot be found."""
+    path = os.path.abspath(run_dir)
+    impl = impl or next((i for i in impls if os.path.basename(path).startswith(i + "-")), None)
+    if impl is None:
+        parser.error(f"{run_dir}: cannot tell whose run it is; pass --impl, one of {list(impls)}")
+    paths = [os.path.join(run_dir, SNAPSHOTS, name) for name in snapshot_names(run_dir)]
+    if not paths:
+        parser.error(f"{run_dir}: no snapshots under {os.path.join(run_dir, SNAPSHOTS)}")
+    return os.path.basename(os.path.dirname(path)), impl, paths
+
+
 def snapshot_names(run_dir: str) -> list[str]:
     """Finished snapshots, in env-step order (the step count leads the name)."""
     directory = os.path.join(run_dir, SNAPSHOTS)
