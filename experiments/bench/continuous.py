@@ -267,7 +267,8 @@ def summarize(curve: list[dict[str, Any]], *, levels: tuple[float, ...], budget_
 # ------------------------------------------------------ in the child processes
 
 
-def _algorithm(impl: str) -> str:
+def algorithm_of(impl: str) -> str:
+    """experiments.apex's --algorithm for one of ours' implementations (rlpar-td3 or rlpar-ddpg)."""
     return "ddpg" if impl == "rlpar-ddpg" else "td3"
 
 
@@ -281,7 +282,7 @@ def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
         return peers.train(impl, args.env, threads=args.peer_threads, **common)
     from experiments.bench import continuous_ours as ours
 
-    return ours.train(args.env, algorithm=_algorithm(impl), flags=args.ours_flags, **common)
+    return ours.train(args.env, algorithm=algorithm_of(impl), flags=args.ours_flags, **common)
 
 
 def evaluate_runs(impl: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -293,7 +294,7 @@ def evaluate_runs(impl: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         from experiments.bench import continuous_ours as ours
 
-        load, act = ours.policy(args.env, algorithm=_algorithm(impl), flags=args.ours_flags, quick=args.quick)
+        load, act = ours.policy(args.env, algorithm=algorithm_of(impl), flags=args.ours_flags, quick=args.quick)
     env = eval_env(args.env, episodes=args.eval_episodes)
     seed = args.seed_list[0]
 

@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from envs.registry import EnvFactory
     from experiments.bench import continuous_ours as ours
+    from experiments.bench.continuous import algorithm_of
 
     torch.set_num_threads(1)
     for run, env_id, impl, paths in jobs:
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             env.close()
             parser.error(f"{run}: {error}")
-        load, act = ours.policy(env_id, algorithm=impl.removeprefix("rlpar-"), flags=args.ours_flags, quick=False)
+        load, act = ours.policy(env_id, algorithm=algorithm_of(impl), flags=args.ours_flags, quick=False)
         try:
             for path in paths:
                 snap = torch.load(path, weights_only=True)
