@@ -60,13 +60,16 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
 }
 # DQN's for every family, and TD3's and DDPG's (continuous actions, vector observations):
 # the authors' reference settings (lr 3e-4, tau 0.005, 256x256, one-step targets; Fujimoto
-# et al. 2018, sfujim/TD3) with a replay ratio of 0.25 updates of 256 per env step. Not
+# et al. 2018, sfujim/TD3) with a replay ratio of 0.125 updates of 256 per env step. Not
 # Ape-X's n-step returns: uncorrected, they value the actors' noisy behaviour (sigma up to
-# 0.5) rather than the greedy policy, and HalfCheetah-v5 then stayed on its back more often
-# (experiments/tuning.md, "Ape-X TD3 on HalfCheetah").
+# 0.5) rather than the greedy policy, and HalfCheetah-v5 then stayed on its back more often.
+# The ratio: the learner is the bound (one core at ~175 updates/s on 2 cores) while actors
+# held to 0.25 used an eighth of a core each; at 0.125 they feed it twice the data for no
+# loss of updates, and Hopper-v5 took off sooner (experiments/tuning.md, "Ape-X TD3 on
+# HalfCheetah" and "The replay ratio").
 DQN_DEFAULTS: dict[str, float | int | str] = {"tau": 1.0, "hidden": "128,128", "batch_size": 128}
 CONTINUOUS_DEFAULTS: dict[str, float | int | str] = {
-    "lr": 3e-4, "tau": 0.005, "hidden": "256,256", "batch_size": 256, "n_step": 1, "updates_per_step": 0.25}
+    "lr": 3e-4, "tau": 0.005, "hidden": "256,256", "batch_size": 256, "n_step": 1, "updates_per_step": 0.125}
 
 
 @dataclasses.dataclass
@@ -114,7 +117,7 @@ class LearnConfig:
     updates_per_step: float | None = field(None, help=(
         "batches learned per env step (replay ratio / batch size), over all learners: K learners "
         "update together on K batches, every K / this env steps; actors throttle to hold it "
-        "(none: by observation family, 0.0625 for MinAtar-size images, 0.25 otherwise)"))
+        "(none: TD3/DDPG 0.125; DQN by observation family, 0.0625 for MinAtar-size images, 0.25 otherwise)"))
     learning_starts: int = field(1000, help="env steps before learning starts")
     push_every: int = field(8, help="learner updates between parameter publications")
     pull_every: int = field(64, help="actor env steps between parameter pulls")
