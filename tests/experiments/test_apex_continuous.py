@@ -25,6 +25,7 @@ def test_serial_td3_learns_from_prioritized_one_step_transitions_by_default_and_
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["algorithm"] == "td3"  # auto, resolved by the action space and saved
     assert saved["learn"]["tau"] == 0.005 and saved["learn"]["n_step"] == 1 and saved["learn"]["lr"] == 3e-4
+    assert saved["learn"]["updates_per_step"] == 0.125  # CONTINUOUS_DEFAULTS
     resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2400), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     out = evaluate.evaluate_run(run_dir, which="best")
