@@ -8,13 +8,14 @@ Each argument is a run directory of that bench (it holds ``evals.jsonl``) or the
 itself. For every pair (run, peer), one JSON line on two views of the curves:
 
 - ``grid``: the best greedy return so far (the best of all evaluations up to that
-  second) of each, every ``--grid-s`` seconds from the first to the last second at
-  which both have been evaluated; ``trailing``: how many points the run is below the
+  second) of each, every ``--grid-s`` seconds from the first second at which both have
+  been evaluated to the earlier of their last evaluations; ``trailing``: how many points the run is below the
   peer, ``spans`` (first and last second of each stretch) and ``max_deficit``. Ours
   is evaluated far more often than the peers (every 10K env steps, ~7 s at 1,400 env
   steps/s, against ~100 s), and a best-so-far of a noisy curve rises with the number
   of evaluations; hence
-- ``at_peer_evals``: the same, only at the seconds of the peer's own evaluations, where
+- ``at_peer_evals``: the same, only at the seconds of the peer's own evaluations (from
+  that first second on), where
   the run counts only its evaluations up to that second: a best of as many samples in
   time as the peer had, or more.
 
@@ -88,7 +89,7 @@ def compare(run: Sequence[tuple[float, float]], peer: Sequence[tuple[float, floa
     end = min(run[-1][0], peer[-1][0])
     count = int((end - start) // grid_s) + 1 if end >= start else 0
     grid = [round(start + i * grid_s, 3) for i in range(count)]
-    at_peer = [wall_s for wall_s, _ in peer if wall_s <= run[-1][0]]
+    at_peer = [wall_s for wall_s, _ in peer if start <= wall_s <= run[-1][0]]
     return {"grid_s": grid_s, "from_s": start, "to_s": end, "grid": trailing(run, peer, grid),
             "at_peer_evals": trailing(run, peer, at_peer)}
 

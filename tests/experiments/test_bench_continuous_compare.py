@@ -55,3 +55,10 @@ def test_bad_flags_are_refused(tmp_path, capsys):
         with pytest.raises(SystemExit):
             cc.main([run, "--against", run, *flags])
         assert match in capsys.readouterr().err
+
+
+def test_peer_evaluations_before_both_have_one_are_not_counted():
+    result = cc.compare([(5.0, 1.0), (20.0, 3.0)], [(2.0, 2.0), (10.0, 2.0), (20.0, 4.0)], grid_s=10.0)
+    assert result["from_s"] == 5.0 and result["to_s"] == 20.0
+    assert result["at_peer_evals"]["points"] == 2  # 10 and 20, not the peer's first at 2 s
+    assert result["at_peer_evals"]["trailing"] == 2
