@@ -8,16 +8,14 @@ Each argument is a run directory of that bench (it holds ``evals.jsonl``) or the
 itself. For every pair (run, peer), one JSON line on two views of the curves:
 
 - ``grid``: the best greedy return so far (the best of all evaluations up to that
-  second) of each, every ``--grid-s`` seconds from the first second at which both have
-  been evaluated to the earlier of their last evaluations; ``trailing``: how many points the run is below the
-  peer, ``spans`` (first and last second of each stretch) and ``max_deficit``. Ours
-  is evaluated far more often than the peers (every 10K env steps, ~7 s at 1,400 env
-  steps/s, against ~100 s), and a best-so-far of a noisy curve rises with the number
-  of evaluations; hence
+  second) of each, every ``--grid-s`` seconds from the first second at which both
+  have been evaluated to the earlier of their last evaluations; ``trailing``: how many
+  points the run is below the peer, ``spans`` (first and last second of each stretch)
+  and ``max_deficit``. Ours is evaluated far more often than the peers (every 10K env
+  steps, ~7 s at 1,400 env steps/s, against ~100 s), and a best-so-far of a noisy
+  curve rises with the number of evaluations; hence
 - ``at_peer_evals``: the same, only at the seconds of the peer's own evaluations (from
-  that first second on), where
-  the run counts only its evaluations up to that second: a best of as many samples in
-  time as the peer had, or more.
+  that first second on), where the run counts only its evaluations up to that second.
 
 ``best_by``: each run's best so far at ``--at`` seconds.
 """
