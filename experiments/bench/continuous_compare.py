@@ -17,7 +17,8 @@ itself. For every pair (run, peer), one JSON line on two views of the curves:
 - ``at_peer_evals``: the same, only at the seconds of the peer's own evaluations (from
   that first second on), where the run counts only its evaluations up to that second.
 
-``best_by``: each run's best so far at ``--at`` seconds.
+``best_by``: each run's best so far at ``--at`` seconds (None after its last
+evaluation: a shorter run says nothing about later seconds).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-CURVE = "evals.jsonl"
+from experiments.bench.wallclock import CURVE
 
 
 def read(path: str) -> list[tuple[float, float]]:
@@ -120,13 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     for run_path, run in runs.items():
         for peer_path, peer in peers.items():
             line = {"run": run_path, "peer": peer_path, **compare(run, peer, grid_s=args.grid_s),
-                    "best_by": {f"{s:g}": {"run": _rounded(best_so_far(run, s)),
-                                           "peer": _rounded(best_so_far(peer, s))} for s in at}}
+                    "best_by": {f"{s:g}": {"run": _best_by(run, s), "peer": _best_by(peer, s)} for s in at}}
             print(json.dumps(line))
     return 0
 
 
-def _rounded(value: float | None) -> float | None:
+def _best_by(curve: Sequence[tuple[float, float]], second: float) -> float | None:
+    value = best_so_far(curve, second) if second <= curve[-1][0] else None
     return None if value is None else round(value, 1)
 
 

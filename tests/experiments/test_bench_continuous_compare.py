@@ -21,14 +21,16 @@ def test_trailing_by_hand(tmp_path, capsys):
     # peer: 20 at 10 s, 60 at 30 s, 70 at 50 s.
     ours = _write(tmp_path / "ours", [(5, 10), (25, 50), (35, 30), (45, 90), (60, 95)])
     peer = _write(tmp_path / "peer", [(10, 20), (30, 60), (50, 70)])
-    assert cc.main([ours, "--against", peer, "--grid-s", "10", "--at", "20,60"]) == 0
+    assert cc.main([ours, "--against", peer, "--grid-s", "10", "--at", "20,50"]) == 0
     line = json.loads(capsys.readouterr().out)
     # grid 10, 20, ..., 50: ours' best 10, 10, 50, 50, 90 against 20, 20, 60, 60, 70
     assert line["grid"] == {"points": 5, "trailing": 4, "spans": [[10.0, 40.0]], "max_deficit": 10.0}
     # the peer's evaluations at 10, 30, 50: 10 < 20, 50 < 60, 90 > 70
     assert line["at_peer_evals"] == {"points": 3, "trailing": 2, "spans": [[10.0, 30.0]],
                                      "max_deficit": 10.0}
-    assert line["best_by"] == {"20": {"run": 10.0, "peer": 20.0}, "60": {"run": 95.0, "peer": 70.0}}
+    assert line["best_by"] == {"20": {"run": 10.0, "peer": 20.0}, "50": {"run": 90.0, "peer": 70.0}}
+    assert cc.main([ours, "--against", peer, "--at", "60"]) == 0  # after the peer's last evaluation
+    assert json.loads(capsys.readouterr().out)["best_by"] == {"60": {"run": 95.0, "peer": None}}
 
 
 def test_a_run_not_yet_evaluated_trails_without_a_deficit():
