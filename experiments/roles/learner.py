@@ -210,9 +210,11 @@ def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: li
     on_actors = data.sharded is not None and setup.replay.replay_placement == "actors"
 
     def rejoin(message: Rejoin) -> None:
-        if on_actors:
-            member = shards[message.source]
-            coordinator.count_lost(data.sharded.rehost(member))
+        member = shards[message.source] if on_actors else None
+        if member is not None and not data.sharded.hosts_shard_of(member):  # else: rehosted here before
+            # What it reported adding bounds what its shard held from below: the size in
+            # the shard's last sampling reply may lag the last adds.
+            coordinator.count_lost(data.sharded.rehost(member, added=coordinator.added_by(message.source)))
             for k in range(1, setup.learners):
                 group.call(follow_key(k), member)
         coordinator.rejoin(message)

@@ -83,6 +83,9 @@ class Coordinator:
         self.silent_after = float(silent_after)
         self._seen: list[float | None] = [None] * num_sources
         self._unadded = [0] * num_sources
+        # Per source, the transitions it reported adding since it (re)started: at least
+        # what a replay shard it hosted held when it died (see added_by).
+        self._added = [0] * num_sources
         self._silent: set[int] = set()
         self.source_restarts = 0
         self.lost_transitions = 0
@@ -126,6 +129,7 @@ class Coordinator:
                 self._versions[report.source] = report.version
                 self._seen[report.source] = time.monotonic()
                 self._unadded[report.source] += report.env_steps - report.transitions
+                self._added[report.source] += report.transitions
                 if report.source in self._silent:
                     self._silent.discard(report.source)
                     self._say(f"actor {report.source} reports again")
@@ -156,12 +160,18 @@ class Coordinator:
             self.source_restarts += 1
             self.lost_transitions += lost
             self._unadded[source] = 0
+            self._added[source] = 0
             self._seen[source] = time.monotonic()
             self._silent.discard(source)
             if source == self.evaluator:
                 self._eval_pending = False  # the evaluation it owed died with it
         self._say(f"actor {source} rejoined (its restart {rejoin.restarts}; "
                   f"about {lost} transitions lost)")
+
+    def added_by(self, source: int) -> int:
+        """Transitions ``source`` reported adding since it started or last rejoined."""
+        with self._lock:
+            return self._added[source]
 
     def count_lost(self, transitions: int) -> None:
         """Transitions lost besides a dead source's unadded ones (e.g. the replay

@@ -99,6 +99,7 @@ class DistributedReplayBuffer:
             home_shard=home_shard,
             seed=seed,
             rehosted=rehosted,
+            capacity=capacity,
             make_local=lambda: ReplayBuffer(
                 capacity=capacity, spec=spec, seed=seed, shared_frames=shared_frames
             ),
@@ -119,6 +120,7 @@ class DistributedReplayBuffer:
         make_local,
         prioritized,
         sampler_options,
+        capacity,
         rehosted=False,
     ) -> None:
         if not isinstance(name, str) or not name or "/" in name or "@" in name:
@@ -137,7 +139,7 @@ class DistributedReplayBuffer:
         self.timeout = timeout
         me = group.current_member
         self.shard: ReplayShard | None = None
-        self._make_local = make_local
+        self._make_local, self._shard_capacity = make_local, capacity
         if me in members and not rehosted:
             self.shard = ReplayShard(make_local())
             register_shard(group, name, self.shard)
@@ -192,22 +194,36 @@ class DistributedReplayBuffer:
 
     # -------------------------------------------------------- restarts, checkpoints
 
-    def rehost(self, member: str) -> int:
+    def rehost(self, member: str, *, added: int = 0) -> int:
         """Host a fresh, empty shard here for ``member``, whose process died (its
         replacement, built with ``rehosted=True``, adds to it); sampling excludes the
         dead shard and includes this one from now on. Returns the transitions the
-        dead shard held at its last reply (lost)."""
+        dead shard held (lost): its size at its last reply, or, where more were
+        ``added`` to it since (what the dead process reported adding: sizes only
+        ride on sampling replies, so the last one lags), that, up to a shard's
+        capacity. A member whose shard is already hosted here (its earlier
+        replacement died too) keeps that shard: nothing is lost."""
         if member not in self._serving:
             raise ValueError(f"{member!r} hosts no shard of {self.name!r} ({self.shard_members})")
         if member == self.group.current_member:
             raise ValueError(f"{member!r} cannot take over its own shard")
-        lost = self.sampler.retire(self._serving[member])
+        if isinstance(added, bool) or not isinstance(added, int) or added < 0:
+            raise ValueError(f"added must be an int >= 0, got {added!r}")
+        if self.hosts_shard_of(member):
+            return 0
+        lost = max(self.sampler.retire(self._serving[member]), min(added, self._shard_capacity))
         shard = ReplayShard(self._make_local())
         register_shard(self.group, self.name, shard, member=member, replace=True)
         self._serving[member] = self.sampler.add_shard(LocalShardClient(shard, member))
         log.warning("replay shard of %r is hosted by %r from now on (restored empty; %d "
                     "transitions lost)", member, self.group.current_member, lost)
         return lost
+
+    def hosts_shard_of(self, member: str) -> bool:
+        """Whether ``member``'s shard lives in this process (its own, or rehosted here)."""
+        if member not in self._serving:
+            raise ValueError(f"{member!r} hosts no shard of {self.name!r} ({self.shard_members})")
+        return isinstance(self.sampler.clients[self._serving[member]], LocalShardClient)
 
     def follow(self, member: str) -> None:
         """``member``'s shard was rehosted by another sampler (:meth:`rehost` in another
@@ -339,6 +355,7 @@ class DistributedPrioritizedReplayBuffer(DistributedReplayBuffer):
             home_shard=home_shard,
             seed=seed,
             rehosted=rehosted,
+            capacity=capacity,
             make_local=lambda: PrioritizedReplayBuffer(
                 capacity=capacity,
                 alpha=alpha,

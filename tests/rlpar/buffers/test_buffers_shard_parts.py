@@ -125,6 +125,33 @@ def test_a_dead_members_shard_is_skipped_then_rehosted_empty_and_sampled_again(t
         sampler.rehost("learner")
 
 
+def test_what_a_dead_shard_lost_counts_adds_after_its_last_reply_and_a_second_death_keeps_the_rehosted_shard():
+    dead = set()
+    buffers = world(dead)
+    fill(buffers)
+    sampler = buffers["learner"]
+    sampler.sample(8)  # the last reply from actor1's shard: 20 transitions
+    buffers["actor1"].add({"obs": np.ones((30, 1), np.float32), "action": np.zeros(30, np.int64)},
+                          np.ones(30))
+    dead.add("actor1")
+    # It reported 50 adds; its last reply said 20: 50 were lost, up to the shard's 64.
+    assert sampler.rehost("actor1", added=50) == 50
+    assert not sampler.hosts_shard_of("actor0") and sampler.hosts_shard_of("actor1")
+    replacement = DistributedPrioritizedReplayBuffer(
+        group=FakeGroup(buffers["actor0"].group.registry, MEMBERS, "actor1", dead - {"actor1"}),
+        name="replay", capacity=64, shard_members=SHARDS, rehosted=True)
+    replacement.add({"obs": np.full((10, 1), -1.0, np.float32), "action": np.zeros(10, np.int64)}, np.ones(10))
+    # The replacement died too: its shard lives in the learner, so it is kept as is.
+    assert sampler.rehost("actor1", added=10) == 0
+    assert len(sampler.sample(8).indices) == 8 and len(sampler) == 20 + 10
+    with pytest.raises(ValueError, match="added must be an int >= 0"):
+        sampler.rehost("actor0", added=-1)
+    with pytest.raises(ValueError, match="hosts no shard"):
+        sampler.hosts_shard_of("nobody")
+    # Bounded by a shard's capacity: a shard holds at most 64.
+    assert world(set())["learner"].rehost("actor0", added=1_000) == 64
+
+
 def test_a_corrupt_part_is_named_and_leaves_that_shard_as_it_was(tmp_path):
     buffers = world(dead=set())
     fill(buffers)
