@@ -13,11 +13,12 @@ from experiments.bench import recovery
 TIMES = ("rate_before", "rate_min_after", "learner_recovery_s", "throughput_recovery_s")
 
 
-# Three cases cover the bench's paths (a rank restarted alone in Ape-X, an env worker
-# restarted in MADDPG, a world restarted from a checkpoint with shard parts); the other
-# three faults each have their own test (test_recovery, test_actor_rejoin,
-# test_a3c_failures), and ~12 s per quick case counts against the suite's 6 minutes.
-QUICK_CASES = ("apex-actor", "apex-shard-learner", "maddpg-env-worker")
+# Two cases cover the bench's two paths: a world restarted from a checkpoint with shard
+# parts, and a process restarted alone (an env worker in MADDPG). The other faults each
+# have their own test of the job's side (test_recovery, test_actor_rejoin: an Ape-X actor
+# restarted alone, test_a3c_failures), and ~12 s per quick case counts against the
+# suite's 6 minutes.
+QUICK_CASES = ("apex-shard-learner", "maddpg-env-worker")
 
 
 def test_the_quick_cases_are_cases():
