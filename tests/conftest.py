@@ -1,6 +1,5 @@
 """Shared test fixtures: every test must leave no child process behind; Hypothesis
-runs the same examples on every machine; slow tests start first on every xdist
-worker (``tests/durations.py``)."""
+runs the same examples on every machine."""
 
 from __future__ import annotations
 
@@ -44,17 +43,6 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"HYPOTHESIS_PROFILE={name!r} is not a registered profile (ci, dev, explore)"
         ) from exc
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Every worker collects and orders alike (the controller checks the collections
-    # match), so the order depends only on the recorded durations and the worker count.
-    from tests.durations import load, order
-
-    seconds = load()
-    if seconds:
-        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-        items[:] = [items[i] for i in order([item.nodeid for item in items], seconds, workers=workers)]
 
 
 def child_pids(pid: int | None = None) -> set[int]:
