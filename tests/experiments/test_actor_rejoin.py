@@ -82,6 +82,7 @@ def test_the_coordinator_names_silent_sources_and_counts_rejoins():
                         logger=MetricLogger(log_dir=None), evaluator=1, quiet=True, silent_after=0.05)
     coord.report(Report(source=0, env_steps=10, transitions=6))  # 4 steps not yet in replay
     assert coord.report(Report(source=1, env_steps=10, transitions=10)).evaluate
+    assert (coord.added_by(0), coord.added_by(1)) == (6, 10)  # what a shard of each holds at least
     time.sleep(0.2)
     assert not coord.report(Report(source=1, env_steps=4, transitions=4)).evaluate  # its eval is pending
     coord.tick(updates=0, force=True)
@@ -89,6 +90,7 @@ def test_the_coordinator_names_silent_sources_and_counts_rejoins():
     assert summary["silent_sources"] == [0] and summary["actor_restarts"] == 0
     # Source 0 died with its 4 unadded transitions; its replacement rejoins and reports.
     coord.rejoin(Rejoin(source=0, restarts=1))
+    assert coord.added_by(0) == 0  # counted afresh for the replacement (its shard is new)
     coord.report(Report(source=0, env_steps=2, transitions=0))
     # The evaluator died mid-evaluation: its replacement is asked again.
     coord.rejoin(Rejoin(source=1, restarts=1))
