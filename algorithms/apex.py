@@ -294,9 +294,7 @@ class ApexDPGActor(Actor):
 
     def behaviour(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         if self.random_start and self.version <= 0:  # the learner's initial weights, or none yet
-            ddpg = self.ddpg
-            uniform = self._uniform.uniform(-1.0, 1.0, size=(len(obs), ddpg.action_dim))
-            return (ddpg.center + ddpg.half_range * uniform).astype(np.float32), {}
+            return self.ddpg.to_env(self._uniform.uniform(-1.0, 1.0, size=(len(obs), self.ddpg.action_dim))), {}
         return self.ddpg.act(obs, explore=True), {}
 
 

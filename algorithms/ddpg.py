@@ -132,6 +132,8 @@ class DDPG(Algorithm):
             raise ValueError(f"obs_dim must be positive, got {obs_dim}")
         self.center, self.half_range = action_scale(action_low, action_high)
         self.obs_dim, self.action_dim = int(obs_dim), int(self.center.size)
+        # The networks see flat actions; the env gets them in its Box's shape, e.g. (2, 2).
+        self.action_shape: tuple[int, ...] = tuple(np.shape(action_low))
         self.device = torch.device(device)
         self.fast = resolve_fast(config.fast)
         with seeded(config.seed):
@@ -179,7 +181,12 @@ class DDPG(Algorithm):
             action = self.policy(obs_t).cpu().numpy()
         if explore:
             action = self.explore(action)
-        return (self.center + self.half_range * action).astype(np.float32)
+        return self.to_env(action)
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """Normalized flat actions (B, action_dim) in [-1, 1] -> the env's Box, shaped
+        (B, *action_shape)."""
+        return (self.center + self.half_range * action).astype(np.float32).reshape(-1, *self.action_shape)
 
     def explore(self, action: np.ndarray) -> np.ndarray:
         """Hook: add noise of scale ``noise_scale`` (per row if an array) to normalized

@@ -301,3 +301,50 @@ def test_random_start_acts_uniformly_until_trained_parameters_arrive():
     plain, td3, sink = actor(False, fresh)
     plain.step()
     assert plain.version == 0 and by_policy(td3, sink.batches) < 1e-3
+
+
+def test_a_box_of_any_shape_gets_actions_in_its_shape_and_learns_from_them():
+    """Networks see flat actions; the env gets its Box's shape, e.g. (2, 2), from
+    ``act`` and from the random start alike, and batches of such actions learn."""
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    from algorithms.apex import ApexConfig, ApexDPGActor
+    from rlpar.servers import ModelStore
+
+    low, high = np.full((2, 2), -2.0, np.float32), np.array([[2.0, 1.0], [3.0, 0.0]], np.float32)
+    td3 = TD3(obs_dim=3, action_low=low, action_high=high, config=TD3Config(seed=0, hidden=(16,)))
+    assert (td3.action_dim, td3.action_shape) == (4, (2, 2))
+    obs = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    for explore in (False, True):
+        action = td3.act(obs, explore=explore)
+        assert action.shape == (5, 2, 2) and np.all(action >= low) and np.all(action <= high)
+    batch = _batch(n=8) | {"action": np.random.default_rng(1).uniform(-2.0, 0.0, (8, 2, 2))}
+    assert np.isfinite(td3.learn(batch).priorities).all()
+
+    class Box22(gym.Env):
+        observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        action_space = spaces.Box(low, high, dtype=np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(3, np.float32), {}
+
+        def step(self, action):
+            assert action.shape == (2, 2)
+            return np.zeros(3, np.float32), 0.0, False, False, {}
+
+    class Recorder:
+        def __init__(self):
+            self.actions = []
+
+        def add(self, batch, priorities):
+            self.actions.append(batch["action"])
+
+    store, sink = ModelStore(), Recorder()
+    store.push(td3.policy_state(), version=0)
+    actor = ApexDPGActor(ddpg=td3, env=gym.vector.SyncVectorEnv([Box22] * 2), buffer=sink, params=store,
+                         index=0, num_actors=1, config=ApexConfig(n_step=1, add_every=1, pull_every=4),
+                         sigma=0.1, sigma_alpha=0.0, random_start=True, seed=0)
+    for _ in range(4):
+        actor.step()
+    assert sink.actions and all(a.shape[1:] == (2, 2) for a in sink.actions)
