@@ -170,8 +170,9 @@ class LearnerData:
 
     def held(self, *, reported: int, capacity: int) -> int:
         """What the data path holds: the hosted buffer's or queue's size; for shards
-        (whose sizes only ride on sampling replies) what was added, bounded by the
-        capacity, exact until a shard fills."""
+        (whose sizes only ride on sampling replies) what was added (``reported``: less
+        what dead shards took with them), bounded by the capacity, exact until a shard
+        fills."""
         if self.hosted is not None and self.split is None:
             return len(self.hosted)
         if self.queue is not None:

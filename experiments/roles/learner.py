@@ -162,7 +162,7 @@ class _LearnerTurns:
 
     def held(self) -> int:
         replay = self.setup.replay
-        return self.data.held(reported=self.loop.coordinator.transitions,
+        return self.data.held(reported=self.loop.coordinator.held_transitions(),
                               capacity=replay.replay_capacity if replay is not None else 0)
 
     def turn(self) -> bool:

@@ -89,6 +89,9 @@ class Coordinator:
         self._silent: set[int] = set()
         self.source_restarts = 0
         self.lost_transitions = 0
+        # Of those, transitions that were added (and reported) before they were lost with
+        # a dead process's replay shard: the replay no longer holds them (held_transitions).
+        self.added_lost = 0
         self.env_worker_restarts = 0
         self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
@@ -174,10 +177,17 @@ class Coordinator:
             return self._added[source]
 
     def count_lost(self, transitions: int) -> None:
-        """Transitions lost besides a dead source's unadded ones (e.g. the replay
-        shard it held): counted in ``lost_transitions``."""
+        """Transitions lost after they were added and reported (the replay shard a
+        dead source held): counted in ``lost_transitions``, and no longer in
+        :meth:`held_transitions`."""
         with self._lock:
             self.lost_transitions += max(0, int(transitions))
+            self.added_lost += max(0, int(transitions))
+
+    def held_transitions(self) -> int:
+        """Transitions reported added and not lost since (before a capacity bound)."""
+        with self._lock:
+            return max(0, self.transitions - self.added_lost)
 
     def _say(self, line: str) -> None:
         if math.isfinite(self._progress.every):
@@ -363,7 +373,7 @@ class Coordinator:
                     "solved": list(self.solved) if self.solved else [],
                     "elapsed_s": time.time() - self.started,
                     "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
-                    "env_worker_restarts": self.env_worker_restarts}
+                    "added_lost": self.added_lost, "env_worker_restarts": self.env_worker_restarts}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint: the time budget counts the earlier run's time.
@@ -378,7 +388,7 @@ class Coordinator:
             self._next_eval = loaded["next_eval"]
             self.started = time.time() - loaded["elapsed_s"]
             self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
-            self.env_worker_restarts = loaded["env_worker_restarts"]
+            self.env_worker_restarts, self.added_lost = loaded["env_worker_restarts"], loaded["added_lost"]
 
     # ---------------------------------------------------------------- the end
 
@@ -420,8 +430,9 @@ class Coordinator:
 
 _COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
 # Checkpoints from before sources could rejoin have neither; from before env workers
-# were restarted, no count of those.
-_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts")
+# were restarted, no count of those; from before the replay's size left out lost shards,
+# no added_lost.
+_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts", "added_lost")
 
 
 def _checked_progress(state: Any, where: StatePath) -> dict[str, Any]:
