@@ -351,6 +351,14 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
                     log.warning("rank %d %s while stopping; going on without its result", rank, how)
                     results[rank] = None
                     continue
+                if results and not failures and rank in policy.ranks:
+                    # Likewise once another rank returned: the program is ending (ranks
+                    # return when it ends), and a world restarted from its newest
+                    # checkpoint would find its budget spent or end at once.
+                    log.warning("rank %d %s after rank(s) %s returned; going on without its result",
+                                rank, how, sorted(results))
+                    results[rank] = None
+                    continue
                 died = policy.counts.get(rank, 0)
                 if rank in policy.ranks and 0 < policy.limit <= died and not results and not state.interrupted:
                     error = RankKeepsDying(f"rank {rank} {how} after {died} restart(s) "

@@ -183,3 +183,19 @@ def records_temp_dirs_then_sleeps(out):
         f.write(f"{os.getpid()}\n{tempfile.gettempdir()}\n{multiprocessing.util.get_temp_dir()}\n")
     os.replace(out + ".tmp", out)
     time.sleep(60)
+
+
+def rank1_dies_after_rank0_returned(pid_dir):
+    """Rank 0 returns at once; rank 1 (joined, restartable) SIGKILLs itself once rank
+    0 has exited with its result, as an actor hit while its program ends."""
+    from rlpar.distributed._child import REJOINABLE_ENV
+
+    _record_incarnation(pid_dir)
+    _mark_joined()
+    if os.environ["RANK"] == "0":
+        return "done"
+    exited = os.path.join(os.environ[REJOINABLE_ENV], "exit0")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not os.path.exists(exited):
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -141,6 +141,24 @@ def test_a_restartable_rank_that_dies_is_forked_again_while_the_others_go_on(tmp
 
 
 @pytest.mark.timeout(30)
+def test_a_restartable_rank_that_dies_after_another_returned_is_neither_restarted_nor_a_failure(tmp_path, caplog):
+    # The program was ending: a restart of the rank (or of the world) has nothing to do.
+    first, again = tmp_path / "first", tmp_path / "again"
+    first.mkdir(), again.mkdir()
+    with caplog.at_level("WARNING"):
+        results = launch(programs.rank1_dies_after_rank0_returned, nprocs=2, args=(str(first),),
+                         timeout=25, preload=(), restartable={1}, max_restarts=3)
+    assert results == ["done", None]
+    assert sorted(os.listdir(first)) == ["rank0.0.pid", "rank1.0.pid"]
+    assert "rank 1 was killed by signal SIGKILL after rank(s) [0] returned" in caplog.text
+    # A rank not named restartable still ends the launch, result or not.
+    with pytest.raises(ChildDied, match="rank 1"):
+        launch(programs.rank1_dies_after_rank0_returned, nprocs=2, args=(str(again),),
+               timeout=25, preload=(), restartable={0}, max_restarts=3)
+    assert _gone(first) and _gone(again)
+
+
+@pytest.mark.timeout(30)
 def test_a_rank_that_keeps_dying_ends_the_launch_after_max_restarts(tmp_path):
     from rlpar.errors import RankKeepsDying
 
