@@ -117,8 +117,8 @@ def launch(
     ``restartable``: ranks that are restarted alone when they die after their World
     joined (see the module docstring), each at most ``max_restarts`` times; one that
     dies once more raises RankKeepsDying. No rank is restarted once another has returned its result or
-    after a Ctrl-C/SIGTERM: the launch is ending. A restartable rank that dies during
-    such a stop is no failure: its place in the returned list is None.
+    after a Ctrl-C/SIGTERM: the launch is ending. A restartable rank that dies then
+    is no failure either: its place in the returned list is None.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
