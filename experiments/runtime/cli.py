@@ -221,7 +221,24 @@ def load_run_config(config_cls: type[T], run_dir: str) -> T:
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         raise ValueError(f"{flag(RESUME)} {run_dir!r} is not a run directory (it has no config.json)")
-    return load_config(config_cls, path, source=flag(RESUME))
+    try:
+        return load_config(config_cls, path, source=flag(RESUME))
+    except ValueError as exc:
+        job = _job_of(run_dir)
+        if job is None:
+            raise
+        raise ValueError(f"{exc} (the run was made by experiments.{job}: `python -m experiments.{job} "
+                         f"{flag(RESUME)} {run_dir}` resumes it)") from None
+
+
+def _job_of(run_dir: str) -> str | None:
+    """The job that made a run directory, by its summary (None if it has none)."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            job = json.load(f).get("job")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return job if isinstance(job, str) and job.isidentifier() else None
 
 
 def from_dict(config_cls: type[T], data: Any, *, where: str, source: str = CONFIG_FLAG) -> T:

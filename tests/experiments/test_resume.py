@@ -127,3 +127,18 @@ def test_python_resume_of_a_missing_directory_names_resume():
 def test_every_field_fixed_on_resume_is_a_field_of_the_job(config_cls):
     names = {f.name for _, f, _ in leaves(config_cls())}
     assert config_cls.fixed_on_resume and set(config_cls.fixed_on_resume) <= names
+
+
+def test_resuming_another_jobs_run_names_the_job_that_made_it(tmp_path):
+    import json
+
+    from experiments.runtime.cli import load_run_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"queue": {"capacity": 8}}))
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['queue'\]") as info:
+        load_run_config(ApexJobConfig, str(tmp_path))  # no summary: no guess
+    assert "made by" not in str(info.value)
+    (tmp_path / "summary.json").write_text(json.dumps({"job": "impala"}))
+    with pytest.raises(ValueError, match=f"made by experiments.impala: `python -m experiments.impala "
+                                         f"--resume {tmp_path}` resumes it"):
+        load_run_config(ApexJobConfig, str(tmp_path))
