@@ -330,7 +330,11 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
         raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
                          f"{config.env.env_id!r} has {obs_space.shape} (give a network factory)")
     cls = builder_class(name)
-    parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base)
+    try:
+        parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base)
+    except TypeError as exc:  # e.g. a TD3 subclass for a Discrete env: say why DQN's parts were wanted
+        raise TypeError(f"{exc} (the job runs {flag('algorithm')} {name} for {config.env.env_id!r}, "
+                        f"whose action space is {act_space})") from None
     if config.run.resume:
         check_resume(config)
 
