@@ -176,7 +176,7 @@ class DDPG(Algorithm):
     @torch.no_grad()
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Actions in the environment's Box; with ``explore``, noisy (``noise_scale``)."""
-        obs_t = as_tensor(obs, self.device).reshape(-1, self.obs_dim)
+        obs_t = as_tensor(obs, self.device).reshape(-1, self.obs_dim).float()  # e.g. a uint8 Box
         with flush_denormals(self.fast != "off"):
             action = self.policy(obs_t).cpu().numpy()
         if explore:
@@ -241,6 +241,8 @@ class DDPG(Algorithm):
         if missing:
             raise KeyError(f"{type(self).__name__} batch lacks {sorted(missing)}")
         data = super().preprocess(batch)
+        for key in ("obs", "next_obs"):  # the MLPs take floats, whatever the Box's dtype
+            data[key] = data[key].float()
         center = torch.as_tensor(self.center, device=self.device)
         half = torch.as_tensor(self.half_range, device=self.device)
         data["action"] = (data["action"].float().reshape(-1, self.action_dim) - center) / half

@@ -51,6 +51,15 @@ class ScaleBytes(nn.Module):
         return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
 
 
+class FlattenFloat(nn.Flatten):
+    """``nn.Flatten`` that also casts to float32: a vector Box of integers (uint8,
+    int64) reaches the MLP as its values, unscaled, instead of failing in the first
+    matmul. Parameter-free, so state dicts are those of ``nn.Flatten``'s networks."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x).float()
+
+
 class ChannelNorm(nn.LayerNorm):
     """LayerNorm over the channels of a ``(B, C, H, W)`` feature map, at each position
     on its own: what a LayerNorm after a convolution computes in channels-last
@@ -247,7 +256,7 @@ def q_network(
     elif family == "vector":
         if not hidden:
             raise ValueError("q_network needs at least one hidden layer for vector observations")
-        torso = nn.Sequential(nn.Flatten(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1], layer_norm=layer_norm),
+        torso = nn.Sequential(FlattenFloat(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1], layer_norm=layer_norm),
                               *_norm("dense", hidden[-1], layer_norm), nn.ReLU())
         features = hidden[-1]
     else:

@@ -147,6 +147,17 @@ def test_q_network_keeps_the_other_paths():
             q_network(shape, 2)
 
 
+def test_a_vector_q_network_takes_integer_observations_as_their_values():
+    torch.manual_seed(0)
+    net = q_network((4,), 2, hidden=(8,))
+    values = torch.tensor([[0, 3, 255, 7], [1, 0, 0, 2]])
+    expected = net(values.float())
+    for dtype in (torch.uint8, torch.int64):
+        assert torch.equal(net(values.to(dtype)), expected)
+    # The same state dict as a plain nn.Flatten torso (saved policies keep loading).
+    assert all(not k.startswith("0.0.") for k in net.state_dict())
+
+
 def test_actor_critic_keeps_mlps_for_vectors():
     model = default_actor_critic(gym.spaces.Box(-1, 1, (4,), np.float32), policy_dim=2,
                                  config=A2CConfig(), log_std=None)

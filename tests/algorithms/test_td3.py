@@ -348,3 +348,12 @@ def test_a_box_of_any_shape_gets_actions_in_its_shape_and_learns_from_them():
     for _ in range(4):
         actor.step()
     assert sink.actions and all(a.shape[1:] == (2, 2) for a in sink.actions)
+
+
+def test_integer_observations_act_and_learn_as_floats():
+    """A uint8 vector Box (e.g. a game's RAM) reaches the MLPs as float values."""
+    td3 = _td3()
+    obs = np.random.default_rng(0).integers(0, 255, (5, 3), dtype=np.uint8)
+    assert np.array_equal(td3.act(obs, explore=False), td3.act(obs.astype(np.float32), explore=False))
+    batch = _batch(n=8) | {"obs": obs[:4].repeat(2, 0), "next_obs": obs[1:5].repeat(2, 0)}
+    assert np.isfinite(td3.learn(batch).priorities).all()
