@@ -316,25 +316,25 @@ def job_env_fn(config: ApexJobConfig, parts: Parts):
 def check(config: ApexJobConfig, parts: Parts) -> None:
     from gymnasium import spaces
 
-    from experiments.runtime.envs import env_spaces
+    from experiments.runtime.envs import env_name, env_spaces
 
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, actions=(spaces.Discrete, spaces.Box),
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env, actions=(spaces.Discrete, spaces.Box),
               job="Ape-X")
     obs_space, act_space = env_spaces(job_env_fn(config, parts))
     name = algorithm_of(config, act_space)
     wanted = spaces.Discrete if name == "dqn" else spaces.Box
     if not isinstance(act_space, wanted):
         raise ValueError(f"{flag('algorithm')} {name} needs a {wanted.__name__} action space; "
-                         f"{config.env.env_id!r} has {act_space}")
+                         f"{env_name(config.env.env_id, parts.env)} has {act_space}")
     if name != "dqn" and len(obs_space.shape or ()) != 1 and parts.network is None:
         raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
-                         f"{config.env.env_id!r} has {obs_space.shape} (give a network factory)")
+                         f"{env_name(config.env.env_id, parts.env)} has {obs_space.shape} (give a network factory)")
     cls = builder_class(name)
     try:
         parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base)
     except TypeError as exc:  # e.g. a TD3 subclass for a Discrete env: say why DQN's parts were wanted
-        raise TypeError(f"{exc} (the job runs {flag('algorithm')} {name} for {config.env.env_id!r}, "
-                        f"whose action space is {act_space})") from None
+        raise TypeError(f"{exc} (the job runs {flag('algorithm')} {name} for "
+                        f"{env_name(config.env.env_id, parts.env)}, whose action space is {act_space})") from None
     if config.run.resume:
         check_resume(config)
 

@@ -177,7 +177,7 @@ def check(config: ImpalaJobConfig, parts: Parts) -> None:
 
     parts.check(algorithm=IMPALABuilder.algorithm_base, actor=IMPALABuilder.actor_base,
                 learner=IMPALABuilder.learner_base)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id,
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
               actions=(spaces.Discrete, spaces.Box), job="IMPALA")
 
 

@@ -154,7 +154,7 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
     from algorithms.ppo import PPO
 
     parts.check(algorithm=PPO)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id,
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
               actions=(spaces.Discrete, spaces.Box), job="PPO")
 
 

@@ -1,6 +1,7 @@
 """The env of a job, the same in every rank: by registered id, ``module:EnvId``
 (the module imported first, in every rank), ALE and MinAtar ids, or the user's
-factory. Dict and Tuple observations are flattened for the default networks."""
+factory. Dict and Tuple observations are flattened for the default networks, and
+Discrete actions numbered from 0."""
 
 from __future__ import annotations
 
@@ -37,8 +38,11 @@ def _make_atari(env_id: str):
 
 
 @dataclasses.dataclass(frozen=True)
-class Flattened:
-    """A factory whose Dict/Tuple observations come out flat (picklable)."""
+class Standardized:
+    """A factory of the env as the default networks and action heads take it
+    (picklable): Dict/Tuple observations come out flat, and a Discrete action space
+    that starts elsewhere (``Discrete(3, start=1)``) is numbered from 0, the policy's
+    action i being the env's ``start + i``."""
 
     factory: Callable[[], Any]
 
@@ -49,6 +53,10 @@ class Flattened:
         env = self.factory()
         if isinstance(env.observation_space, spaces.Dict | spaces.Tuple):
             env = FlattenObservation(env)
+        if isinstance(env.action_space, spaces.Discrete) and int(env.action_space.start) != 0:
+            from envs.actions import FromZero
+
+            env = FromZero(env)
         return env
 
 
@@ -57,12 +65,12 @@ def env_factory(env_id: str, user_env: Callable[[], Any] | None = None) -> Calla
     spec is captured here, so an env registered only in the launching process (a
     user's script) is rebuilt in every rank."""
     if user_env is not None:
-        return Flattened(user_env)
+        return Standardized(user_env)
     if is_atari(env_id):
         return functools.partial(_make_atari, env_id)
     from envs.registry import EnvFactory
 
-    return Flattened(EnvFactory.from_id(env_id))
+    return Standardized(EnvFactory.from_id(env_id))
 
 
 _SPACES: dict[Any, tuple[Any, Any, float | None]] = {}
@@ -98,29 +106,34 @@ def env_spaces(factory: Callable[[], Any]) -> tuple[Any, Any]:
     return obs, act
 
 
+def env_name(env_id: str, user_env: Any = None) -> str:
+    """How errors name the job's env: the user's factory, else ``--env-id``'s id."""
+    return "the env of Parts(env=...)" if user_env is not None else f"{flag('env_id')} {env_id!r}"
+
+
 def check_env(factory_of: Callable[[], Callable[[], Any]], *, env_id: str, actions: tuple[type, ...],
-              job: str) -> None:
-    """ValueError naming ``--env-id`` when the env cannot be built or its spaces do
-    not suit the job."""
+              job: str, user_env: Any = None) -> None:
+    """ValueError naming the env (:func:`env_name`) when it cannot be built or its
+    spaces do not suit the job."""
     from gymnasium import spaces
 
+    name = env_name(env_id, user_env)
     try:
         factory = factory_of()
         obs, act = env_spaces(factory)
     except ValueError as exc:
-        raise ValueError(f"{flag('env_id')} {env_id!r}: {exc}") from None
+        raise ValueError(f"{name}: {exc}") from None
     except Exception as exc:
         import gymnasium as gym
 
         if isinstance(exc, gym.error.Error | ImportError | ModuleNotFoundError):
-            raise ValueError(f"{flag('env_id')} {env_id!r}: {exc}") from None
+            raise ValueError(f"{name}: {exc}") from None
         raise
     if not isinstance(act, actions):
         names = " or ".join(a.__name__ for a in actions)
-        raise ValueError(f"{flag('env_id')} {env_id!r} has action space {act}; {job} needs {names}")
+        raise ValueError(f"{name} has action space {act}; {job} needs {names}")
     if not isinstance(obs, spaces.Box):
-        raise ValueError(f"{flag('env_id')} {env_id!r} has observation space {obs}; {job} needs a Box "
-                         "(or a Dict/Tuple, flattened)")
+        raise ValueError(f"{name} has observation space {obs}; {job} needs a Box (or a Dict/Tuple, flattened)")
 
 
 def vector_env_options(config: Any) -> dict[str, Any]:
