@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown cases {unknown}; choose from {sorted(CASES)}")
     if args.quick:
         args.placements, args.senders, args.capacity, args.seconds = "learner", [2], 2048, 0.5
-        args.actors, args.scaling_seconds, args.fan_in_actors = [1, 2], 2.5, 4
+        # One scaling point: its line's figures for more actors are unit-tested on
+        # made-up records (tests/experiments/test_bench_apex_scale.py).
+        args.actors, args.scaling_seconds, args.fan_in_actors = [1], 2.5, 4
     if args.actors[0] != 1:
         parser.error("--actors must start with 1 (the reference of linear scaling)")
     load0, started = os.getloadavg(), time.time()

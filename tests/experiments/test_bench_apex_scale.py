@@ -37,7 +37,7 @@ def test_apex_scale_bench_quick_prints_every_case():
         assert line["replay_rss_mb"] > 0
 
     scaling = by_case["actor_scaling"]
-    assert [line["actors"] for line in scaling] == [1, 2]
+    assert [line["actors"] for line in scaling] == [1]
     assert scaling[0]["linear_fraction"] == 1.0
     for line in scaling:
         assert line["env_steps_per_s"] > 0 and line["state_mb"] > 6  # the Nature CNN's 1.7M floats
@@ -56,3 +56,24 @@ def test_apex_scale_bench_quick_prints_every_case():
 
     (machine,) = by_case["machine"]
     assert machine["quick"] and machine["cpus"] >= 1
+
+
+def test_a_scaling_line_of_two_actors_on_made_up_records():
+    from experiments.bench.apex_scale_actors import ScalingPoint, scaling_line
+
+    # Two actors, each 100 env steps/s and 0.5 ms of CPU per step over the window
+    # where both ran (t = 1..11 s); the first 20% of it is warm-up, left out.
+    def record(offset):
+        trace = [[t, 100.0 * (t - offset), 0.05 * (t - offset)] for t in range(offset, 12)]
+        return {"trace": trace, "pulls": 20, "pulls_loaded": 10, "pull_seconds": 0.3, "loaded_seconds": 0.2,
+                "state_bytes": 7_000_000}
+
+    summary = {"wall_s": 13.0, "startup_s": 3.0, "env_steps_per_s": 190.0, "updates_per_s": 4.0,
+               "wait_fraction": 0.5, "updates": 40, "env_steps": 2000, "actor_reports": 50}
+    line = scaling_line(ScalingPoint(actors=2, seconds=10.0), summary, [record(0), record(1)], 150.0)
+    assert line["actors"] == 2 and line["env_steps_per_s"] == 200.0 and line["window_s"] == 8.0
+    assert line["linear_fraction"] == round(200.0 / (2 * 150.0), 3)
+    assert line["actor_cpu_ms_per_env_step"] == 0.5 and line["state_mb"] == 7.0
+    assert line["pulls_loaded_per_actor_per_s"] == 1.0 and line["pull_ms"] == 20.0  # 0.4 s over 20 loads
+    assert line["empty_pull_ms"] == 10.0 and line["reports_per_s"] == 5.0  # 0.2 s over 20 empty pulls
+    assert line["replay_ratio"] == round(40 * 32 / 2000, 3)
