@@ -344,19 +344,13 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
                 if (not results and not failures and not state.interrupted
                         and policy.request(zygote, tmp, rank, how)):
                     continue
-                if state.interrupted and rank in policy.ranks:
-                    # An expendable rank that dies while the ranks stop (a Ctrl-C
-                    # that reached it at a bad moment) ends the launch no worse than
-                    # a restart would have: it has no result, the others still do.
-                    log.warning("rank %d %s while stopping; going on without its result", rank, how)
-                    results[rank] = None
-                    continue
-                if results and not failures and rank in policy.ranks:
-                    # Likewise once another rank returned: the program is ending (ranks
-                    # return when it ends), and a world restarted from its newest
-                    # checkpoint would find its budget spent or end at once.
-                    log.warning("rank %d %s after rank(s) %s returned; going on without its result",
-                                rank, how, sorted(results))
+                if rank in policy.ranks and (state.interrupted or (results and not failures)):
+                    # An expendable rank that dies while the launch ends (a Ctrl-C that
+                    # reached it at a bad moment, or after another rank returned: ranks
+                    # return when the program ends) ends it no worse than a restart
+                    # would have: it has no result, the others still do.
+                    when = "while stopping" if state.interrupted else f"after rank(s) {sorted(results)} returned"
+                    log.warning("rank %d %s %s; going on without its result", rank, how, when)
                     results[rank] = None
                     continue
                 died = policy.counts.get(rank, 0)
