@@ -318,8 +318,8 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 
     from experiments.runtime.envs import env_name, env_spaces
 
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env, actions=(spaces.Discrete, spaces.Box),
-              job="Ape-X")
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
+              actions=(spaces.Discrete, spaces.Box), job="Ape-X")
     obs_space, act_space = env_spaces(job_env_fn(config, parts))
     name = algorithm_of(config, act_space)
     wanted = spaces.Discrete if name == "dqn" else spaces.Box
@@ -330,11 +330,9 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
         raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
                          f"{env_name(config.env.env_id, parts.env)} has {obs_space.shape} (give a network factory)")
     cls = builder_class(name)
-    try:
-        parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base)
-    except TypeError as exc:  # e.g. a TD3 subclass for a Discrete env: say why DQN's parts were wanted
-        raise TypeError(f"{exc} (the job runs {flag('algorithm')} {name} for "
-                        f"{env_name(config.env.env_id, parts.env)}, whose action space is {act_space})") from None
+    parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base,
+                why=f"the job runs {flag('algorithm')} {name} for {env_name(config.env.env_id, parts.env)}, "
+                    f"whose action space is {act_space}")
     if config.run.resume:
         check_resume(config)
 

@@ -144,7 +144,8 @@ def check(config: PQNJobConfig, parts: Parts) -> None:
     from algorithms.pqn import PQN
 
     parts.check(algorithm=PQN)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env, actions=(spaces.Discrete,), job="PQN")
+    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
+              actions=(spaces.Discrete,), job="PQN")
 
 
 def env_defaults(config: PQNJobConfig, parts: Parts) -> None:

@@ -27,8 +27,10 @@ class Parts:
     learner: type | None = None
     builder: Callable[[Any, Any, Any], Any] | None = None
 
-    def check(self, *, algorithm: type, actor: type | None = None, learner: type | None = None) -> None:
-        """TypeError naming the part that does not fit the job."""
+    def check(self, *, algorithm: type, actor: type | None = None, learner: type | None = None,
+              why: str = "") -> None:
+        """TypeError naming the part that does not fit the job (``why``: why the job
+        wants these classes, added in parentheses)."""
         for name, value in (("env", self.env), ("network", self.network), ("builder", self.builder)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name} must be a callable factory, got {value!r}")
@@ -40,4 +42,4 @@ class Parts:
                 raise TypeError(f"this job has no {name} class to replace (got {given!r})")
             if not (isinstance(given, type) and issubclass(given, base)):
                 raise TypeError(f"{name} must be a subclass of {base.__module__}.{base.__qualname__}, "
-                                f"got {given!r}")
+                                f"got {given!r}" + (f" ({why})" if why else ""))
