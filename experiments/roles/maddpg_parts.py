@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from experiments.runtime.cli import flag
+from experiments.runtime.envs import env_name
 
 # Env flag -> the keyword names an env factory may take it by, in order of preference.
 ENV_KWARGS = {
@@ -32,14 +33,14 @@ def env_factory(env: Any, user_env: Callable[[], Any] | None = None):
     naming ``--env-id`` for an id that cannot be resolved)."""
     from envs.multiagent.registry import EnvEntry, ParallelEnvFactory, keyword_params, lookup
 
+    source = env_name(env.env_id, user_env)
     if user_env is not None:
-        entry, source = EnvEntry(user_env, keyword_params(user_env)), "Parts(env=...)"
+        entry = EnvEntry(user_env, keyword_params(user_env))
     else:
         try:
             entry = lookup(env.env_id)
         except ValueError as exc:
             raise ValueError(f"{flag('env_id')}: {exc}") from None
-        source = f"{flag('env_id')} {env.env_id!r}"
     kwargs = []
     for name, keywords in ENV_KWARGS.items():
         value = getattr(env, name)
@@ -217,8 +218,7 @@ def check(config: Any, parts: Any) -> None:
         adapter = ParallelEnvAdapter(env)
         agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
     except (TypeError, ValueError) as exc:
-        where = "Parts(env=...)" if parts.env is not None else f"{flag('env_id')} {config.env.env_id!r}"
-        raise ValueError(f"{where}: {exc}") from None
+        raise ValueError(f"{env_name(config.env.env_id, parts.env)}: {exc}") from None
     finally:
         env.close()
 
