@@ -64,6 +64,10 @@ class DDPGConfig:
     critic_lr: float = 1e-3
     critic_weight_decay: float = 0.0
     hidden: tuple[int, ...] = (400, 300)
+    # A LayerNorm before each hidden activation of the default critic(s) (Ball et al.
+    # 2023, RLPD): it bounds the critic's values off the data, where an unnormalized
+    # critic extrapolates linearly and the actor climbs that error.
+    critic_layer_norm: bool = False
     noise: Literal["gaussian", "ou"] = "ou"
     # Exploration noise scale in the normalized action space: the initial value of
     # ``DDPG.noise_scale``, which an Ape-X actor replaces by one scale per env copy.
@@ -138,7 +142,8 @@ class DDPG(Algorithm):
         self.fast = resolve_fast(config.fast)
         with seeded(config.seed):
             self.actor = (actor or mlp(obs_dim, self.action_dim, hidden=config.hidden)).to(self.device)
-            self.critic = (critic or mlp(obs_dim + self.action_dim, 1, hidden=config.hidden)).to(self.device)
+            self.critic = (critic or mlp(obs_dim + self.action_dim, 1, hidden=config.hidden,
+                                         layer_norm=config.critic_layer_norm)).to(self.device)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self._actor_opt: torch.optim.Optimizer | None = None

@@ -31,13 +31,13 @@ mean from about -1250 to -320 in 760k env steps (150 s).
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from experiments.roles.a3c_parts import fill_defaults  # noqa: F401  (public: the defaults a run fills, for scripts)
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime.config import usable_cores
 from experiments.runtime.job import main_for, run_job
 
 # Below this many cores a local run uses one worker in this process (see default_workers).
@@ -52,10 +52,7 @@ def default_workers() -> int:
     ranks paid 2-3 s of spawning, RPC start-up and gradient staleness (mean 0.6-0.75
     versions, more env steps to solve: 16-100k against 13-23k) and solved in
     8-33 s; one in-process worker solved in 6-9 s under the same load."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     return 1 if cores < MIN_CORES_FOR_RANKS else cores
 
 

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal
 
 from experiments.roles.program import Program, describe_learners, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime.config import usable_cores
 from experiments.runtime.data import ReplayConfig
 from experiments.runtime.envs import check_env, env_factory
 from experiments.runtime.job import main_for, run_job
@@ -46,7 +47,7 @@ FastMode = Literal["auto", "off", "eager", "compile"]
 
 def default_actors() -> int:
     # One actor per core; the learner shares, and actors throttle to the learner's pace.
-    return max(2, os.cpu_count() or 1)
+    return max(2, usable_cores())
 
 
 # Defaults by observation family (``algorithms.nets.observation_family``, the rule that
@@ -192,6 +193,8 @@ class ContinuousConfig:
 
     critic_lr: float | None = field(None, help="TD3/DDPG: the critics' learning rate (none: --lr)")
     policy_delay: int = field(2, help="TD3: critic updates per actor and target update")
+    critic_layer_norm: bool = field(False, help=(
+        "TD3/DDPG: a LayerNorm before each hidden activation of the critics (RLPD, Ball et al. 2023)"))
     target_noise: float = field(0.2, help=(
         "TD3: std of the target policy's smoothing noise, in actions normalized to [-1, 1]"))
     target_noise_clip: float = field(0.5, help="TD3: the smoothing noise is clipped to +-this")
@@ -225,7 +228,8 @@ class ApexJobConfig:
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
     # against the checkpoint's parts instead (check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "hidden", "dueling", "replay_capacity", "replay_placement", "share_frames", "learners")
+        "env_id", "hidden", "dueling", "critic_layer_norm", "replay_capacity", "replay_placement", "share_frames",
+        "learners")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)

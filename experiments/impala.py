@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from experiments.roles.program import Program, check_learners, describe_learners, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime.config import usable_cores
 from experiments.runtime.data import QueueConfig
 from experiments.runtime.envs import RUN_BUDGET, check_env, env_factory, fill_by_family
 from experiments.runtime.job import main_for, run_job
@@ -54,7 +54,7 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
 
 
 def default_actors() -> int:
-    return max(2, os.cpu_count() or 1)
+    return max(2, usable_cores())
 
 
 @dataclasses.dataclass

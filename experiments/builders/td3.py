@@ -61,7 +61,7 @@ class TD3Builder(Builder):
         learn, cont = self.learn, self.continuous
         common = {"gamma": learn.gamma, "tau": learn.tau, "actor_lr": learn.lr,
                   "critic_lr": cont.critic_lr if cont.critic_lr is not None else learn.lr,
-                  "hidden": learn.hidden_sizes(), "noise": "gaussian", "noise_scale": cont.sigma, "seed": seed,
+                  "hidden": learn.hidden_sizes(), "critic_layer_norm": cont.critic_layer_norm, "noise": "gaussian", "noise_scale": cont.sigma, "seed": seed,
                   "fast": learn.fast}
         if self.name == "ddpg":
             return DDPGConfig(**common)

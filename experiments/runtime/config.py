@@ -139,6 +139,15 @@ class FamilyEnvConfig(EnvConfig):
         EnvConfig.validate(self if self.num_envs is not None else dataclasses.replace(self, num_envs=1))
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity mask (``taskset``, a cgroup's
+    cpuset), not the machine's count, which overcounts a pinned job's share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def check_step_timeout(timeout: float | None, workers: int) -> None:
     """ValueError naming --env-step-timeout unless it is > 0 and, when finite, has env
     workers to apply to."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 from experiments.runtime.cli import field, flag
 
@@ -32,17 +31,14 @@ def default_members(device: str = "cpu") -> int:
     median 14.3K env steps and 8.3 s, two in 33.8K and 16.3 s (5.3 s of it starting
     the world): about as many updates either way, so twice the env steps, and no
     faster updates."""
-    from experiments.runtime.config import resolve_device
+    from experiments.runtime.config import resolve_device, usable_cores
 
     resolved = resolve_device(device)
     if resolved.type == "cuda":
         import torch
 
         return 1 if resolved.index is not None else max(1, torch.cuda.device_count())
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     return 1 if cores < MIN_CORES_FOR_RANKS else cores
 
 

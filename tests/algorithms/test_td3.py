@@ -22,7 +22,8 @@ def _batch(n=16, obs_dim=3, low=-2.0, high=2.0, seed=0, **extra):
 
 
 def _td3(seed=0, **config):
-    return TD3(obs_dim=3, action_low=[-2], action_high=[2], config=TD3Config(seed=seed, hidden=(16,), **config))
+    config = {"hidden": (16,)} | config
+    return TD3(obs_dim=3, action_low=[-2], action_high=[2], config=TD3Config(seed=seed, **config))
 
 
 def _linear(weights, bias):
@@ -220,6 +221,19 @@ def test_twin_critics_start_apart():
 
     with pytest.raises(ValueError, match="critic2"):
         TD3(obs_dim=3, action_low=[-1], action_high=[1], critic=Fixed())
+
+
+def test_critic_layer_norm_normalizes_both_critics_and_not_the_actor():
+    algo = _td3(critic_layer_norm=True, hidden=(16, 8))
+    for net in (algo.critic, algo.critic2, algo.target_critic, algo.target_critic2):
+        assert sum(isinstance(m, nn.LayerNorm) for m in net.modules()) == 2  # one per hidden layer
+    assert not any(isinstance(m, nn.LayerNorm) for m in algo.actor.modules())
+    # The twins still start apart (LayerNorm's reset_parameters is the identity, the
+    # Linears' are not), and an update runs through the normalized critics.
+    assert any(not torch.equal(a, b) for a, b in zip(algo.critic.parameters(), algo.critic2.parameters()))
+    before = [p.clone() for p in algo.critic.parameters()]
+    algo.learn(_batch())
+    assert all(not torch.equal(a, b) for a, b in zip(before, algo.critic.parameters()))
 
 
 def test_exploration_scales_spread_over_every_env_copy():

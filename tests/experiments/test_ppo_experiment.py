@@ -149,15 +149,28 @@ def test_members_by_default_one_per_gpu_when_learning_on_cuda(monkeypatch):
     through host copies), one for cuda:N, one per core on CPU (1 below 4 cores)."""
     import torch
 
-    from experiments.runtime import group
+    from experiments.runtime import config, group
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
-    monkeypatch.setattr(group.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert group.default_members("cuda") == group.default_members("auto") == 3
     assert group.default_members("cuda:2") == 1
     assert group.default_members("cpu") == 16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert group.default_members("auto") == 16
-    monkeypatch.setattr(group.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert group.default_members("auto") == 1
+
+
+def test_actor_defaults_follow_the_cores_the_job_may_use(monkeypatch):
+    """Ape-X and IMPALA default to one actor per core this process may run on: under
+    taskset or a cgroup's cpuset that is the affinity mask, not the host's count."""
+    from experiments import apex, impala
+    from experiments.runtime import config
+
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {4, 5, 6}, raising=False)
+    assert apex.default_actors() == impala.default_actors() == 3
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {7}, raising=False)
+    assert apex.default_actors() == impala.default_actors() == 2  # never fewer than two

@@ -90,6 +90,8 @@ def test_a_resume_may_not_change_what_shapes_the_checkpoint(finished_run, tmp_pa
     assert apex.main(["--resume", str(run_dir), "--hidden", "64"]) == 2  # before anything runs
     err = capsys.readouterr().err
     assert "--hidden cannot change when resuming" in err and "'32'" in err and str(run_dir) in err
+    assert apex.main(["--resume", str(run_dir), "--critic-layer-norm"]) == 2  # the critics' shape
+    assert "--critic-layer-norm cannot change when resuming" in capsys.readouterr().err
     config = ApexJobConfig()
     config.run.resume = str(run_dir)
     config.replay.replay_capacity = 5000
