@@ -40,7 +40,8 @@ from experiments.runtime.rundir import RunDir
 from rlpar.distributed import stops
 
 # What the zygote of a local world (rlpar.distributed.launch) imports once before it
-# forks the ranks, besides the job's own module: what every job's ranks import. In a
+# forks the ranks: what every job's ranks import. Not the job's own module, which may be
+# a user's script or test file that only cloudpickle can ship to the ranks. In a
 # CartPole Ape-X world each rank imported its share of these itself (gymnasium through
 # the env registry: 0.13-0.26 s; numba and the replay's compiled kernels: 0.2 s); with
 # them preloaded a 4-rank launch took 0.33 s less CPU (4.67 against 5.00 s, 6 runs each).
@@ -194,7 +195,7 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
             results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
                              timeout=ctx.config.run.max_seconds + 120.0, stop_grace=STOP_GRACE_S,
                              restartable=alone, max_restarts=budget, finish_grace=FINISH_GRACE_S,
-                             labels=roles, preload=(*RANK_PRELOAD, job.rank_main.__module__))
+                             labels=roles, preload=RANK_PRELOAD)
             break
         except RankKeepsDying:  # restarted --max-restarts times already: its cause ends the job
             raise
