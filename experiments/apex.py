@@ -239,7 +239,8 @@ class ApexJobConfig:
     algorithm: Literal["auto", "dqn", "td3", "ddpg"] = field("auto", help=(
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3 or ddpg"))
     num_actors: int = field(0, help=(
-        "actors of a local run (0: one per CPU core, at least 2); under torchrun the world size decides"))
+        "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
+        "world size decides"))
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each sampling its own batch (with --replay-placement learner, from "
         "its own shard of the replay, fed by actors i mod K), gradients averaged so their parameters "

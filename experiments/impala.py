@@ -130,7 +130,8 @@ class ImpalaJobConfig:
     queue: QueueConfig = section(QueueConfig)
     learn: LearnConfig = section(LearnConfig)
     num_actors: int = field(0, help=(
-        "actors of a local run (0: one per CPU core, at least 2); under torchrun the world size decides"))
+        "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
+        "world size decides"))
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each with a queue of its own that actors i mod K fill, updating in "
         "step with gradients averaged; learner 0 publishes and keeps the run"))

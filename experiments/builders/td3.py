@@ -61,8 +61,8 @@ class TD3Builder(Builder):
         learn, cont = self.learn, self.continuous
         common = {"gamma": learn.gamma, "tau": learn.tau, "actor_lr": learn.lr,
                   "critic_lr": cont.critic_lr if cont.critic_lr is not None else learn.lr,
-                  "hidden": learn.hidden_sizes(), "critic_layer_norm": cont.critic_layer_norm, "noise": "gaussian", "noise_scale": cont.sigma, "seed": seed,
-                  "fast": learn.fast}
+                  "hidden": learn.hidden_sizes(), "critic_layer_norm": cont.critic_layer_norm, "noise": "gaussian",
+                  "noise_scale": cont.sigma, "seed": seed, "fast": learn.fast}
         if self.name == "ddpg":
             return DDPGConfig(**common)
         return TD3Config(**common, policy_delay=cont.policy_delay, target_noise=cont.target_noise,
