@@ -124,6 +124,9 @@ class Actor:
             if len(next(iter(item.values()))) > 0:
                 self._pending.append(item)
         self._track_episodes(reward, done, cut)
+        started = done if cut is None else done | np.asarray(cut, dtype=bool)
+        if started.any():
+            self.episodes_started(started)
         self._obs = reset_obs
         n = self.env.num_envs - (0 if cut is None else int(np.count_nonzero(cut)))
         self.env_steps += n
@@ -144,6 +147,11 @@ class Actor:
             self.finished_episodes.append((float(self._returns[i]), int(self._lengths[i])))
             self._returns[i] = 0.0
             self._lengths[i] = 0
+
+    def episodes_started(self, mask: np.ndarray) -> None:
+        """Hook: the envs where ``mask`` is true begin a new episode at the next step
+        (theirs ended, or a worker restart cut it). Per-episode exploration state (an
+        Ornstein-Uhlenbeck process, a per-episode temperature) restarts here."""
 
     def flush(self) -> None:
         """Send the pending items: transitions with priorities from this actor's

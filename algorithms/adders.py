@@ -90,6 +90,10 @@ class UnrollItems:
             self.dropped_steps += len(self.adder) * self.adder.num_envs
             self.adder.reset()
             return []
+        if "behaviour_log_prob" not in extras:
+            raise KeyError(f"an unroll needs the behaviour policy's log-probs: the actor's behave(obs) must "
+                           f"return (actions, extras) with extras['behaviour_log_prob'] (one per env), got "
+                           f"extras with {sorted(extras)}")
         done = np.logical_or(terminated, truncated)
         unroll = self.adder.add(obs=obs, action=extras.get("action", action), reward=reward,
                                 terminated=terminated, truncated=truncated,

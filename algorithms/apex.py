@@ -268,7 +268,8 @@ class _ScoringAdder:
 
 class ApexDPGActor(Actor):
     """An Ape-X actor for continuous actions (Ape-X DPG, Horgan et al. 2018, with a
-    DDPG or TD3 copy): Gaussian exploration at its scales sigma_i
+    DDPG or TD3 copy): exploration noise (the copy's ``config.noise``: Gaussian, or an
+    Ornstein-Uhlenbeck process restarted each episode) at its scales sigma_i
     (:func:`algorithms.noise.exploration_scales`, per env copy), n-step transitions,
     initial priorities from its own critic; ``ddpg.act`` is its behaviour. With
     ``random_start``, actions are uniformly random until the actor holds parameters the
@@ -296,6 +297,10 @@ class ApexDPGActor(Actor):
         if self.random_start and self.version <= 0:  # the learner's initial weights, or none yet
             return self.ddpg.to_env(self._uniform.uniform(-1.0, 1.0, size=(len(obs), self.ddpg.action_dim))), {}
         return self.ddpg.act(obs, explore=True), {}
+
+    def episodes_started(self, mask: np.ndarray) -> None:
+        # Correlated (OU) noise starts afresh with each episode, as in DDPG.
+        self.ddpg.reset_noise(mask)
 
 
 class ApexLearner(Learner):

@@ -198,6 +198,9 @@ class ContinuousConfig:
     target_noise: float = field(0.2, help=(
         "TD3: std of the target policy's smoothing noise, in actions normalized to [-1, 1]"))
     target_noise_clip: float = field(0.5, help="TD3: the smoothing noise is clipped to +-this")
+    noise: Literal["gaussian", "ou"] = field("gaussian", help=(
+        "TD3/DDPG actors' exploration: independent Gaussian noise (TD3's), or an Ornstein-Uhlenbeck "
+        "process restarted with each episode (the DDPG paper's), at the scales below"))
     sigma: float = field(0.5, help=(
         "TD3/DDPG actors' widest Gaussian exploration std (normalized actions): env copy j of J "
         "explores at sigma^(1 + sigma_alpha j / (J - 1))"))

@@ -1,7 +1,8 @@
 """Ape-X for continuous actions as a builder: TD3 (Fujimoto et al. 2018, "Addressing
 Function Approximation Error in Actor-Critic Methods", ICML, arXiv:1802.09477) or DDPG
 (Lillicrap et al. 2016) learning from Ape-X's prioritized replay (Horgan et al. 2018,
-whose continuous variant is Ape-X DPG). Actors explore with Gaussian noise at scales
+whose continuous variant is Ape-X DPG). Actors explore with Gaussian noise (or, with
+``--noise ou``, an Ornstein-Uhlenbeck process restarted each episode) at scales
 sigma_i spread over every env copy, send transitions (one-step by default, TD3's
 targets; ``--n-step`` gives Ape-X's uncorrected n-step returns) with initial priorities
 from their own critic; the learner's priorities are the critics' TD errors.
@@ -41,10 +42,16 @@ class TD3Builder(Builder):
         self.apex = ApexConfig(n_step=learn.n_step, batch_size=learn.batch_size,
                                learning_starts=learn.learning_starts, push_every=learn.push_every,
                                pull_every=learn.pull_every, eps_per_env=learn.eps_per_env)
-        if algorithm is None and algorithm_name == "td3":
-            from algorithms.td3 import TD3
+        from algorithms.td3 import TD3
 
-            self.algorithm_cls = TD3
+        if algorithm is None and algorithm_name == "td3" and self.algorithm_cls is DDPG:
+            self.algorithm_cls = TD3  # the shared base's TD3; a subclass's own base stays
+        fits = "td3" if issubclass(self.algorithm_cls, TD3) else "ddpg"
+        if fits != algorithm_name:
+            cls = self.algorithm_cls
+            raise ValueError(f"{type(self).__name__} runs {algorithm_name!r}, but its algorithm class "
+                             f"{cls.__module__}.{cls.__qualname__} is {'a' if fits == 'td3' else 'not a'} TD3: "
+                             f"algorithm_name={fits!r} (--algorithm {fits} in the Ape-X job) runs it")
 
     @property
     def flow(self) -> Flow:
@@ -61,9 +68,9 @@ class TD3Builder(Builder):
         learn, cont = self.learn, self.continuous
         common = {"gamma": learn.gamma, "tau": learn.tau, "actor_lr": learn.lr,
                   "critic_lr": cont.critic_lr if cont.critic_lr is not None else learn.lr,
-                  "hidden": learn.hidden_sizes(), "critic_layer_norm": cont.critic_layer_norm, "noise": "gaussian",
+                  "hidden": learn.hidden_sizes(), "critic_layer_norm": cont.critic_layer_norm, "noise": cont.noise,
                   "noise_scale": cont.sigma, "seed": seed, "fast": learn.fast}
-        if self.name == "ddpg":
+        if self.name == "ddpg":  # __init__ checked that the class agrees with the name
             return DDPGConfig(**common)
         return TD3Config(**common, policy_delay=cont.policy_delay, target_noise=cont.target_noise,
                          target_noise_clip=cont.target_noise_clip)

@@ -16,7 +16,15 @@ from typing import Any
 
 from experiments.roles.data import actor_sink, hold_shard_until_saved
 from experiments.roles.learner import PARAMS
-from experiments.roles.program import Setup, actor_seed, eval_env, evaluate, pacing, report_every
+from experiments.roles.program import (
+    Setup,
+    actor_seed,
+    checked,
+    eval_env,
+    evaluate,
+    pacing,
+    report_every,
+)
 from experiments.runtime.job import last_call
 from experiments.runtime.messages import Episode, Rejoin, Report
 
@@ -27,6 +35,7 @@ class ActorShell:
     def __init__(self, setup: Setup, *, index: int, sink: Any, params: Any, restarts: int = 0) -> None:
         from gymnasium.vector import AutoresetMode
 
+        from algorithms.actor_learner import Actor
         from envs import make_vector_env
         from experiments.runtime.envs import vector_env_options
 
@@ -39,8 +48,9 @@ class ActorShell:
                                    **vector_env_options(setup.ctx.config))
         builder = setup.builder
         acting = builder.make_algorithm(device="cpu", seed=self.seed)
-        self.actor = builder.make_actor(acting, env=self.env, sink=sink, params=params, index=index,
-                                        num_actors=setup.num_actors, seed=self.seed)
+        self.actor = checked(builder.make_actor(acting, env=self.env, sink=sink, params=params, index=index,
+                                                num_actors=setup.num_actors, seed=self.seed),
+                             Actor, builder.make_actor)
         self.actor.sync()
         self._steps = self._transitions = self._env_restarts = 0
 

@@ -221,11 +221,7 @@ def _fill_and_probe(program: Program, env_defaults: Callable | None, env_fn: Cal
 
     if env_defaults is not None:
         env_defaults(config, parts)
-    make = parts.builder or program.builder
-    builder = make(config, parts, EnvSpec(*env_spaces(env_fn(config, parts))))
-    if not isinstance(builder, Builder):
-        raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
-                        "not an algorithms.builder.Builder")
+    builder = parts.make_builder(program.builder, config, EnvSpec(*env_spaces(env_fn(config, parts))), Builder)
     builder.flow  # noqa: B018 (its checks: a flow that cannot run is refused here)
 
 

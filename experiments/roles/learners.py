@@ -44,7 +44,7 @@ import numpy as np
 
 from experiments.roles.data import LearnerData, hold_shard_until_saved
 from experiments.roles.learner_shards import LearnerShards
-from experiments.roles.program import Setup
+from experiments.roles.program import Setup, checked
 
 GROUP = "learners"
 # How long learners that may not update wait before they ask again: each ask is an
@@ -199,6 +199,7 @@ def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep |
     """The learner around the builder's algorithm; with several learners its
     gradients go through ``lockstep``'s average over the learner group, on the
     group's GPU under NCCL."""
+    from algorithms.actor_learner import Learner
     from experiments.runtime.config import resolve_device
 
     builder = setup.builder
@@ -208,7 +209,7 @@ def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep |
     algorithm = builder.make_algorithm(device=device, seed=setup.run.seed)
     if lockstep is not None:
         builder.set_grad_hook(algorithm, lockstep.average_gradients)
-    return builder.make_learner(algorithm, source=source, params=params)
+    return checked(builder.make_learner(algorithm, source=source, params=params), Learner, builder.make_learner)
 
 
 def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: list[str],

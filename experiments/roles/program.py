@@ -72,11 +72,8 @@ class Setup:
         config = ctx.config
         env_fn = ctx.env_fn if ctx.env_fn is not None else env_factory(config.env.env_id, ctx.parts.env)
         obs_space, act_space = env_spaces(env_fn)
-        make = ctx.parts.builder or program.builder  # the user's algorithm, or the job's
-        builder = make(config, ctx.parts, EnvSpec(obs_space, act_space))
-        if not isinstance(builder, Builder):
-            raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
-                            "not an algorithms.builder.Builder")
+        # The user's algorithm, or the job's.
+        builder = ctx.parts.make_builder(program.builder, config, EnvSpec(obs_space, act_space), Builder)
         flow = builder.flow
         replay = getattr(config, "replay", None) if flow.data == "replay" else None
         queue = getattr(config, "queue", None) if flow.data == "queue" else None
@@ -88,6 +85,15 @@ class Setup:
 
     def extra_ranks(self) -> int:
         return self.replay.extra_ranks() if self.replay is not None else 0
+
+
+def checked(made: Any, base: type, maker: Any) -> Any:
+    """``made`` if it is a ``base``; else TypeError naming the builder method that
+    made it (``maker``, a bound method), before a role calls anything on it."""
+    if not isinstance(made, base):
+        raise TypeError(f"{type(maker.__self__).__name__}.{maker.__name__} returned {type(made).__name__}, "
+                        f"not an {base.__module__}.{base.__qualname__}")
+    return made
 
 
 def learners_of(config: Any) -> int:

@@ -64,12 +64,7 @@ class SyncSetup:
 
 def make_builder(program: SyncProgram, config: Any, parts: Any, spec: EnvSpec) -> SyncBuilder:
     """The user's builder (``Parts(builder=)``) or the job's, checked."""
-    make = parts.builder or program.builder
-    builder = make(config, parts, spec)
-    if not isinstance(builder, SyncBuilder):
-        raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
-                        "not an algorithms.sync.SyncBuilder")
-    return builder
+    return parts.make_builder(program.builder, config, spec, SyncBuilder)
 
 
 def member_seeds(run_seed: int, rank: int, start_step: int) -> tuple[int, int]:

@@ -5,6 +5,7 @@ defined in the user's module runs in every process of the job."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -43,3 +44,27 @@ class Parts:
             if not (isinstance(given, type) and issubclass(given, base)):
                 raise TypeError(f"{name} must be a subclass of {base.__module__}.{base.__qualname__}, "
                                 f"got {given!r}" + (f" ({why})" if why else ""))
+
+    def make_builder(self, default: Callable[[Any, Any, Any], Any], config: Any, spec: Any, base: type) -> Any:
+        """The user's builder (``builder``) or the job's (``default``), made as
+        ``make(config, parts, spec)`` and checked to be a ``base`` instance: a factory
+        that cannot be called so, or that returns anything else (the builder's class
+        itself included), gets a TypeError that says what it should be."""
+        make = self.builder or default
+        what = f"a factory make(config, parts, spec) -> {base.__module__}.{base.__qualname__}"
+        try:
+            inspect.signature(make).bind(config, self, spec)
+        except TypeError as exc:
+            raise TypeError(f"the builder factory {make!r} cannot be called as make(config, parts, spec) "
+                            f"({exc}); Parts(builder=...) takes {what}") from None
+        except ValueError:  # no signature to read (a builtin): the call below tells
+            pass
+        builder = make(config, self, spec)
+        if isinstance(builder, type):
+            raise TypeError(f"the builder factory {make!r} returned the class {builder.__qualname__}, not "
+                            f"an instance of it (return {builder.__qualname__}(...)); Parts(builder=...) "
+                            f"takes {what}")
+        if not isinstance(builder, base):
+            raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
+                            f"not an {base.__module__}.{base.__qualname__}")
+        return builder

@@ -111,3 +111,18 @@ def test_collate_names_what_is_wrong():
     bad = dict(item, obs=np.zeros((4, 2, 5), np.float32))
     with pytest.raises(ValueError, match="disagree on the shape of obs"):
         collate_unrolls([item, bad])
+
+
+def test_the_unroll_adder_of_an_actor_names_the_extras_it_needs():
+    """An IMPALA-family actor whose behave() leaves out the behaviour log-probs is told
+    what behave() must return, not just the missing key."""
+    from algorithms.adders import UnrollItems
+
+    items = UnrollItems(unroll_length=2, num_envs=2)
+    step = {"obs": np.zeros((2, 1)), "action": np.zeros(2, np.int64), "reward": np.zeros(2),
+            "next_obs": np.zeros((2, 1)), "reset_obs": np.zeros((2, 1)), "terminated": np.zeros(2, bool),
+            "truncated": np.zeros(2, bool)}
+    with pytest.raises(KeyError, match=r"behave\(obs\) must return \(actions, extras\) with "
+                                       r"extras\['behaviour_log_prob'\].*\['entropy'\]"):
+        items.add(**step, extras={"entropy": np.zeros(2)})
+    assert items.add(**step, extras={"behaviour_log_prob": np.zeros(2)}) == []  # an unroll in the making

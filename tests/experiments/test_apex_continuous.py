@@ -5,6 +5,7 @@ explore at their own Gaussian scales, and the job resumes and evaluates like Ape
 import json
 import os
 
+import numpy as np
 import pytest
 from jobs import apex_config
 
@@ -71,3 +72,34 @@ def test_the_random_start_is_the_default_and_can_be_switched_off():
 
     assert parse_config(apex.ApexJobConfig, ["--env-id", "Pendulum-v1"]).continuous.random_start
     assert not parse_config(apex.ApexJobConfig, ["--env-id", "Pendulum-v1", "--no-random-start"]).continuous.random_start
+
+
+def test_ou_noise_is_an_option_and_restarts_with_each_episode():
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    from algorithms.builder import EnvSpec
+    from experiments.runtime import Parts
+    from rlpar.servers import ModelStore
+
+    config = td3_config(noise="ou", random_start=False)
+    apex.env_defaults(config, Parts())
+    env = SyncVectorEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=3)] * 2,
+                        autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        builder = apex.builder(config, Parts(), EnvSpec(env.single_observation_space, env.single_action_space))
+        actor = builder.make_actor(builder.make_algorithm(device="cpu", seed=0), env=env, sink=None,
+                                   params=ModelStore(), index=0, num_actors=1, seed=0)
+        actor.add_every = 10**6  # keep the transitions: this actor has no sink
+        states = []
+        for _ in range(4):
+            actor.step()
+            states.append(actor.ddpg.noise.state.copy())
+    finally:
+        env.close()
+    assert actor.ddpg.config.noise == "ou"
+    assert np.all(states[0] != 0) and np.all(states[1] != 0)  # a correlated walk within the episode
+    assert np.all(states[2] == 0)  # both episodes ended at step 3: the process starts afresh
+    assert np.all(states[3] != 0)
+    summary = apex.run(td3_config(serial=True, noise="ou", max_env_steps=800), quiet=True)
+    assert summary["updates"] > 0

@@ -1,6 +1,7 @@
 """A builder of the user's own, defined here (the README's worked example), runs in
 every rank of a local world and in one process; a factory that does not make a
-builder is refused before any process starts."""
+builder is refused before any process starts, and parts of the wrong type are named
+by the builder method that made them."""
 
 import os
 
@@ -10,8 +11,11 @@ import torch
 from jobs import apex_config
 
 from algorithms.apex import ApexActor
+from algorithms.continuous import q_value, weighted_mean
+from algorithms.td3 import TD3
 from experiments import apex
 from experiments.builders.dqn import DQNBuilder
+from experiments.builders.td3 import TD3Builder
 from experiments.runtime import Parts
 
 
@@ -60,3 +64,66 @@ def test_a_factory_that_makes_no_builder_is_refused_before_the_run():
         apex.run(apex_config(serial=True), parts=Parts(builder=lambda config, parts, spec: object()))
     with pytest.raises(TypeError, match="builder must be a callable factory"):
         apex.run(apex_config(serial=True), parts=Parts(builder="mine"))
+
+
+class HuberTD3(TD3):
+    """TD3 with a Huber loss on both critics (a user's variant)."""
+
+    def critic_loss(self, data, y):
+        obs, action = data["obs"], data["action"]
+        td = torch.stack([y - q_value(self.critic, obs, action), y - q_value(self.critic2, obs, action)])
+        loss = torch.nn.functional.huber_loss(td, torch.zeros_like(td), reduction="none").sum(0)
+        return weighted_mean(loss, data.get("weights")), td.detach()
+
+
+class HuberTD3Builder(TD3Builder):
+    algorithm_base = HuberTD3
+
+
+def pendulum(**over):
+    return apex_config(serial=True, env_id="Pendulum-v1", max_env_steps=600, learning_starts=200, **over)
+
+
+def test_a_td3_builder_subclass_keeps_its_own_algorithm_base():
+    """TD3Builder picks TD3 over its DDPG base for "td3", but not over a subclass's own."""
+    def make(config, parts, spec):
+        return HuberTD3Builder(algorithm_name="td3", learn=config.learn, continuous=config.continuous, spec=spec)
+
+    summary = apex.run(pendulum(), parts=Parts(builder=make), quiet=True)
+    assert summary["algorithm"].endswith("HuberTD3") and summary["updates"] > 0
+
+    def ddpg(config, parts, spec):  # a TD3 class run as "ddpg" would get DDPG's config
+        return HuberTD3Builder(algorithm_name="ddpg", learn=config.learn, continuous=config.continuous, spec=spec)
+
+    with pytest.raises(ValueError, match=r"HuberTD3 is a TD3: algorithm_name='td3' \(--algorithm td3"):
+        apex.run(pendulum(), parts=Parts(builder=ddpg), quiet=True)
+
+
+def test_a_factory_of_the_wrong_shape_is_refused_saying_what_it_should_be():
+    with pytest.raises(TypeError, match=r"cannot be called as make\(config, parts, spec\).*takes a factory"):
+        apex.run(apex_config(serial=True), parts=Parts(builder=lambda config, spec: None))
+
+    def the_class(config, parts, spec):
+        return BoltzmannBuilder
+
+    with pytest.raises(TypeError, match=r"returned the class BoltzmannBuilder, not an instance of it"):
+        apex.run(apex_config(serial=True), parts=Parts(builder=the_class))
+
+
+def test_an_actor_or_learner_of_the_wrong_type_is_named_by_the_method_that_made_it():
+    class NoActor(BoltzmannBuilder):
+        def make_actor(self, algorithm, **kwargs):
+            return lambda obs: obs
+
+    class NoLearner(BoltzmannBuilder):
+        def make_learner(self, algorithm, *, source, params):
+            return algorithm
+
+    with pytest.raises(TypeError, match=r"NoActor.make_actor returned function, not an "
+                                        r"algorithms.actor_learner.Actor"):
+        apex.run(apex_config(serial=True),
+                 parts=Parts(builder=lambda config, parts, spec: NoActor(learn=config.learn, spec=spec)))
+    with pytest.raises(TypeError, match=r"NoLearner.make_learner returned DQN, not an "
+                                        r"algorithms.actor_learner.Learner"):
+        apex.run(apex_config(serial=True),
+                 parts=Parts(builder=lambda config, parts, spec: NoLearner(learn=config.learn, spec=spec)))
