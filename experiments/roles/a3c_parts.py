@@ -60,7 +60,7 @@ def check(config: Any, parts: Any) -> None:
 
     from algorithms.a2c import A2C
 
-    parts.check(algorithm=A2C)
+    parts.check(algorithm=A2C, builders=False)
     check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
               actions=(spaces.Discrete, spaces.Box), job="A3C")
     if config.run.serial and not config.server_acts:

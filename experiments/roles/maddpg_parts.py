@@ -199,7 +199,7 @@ def check(config: Any, parts: Any) -> None:
     from envs.multiagent import ParallelEnvAdapter
     from envs.multiagent.registry import NotParallelEnv
 
-    parts.check(algorithm=MADDPG)
+    parts.check(algorithm=MADDPG, builders=False)
     if parts.actor is not None or parts.learner is not None:
         raise TypeError("MADDPG has no actor or learner role class to replace: subclass the algorithm "
                         "(Parts(algorithm=...)) instead")

@@ -142,6 +142,16 @@ def test_parts_that_do_not_fit_the_job_are_refused():
     assert "the job runs --algorithm dqn for --env-id 'CartPole-v1', whose action space is Discrete(2)" in str(info.value)
     with pytest.raises(TypeError, match="this job has no actor class"):
         a3c.run(a3c_config(), parts=Parts(actor=DQN))
+    with pytest.raises(TypeError, match=r"this job runs no builders \(Parts\(builder=...\) is for Ape-X"):
+        a3c.run(a3c_config(), parts=Parts(builder=lambda config, parts, spec: None))
+
+
+def test_with_a_builder_of_the_users_the_class_parts_are_its_to_check():
+    """The job's default builder's bases do not apply to parts meant for the user's own
+    builder (which checks them against its own bases when it takes them)."""
+    Parts(builder=lambda config, parts, spec: None, algorithm=A2C).check(algorithm=DQN)
+    with pytest.raises(TypeError, match="builder must be a callable factory"):
+        Parts(builder=DQN(num_actions=2, network=torch.nn.Linear(4, 2))).check(algorithm=DQN)
 
 
 class BoltzmannDQN(DQN):
