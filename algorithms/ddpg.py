@@ -135,6 +135,13 @@ class DDPG(Algorithm):
         if obs_dim <= 0:
             raise ValueError(f"obs_dim must be positive, got {obs_dim}")
         self.center, self.half_range = action_scale(action_low, action_high)
+        # Actions go out in the Box's own float dtype (float32 for plain sequences),
+        # clipped to its bounds in that dtype: center + half_range * 1 rounds to one
+        # step past a bound such as 0.1 in float32, which Box.contains refuses.
+        floating = isinstance(action_low, np.ndarray) and np.issubdtype(action_low.dtype, np.floating)
+        self.action_dtype = action_low.dtype if floating else np.dtype(np.float32)
+        self.action_low = np.asarray(action_low, dtype=self.action_dtype).reshape(-1)
+        self.action_high = np.asarray(action_high, dtype=self.action_dtype).reshape(-1)
         self.obs_dim, self.action_dim = int(obs_dim), int(self.center.size)
         # The networks see flat actions; the env gets them in its Box's shape, e.g. (2, 2).
         self.action_shape: tuple[int, ...] = tuple(np.shape(action_low))
@@ -191,7 +198,11 @@ class DDPG(Algorithm):
     def to_env(self, action: np.ndarray) -> np.ndarray:
         """Normalized flat actions (B, action_dim) in [-1, 1] -> the env's Box, shaped
         (B, *action_shape)."""
-        return (self.center + self.half_range * action).astype(np.float32).reshape(-1, *self.action_shape)
+        scaled = self.center.astype(np.float64) + self.half_range.astype(np.float64) * action
+        # Clipped in float64 against bounds exact in the Box's dtype, the cast cannot
+        # round past them.
+        return (np.clip(scaled, self.action_low, self.action_high).astype(self.action_dtype)
+                .reshape(-1, *self.action_shape))
 
     def explore(self, action: np.ndarray) -> np.ndarray:
         """Hook: add noise of scale ``noise_scale`` (per row if an array) to normalized

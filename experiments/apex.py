@@ -202,8 +202,10 @@ class ContinuousConfig:
         "TD3/DDPG actors' exploration: independent Gaussian noise (TD3's), or an Ornstein-Uhlenbeck "
         "process restarted with each episode (the DDPG paper's), at the scales below"))
     sigma: float = field(0.5, help=(
-        "TD3/DDPG actors' widest Gaussian exploration std (normalized actions): env copy j of J "
-        "explores at sigma^(1 + sigma_alpha j / (J - 1))"))
+        "TD3/DDPG actors' widest exploration scale (normalized actions): env copy j of J explores at "
+        "sigma^(1 + sigma_alpha j / (J - 1)); the Gaussian noise's std, or with --noise ou the OU process's "
+        "sigma (theta 0.15, dt 0.01: from 0 at each episode's start, its std nears 1.8 sigma only after "
+        "hundreds of steps)"))
     sigma_alpha: float = field(3.0, help="TD3/DDPG: the exponent of that schedule (0: every copy at sigma)")
     random_start: bool = field(True, help=(
         "TD3/DDPG: actors act uniformly at random until they pull the learner's first trained "
@@ -231,8 +233,8 @@ class ApexJobConfig:
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
     # against the checkpoint's parts instead (check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "hidden", "dueling", "critic_layer_norm", "replay_capacity", "replay_placement", "share_frames",
-        "learners")
+        "env_id", "algorithm", "hidden", "dueling", "critic_layer_norm", "replay_capacity", "replay_placement",
+        "share_frames", "learners")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)

@@ -148,6 +148,9 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     validate(config)
     if config.run.resume:
         check_fixed(config)
+        parts.check_given(config.run.resume, needed=("env", "network", "algorithm", "actor", "learner", "builder"),
+                          doing="resume", how=f"experiments.{job.name}.run(config, parts=Parts(...)) with "
+                                              f"config.run.resume = {config.run.resume!r}")
     launched = under_launcher()
     nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
     if launched and nprocs > 1:
@@ -174,6 +177,8 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     else:
         run_dir = RunDir(None)
     run_dir.write_config(config)
+    if run_dir.path is not None:
+        parts.save(run_dir.path)
     return JobContext(job=job.name, config=config, parts=parts, run_dir=run_dir.path,
                       started=time.time() if started is None else float(started), quiet=quiet,
                       nprocs=nprocs, env_fn=env_fn)

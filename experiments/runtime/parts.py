@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+import json
+import os
+from collections.abc import Callable, Collection
 from typing import Any
+
+# In a run directory: which parts the run was made with, each by its qualified name.
+PARTS_FILE = "parts.json"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,3 +82,39 @@ class Parts:
             raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
                             f"not an {base.__module__}.{base.__qualname__}")
         return builder
+
+    def names(self) -> dict[str, str]:
+        """The parts given, each by its qualified name (what :data:`PARTS_FILE` holds)."""
+        named = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                named[field.name] = f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+        return named
+
+    def save(self, run_dir: str) -> None:
+        with open(os.path.join(run_dir, PARTS_FILE), "w") as f:
+            json.dump(self.names(), f, indent=2, sort_keys=True)
+            f.write("\n")
+
+    def check_given(self, run_dir: str, *, needed: Collection[str], doing: str, how: str) -> None:
+        """ValueError when the run in ``run_dir`` was made with one of the parts in
+        ``needed`` (its :data:`PARTS_FILE` says so) and this ``Parts`` lacks it: without
+        its env a run would be resumed or evaluated on ``--env-id``'s, which it never
+        saw. ``doing``: what was asked ("resume"); ``how``: the call that does it."""
+        saved = saved_parts(run_dir)
+        missing = [name for name in needed if name in saved and getattr(self, name) is None]
+        if missing:
+            made = ", ".join(f"{name}={saved[name]}" for name in missing)
+            raise ValueError(f"{run_dir!r} was run with Parts({made}); to {doing} it, give the same parts: {how}")
+
+
+def saved_parts(run_dir: str) -> dict[str, str]:
+    """The parts a run directory's :data:`PARTS_FILE` names ({} for a run made without
+    any, or before the file was written)."""
+    try:
+        with open(os.path.join(run_dir, PARTS_FILE)) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}

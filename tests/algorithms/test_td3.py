@@ -371,3 +371,20 @@ def test_integer_observations_act_and_learn_as_floats():
     assert np.array_equal(td3.act(obs, explore=False), td3.act(obs.astype(np.float32), explore=False))
     batch = _batch(n=8) | {"obs": obs[:4].repeat(2, 0), "next_obs": obs[1:5].repeat(2, 0)}
     assert np.isfinite(td3.learn(batch).priorities).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_actions_at_the_extremes_stay_inside_the_box_in_its_dtype(dtype):
+    """center + half_range at +-1 rounds one float32 step past a bound like 0.1: the
+    env's Box.contains refused it. Actions are clipped to the bounds in the Box's dtype."""
+    from gymnasium import spaces
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        low = rng.uniform(-3, 3, size=2)
+        box = spaces.Box(low=low, high=low + rng.uniform(0.01, 2, size=2), dtype=dtype)
+        algo = TD3(obs_dim=3, action_low=box.low, action_high=box.high, config=TD3Config(seed=0, hidden=(8,)))
+        actions = algo.to_env(np.array([[-1.0, -1.0], [1.0, 1.0], [-1.0, 1.0], [0.0, 0.0]]))
+        assert actions.dtype == dtype
+        assert all(box.contains(a) for a in actions), (box, actions)
+    assert _td3().to_env(np.array([[1.0]])).dtype == np.float32  # bounds given as lists: float32

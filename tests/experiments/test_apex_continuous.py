@@ -29,6 +29,12 @@ def test_serial_td3_learns_from_prioritized_one_step_transitions_by_default_and_
     assert saved["learn"]["updates_per_step"] == 0.125  # CONTINUOUS_DEFAULTS
     resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2400), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
+    # Another learner cannot load this one's state: refused before anything starts,
+    # and the run directory is left as it was.
+    before = open(os.path.join(run_dir, "config.json")).read()
+    with pytest.raises(ValueError, match="--algorithm cannot change when resuming"):
+        apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, algorithm="ddpg"), quiet=True)
+    assert open(os.path.join(run_dir, "config.json")).read() == before
     out = evaluate.evaluate_run(run_dir, which="best")
     assert out["matches_recorded"], out
 

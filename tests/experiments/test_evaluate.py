@@ -75,6 +75,32 @@ def test_a_run_with_a_network_factory_is_evaluated_through_the_python_api(tmp_pa
     parts = Parts(network=lambda o, a: Linear(o.shape[0], a.n))
     run_dir = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=800, eval_every=10_000),
                        parts=parts, quiet=True)["run_dir"]
-    with pytest.raises(ValueError, match="network factory"):
+    with pytest.raises(ValueError, match=r"was run with Parts\(network=test_evaluate\..*<lambda>\); to evaluate "
+                                         r"it, give the same parts: experiments.evaluate.evaluate_run"):
         evaluate_run(run_dir, episodes=2)
     assert evaluate_run(run_dir, episodes=2, parts=parts)["episodes"] == 2
+
+
+def make_pendulum():
+    import gymnasium as gym
+
+    return gym.make("Pendulum-v1")
+
+
+def test_a_run_on_a_users_env_is_evaluated_and_resumed_only_with_that_env(tmp_path, capsys):
+    """The run's config.json holds --env-id's default, never played: from the command
+    line the run is refused, naming the env it was made with, instead of failing on
+    CartPole's action space."""
+    parts = Parts(env=make_pendulum)
+    run_dir = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=600, learning_starts=200,
+                                   eval_every=10_000), parts=parts, quiet=True)["run_dir"]
+    assert json.load(open(os.path.join(run_dir, "parts.json"))) == {"env": "test_evaluate.make_pendulum"}
+    with pytest.raises(SystemExit) as exc:
+        main([run_dir, "--episodes", "1"])
+    assert exc.value.code == 2 and "was run with Parts(env=test_evaluate.make_pendulum)" in capsys.readouterr().err
+    assert apex.main(["--resume", run_dir]) == 2
+    assert "to resume it, give the same parts: experiments.apex.run(config" in capsys.readouterr().err
+    assert evaluate_run(run_dir, episodes=1, parts=parts)["episodes"] == 1
+    config = apex_config(str(tmp_path), serial=True)
+    config.run.resume, config.run.max_env_steps = run_dir, 800
+    assert apex.run(config, parts=parts, quiet=True)["env_steps"] >= 800
