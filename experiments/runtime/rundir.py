@@ -1,7 +1,8 @@
 """The run directory: ``<log_dir>/<job>-<YYYYmmdd>-<HHMMSS>-<id>/``.
 
 It holds the resolved ``config.json`` (re-run it with ``--config``), the TensorBoard
-event files, ``summary.json`` and ``checkpoints/``. The short random id keeps two
+event files, ``summary.json``, ``checkpoints/`` and, for a run made with the user's
+parts, ``parts.json`` (:data:`experiments.runtime.parts.PARTS_FILE`). The short random id keeps two
 launches in the same second apart; the directory is created exclusively, so two
 runs can never share one.
 """
