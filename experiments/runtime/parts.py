@@ -93,6 +93,9 @@ class Parts:
         return named
 
     def save(self, run_dir: str) -> None:
+        """Write :data:`PARTS_FILE` in ``run_dir`` when any part was given."""
+        if not self.names():
+            return
         with open(os.path.join(run_dir, PARTS_FILE), "w") as f:
             json.dump(self.names(), f, indent=2, sort_keys=True)
             f.write("\n")
