@@ -19,7 +19,6 @@ from experiments.roles.learner import PARAMS
 from experiments.roles.program import (
     Setup,
     actor_seed,
-    checked,
     eval_env,
     evaluate,
     pacing,
@@ -27,6 +26,7 @@ from experiments.roles.program import (
 )
 from experiments.runtime.job import last_call
 from experiments.runtime.messages import Episode, Rejoin, Report
+from experiments.runtime.parts import checked
 
 
 class ActorShell:
@@ -47,7 +47,8 @@ class ActorShell:
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
                                    **vector_env_options(setup.ctx.config))
         builder = setup.builder
-        acting = builder.make_algorithm(device="cpu", seed=self.seed)
+        acting = checked(builder.make_algorithm(device="cpu", seed=self.seed), builder.algorithm_base,
+                         builder.make_algorithm)
         self.actor = checked(builder.make_actor(acting, env=self.env, sink=sink, params=params, index=index,
                                                 num_actors=setup.num_actors, seed=self.seed),
                              Actor, builder.make_actor)

@@ -44,7 +44,8 @@ import numpy as np
 
 from experiments.roles.data import LearnerData, hold_shard_until_saved
 from experiments.roles.learner_shards import LearnerShards
-from experiments.roles.program import Setup, checked
+from experiments.roles.program import Setup
+from experiments.runtime.parts import checked
 
 GROUP = "learners"
 # How long learners that may not update wait before they ask again: each ask is an
@@ -206,7 +207,8 @@ def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep |
     device = resolve_device(setup.run.device)
     if lockstep is not None and lockstep.group.device.type == "cuda":
         device = lockstep.group.device  # NCCL: this member's GPU
-    algorithm = builder.make_algorithm(device=device, seed=setup.run.seed)
+    algorithm = checked(builder.make_algorithm(device=device, seed=setup.run.seed), builder.algorithm_base,
+                        builder.make_algorithm)
     if lockstep is not None:
         builder.set_grad_hook(algorithm, lockstep.average_gradients)
     return checked(builder.make_learner(algorithm, source=source, params=params), Learner, builder.make_learner)

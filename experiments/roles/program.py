@@ -87,15 +87,6 @@ class Setup:
         return self.replay.extra_ranks() if self.replay is not None else 0
 
 
-def checked(made: Any, base: type, maker: Any) -> Any:
-    """``made`` if it is a ``base``; else TypeError naming the builder method that
-    made it (``maker``, a bound method), before a role calls anything on it."""
-    if not isinstance(made, base):
-        raise TypeError(f"{type(maker.__self__).__name__}.{maker.__name__} returned {type(made).__name__}, "
-                        f"not an {base.__module__}.{base.__qualname__}")
-    return made
-
-
 def learners_of(config: Any) -> int:
     """A job config's ``--learners`` (1 for a job without the flag)."""
     return int(getattr(config, "learners", 1))

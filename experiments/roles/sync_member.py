@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from algorithms.builder import EnvSpec
-from algorithms.sync import SyncBuilder
+from algorithms.sync import SyncBuilder, SyncRunner
 from experiments.runtime.messages import Episode, Report
+from experiments.runtime.parts import checked
 
 # Seconds between two looks at the preemption counter: a look is a store round trip
 # (tens of microseconds on loopback, more across nodes), and a vector step of small
@@ -119,9 +120,11 @@ class Member:
         self.group = group if group is not None and group.size > 1 else None
         self.device = device_of(resolve_device(setup.run.device), group)
         together = self.group is not None
-        self.algorithm = setup.builder.make_algorithm(
+        builder = setup.builder
+        self.algorithm = checked(builder.make_algorithm(
             device=self.device, seed=setup.run.seed, sample_seed=member_seeds(setup.run.seed, rank, 0)[0],
-            grad_hook=self._average if together else None, mean_hook=self._mean if together else None)
+            grad_hook=self._average if together else None, mean_hook=self._mean if together else None),
+            builder.algorithm_base, builder.make_algorithm)
         self.runner: Any = None
         self.env: Any = None
         self.global_steps = 0
@@ -146,7 +149,8 @@ class Member:
         env_seed = member_seeds(setup.run.seed, self.rank, start_step)[1]
         self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs, seed=env_seed,
                                    autoreset_mode=AutoresetMode.SAME_STEP, **vector_env_options(setup.ctx.config))
-        self.runner = setup.builder.make_runner(self.algorithm, env=self.env, seed=env_seed)
+        self.runner = checked(setup.builder.make_runner(self.algorithm, env=self.env, seed=env_seed), SyncRunner,
+                              setup.builder.make_runner)
         self.global_steps = start_step
         self.runner.set_progress(start_step)
 

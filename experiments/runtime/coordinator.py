@@ -77,6 +77,9 @@ class Coordinator:
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._first_step: float | None = None
+        # This session's start and the counts it began with (a resumed run's rates and
+        # start-up are this session's, not the whole run's over this session's time).
+        self._session = (started, 0, 0)
         self._versions = [-1] * num_sources
         # Liveness: when each source last reported (None: not yet), its env steps
         # reported minus transitions reported (what its death would lose), who is silent.
@@ -386,6 +389,7 @@ class Coordinator:
             self._recent.extend(loaded["recent"])
             self.evals, self.solved = loaded["evals"], loaded["solved"]
             self._next_eval = loaded["next_eval"]
+            self._session = (self.started, self.env_steps, self.updates)
             self.started = time.time() - loaded["elapsed_s"]
             self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
             self.env_worker_restarts, self.added_lost = loaded["env_worker_restarts"], loaded["added_lost"]
@@ -398,6 +402,7 @@ class Coordinator:
         with self._lock:
             now = time.time()
             active = now - (self._first_step or now)
+            began, steps_before, updates_before = self._session
             solved = self.solved
             best = max((e[2] for e in self.evals), default=float("nan"))
             return {
@@ -413,11 +418,11 @@ class Coordinator:
                 "evaluations": len(self.evals),
                 "evals": [list(e) for e in self.evals],
                 "wall_s": now - self.started,
-                "startup_s": (self._first_step or now) - self.started,
+                "startup_s": (self._first_step or now) - began,
                 "env_steps": self.env_steps,
-                "env_steps_per_s": self.env_steps / active if active > 0 else 0.0,
+                "env_steps_per_s": (self.env_steps - steps_before) / active if active > 0 else 0.0,
                 "updates": updates,
-                "updates_per_s": updates / active if active > 0 else 0.0,
+                "updates_per_s": (updates - updates_before) / active if active > 0 else 0.0,
                 "episodes": self.episodes,
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,

@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import os
+import warnings
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -110,6 +111,21 @@ class Parts:
         if missing:
             made = ", ".join(f"{name}={saved[name]}" for name in missing)
             raise ValueError(f"{run_dir!r} was run with Parts({made}); to {doing} it, give the same parts: {how}")
+        # Another name may still be the same part (moved, renamed): said, not refused.
+        names = self.names()
+        for name in needed:
+            if name in saved and name in names and names[name] != saved[name]:
+                warnings.warn(f"{run_dir!r} was run with Parts({name}={saved[name]}); you {doing} it with "
+                              f"{names[name]}", stacklevel=3)
+
+
+def checked(made: Any, base: type, maker: Any) -> Any:
+    """``made`` if it is a ``base``; else TypeError naming the builder method that
+    made it (``maker``, a bound method), before a role calls anything on it."""
+    if not isinstance(made, base):
+        raise TypeError(f"{type(maker.__self__).__name__}.{maker.__name__} returned {type(made).__name__}, "
+                        f"not an {base.__module__}.{base.__qualname__}")
+    return made
 
 
 def saved_parts(run_dir: str) -> dict[str, str]:

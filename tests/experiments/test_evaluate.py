@@ -101,6 +101,9 @@ def test_a_run_on_a_users_env_is_evaluated_and_resumed_only_with_that_env(tmp_pa
     assert apex.main(["--resume", run_dir]) == 2
     assert "to resume it, give the same parts: experiments.apex.run(config" in capsys.readouterr().err
     assert evaluate_run(run_dir, episodes=1, parts=parts)["episodes"] == 1
+    with pytest.warns(UserWarning, match=r"was run with Parts\(env=test_evaluate.make_pendulum\); you evaluate "
+                                         r"it with test_evaluate.test_a_run_on_a_users_env.*<lambda>"):
+        evaluate_run(run_dir, episodes=1, parts=Parts(env=lambda: make_pendulum()))
     config = apex_config(str(tmp_path), serial=True)
     config.run.resume, config.run.max_env_steps = run_dir, 800
     assert apex.run(config, parts=parts, quiet=True)["env_steps"] >= 800

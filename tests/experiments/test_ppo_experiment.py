@@ -174,3 +174,23 @@ def test_actor_defaults_follow_the_cores_the_job_may_use(monkeypatch):
     assert apex.default_actors() == impala.default_actors() == 3
     monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {7}, raising=False)
     assert apex.default_actors() == impala.default_actors() == 2  # never fewer than two
+
+
+def test_a_builders_algorithm_or_runner_of_the_wrong_type_is_named_by_its_method():
+    from experiments.builders.ppo import PPOBuilder
+
+    class NoRunner(PPOBuilder):
+        def make_runner(self, algorithm, *, env, seed):
+            return algorithm
+
+    class NoAlgorithm(PPOBuilder):
+        def make_algorithm(self, **kwargs):
+            return None
+
+    def factory(cls):
+        return lambda config, parts, spec: cls(learn=config.learn, num_envs=config.env.num_envs, members=1, spec=spec)
+
+    with pytest.raises(TypeError, match=r"NoRunner.make_runner returned PPO, not an algorithms.sync.SyncRunner"):
+        ppo.run(ppo_config(), parts=Parts(builder=factory(NoRunner)), quiet=True)
+    with pytest.raises(TypeError, match=r"NoAlgorithm.make_algorithm returned NoneType, not an algorithms.ppo.PPO"):
+        ppo.run(ppo_config(), parts=Parts(builder=factory(NoAlgorithm)), quiet=True)

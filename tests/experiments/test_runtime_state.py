@@ -107,3 +107,23 @@ def test_a_randomly_corrupted_coordinator_state_loads_cleanly_or_raises_state_er
         return
     coord.report(Report(source=0, env_steps=3, transitions=3))  # and it goes on
     coord.summary(algorithm=Coordinator, updates=0, run_dir=None)
+
+
+def test_a_resumed_runs_rates_and_start_up_are_this_sessions():
+    """wall_s counts the whole run (the time budget does), but env steps/s, updates/s
+    and start-up are this session's: the earlier steps were not made in its time."""
+    first = coordinator()
+    first.report(Report(source=0, env_steps=100_000, transitions=100_000))
+    first.updates = 5_000
+    state = first.state_dict()
+    state["elapsed_s"] = 100.0  # the first session ran 100 s
+    resumed = coordinator()
+    resumed.load_state_dict(state)
+    time.sleep(0.05)
+    resumed.report(Report(source=0, env_steps=50, transitions=50))
+    time.sleep(0.1)
+    summary = resumed.summary(algorithm=torch.nn.Module, updates=5_010, run_dir=None)
+    assert summary["wall_s"] >= 100.0 and summary["env_steps"] == 100_050
+    assert 0.04 <= summary["startup_s"] < 5.0  # not the first session's 100 s
+    assert summary["env_steps_per_s"] <= 50 / 0.1 + 1  # not 100,050 steps over ~0.1 s
+    assert summary["updates_per_s"] <= 10 / 0.1 + 1
