@@ -46,6 +46,8 @@ def job_of(run_dir: str) -> tuple[Any, Any, dict[str, Any]]:
 
     from experiments.runtime.cli import load_config
 
+    if not os.path.isdir(run_dir):
+        raise ValueError(f"{run_dir!r}: no such directory")
     path = os.path.join(run_dir, POLICY)
     if not os.path.isfile(path):
         raise ValueError(f"{run_dir!r} has no {POLICY} (is it a run directory of a finished or "

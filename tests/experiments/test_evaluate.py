@@ -60,6 +60,9 @@ def test_a_directory_without_a_policy_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path)])
     assert exc.value.code == 2 and "has no policy.pt" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([str(tmp_path / "nope")])
+    assert exc.value.code == 2 and "nope': no such directory" in capsys.readouterr().err
 
 
 class Linear(nn.Module):

@@ -127,3 +127,12 @@ def test_a_resumed_runs_rates_and_start_up_are_this_sessions():
     assert 0.04 <= summary["startup_s"] < 5.0  # not the first session's 100 s
     assert summary["env_steps_per_s"] <= 50 / 0.1 + 1  # not 100,050 steps over ~0.1 s
     assert summary["updates_per_s"] <= 10 / 0.1 + 1
+
+
+def test_a_resume_whose_time_budget_is_spent_says_so(capsys):
+    state = coordinator().state_dict()
+    state["elapsed_s"] = RUN.max_seconds + 1.0
+    run = RunConfig(status_every=5.0, eval_every=10, max_env_steps=10**6, max_seconds=600.0)
+    Coordinator(job="t", run=run, env_id="x", num_sources=1, target=1e9, started=time.time(),
+                logger=MetricLogger(log_dir=None)).load_state_dict(state)
+    assert "already spent its time budget (601 s of --max-seconds 600)" in capsys.readouterr().err
