@@ -391,12 +391,12 @@ class Coordinator:
             self._next_eval = loaded["next_eval"]
             self._session = (self.started, self.env_steps, self.updates)
             self.started = time.time() - loaded["elapsed_s"]
+            self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
+            self.env_worker_restarts, self.added_lost = loaded["env_worker_restarts"], loaded["added_lost"]
         if loaded["elapsed_s"] >= self.run.max_seconds:
             self._say(f"the run has already spent its time budget ({loaded['elapsed_s']:.0f} s of "
                       f"--max-seconds {self.run.max_seconds:g}): it stops at once; give a larger "
                       "--max-seconds to train on")
-            self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
-            self.env_worker_restarts, self.added_lost = loaded["env_worker_restarts"], loaded["added_lost"]
 
     # ---------------------------------------------------------------- the end
 
