@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -216,8 +217,13 @@ def _fill_and_probe(program: SyncProgram, env_defaults: Callable | None, env_fn:
         env_defaults(config, parts)
     builder = make_builder(program, config, parts, EnvSpec(*env_spaces(env_fn(config, parts))))
     steps = builder.n_steps
-    if config.group.threshold(config.group.num_workers) is not None:
+    members, fraction = config.group.num_workers, config.group.preempt_fraction
+    if config.group.threshold(members) is not None:
         steps = config.group.min_steps(steps)
+    elif fraction > 0 and members >= 2:
+        warnings.warn(f"{flag('preempt_fraction')} {fraction:g} of {members} members needs all {members} "
+                      f"finished: no rollout will be preempted (at most {(members - 1) / members:.3g} "
+                      "of them preempts the rest)", stacklevel=2)
     if steps * config.env.num_envs < builder.minibatch_steps:
         raise ValueError(f"a rollout of {steps} steps x {config.env.num_envs} envs cannot make "
                          f"{builder.minibatch_steps} minibatches: raise {flag('num_envs')}, "

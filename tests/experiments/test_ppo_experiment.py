@@ -5,6 +5,7 @@ preemption of a slow member, and a killed member restarting the world from its
 checkpoint."""
 
 import os
+import warnings
 
 import pytest
 from jobs import scalars
@@ -194,3 +195,16 @@ def test_a_builders_algorithm_or_runner_of_the_wrong_type_is_named_by_its_method
         ppo.run(ppo_config(), parts=Parts(builder=factory(NoRunner)), quiet=True)
     with pytest.raises(TypeError, match=r"NoAlgorithm.make_algorithm returned NoneType, not an algorithms.ppo.PPO"):
         ppo.run(ppo_config(), parts=Parts(builder=factory(NoAlgorithm)), quiet=True)
+
+
+def test_a_preempt_fraction_that_never_preempts_is_said():
+    """0.6 of 2 members needs both finished: preemption would be off without notice."""
+    job = getattr(ppo, "JOB", None) or ppo.job()
+    config = ppo_config(num_workers=2, preempt_fraction=0.6)
+    with pytest.warns(UserWarning, match=r"--preempt-fraction 0.6 of 2 members needs all 2 finished: no rollout "
+                                         r"will be preempted \(at most 0.5 of them"):
+        job.env_defaults(config, Parts())
+    config = ppo_config(num_workers=2, preempt_fraction=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        job.env_defaults(config, Parts())
