@@ -198,7 +198,7 @@ class DDPG(Algorithm):
     def to_env(self, action: np.ndarray) -> np.ndarray:
         """Normalized flat actions (B, action_dim) in [-1, 1] -> the env's Box, shaped
         (B, *action_shape)."""
-        scaled = self.center.astype(np.float64) + self.half_range.astype(np.float64) * action
+        scaled = self.center + self.half_range * np.asarray(action, dtype=np.float64)
         # Clipped in float64 against bounds exact in the Box's dtype, the cast cannot
         # round past them.
         return (np.clip(scaled, self.action_low, self.action_high).astype(self.action_dtype)

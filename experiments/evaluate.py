@@ -89,8 +89,7 @@ def _load(run_dir: str, *, which: str, parts: Parts | None):
     if job.load_policy is None:
         raise ValueError(f"job {job.name!r} cannot load its policy")
     parts = parts or Parts()
-    parts.check_given(run_dir, needed=("env", "network", "builder"), doing="evaluate",
-                      how="experiments.evaluate.evaluate_run(run_dir, parts=Parts(...))")
+    parts.check_given(run_dir, doing="evaluate", how="experiments.evaluate.evaluate_run(run_dir, parts=Parts(...))")
     ctx = JobContext(job=job.name, config=config, parts=parts, run_dir=None, started=0.0,
                      env_fn=job.env_fn(config, parts) if job.env_fn is not None else None)
     try:

@@ -148,11 +148,9 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     validate(config)
     if config.run.resume:
         check_fixed(config)
-        # What shapes the run's data and state; class parts (a subclass that only acts
-        # differently, e.g. one that injects a fault) may change between the two.
-        parts.check_given(config.run.resume, needed=("env", "network", "builder"),
-                          doing="resume", how=f"experiments.{job.name}.run(config, parts=Parts(...)) with "
-                                              f"config.run.resume = {config.run.resume!r}")
+        parts.check_given(config.run.resume, doing="resume",
+                          how=f"experiments.{job.name}.run(config, parts=Parts(...)) with "
+                              f"config.run.resume = {config.run.resume!r}")
     launched = under_launcher()
     nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
     if launched and nprocs > 1:

@@ -9,11 +9,15 @@ import inspect
 import json
 import os
 import warnings
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 # In a run directory: which parts the run was made with, each by its qualified name.
 PARTS_FILE = "parts.json"
+# The parts that shape a run's data and state: a resume or an evaluation needs them
+# again. Class parts may change (a subclass that only acts differently, e.g. one that
+# injects a fault, leaves the state as it was).
+SHAPING = ("env", "network", "builder")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,25 +99,26 @@ class Parts:
 
     def save(self, run_dir: str) -> None:
         """Write :data:`PARTS_FILE` in ``run_dir`` when any part was given."""
-        if not self.names():
+        named = self.names()
+        if not named:
             return
         with open(os.path.join(run_dir, PARTS_FILE), "w") as f:
-            json.dump(self.names(), f, indent=2, sort_keys=True)
+            json.dump(named, f, indent=2, sort_keys=True)
             f.write("\n")
 
-    def check_given(self, run_dir: str, *, needed: Collection[str], doing: str, how: str) -> None:
+    def check_given(self, run_dir: str, *, doing: str, how: str) -> None:
         """ValueError when the run in ``run_dir`` was made with one of the parts in
-        ``needed`` (its :data:`PARTS_FILE` says so) and this ``Parts`` lacks it: without
+        :data:`SHAPING` (its :data:`PARTS_FILE` says so) and this ``Parts`` lacks it: without
         its env a run would be resumed or evaluated on ``--env-id``'s, which it never
         saw. ``doing``: what was asked ("resume"); ``how``: the call that does it."""
         saved = saved_parts(run_dir)
-        missing = [name for name in needed if name in saved and getattr(self, name) is None]
+        missing = [name for name in SHAPING if name in saved and getattr(self, name) is None]
         if missing:
             made = ", ".join(f"{name}={saved[name]}" for name in missing)
             raise ValueError(f"{run_dir!r} was run with Parts({made}); to {doing} it, give the same parts: {how}")
         # Another name may still be the same part (moved, renamed): said, not refused.
         names = self.names()
-        for name in needed:
+        for name in SHAPING:
             if name in saved and name in names and names[name] != saved[name]:
                 warnings.warn(f"{run_dir!r} was run with Parts({name}={saved[name]}); you {doing} it with "
                               f"{names[name]}", stacklevel=3)
