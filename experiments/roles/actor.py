@@ -100,16 +100,13 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signal
     directive = group.call("coord/report", shell.report())
     last_report, every = time.monotonic(), report_every(setup.num_actors)
     try:
+        # The first directive too: a resumed run's or a restarted evaluator's first
+        # report may find an evaluation due.
+        _evaluate_if_told(setup, group, shell, evaluator, directive)
         while not directive.stop and not signals.stopped:
             if time.monotonic() - last_report >= every:
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
-                if directive.evaluate and evaluator is not None:
-                    shell.actor.sync()
-                    # The result carries the parameters it played: the learner is many
-                    # updates past this version by the time the result reaches it.
-                    group.call("coord/eval", evaluate(setup, shell.acting, evaluator,
-                                                      env_steps=directive.env_steps,
-                                                      version=shell.actor.version))
+                _evaluate_if_told(setup, group, shell, evaluator, directive)
             elif paced is None or paced.actor_may_step(env_steps=directive.env_steps + shell.unreported_steps(),
                                                        updates=directive.updates):
                 shell.actor.step()
@@ -127,6 +124,17 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signal
                 evaluator.close()
     if holds_shard:
         hold_shard_until_saved(setup, group, signals)
+
+
+def _evaluate_if_told(setup: Setup, group: Any, shell: ActorShell, evaluator: Any, directive: Any) -> None:
+    """The evaluation a directive asks for, its result sent before the next report
+    (the coordinator asks again for one still owed then)."""
+    if directive.evaluate and evaluator is not None:
+        shell.actor.sync()
+        # The result carries the parameters it played: the learner is many updates
+        # past this version by the time the result reaches it.
+        group.call("coord/eval", evaluate(setup, shell.acting, evaluator, env_steps=directive.env_steps,
+                                          version=shell.actor.version))
 
 
 def _send_final(group: Any, shell: ActorShell, sink: Any, signalled: bool) -> None:

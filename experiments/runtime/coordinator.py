@@ -52,9 +52,9 @@ from rlpar.state import StatePath, integer, mapping, number, sequence
 
 class Coordinator:
     """See the module docstring. ``evaluator``: the source index that evaluates when
-    due (it is told so in its directive), or None when the lead evaluates itself
-    (:meth:`eval_due`). ``silent_after``: seconds without a report after which a
-    source is named silent."""
+    due (it is told so in its directive, and sends its result, ``coord/eval``, before
+    its next report), or None when the lead evaluates itself (:meth:`eval_due`).
+    ``silent_after``: seconds without a report after which a source is named silent."""
 
     def __init__(self, *, job: str, run: Any, env_id: str, num_sources: int, target: float,
                  started: float, logger: MetricLogger, evaluator: int | None = None,
@@ -104,7 +104,9 @@ class Coordinator:
         self._metric_count = 0
         self._finished: set[int] = set()
         self._next_eval = run.eval_every
-        self._eval_pending = False
+        # The env-step point of the evaluation claimed (told to the evaluator, or taken by
+        # the lead's eval_due) whose result has not come back; None when none is out.
+        self._owed: int | None = None
         # (seconds, env steps, mean, std, version): one row per evaluation, checkpointed.
         self.evals: list[tuple[float, int, float, float, int]] = []
         # This process's evaluations with the networks they evaluated (EvalResult.policy):
@@ -148,7 +150,8 @@ class Coordinator:
             if report.final:
                 self._finished.add(report.source)
             self._check_budgets()
-            evaluate = (report.source == self.evaluator and self._claim_eval())
+            # Not on a final report: its source leaves without acting on the directive.
+            evaluate = report.source == self.evaluator and not report.final and self._claim_eval()
             directive = Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
                                   updates=self.updates, evaluate=evaluate)
         if report.env_worker_restarts:
@@ -169,8 +172,8 @@ class Coordinator:
             self._added[source] = 0
             self._seen[source] = time.monotonic()
             self._silent.discard(source)
-            if source == self.evaluator:
-                self._eval_pending = False  # the evaluation it owed died with it
+            # An evaluation the dead evaluator owed stays owed: its replacement is asked
+            # for it on its first report (_claim_eval).
         self._say(f"actor {source} rejoined (its restart {rejoin.restarts}; "
                   f"about {lost} transitions lost)")
 
@@ -214,7 +217,7 @@ class Coordinator:
         std = float(np.std(result.returns))
         with self._lock:
             elapsed = time.time() - self.started
-            self._eval_pending = False
+            self._owed = None
             if mean > max((e[2] for e in self.evals), default=-math.inf):
                 self.best_result = result
             self.last_result = result
@@ -232,9 +235,20 @@ class Coordinator:
     # --------------------------------------------------------------- the lead
 
     def _claim_eval(self) -> bool:
-        if self._eval_pending or self._stop_reason is not None or self.env_steps < self._next_eval:
+        """Whether the claimant (the evaluator, in a report's directive; the lead, in
+        eval_due) evaluates now. A claimant evaluates before it asks again: the actor
+        sends its result before its next report, the lead before its next eval_due.
+        So an evaluation still owed when it asks again was never made (a directive
+        not acted on, such as the first one a resumed or restarted evaluator got; an
+        evaluator killed before its result came back) and is asked for again, instead
+        of blocking every later evaluation for good."""
+        if self._stop_reason is not None:
             return False
-        self._eval_pending = True
+        if self._owed is None:
+            if self.env_steps < self._next_eval:
+                return False
+            self._owed = self._next_eval
+        # The evaluation made now also stands for those due since (one, not several in a row).
         while self._next_eval <= self.env_steps:
             self._next_eval += self.run.eval_every
         return True
@@ -372,7 +386,9 @@ class Coordinator:
             return {"env_steps": self.env_steps, "transitions": self.transitions,
                     "episodes": self.episodes, "updates": self.updates,
                     "recent": list(self._recent), "evals": [list(e) for e in self.evals],
-                    "next_eval": self._next_eval,
+                    # An evaluation still owed is due again on resume: its result, if it
+                    # comes after this checkpoint, is not in it.
+                    "next_eval": self._next_eval if self._owed is None else self._owed,
                     "solved": list(self.solved) if self.solved else [],
                     "elapsed_s": time.time() - self.started,
                     "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
