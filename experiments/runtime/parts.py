@@ -104,7 +104,7 @@ class Parts:
             if given is not None and not (isinstance(held, type) and issubclass(held, given)):
                 dropped.append(f"{name}={given.__qualname__} (it has {getattr(held, '__qualname__', None)})")
         if self.network is not None and getattr(builder, "network", None) is None:
-            dropped.append("network= (it has none)")
+            dropped.append(f"network={getattr(self.network, '__qualname__', repr(self.network))} (it has none)")
         if dropped:
             kind = type(builder).__name__
             raise TypeError(f"the builder factory {make!r} made a {kind} without Parts({', '.join(dropped)}), "
