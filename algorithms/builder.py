@@ -149,3 +149,49 @@ class Builder(abc.ABC):
     def collate(self, items: Sequence[Batch]) -> Batch:
         """A queue's items (unrolls) as one learner batch; replay builders have none."""
         raise NotImplementedError(f"{type(self).__name__} learns from a replay: it has no collate")
+
+    def algorithm_calls(self) -> dict[str, str]:
+        """What the program calls on this builder's algorithm (the learner's, and each
+        actor's acting copy): method name -> its signature and caller. A hook that a
+        role class of the user's replaces (its own ``initial_priorities`` or ``learn``)
+        no longer calls the algorithm's, nor does a :meth:`greedy` of the builder's own.
+        :func:`check_algorithm` refuses a class that lacks one before any rank starts."""
+        calls = {
+            "policy_state": "policy_state() -> dict of tensors: what the learner publishes to the actors "
+                            "and policy.pt holds",
+            "load_policy_state": "load_policy_state(state): each actor's pull, experiments.evaluate",
+            "state_dict": "state_dict(): the checkpoint",
+            "load_state_dict": "load_state_dict(state): a resume, and learners 1..K-1 taking learner 0's state",
+        }
+        if calls_algorithm(self.learner_cls, "learn"):
+            calls["learn"] = "learn(batch) -> algorithms.base.Learned(metrics, priorities): the learner's update"
+        if self.flow.data == "replay" and calls_algorithm(self.actor_cls, "initial_priorities"):
+            calls["initial_priorities"] = ("initial_priorities(batch) -> np.ndarray: each actor's priorities of "
+                                           "the transitions it adds to the replay (a replay flow)")
+        if type(self).greedy is Builder.greedy:
+            calls["act"] = "act(obs, explore=False) -> actions: the evaluation policy (Builder.greedy)"
+        return calls
+
+
+def calls_algorithm(role: type, hook: str) -> bool:
+    """Whether ``role``'s ``hook`` is the library's (``algorithms.*``: Actor's, Learner's,
+    ApexActor's), each of which calls the algorithm's method of that name; a hook of the
+    user's own may do without it."""
+    owner = next((cls for cls in role.__mro__ if hook in vars(cls)), None)
+    return owner is None or owner.__module__.split(".")[0] == "algorithms"
+
+
+def check_algorithm(builder: Any) -> None:
+    """TypeError naming each method the program calls on ``builder``'s algorithm
+    (``builder.algorithm_calls()``) that its algorithm class (``algorithm_cls``) lacks,
+    and that class: made in the launching process, a builder fails here and not as an
+    AttributeError in a rank after launch."""
+    cls = getattr(builder, "algorithm_cls", None)
+    calls = getattr(builder, "algorithm_calls", None)
+    if not isinstance(cls, type) or calls is None:
+        return
+    needed = calls()
+    missing = [name for name in needed if not callable(getattr(cls, name, None))]
+    if missing:
+        raise TypeError(f"{type(builder).__name__}'s algorithm class {cls.__module__}.{cls.__qualname__} has no "
+                        + "; no ".join(f"{name} ({needed[name]})" for name in missing))

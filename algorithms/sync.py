@@ -142,3 +142,17 @@ class SyncBuilder(abc.ABC):
     def network_of(self, algorithm: Any) -> Any:
         """The module the evaluation policy runs (its ReLUs are watched for dead units)."""
         return algorithm.network
+
+    def algorithm_calls(self) -> dict[str, str]:
+        """What the program calls on this builder's algorithm besides what its runner
+        calls (:class:`SyncRunner`: ``sample_actions``, ``update``): method name -> its
+        signature and caller (:func:`algorithms.builder.check_algorithm`)."""
+        calls = {
+            "policy_state": "policy_state() -> dict of tensors: what evaluations record and policy.pt holds",
+            "load_policy_state": "load_policy_state(state): experiments.evaluate",
+            "state_dict": "state_dict(): the checkpoint",
+            "load_state_dict": "load_state_dict(state): a resume",
+        }
+        if type(self).greedy is SyncBuilder.greedy:
+            calls["act"] = "act(obs, explore=False) -> actions: the evaluation policy (SyncBuilder.greedy)"
+        return calls

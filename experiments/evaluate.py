@@ -1,8 +1,10 @@
 """Play a run's trained policy: ``python -m experiments.evaluate RUN_DIR``.
 
-Loads ``RUN_DIR/config.json`` and ``policy.pt`` (the final parameters) or, with
-``--policy best``, ``policy-best.pt`` (the very network the run's best evaluation
-played), rebuilds the env and the network the run used, and runs greedy episodes
+Loads ``RUN_DIR/config.json`` and ``policy-best.pt`` (the very network the run's best
+evaluation played) or, where the run has none (no evaluation ran) or with ``--policy
+final``, ``policy.pt`` (the final parameters: on a run that peaked earlier, a worse
+network), says which it plays, rebuilds the env and the network the run used, and runs
+greedy episodes
 (each on its own env copy, episode ``j`` seeded ``seed + j``, so short episodes do not
 count more), printing their mean and standard deviation and one JSON line.
 
@@ -68,10 +70,24 @@ def job_of(run_dir: str) -> tuple[Any, Any, dict[str, Any]]:
 DEFAULT_EPISODES, DEFAULT_SEED = 10, 0  # for a file that records no evaluation of its network
 
 
-def load_run_policy(run_dir: str, *, which: str = "final", parts: Parts | None = None):
+POLICIES = ("best", "final")
+
+
+def which_policy(run_dir: str, which: str | None) -> str:
+    """``which`` ("best" or "final"); None: "best" where the run has ``policy-best.pt``
+    (the network its best evaluation played), else "final"."""
+    if which is None:
+        return "best" if os.path.isfile(os.path.join(run_dir, BEST_POLICY)) else "final"
+    if which not in POLICIES:
+        raise ValueError(f"which must be one of {list(POLICIES)} or None, got {which!r}")
+    return which
+
+
+def load_run_policy(run_dir: str, *, which: str | None = None, parts: Parts | None = None):
     """``(policy, ctx, job)``: the run's greedy policy (``act(obs batch)`` for
-    gymnasium envs, the job's own object for others), its job context and job."""
-    act, ctx, job, _ = _load(run_dir, which=which, parts=parts)
+    gymnasium envs, the job's own object for others; ``which``: see
+    :func:`which_policy`), its job context and job."""
+    act, ctx, job, _ = _load(run_dir, which=which_policy(run_dir, which), parts=parts)
     return act, ctx, job
 
 
@@ -101,10 +117,12 @@ def _load(run_dir: str, *, which: str, parts: Parts | None):
     return act, ctx, job, payload
 
 
-def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str = "final", seed: int | None = None,
+def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str | None = None, seed: int | None = None,
                  parts: Parts | None = None, video: str | None = None, video_episodes: int = 1) -> dict:
-    """Returns of ``episodes`` greedy episodes of a run's policy (``which``: "final" or
-    "best") on envs seeded ``seed + j``, and what the file records. ``episodes`` and
+    """Returns of ``episodes`` greedy episodes of a run's policy (``which``: "best",
+    "final", or None: the best where the run has one, see :func:`which_policy`; the
+    result's ``policy`` says which played) on envs seeded ``seed + j``, and what the
+    file records. ``episodes`` and
     ``seed`` left None replay the file's recorded evaluation of its network (see the
     module docstring); ``recorded``: that evaluation (None if the file has none),
     ``replays_recorded``: whether these are its episodes, ``matches_recorded``: then,
@@ -112,6 +130,7 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str = "fin
     from algorithms.rollout import evaluate
     from envs import make_vector_env
 
+    which = which_policy(run_dir, which)
     act, ctx, job, payload = _load(run_dir, which=which, parts=parts)
     recorded = payload.get("evaluation")  # files from before it was recorded have none
     replayable = recorded is not None and recorded.get("seed") is not None
@@ -143,7 +162,9 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str = "fin
 def describe(result: dict[str, Any]) -> list[str]:
     """The lines ``main`` prints: the returns played, then what the file records."""
     version = f", version {result['version']}" if result["version"] is not None else ""
-    lines = [f"{result['job']} policy ({result['policy']}{version}) of {result['run_dir']}: mean return "
+    played = {"best": f"the best evaluation's network, {BEST_POLICY}",
+              "final": f"the final network, {POLICY}"}[result["policy"]]
+    lines = [f"{result['job']} policy ({played}{version}) of {result['run_dir']}: mean return "
              f"{result['mean_return']:.2f} +/- {result['std_return']:.2f} over {result['episodes']} "
              f"episodes from seed {result['seed']}"]
     recorded, last = result["recorded"], result["last_evaluation"]
@@ -211,9 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=None,
                         help="greedy episodes to average (default: the recorded evaluation's, else "
                              f"{DEFAULT_EPISODES})")
-    parser.add_argument("--policy", choices=["final", "best"], default="final",
-                        help="policy.pt (end of the run, the default) or policy-best.pt (the best evaluation's "
-                             "network)")
+    parser.add_argument("--policy", choices=POLICIES, default=None,
+                        help=f"best: {BEST_POLICY}, the network the run's best evaluation played (the default, "
+                             f"where the run has one); final: {POLICY}, the parameters at the end of the run")
     parser.add_argument("--seed", type=int, default=None,
                         help=f"seed of the episodes (default: the recorded evaluation's, else {DEFAULT_SEED})")
     parser.add_argument("--video", metavar="DIR", default=None, help="also record episodes as MP4 here")

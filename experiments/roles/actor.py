@@ -46,12 +46,12 @@ class ActorShell:
         self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
                                    **vector_env_options(setup.ctx.config))
-        builder = setup.builder
+        builder, parts = setup.builder, setup.ctx.parts
         acting = checked(builder.make_algorithm(device="cpu", seed=self.seed), builder.algorithm_base,
-                         builder.make_algorithm)
+                         builder.make_algorithm, given=parts.algorithm, part="algorithm")
         self.actor = checked(builder.make_actor(acting, env=self.env, sink=sink, params=params, index=index,
                                                 num_actors=setup.num_actors, seed=self.seed),
-                             Actor, builder.make_actor)
+                             Actor, builder.make_actor, given=parts.actor, part="actor")
         self.actor.sync()
         self._steps = self._transitions = self._env_restarts = 0
 

@@ -24,6 +24,7 @@ server; ``REPLAY``: the replay shards) and how often an actor reports.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from experiments.roles.program import (
 )
 from experiments.runtime.job import Job, StopSignals
 from experiments.runtime.lead import announce_compile, run_lead, start_lead
+from experiments.runtime.parts import tell_filled
 
 __all__ = ["PARAMS", "REPLAY", "LearnerLoop", "Program", "Setup", "load_policy", "make_job", "rank_main",
            "report_every", "restartable", "serial_main"]
@@ -220,7 +222,9 @@ def _fill_and_probe(program: Program, env_defaults: Callable | None, env_fn: Cal
     from experiments.runtime.envs import env_spaces
 
     if env_defaults is not None:
+        before = copy.deepcopy(config)
         env_defaults(config, parts)
+        tell_filled(parts, before, config, job=program.name)
     builder = parts.make_builder(program.builder, config, EnvSpec(*env_spaces(env_fn(config, parts))), Builder)
     builder.flow  # noqa: B018 (its checks: a flow that cannot run is refused here)
 

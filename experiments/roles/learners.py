@@ -203,15 +203,16 @@ def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep |
     from algorithms.actor_learner import Learner
     from experiments.runtime.config import resolve_device
 
-    builder = setup.builder
+    builder, parts = setup.builder, setup.ctx.parts
     device = resolve_device(setup.run.device)
     if lockstep is not None and lockstep.group.device.type == "cuda":
         device = lockstep.group.device  # NCCL: this member's GPU
     algorithm = checked(builder.make_algorithm(device=device, seed=setup.run.seed), builder.algorithm_base,
-                        builder.make_algorithm)
+                        builder.make_algorithm, given=parts.algorithm, part="algorithm")
     if lockstep is not None:
         builder.set_grad_hook(algorithm, lockstep.average_gradients)
-    return checked(builder.make_learner(algorithm, source=source, params=params), Learner, builder.make_learner)
+    return checked(builder.make_learner(algorithm, source=source, params=params), Learner, builder.make_learner,
+                   given=parts.learner, part="learner")
 
 
 def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: list[str],

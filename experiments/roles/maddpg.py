@@ -35,6 +35,7 @@ import numpy as np
 
 from algorithms.pacing import Pacing
 from experiments.roles.maddpg_parts import (
+    MEASURES,
     build_maddpg,
     check,
     describe,
@@ -222,7 +223,7 @@ class Trainer:
         steps = self.coordinator.env_steps
         self.coordinator.eval_result(EvalResult(env_steps=steps, version=self.algo.updates,
                                                 returns=result["returns"], seed=seed, policy=policy))
-        for key in ("landmark_distance", "collisions_per_episode"):
+        for key in MEASURES:
             if np.isfinite(result[key]):
                 self.coordinator.logger.scalar(f"eval/{key}", result[key], steps)
 
@@ -258,8 +259,7 @@ class Trainer:
             critic_inputs=[algo.critic_input_dim(i) for i in range(algo.n_agents)],
             mode=algo.mode, batch_size=self.batch_size, replay_size=len(self.replay),
             dropped_episodes=self.dropped_episodes, env_worker_restarts_by_worker=self.env_worker_restarts,
-            landmark_distance=self.last_eval.get("landmark_distance", float("nan")),
-            collisions_per_episode=self.last_eval.get("collisions_per_episode", float("nan")))
+            **{key: self.last_eval.get(key, float("nan")) for key in MEASURES})
 
 
 # --------------------------------------------------------------------- wiring

@@ -109,28 +109,44 @@ def build_maddpg(ctx: Any, *, agents: Sequence[str], obs_spaces: Sequence[Any], 
 # ----------------------------------------------------------------- evaluation
 
 
-def _positions(env: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """Agent and landmark positions (and agent radii, for collisions) of one env:
-    MPE's world, the built-in env's arrays, else None."""
+def _layout(env: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None] | None:
+    """Agent and landmark positions, agent radii (for contacts; None where unknown)
+    and which agents are adversaries (None: no agent is) of one env: MPE's world, the
+    built-in env's arrays, else None. In an MPE world whose agents do not collide
+    (simple_adversary) contacts mean nothing: no radii."""
     world = getattr(getattr(env, "unwrapped", env), "world", None)
     if world is not None:  # MPE
         agents = np.array([a.state.p_pos for a in world.agents])
         landmarks = np.array([lm.state.p_pos for lm in world.landmarks]).reshape(-1, agents.shape[-1])
-        return agents, landmarks, np.array([a.size for a in world.agents])
+        radii = np.array([a.size for a in world.agents]) if all(a.collide for a in world.agents) else None
+        adversary = np.array([bool(getattr(a, "adversary", False)) for a in world.agents])
+        return agents, landmarks, radii, adversary if adversary.any() else None
     if hasattr(env, "pos") and hasattr(env, "landmarks"):
-        return np.asarray(env.pos), np.asarray(env.landmarks), None
+        return np.asarray(env.pos), np.asarray(env.landmarks), None, None
     return None
+
+
+def _contacts(agents: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """``[i, j]``: agents i and j touch (MPE's ``is_collision``: closer than their radii's sum)."""
+    gap = np.linalg.norm(agents[:, None] - agents[None], axis=-1)
+    return gap < radii[:, None] + radii[None]
 
 
 def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: int = 10_000,
              explore: bool = False, random_policy: bool = False) -> dict[str, Any]:
     """Run ``episodes`` whole episodes side by side. Returns ``returns`` (each
-    episode's team return: the sum over agents), their mean ``team_return``, the
-    mean per-step sum over landmarks of the distance to the closest agent
+    episode's team return: the sum over agents), their mean ``team_return``, and the
+    measures that fit the env (each NaN where it does not, or where the env has no
+    positions or radii). A cooperative env (no adversaries, simple_spread): the mean
+    per-step sum over landmarks of the distance to the closest agent
     (``landmark_distance``) and colliding agent pairs per episode
-    (``collisions_per_episode``; both NaN where the env has no positions or
-    radii). ``random_policy`` samples uniform actions instead (the baseline).
-    Training's ensemble draws are left as they were."""
+    (``collisions_per_episode``), the MADDPG paper's measures of cooperative
+    navigation. An env of adversaries chasing good agents that collide (simple_tag,
+    simple_world_comm): adversary-good contacts per episode (``tags_per_episode``,
+    each contact counted every step it lasts: the paper's predator-prey measure and
+    MPE's ``benchmark_data``); their landmarks are obstacles, not targets.
+    ``random_policy`` samples uniform actions instead (the baseline). Training's
+    ensemble draws are left as they were."""
     from envs.multiagent import ParallelEnvAdapter
 
     envs = [ParallelEnvAdapter(env_fn()) for _ in range(episodes)]
@@ -142,7 +158,8 @@ def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: 
         for j, env in enumerate(envs):
             env.action_space.seed(seed + j)
         team = np.zeros(episodes)
-        dist, collisions, steps, measured, sized = 0.0, 0.0, 0, True, True
+        dist, collisions, tags, steps = 0.0, 0.0, 0.0, 0
+        measured = sized = tagged = True
         alive = np.ones(episodes, dtype=bool)
         while alive.any():
             stacked = envs[0].stacked
@@ -158,16 +175,18 @@ def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: 
                 obs[j], rew, term, trunc, _ = env.step(act)
                 team[j] += rew.sum()
                 steps += 1
-                positions = _positions(env.env)
-                measured = measured and positions is not None and len(positions[1]) > 0
-                sized = sized and positions is not None and positions[2] is not None
+                layout = _layout(env.env)
+                agents, landmarks, radii, adversary = layout if layout is not None else (None,) * 4
+                cooperative = layout is not None and adversary is None
+                measured = measured and cooperative and len(landmarks) > 0
+                sized = sized and cooperative and radii is not None
+                tagged = tagged and adversary is not None and radii is not None and not adversary.all()
                 if measured:
-                    agents, landmarks, _ = positions
                     dist += np.linalg.norm(landmarks[:, None] - agents[None], axis=-1).min(axis=1).sum()
                 if sized:
-                    agents, _, radii = positions
-                    gap = np.linalg.norm(agents[:, None] - agents[None], axis=-1)
-                    collisions += np.triu(gap < radii[:, None] + radii[None], 1).sum()
+                    collisions += np.triu(_contacts(agents, radii), 1).sum()
+                if tagged:
+                    tags += _contacts(agents, radii)[adversary][:, ~adversary].sum()
                 alive[j] = not (term | trunc).all()
     finally:
         for env in envs:
@@ -176,7 +195,12 @@ def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: 
             algo.active_policies = saved
     return {"returns": [float(r) for r in team], "team_return": float(team.mean()),
             "landmark_distance": dist / max(steps, 1) if measured else float("nan"),
-            "collisions_per_episode": collisions / episodes if sized else float("nan")}
+            "collisions_per_episode": collisions / episodes if sized else float("nan"),
+            "tags_per_episode": tags / episodes if tagged else float("nan")}
+
+
+# The evaluation's measures besides the returns (see evaluate): curves and summary.
+MEASURES = ("landmark_distance", "collisions_per_episode", "tags_per_episode")
 
 
 # --------------------------------------------------------------- runtime hooks
@@ -243,6 +267,8 @@ def describe(summary: dict[str, Any]) -> list[str]:
     if math.isfinite(summary["landmark_distance"]) or math.isfinite(summary["collisions_per_episode"]):
         lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
                      f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
+    if math.isfinite(summary.get("tags_per_episode", math.nan)):
+        lines.append(f"last eval          {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
     lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
                  f"replay {summary['replay_size']:,} transitions)")
     if summary.get("actor_restarts"):

@@ -24,6 +24,7 @@ torchrun: ``--max-restarts``).
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import time
@@ -41,6 +42,7 @@ from experiments.roles.sync_member import (
 )
 from experiments.runtime.cli import flag
 from experiments.runtime.job import STOP_CALL_S, Job, StopSignals, last_call
+from experiments.runtime.parts import tell_filled
 
 STATE = "sync/state"
 
@@ -214,7 +216,9 @@ def _fill_and_probe(program: SyncProgram, env_defaults: Callable | None, env_fn:
     from experiments.runtime.envs import env_spaces
 
     if env_defaults is not None:
+        before = copy.deepcopy(config)
         env_defaults(config, parts)
+        tell_filled(parts, before, config, job=program.name)
     builder = make_builder(program, config, parts, EnvSpec(*env_spaces(env_fn(config, parts))))
     steps = builder.n_steps
     members, fraction = config.group.num_workers, config.group.preempt_fraction

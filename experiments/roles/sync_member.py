@@ -124,7 +124,7 @@ class Member:
         self.algorithm = checked(builder.make_algorithm(
             device=self.device, seed=setup.run.seed, sample_seed=member_seeds(setup.run.seed, rank, 0)[0],
             grad_hook=self._average if together else None, mean_hook=self._mean if together else None),
-            builder.algorithm_base, builder.make_algorithm)
+            builder.algorithm_base, builder.make_algorithm, given=setup.ctx.parts.algorithm, part="algorithm")
         self.runner: Any = None
         self.env: Any = None
         self.global_steps = 0

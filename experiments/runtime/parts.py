@@ -12,6 +12,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from algorithms.builder import check_algorithm
+
 # In a run directory: which parts the run was made with, each by its qualified name.
 PARTS_FILE = "parts.json"
 # The parts that shape a run's data and state: a resume or an evaluation needs them
@@ -86,7 +88,29 @@ class Parts:
         if not isinstance(builder, base):
             raise TypeError(f"the builder factory {make!r} returned {type(builder).__name__}, "
                             f"not an {base.__module__}.{base.__qualname__}")
+        self.check_forwarded(builder, make)
+        check_algorithm(builder)
         return builder
+
+    def check_forwarded(self, builder: Any, make: Any) -> None:
+        """TypeError when ``builder`` lacks a part given here: a factory that does not
+        pass ``Parts(algorithm=...)`` (or ``actor``, ``learner``, ``network``) on would
+        run the builder's own in its place, silently. A builder holds them as
+        ``algorithm_cls``, ``actor_cls``, ``learner_cls`` (the given class or a
+        subclass of it) and ``network``."""
+        dropped = []
+        for name in ("algorithm", "actor", "learner"):
+            given, held = getattr(self, name), getattr(builder, f"{name}_cls", None)
+            if given is not None and not (isinstance(held, type) and issubclass(held, given)):
+                dropped.append(f"{name}={given.__qualname__} (it has {getattr(held, '__qualname__', None)})")
+        if self.network is not None and getattr(builder, "network", None) is None:
+            dropped.append(f"network={getattr(self.network, '__qualname__', repr(self.network))} (it has none)")
+        if dropped:
+            kind = type(builder).__name__
+            raise TypeError(f"the builder factory {make!r} made a {kind} without Parts({', '.join(dropped)}), "
+                            f"which would not run: pass each on, as {kind}(..., "
+                            + ", ".join(f"{name}=parts.{name}" for name in ("network", "algorithm", "actor", "learner")
+                                        if getattr(self, name) is not None) + ")")
 
     def names(self) -> dict[str, str]:
         """The parts given, each by its qualified name (what :data:`PARTS_FILE` holds)."""
@@ -124,12 +148,37 @@ class Parts:
                               f"{names[name]}", stacklevel=3)
 
 
-def checked(made: Any, base: type, maker: Any) -> Any:
-    """``made`` if it is a ``base``; else TypeError naming the builder method that
-    made it (``maker``, a bound method), before a role calls anything on it."""
+def tell_filled(parts: Parts, before: Any, after: Any, *, job: str) -> None:
+    """With a builder of the user's, a warning naming each ``learn`` field the job's
+    ``env_defaults`` filled (unset in ``before``, set in ``after``: the configs
+    around it) and its value: the job's defaults are its own algorithm's (Ape-X's
+    DQN's or TD3's, by the action space and the observations), and a builder of
+    another algorithm would read them as its own without notice."""
+    learn, was = getattr(after, "learn", None), getattr(before, "learn", None)
+    if parts.builder is None or not dataclasses.is_dataclass(learn) or was is None:
+        return
+    filled = {f.name: getattr(learn, f.name) for f in dataclasses.fields(learn)
+              if getattr(was, f.name, None) is None and getattr(learn, f.name) is not None}
+    if not filled:
+        return
+    algorithm = getattr(after, "algorithm", None)
+    whose = f"its --algorithm {algorithm}" if isinstance(algorithm, str) else "its own algorithm"
+    warnings.warn(f"Parts(builder={getattr(parts.builder, '__qualname__', repr(parts.builder))}) gets config.learn "
+                  f"with the {job} job's defaults for {whose} on this env in the fields left unset: "
+                  + ", ".join(f"{name}={value!r}" for name, value in filled.items())
+                  + "; set them in config.learn (or by flag) to choose", stacklevel=4)
+
+
+def checked(made: Any, base: type, maker: Any, *, given: type | None = None, part: str = "") -> Any:
+    """``made`` if it is a ``base`` and, where the user gave that part
+    (``Parts(<part>=given)``), a ``given``; else TypeError naming the builder method
+    that made it (``maker``, a bound method), before a role calls anything on it."""
+    name = f"{type(maker.__self__).__name__}.{maker.__name__}"
     if not isinstance(made, base):
-        raise TypeError(f"{type(maker.__self__).__name__}.{maker.__name__} returned {type(made).__name__}, "
-                        f"not an {base.__module__}.{base.__qualname__}")
+        raise TypeError(f"{name} returned {type(made).__name__}, not an {base.__module__}.{base.__qualname__}")
+    if given is not None and not isinstance(made, given):
+        raise TypeError(f"{name} returned {type(made).__name__}, not the Parts({part}={given.__qualname__}) "
+                        f"given: it makes its own class instead of the builder's {part}_cls")
     return made
 
 

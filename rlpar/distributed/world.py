@@ -306,8 +306,13 @@ class World:
             iface = interface_for_address("127.0.0.1") or "lo"
         else:
             log.warning(
-                "rlpar World %r listens on %s, beyond loopback: RPC executes code sent by "
-                "any peer that can reach this address; use only on a trusted network",
+                "rlpar World %r listens on %s, beyond loopback. The run secret protects the RPC "
+                "pickles (signed: a peer without it can neither call a service nor run Python "
+                "here) and the store (keys and values sealed). It does not protect: the traffic "
+                "(unencrypted: readable and replayable; tensors unsigned), TorchScript builtin "
+                "operators sent straight to the RPC port, a rank aborted by a malformed message, "
+                "a peer that has the secret, or a run with RLPAR_ALLOW_NO_SECRET (then any peer "
+                "runs code); use only on a trusted network (README: Security)",
                 self.name, self.listen_address,
             )
             iface = interface_for_address(self.listen_address)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import pytest
 from jobs import a3c_config, apex_config
@@ -44,6 +45,21 @@ def test_a_runs_policy_is_played_greedily(runs, job, capsys):
     assert main([run_dir, "--episodes", "3", "--policy", "best"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(line)["policy"] == "best"
+
+
+def test_the_best_policy_is_played_by_default_and_which_is_said(runs, tmp_path, capsys):
+    run_dir = runs["apex"]
+    assert main([run_dir, "--episodes", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1])["policy"] == "best" and "(the best evaluation's network, policy-best.pt" in lines[0]
+    assert evaluate_run(run_dir, episodes=2)["returns"] == evaluate_run(run_dir, episodes=2, which="best")["returns"]
+    assert main([run_dir, "--episodes", "2", "--policy", "final"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1])["policy"] == "final" and "(the final network, policy.pt" in lines[0]
+    # No evaluation ran, no policy-best.pt: the final network, said so.
+    shutil.copytree(run_dir, tmp_path / "run")
+    os.remove(tmp_path / "run" / "policy-best.pt")
+    assert evaluate_run(str(tmp_path / "run"), episodes=2)["policy"] == "final"
 
 
 def test_the_same_seed_gives_the_same_returns(runs):

@@ -3,11 +3,21 @@ runs simple_adversary/simple_tag by CLI with per-agent and per-team tags and che
 simple_adversary's critic widths): simple_tag with continuous actions and team
 critics, whose inputs hold exactly their own team's observations and actions."""
 
+import math
+import types
+
 import pytest
 import torch
 
 from algorithms.maddpg import MADDPG
-from experiments.maddpg import LearnConfig, MADDPGJobConfig, MultiAgentEnvConfig, ReplayConfig, run
+from experiments.maddpg import (
+    LearnConfig,
+    MADDPGJobConfig,
+    MultiAgentEnvConfig,
+    ReplayConfig,
+    format_summary,
+    run,
+)
 from experiments.runtime import Parts, RunConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -23,7 +33,7 @@ class Kept(MADDPG):
 
 def tag_config(observes: str) -> MADDPGJobConfig:
     return MADDPGJobConfig(
-        run=RunConfig(max_env_steps=300, eval_every=300, eval_episodes=2, status_every=0.0, log_dir="none"),
+        run=RunConfig(max_env_steps=300, eval_every=150, eval_episodes=2, status_every=0.0, log_dir="none"),
         env=MultiAgentEnvConfig(env_id="simple_tag", num_envs=4, env_workers=0, continuous=True, episode_steps=25),
         replay=ReplayConfig(replay_capacity=1000),
         learn=LearnConfig(batch_size=16, learning_starts=100, updates_per_step=0.05, critic_observes=observes))
@@ -41,6 +51,12 @@ def test_simple_tag_critics_see_what_critic_observes_says(observes, widths):
     assert summary["critic_observes"] == observes and summary["critic_inputs"] == widths
     assert summary["updates"] > 0 and summary["env_steps"] == 300
     assert set(summary["team_return_last100"]) == {"adversary", "agent"}
+    # simple_tag's measure is the predators' contacts with the prey; its landmarks are
+    # obstacles, so simple_spread's landmark distance and collisions do not apply.
+    assert summary["tags_per_episode"] >= 0 and math.isnan(summary["landmark_distance"])
+    assert math.isnan(summary["collisions_per_episode"])
+    printed = format_summary(summary)
+    assert "adversary-good contacts per episode" in printed and "landmark distance" not in printed
     assert [critic[0].in_features for critic in algo.critics] == widths
     assert not algo.homogeneous and not algo.agents[0].discrete
     # Each agent's observation and action filled with its own index: a critic's input
@@ -52,3 +68,18 @@ def test_simple_tag_critics_see_what_critic_observes_says(observes, widths):
         expected = [float(j) for j in members for _ in range(algo.agents[j].obs_dim)] \
             + [float(j) for j in members for _ in range(algo.agents[j].action_dim)]
         assert algo.critic_input(i, obs, actions)[0].tolist() == expected
+
+
+@pytest.mark.parametrize("env_id, finite", [
+    ("simple_tag", {"tags_per_episode"}),
+    ("simple_spread", {"landmark_distance", "collisions_per_episode"}),
+    ("simple_adversary", set()),  # its agents never collide, and the landmarks are a target and decoys
+])
+def test_each_env_gets_the_evaluation_measures_that_fit_it(env_id, finite):
+    pytest.importorskip("mpe2")
+    from experiments.roles.maddpg_parts import MEASURES, env_factory, evaluate
+
+    env_fn = env_factory(MultiAgentEnvConfig(env_id=env_id, episode_steps=10), None)
+    agents = len(env_fn().possible_agents)
+    result = evaluate(types.SimpleNamespace(n_agents=agents), env_fn, episodes=2, random_policy=True)
+    assert {key for key in MEASURES if math.isfinite(result[key])} == finite

@@ -47,7 +47,7 @@ def check_policy_files(summary, *, final_version):
     if last[4] == final_version:
         assert final["evaluation"]["mean"] == final["eval_return"] == last[2]
         assert final["last_evaluation"] is None
-        assert evaluate_run(run_dir)["matches_recorded"]
+        assert evaluate_run(run_dir, which="final")["matches_recorded"]
     else:
         assert final["evaluation"] is None and final["eval_return"] is None
         assert (final["last_evaluation"]["version"], final["last_evaluation"]["mean"]) == (last[4], last[2])

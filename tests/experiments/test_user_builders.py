@@ -35,13 +35,12 @@ class BoltzmannActor(ApexActor):
 class BoltzmannBuilder(DQNBuilder):
     """Ape-X DQN with Boltzmann actors: everything else is DQNBuilder's."""
 
-    def make_actor(self, algorithm, *, env, sink, params, index, num_actors, seed):
-        return BoltzmannActor(dqn=algorithm, env=env, buffer=sink, params=params, index=index,
-                              num_actors=num_actors, config=self.apex, seed=seed)
+    actor_base = BoltzmannActor
 
 
 def boltzmann(config, parts, spec):
-    return BoltzmannBuilder(learn=config.learn, spec=spec, network=parts.network)
+    return BoltzmannBuilder(learn=config.learn, spec=spec, network=parts.network, algorithm=parts.algorithm,
+                            actor=parts.actor, learner=parts.learner)
 
 
 @pytest.mark.timeout(120)

@@ -128,6 +128,11 @@ def test_listening_beyond_loopback_is_explicit_and_logged():
     assert value == 25
     assert tp_iface == iface
     assert any("beyond loopback" in m and address in m for m in messages), messages
+    # What the run secret covers, and what it does not, said where it applies.
+    (warning,) = [m for m in messages if "beyond loopback" in m]
+    for said in ("run secret protects the RPC pickles", "store (keys and values sealed)",
+                 "does not protect: the traffic (unencrypted", "a peer that has the secret"):
+        assert said in warning, warning
     # RPC listens on the requested address; only the store (MASTER_ADDR) stays on loopback.
     assert {host for host, _ in listening} <= {address, "127.0.0.1"}
     assert address in {host for host, _ in listening}
