@@ -49,7 +49,7 @@ from rlpar.distributed import stops
 RANK_PRELOAD = ("torch", "numba", "gymnasium", "envs.registry", "rlpar.buffers", "rlpar.distributed",
                 "rlpar.servers", "experiments.runtime.lead")
 
-# The bounded times of an ending run (README, "How a run ends"):
+# The bounded times of an ending run (docs/jobs.md, "How a run ends"):
 # A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.
 STOP_GRACE_S = 60.0
 # Once the lead returned its summary, the other ranks have this long to exit; then they
