@@ -132,10 +132,7 @@ class LearnerData:
         self.hosted = self.sharded = self.queue = self.split = None
         flow, run, learners = setup.flow, setup.run, setup.learners
         self.min_size = max(flow.learning_starts, flow.batch_size)
-        self.batch_size = flow.batch_size
-        # With several learners, each from its own shard: its share of learning_starts,
-        # so no learner starts on a few transitions while the others' shards are full.
-        self.shard_min = max(flow.batch_size, -(-flow.learning_starts // learners))
+        self.batch_size = self.shard_min = flow.batch_size
         if flow.data == "queue":
             queue = TrajectoryQueue(capacity=setup.queue.queue_capacity)
             name = data_name(QUEUE, learner, learners)
@@ -147,6 +144,10 @@ class LearnerData:
             self.sharded = sharded_replay(setup, group, shards)
         else:
             buffer = local_replay(setup, learner=learner)
+            # With several learners, each from its own shard: its share of learning_starts
+            # (no learner starts on a few transitions while the others' shards are full),
+            # no more than the shard holds.
+            self.shard_min = min(buffer.capacity, max(flow.batch_size, -(-flow.learning_starts // learners)))
             name = data_name(REPLAY, learner, learners)
             self.hosted = HostedBuffer.host(group, name, buffer) if group is not None else buffer
         self.source = PrefetchingBuffer(self.hosted if self.sharded is None else self.sharded,

@@ -18,13 +18,19 @@ What keeps them identical and in step:
   optimizer, update count) to the others (:func:`share_state`). A resume thus
   restores every learner from learner 0's file; each replay shard loads its own part;
 - **lockstep** (:class:`Lockstep`): before every update the learners agree, in one
-  all-reduce of two flags (carried by the previous update's gradients while they
+  all-reduce of a few flags (carried by the previous update's gradients while they
   learn), whether all of them may update now (learner 0: its data and pacing allow
-  it; the others: their own data holds a batch) and whether to stop (learner 0: its
-  coordinator says so; the others: a stop signal). So every learner
+  it; the others: their own data holds a batch, or its replay shard its share of
+  ``learning_starts``) and whether to stop (learner 0: its coordinator says so; the
+  others: a stop signal). So every learner
   runs the same updates, none waits in a gradient all-reduce that another will
   never join, and the stop is taken by all at the same update: no deadlock when the
   run ends or when one learner's data runs dry (the others wait with it);
+- **filling** (:class:`Filling`): the same all-reduce tells learner 0 what each
+  learner's own data lacks; the actors of one that lacks data step past pacing
+  until it is filled (an actor that starts late would otherwise find the shared
+  allowance spent and no learner could ever update), and learner 0 names the
+  learner that holds the others back;
 - **a member's death**: a collective cannot go on without it, so the others' next
   operation raises ``PeerUnavailable`` and supervision restarts the world from the
   newest checkpoint (a learner is never restarted alone).
@@ -90,9 +96,10 @@ class Lockstep:
     may learn (:meth:`LearnerData.lacking <experiments.roles.data.LearnerData.lacking>`).
     :meth:`agree` gives (all ready, any stop) for the coming update, and leaves every
     learner's ``lacking`` in :attr:`lacking`, which tells learner 0 whose actors must
-    fill its data before any learner can update (:class:`Filling`). While they learn, that decision rides on the previous update's
-    gradient all-reduce: :meth:`average_gradients` (the grad hook it gives the
-    algorithm) appends the two flags to the gradients, so an update costs one
+    fill its data before any learner can update (:class:`Filling`). While they
+    learn, that decision rides on the previous update's gradient all-reduce:
+    :meth:`average_gradients` (the grad hook it gives the algorithm) appends the
+    flags to the gradients, so an update costs one
     collective, not two (on 2 loopback gloo members an all-reduce takes about
     0.36 ms whatever its size below 100K floats, against updates of 2-15 ms). When
     there was none (the first update, after a wait) :meth:`agree` all-reduces the

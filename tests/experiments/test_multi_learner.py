@@ -40,6 +40,9 @@ def test_bad_learner_flags_are_named():
         apex.run(apex_config(learners=2, serial=True))
     with pytest.raises(ValueError, match="--recycle-every needs --learners 1"):
         apex.run(apex_config(learners=2, recycle_every=100))
+    with pytest.raises(ValueError, match=r"--batch-size 32 exceeds a learner's replay shard: "
+                                         r"--replay-capacity 40 / --learners 2 = 20"):
+        apex.run(apex_config(learners=2, replay_capacity=40))
     with pytest.raises(ValueError, match="--learners 3 needs at least 3 actors, got 2"):
         apex.run(apex_config(learners=3, num_actors=2))
     # A torchrun world too small for K learners and an actor.
