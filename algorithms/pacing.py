@@ -7,7 +7,15 @@ after ``learning_starts`` env steps, with ``slack_steps`` of play either way:
 
 - the learner may update while it is behind the env steps' due updates (plus slack);
 - an actor may step while it is not more than ``slack_steps`` ahead of what the
-  learner has consumed;
+  learner has consumed, or while the data of the learner it feeds lacks what that
+  learner needs to learn (``filling``: several learners, each learning from its own
+  replay shard). The actors' allowance is shared, but every shard must fill before
+  any learner updates (they update in step): without this, actors that start early
+  spend the whole allowance on their own shards, a late actor's shard never fills,
+  no update comes, and pacing stops every actor for good. The extra steps only
+  bring the first update forward; from then on the learners may take the updates
+  those steps are owed (``learner_may_update`` counts every env step), so the replay
+  ratio holds over the run;
 - in one process (serial), ``updates_due`` is the exact number of updates owed
   since the learner could first sample (``started_at`` env steps), so a run is
   deterministic for a seed. Counting from ``started_at`` rather than from
@@ -53,5 +61,5 @@ class Pacing:
     def learner_may_update(self, *, env_steps: int, updates: int) -> bool:
         return updates < self.learner_bound(env_steps)
 
-    def actor_may_step(self, *, env_steps: int, updates: int) -> bool:
-        return env_steps < self.learning_starts + updates / self.updates_per_step + self.slack_steps
+    def actor_may_step(self, *, env_steps: int, updates: int, filling: bool = False) -> bool:
+        return filling or env_steps < self.learning_starts + updates / self.updates_per_step + self.slack_steps

@@ -261,6 +261,13 @@ class ApexJobConfig:
         if self.learn.batch_size is not None and self.learn.batch_size > self.replay.replay_capacity:
             raise ValueError(f"{flag('batch_size')} {self.learn.batch_size} exceeds "
                              f"{flag('replay_capacity')} {self.replay.replay_capacity}")
+        shard = self.replay.replay_capacity // max(1, self.learners)
+        if (self.learners > 1 and self.replay.replay_placement == "learner" and self.learn.batch_size is not None
+                and self.learn.batch_size > shard):
+            # A shard that never holds a batch would hold every learner back for good.
+            raise ValueError(f"{flag('batch_size')} {self.learn.batch_size} exceeds a learner's replay shard: "
+                             f"{flag('replay_capacity')} {self.replay.replay_capacity} / --learners "
+                             f"{self.learners} = {shard}")
         if self.run.serial and self.replay.replay_placement != "learner":
             raise ValueError(f"{flag('serial')} keeps the replay in its one process: "
                              "use --replay-placement learner")

@@ -108,7 +108,8 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signal
                 directive, last_report = group.call("coord/report", shell.report()), time.monotonic()
                 _evaluate_if_told(setup, group, shell, evaluator, directive)
             elif paced is None or paced.actor_may_step(env_steps=directive.env_steps + shell.unreported_steps(),
-                                                       updates=directive.updates):
+                                                       updates=directive.updates,
+                                                       filling=index % setup.learners in directive.filling):
                 shell.actor.step()
             else:
                 # Sleep until the next report instead of asking again at once: each

@@ -132,7 +132,7 @@ class LearnerData:
         self.hosted = self.sharded = self.queue = self.split = None
         flow, run, learners = setup.flow, setup.run, setup.learners
         self.min_size = max(flow.learning_starts, flow.batch_size)
-        self.batch_size = flow.batch_size
+        self.batch_size = self.shard_min = flow.batch_size
         if flow.data == "queue":
             queue = TrajectoryQueue(capacity=setup.queue.queue_capacity)
             name = data_name(QUEUE, learner, learners)
@@ -144,6 +144,10 @@ class LearnerData:
             self.sharded = sharded_replay(setup, group, shards)
         else:
             buffer = local_replay(setup, learner=learner)
+            # With several learners, each from its own shard: its share of learning_starts
+            # (no learner starts on a few transitions while the others' shards are full),
+            # no more than the shard holds.
+            self.shard_min = min(buffer.capacity, max(flow.batch_size, -(-flow.learning_starts // learners)))
             name = data_name(REPLAY, learner, learners)
             self.hosted = HostedBuffer.host(group, name, buffer) if group is not None else buffer
         self.source = PrefetchingBuffer(self.hosted if self.sharded is None else self.sharded,
@@ -162,11 +166,17 @@ class LearnerData:
         """Whether this learner's own data gives a batch now (several learners: each
         says so for its own queue or replay shard; remote shards are sampled by all,
         so the first learner's count of reported transitions decides for them)."""
+        return self.lacking() == 0
+
+    def lacking(self) -> int:
+        """What this learner's own data lacks before it may learn: unrolls for a batch
+        in its queue; transitions in its replay shard, up to ``shard_min`` (its share
+        of ``learning_starts``, at least a batch); 0 for remote shards."""
         if self.queue is not None:
-            return self.source.ready()
+            return max(0, self.batch_size - len(self.queue))
         if self.hosted is not None:
-            return len(self.hosted) >= self.batch_size
-        return True
+            return max(0, self.shard_min - len(self.hosted))
+        return 0
 
     def held(self, *, reported: int, capacity: int) -> int:
         """What the data path holds: the hosted buffer's or queue's size; for shards

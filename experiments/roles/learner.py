@@ -16,6 +16,7 @@ from typing import Any
 from algorithms.pacing import Pacing
 from experiments.roles.data import REPLAY, LearnerData
 from experiments.roles.learners import (
+    Filling,
     Lockstep,
     follow_key,
     gather,
@@ -85,12 +86,12 @@ class LearnerLoop:
         busy = time.perf_counter() - self.started if self.started else 0.0
         return (self.waited + self.learner.sample_seconds) / busy if busy > 0 else 0.0
 
-    def tick(self, held: int, *, force: bool = False) -> None:
+    def tick(self, held: int, *, force: bool = False, status: dict[str, Any] | None = None) -> None:
         means = {k: v / self._n for k, v in self._window.items()} if self._n else {}
         tag = "replay/size" if self.pacing is not None else "queue/size"
         if self.coordinator.tick(updates=self.learner.updates, learner_metrics=means, force=force,
                                  scalars={tag: held, "charts/learner_wait_fraction": self.wait_fraction()},
-                                 status={"wait%": round(100 * self.wait_fraction(), 1)}):
+                                 status={"wait%": round(100 * self.wait_fraction(), 1), **(status or {})}):
             self._window, self._n = {}, 0
 
     def summary(self, setup: Setup, *, algorithm: type, held: int, interrupted: bool) -> dict:
@@ -141,11 +142,18 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
     group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards, group))
     loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors, num_envs=setup.env.num_envs,
                                                     learners=setup.learners), data=data)
+    filling = None
     if lockstep is not None:  # may the next update come: this learner's data and pacing, the stop
         lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
                                        coordinator.should_stop())
+        lockstep.lacking_of = data.lacking
+        queue = data.queue is not None
+        filling = Filling(coordinator, learners=setup.learners, num_actors=num_actors,
+                          need=data.batch_size if queue else data.shard_min,
+                          data="queue" if queue else "replay shard", unit="unrolls" if queue else "transitions",
+                          warn_after=coordinator.silent_after)
     group.barrier()
-    return run_lead(ctx, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members),
+    return run_lead(ctx, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members, filling),
                     kept=released.set)
 
 
@@ -155,8 +163,10 @@ class _LearnerTurns:
     together too), the curves; at the end the learners' figures gathered, the data
     path closed, the actors' final reports awaited."""
 
-    def __init__(self, setup: Setup, loop: LearnerLoop, data: LearnerData, lockstep: Any, members: Any) -> None:
+    def __init__(self, setup: Setup, loop: LearnerLoop, data: LearnerData, lockstep: Any, members: Any,
+                 filling: Filling | None = None) -> None:
         self.setup, self.loop, self.data, self.lockstep, self.members = setup, loop, data, lockstep, members
+        self.filling = filling
         self.ended = False  # the loop ended by its own rule (not by an error)
         self.together: dict[str, Any] = {}
 
@@ -172,11 +182,17 @@ class _LearnerTurns:
                 self.ended = True
                 return False
             loop.step()
-        elif not loop.step_with(self.lockstep):
-            self.ended = True
-            return False
-        loop.tick(self.held())
+        else:
+            before = loop.learner.updates
+            if not loop.step_with(self.lockstep):
+                self.ended = True
+                return False
+            self.filling.update(self.lockstep.lacking, updated=loop.learner.updates > before)
+        loop.tick(self.held(), status=self.status())
         return True
+
+    def status(self) -> dict[str, Any] | None:
+        return self.filling.status() if self.filling is not None else None
 
     def wind_down(self, signalled: bool) -> int:
         loop, coordinator = self.loop, self.loop.coordinator
@@ -187,7 +203,7 @@ class _LearnerTurns:
         # Not for a source that stopped reporting (dead or hung), and briefly after
         # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
         coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signalled else None)
-        loop.tick(self.held(), force=True)
+        loop.tick(self.held(), force=True, status=self.status())
         return loop.learner.updates
 
     def summary(self, interrupted: bool) -> dict[str, Any]:

@@ -18,13 +18,19 @@ What keeps them identical and in step:
   optimizer, update count) to the others (:func:`share_state`). A resume thus
   restores every learner from learner 0's file; each replay shard loads its own part;
 - **lockstep** (:class:`Lockstep`): before every update the learners agree, in one
-  all-reduce of two flags (carried by the previous update's gradients while they
+  all-reduce of a few flags (carried by the previous update's gradients while they
   learn), whether all of them may update now (learner 0: its data and pacing allow
-  it; the others: their own data holds a batch) and whether to stop (learner 0: its
-  coordinator says so; the others: a stop signal). So every learner
+  it; the others: their own data holds a batch, or its replay shard its share of
+  ``learning_starts``) and whether to stop (learner 0: its coordinator says so; the
+  others: a stop signal). So every learner
   runs the same updates, none waits in a gradient all-reduce that another will
   never join, and the stop is taken by all at the same update: no deadlock when the
   run ends or when one learner's data runs dry (the others wait with it);
+- **filling** (:class:`Filling`): the same all-reduce tells learner 0 what each
+  learner's own data lacks; the actors of one that lacks data step past pacing
+  until it is filled (an actor that starts late would otherwise find the shared
+  allowance spent and no learner could ever update), and learner 0 names the
+  learner that holds the others back;
 - **a member's death**: a collective cannot go on without it, so the others' next
   operation raises ``PeerUnavailable`` and supervision restarts the world from the
   newest checkpoint (a learner is never restarted alone).
@@ -86,10 +92,14 @@ class Lockstep:
 
     ``poll(ahead) -> (ready, stop)`` says whether this learner may take the next
     update (``ahead``: 1 when asked during an update, whose count is not in yet) and
-    whether it wants to stop. :meth:`agree` gives (all ready, any stop) for the
-    coming update. While they learn, that decision rides on the previous update's
-    gradient all-reduce: :meth:`average_gradients` (the grad hook it gives the
-    algorithm) appends the two flags to the gradients, so an update costs one
+    whether it wants to stop; ``lacking() -> int`` what its own data lacks before it
+    may learn (:meth:`LearnerData.lacking <experiments.roles.data.LearnerData.lacking>`).
+    :meth:`agree` gives (all ready, any stop) for the coming update, and leaves every
+    learner's ``lacking`` in :attr:`lacking`, which tells learner 0 whose actors must
+    fill its data before any learner can update (:class:`Filling`). While they
+    learn, that decision rides on the previous update's gradient all-reduce:
+    :meth:`average_gradients` (the grad hook it gives the algorithm) appends the
+    flags to the gradients, so an update costs one
     collective, not two (on 2 loopback gloo members an all-reduce takes about
     0.36 ms whatever its size below 100K floats, against updates of 2-15 ms). When
     there was none (the first update, after a wait) :meth:`agree` all-reduces the
@@ -103,18 +113,23 @@ class Lockstep:
 
         self.group = group
         self.poll: Any = None  # set by the role once its loop exists
-        self._flags = torch.zeros(2, dtype=torch.float32, device=group.device)
+        self.lacking_of: Any = lambda: 0  # likewise
+        self.lacking = [0] * group.size  # per learner, as of the last decision
+        # [not ready, stop, what learner 0 lacks, ..., what learner K-1 lacks]
+        size = 2 + group.size
+        self._flags = torch.zeros(size, dtype=torch.float32, device=group.device)
         # Holds the flags as its .grad, so the group averages them with the gradients.
-        self._carrier = torch.zeros(2, dtype=torch.float32, device=group.device, requires_grad=True)
+        self._carrier = torch.zeros(size, dtype=torch.float32, device=group.device, requires_grad=True)
         self._next: tuple[bool, bool] | None = None
 
     def agree(self) -> tuple[bool, bool]:
         decided, self._next = self._next, None
         if decided is not None:
             return decided
+        self._flags.zero_()
         self._set(self._flags, ahead=0)
         self.group.all_reduce(self._flags, op="max")
-        return self._read(self._flags)
+        return self._read(self._flags, members=1)
 
     def average_gradients(self, params: Any) -> None:
         """The grad hook: the group's mean of every ``.grad``, and the next decision."""
@@ -123,16 +138,85 @@ class Lockstep:
         self._carrier.grad = torch.zeros_like(self._carrier)
         self._set(self._carrier.grad, ahead=1)
         self.group.average_gradients([*params, self._carrier])
-        self._next = self._read(self._carrier.grad)
+        self._next = self._read(self._carrier.grad, members=self.group.size)
 
     def _set(self, flags: Any, *, ahead: int) -> None:
         ready, stop = self.poll(ahead)
         flags[0], flags[1] = 0.0 if ready else 1.0, 1.0 if stop else 0.0
+        flags[2 + self.group.rank] = float(self.lacking_of())  # the others leave theirs 0
 
-    @staticmethod
-    def _read(flags: Any) -> tuple[bool, bool]:
-        not_ready, stopped = flags.tolist()  # a max, or a mean: > 0 where any member said so
-        return not_ready == 0.0, stopped > 0.0
+    def _read(self, flags: Any, *, members: int) -> tuple[bool, bool]:
+        # A max, or a mean (``members``: what a mean divided each member's own entry by).
+        not_ready, stopped, *lacking = flags.tolist()
+        self.lacking = [round(members * x) for x in lacking]
+        return not_ready == 0.0, stopped > 0.0  # > 0 where any member said so
+
+
+class Filling:
+    """Learner 0's watch over the learners whose own data (replay shard or queue)
+    lacks what they need to learn, from :class:`Lockstep`'s ``lacking``. As they
+    update in step, one such learner holds back all of them, so:
+
+    - its actors (``i mod K``) may step past pacing until its data holds enough
+      (the coordinator's ``filling``, sent in every directive;
+      :meth:`~algorithms.pacing.Pacing.actor_may_step`): otherwise actors that
+      started early would spend the shared allowance on their own shards, and a late
+      actor's shard would never fill;
+    - while no learner has updated for a second, the status line names each one
+      waiting and what its data holds (``filling=learner1:12/100``); after
+      ``warn_after`` seconds a notice says what it waits for and how its actors
+      are (a shard whose only actor is dead or hung can wait for good).
+    """
+
+    def __init__(self, coordinator: Any, *, learners: int, num_actors: int, need: int, data: str,
+                 unit: str, warn_after: float) -> None:
+        self.coordinator, self.need, self.warn_after = coordinator, need, warn_after
+        self.data, self.unit = data, unit  # e.g. "replay shard", "transitions"
+        self.feeders = [[i for i in range(num_actors) if i % learners == k] for k in range(learners)]
+        self.lacking: list[int] = [0] * learners
+        self._since: float | None = None  # since when no learner could update for want of data
+        self._warned = False
+
+    def update(self, lacking: list[int], *, updated: bool) -> None:
+        """After each agreement: ``lacking`` per learner, ``updated``: whether they updated."""
+        self.lacking = list(lacking)
+        filling = tuple(k for k, n in enumerate(lacking) if n > 0)
+        if filling != self.coordinator.filling:
+            self.coordinator.filling = filling
+        if updated or not filling:
+            if self._warned:
+                self.coordinator.say(f"the learners update, after {time.monotonic() - self._since:.0f} s "
+                                     "waiting for data")
+            self._since, self._warned = None, False
+            return
+        now = time.monotonic()
+        self._since = now if self._since is None else self._since
+        if not self._warned and now - self._since >= self.warn_after:
+            self._warned = True
+            for k in filling:
+                self.coordinator.say(self.describe(k, waited=now - self._since))
+
+    def describe(self, learner: int, *, waited: float) -> str:
+        held = self.need - self.lacking[learner]
+        return (f"no learner has updated for {waited:.0f} s: learner {learner}'s {self.data} holds "
+                f"{held} of the {self.need} {self.unit} it needs before it learns, and the learners "
+                f"update in step; it is fed by {self.actors(learner)}")
+
+    def actors(self, learner: int) -> str:
+        states = []
+        for i in self.feeders[learner]:
+            quiet = self.coordinator.quiet_for(i)
+            states.append(f"actor {i} (" + ("no report yet" if quiet is None else
+                                            f"last report {quiet:.0f} s ago" if quiet >= 1.0 else "reporting")
+                          + ")")
+        return ", ".join(states)
+
+    def status(self) -> dict[str, Any]:
+        """The status line's ``filling`` entry (None: no entry)."""
+        if self._since is None or time.monotonic() - self._since < 1.0:
+            return {"filling": None}
+        return {"filling": ",".join(f"learner{k}:{self.need - n}/{self.need}"
+                                    for k, n in enumerate(self.lacking) if n > 0)}
 
 
 def share_state(group: Any, algorithm: Any) -> None:
@@ -227,6 +311,7 @@ def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: 
     split_replay(setup, data, group, learner=index)
     lockstep = Lockstep(members)
     lockstep.poll = lambda ahead: (data.local_ready(), signals.stopped)
+    lockstep.lacking_of = data.lacking
     learner = make_learner(setup, data.source, NoPublish(), lockstep=lockstep)
     if data.sharded is not None:
         group.register(follow_key(index), data.sharded.follow)

@@ -70,6 +70,9 @@ class Coordinator:
         # Set by the learner after every update: actors pace themselves on it, so a
         # stale value (once a second) would throttle them and starve the learner.
         self.updates = 0
+        # Set by a lead with several learners (:class:`~experiments.runtime.messages.Directive`'s
+        # ``filling``); one tuple, replaced whole, so read without the lock.
+        self.filling: tuple[int, ...] = ()
         self._ticked_updates = 0
         self.transitions = 0
         self.episodes = 0
@@ -153,7 +156,7 @@ class Coordinator:
             # Not on a final report: its source leaves without acting on the directive.
             evaluate = report.source == self.evaluator and not report.final and self._claim_eval()
             directive = Directive(stop=self._stop_reason is not None, env_steps=self.env_steps,
-                                  updates=self.updates, evaluate=evaluate)
+                                  updates=self.updates, evaluate=evaluate, filling=self.filling)
         if report.env_worker_restarts:
             self._say(f"actor {report.source}: {report.env_worker_restarts} env worker(s) died and "
                       f"were replaced ({self.env_worker_restarts} in all)")
@@ -176,6 +179,16 @@ class Coordinator:
             # for it on its first report (_claim_eval).
         self._say(f"actor {source} rejoined (its restart {rejoin.restarts}; "
                   f"about {lost} transitions lost)")
+
+    def quiet_for(self, source: int) -> float | None:
+        """Seconds since ``source`` last reported (or rejoined); None if it never has."""
+        with self._lock:
+            seen = self._seen[source]
+        return None if seen is None else time.monotonic() - seen
+
+    def say(self, line: str) -> None:
+        """A notice on stderr, as the coordinator's own (none with --status-every 0 or quiet)."""
+        self._say(line)
 
     def added_by(self, source: int) -> int:
         """Transitions ``source`` reported adding since it started or last rejoined."""
@@ -316,7 +329,8 @@ class Coordinator:
              force: bool = False) -> bool:
         """At most once a second (or when ``force``): write the window's curves and
         the status line. ``learner_metrics`` are window means written as
-        ``losses/<key>``; ``scalars`` are written under their own tags."""
+        ``losses/<key>``; ``scalars`` are written under their own tags; ``status``
+        entries join the status line (one set to None leaves it)."""
         now = time.monotonic()
         if not force and now - self._last_tick < 1.0:
             return False
@@ -362,7 +376,11 @@ class Coordinator:
                              "ups": round(self._updates_rate.rate()), "return100": recent})
         if silent or self.source_restarts:
             self._status.update({"silent": len(silent), "restarts": self.source_restarts})
-        self._status.update(status or {})
+        for key, value in (status or {}).items():  # None: the entry is gone
+            if value is None:
+                self._status.pop(key, None)
+            else:
+                self._status[key] = value
         self._status["eval"] = self._last_eval
         if math.isfinite(self._progress.every):  # --status-every 0 (or quiet): no line at all
             self._progress.update(self._status, force=force)

@@ -52,6 +52,9 @@ class Directive:
     env_steps: int  # all sources together
     updates: int  # learner updates so far (pacing)
     evaluate: bool = False  # this source should evaluate now
+    # Several learners, each learning from its own data: those whose data lacks what
+    # they need to learn. Their actors (i mod K) step past pacing until it holds it.
+    filling: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass

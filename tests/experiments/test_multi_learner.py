@@ -40,6 +40,9 @@ def test_bad_learner_flags_are_named():
         apex.run(apex_config(learners=2, serial=True))
     with pytest.raises(ValueError, match="--recycle-every needs --learners 1"):
         apex.run(apex_config(learners=2, recycle_every=100))
+    with pytest.raises(ValueError, match=r"--batch-size 32 exceeds a learner's replay shard: "
+                                         r"--replay-capacity 40 / --learners 2 = 20"):
+        apex.run(apex_config(learners=2, replay_capacity=40))
     with pytest.raises(ValueError, match="--learners 3 needs at least 3 actors, got 2"):
         apex.run(apex_config(learners=3, num_actors=2))
     # A torchrun world too small for K learners and an actor.
@@ -111,3 +114,86 @@ def test_two_impala_learners_each_learn_from_their_own_queue_in_step():
     assert "learners           2 in step" in impala.format_summary(summary)
     # Every update took a batch of 2 unrolls (5 steps x 2 envs) on each learner.
     assert summary["env_steps"] >= summary["updates"] * 2 * 2 * 5 * 2
+
+
+def test_the_actors_of_a_learner_whose_data_lacks_a_batch_step_past_pacing():
+    from algorithms.pacing import Pacing
+
+    paced = Pacing(updates_per_step=0.125, learning_starts=200, slack_steps=1000)
+    assert not paced.actor_may_step(env_steps=1200, updates=0)  # the shared allowance is spent
+    assert paced.actor_may_step(env_steps=1200, updates=0, filling=True)  # its learner's shard is short
+
+
+class _OneOfTwo:
+    """Learner 1 of a group of 2 whose other member contributes zeros: a max leaves
+    this member's flags, a mean halves them."""
+
+    rank, size, device = 1, 2, "cpu"
+
+    def all_reduce(self, tensor, op):
+        assert op == "max"
+
+    def average_gradients(self, params):
+        for p in params:
+            if p.grad is not None:
+                p.grad /= 2
+
+
+def test_lockstep_carries_what_each_learner_lacks_in_both_of_its_reductions():
+    import torch
+
+    from experiments.roles.learners import Lockstep
+
+    lockstep = Lockstep(_OneOfTwo())
+    lockstep.poll, lockstep.lacking_of = (lambda ahead: (False, False)), (lambda: 37)
+    assert lockstep.agree() == (False, False) and lockstep.lacking == [0, 37]  # waiting: a max
+    lockstep.poll, lockstep.lacking_of = (lambda ahead: (True, True)), (lambda: 3)
+    lockstep.average_gradients([torch.zeros(3, requires_grad=True)])  # learning: a mean
+    assert lockstep.agree() == (True, True) and lockstep.lacking == [0, 3]
+
+
+def test_learner_0_names_the_learner_whose_data_holds_everyone_back(capsys):
+    import time
+
+    from experiments.roles.learners import Filling
+    from experiments.runtime.config import RunConfig
+    from experiments.runtime.coordinator import Coordinator
+    from experiments.runtime.messages import Report
+    from rlpar.logging import MetricLogger
+
+    run = RunConfig(status_every=0.5, eval_every=10**6, max_env_steps=10**6, max_seconds=600.0)
+    coord = Coordinator(job="t", run=run, env_id="x", num_sources=4, target=1e9, started=time.time(),
+                        logger=MetricLogger(log_dir=None))
+    coord.report(Report(source=0, env_steps=10, transitions=10))
+    filling = Filling(coord, learners=2, num_actors=4, need=100, data="replay shard", unit="transitions",
+                      warn_after=1.0)
+    filling.update([0, 100], updated=False)
+    assert coord.report(Report(source=0, env_steps=1)).filling == (1,)  # actors 1 and 3 may step
+    assert filling.status() == {"filling": None}  # not yet a second without an update
+    time.sleep(1.05)
+    filling.update([0, 60], updated=False)
+    assert filling.status() == {"filling": "learner1:40/100"}
+    coord.tick(updates=0, status=filling.status(), force=True)
+    err = capsys.readouterr()
+    assert "filling=learner1:40/100" in err.out
+    assert ("learner 1's replay shard holds 40 of the 100 transitions it needs before it learns" in err.err
+            and "fed by actor 1 (no report yet), actor 3 (no report yet)" in err.err)
+    filling.update([0, 0], updated=True)
+    assert coord.filling == () and filling.status() == {"filling": None}
+    coord.tick(updates=1, status=filling.status(), force=True)
+    err = capsys.readouterr()
+    assert "filling=" not in err.out and "the learners update, after 1 s waiting for data" in err.err
+
+
+@pytest.mark.timeout(150)
+def test_two_apex_learners_start_when_the_actor_of_one_starts_late(monkeypatch):
+    # Actor 1 (rank 3) feeds learner 1's replay shard alone and starts 8 s late: actor 0
+    # spends the whole pacing allowance meanwhile. Learner 1's shard must still fill.
+    monkeypatch.setenv("SLOW_RANK", "3")
+    monkeypatch.setenv("SLOW_START_S", "8")
+    config = apex_config(env_id="user_envs:SlowStartCounting-v0", learners=2, max_env_steps=1600,
+                         eval_every=100_000, max_seconds=60.0)
+    summary = apex.run(config, quiet=True)
+    assert summary["stop_reason"] == "env step budget"
+    in_step(summary)
+    assert all(n == summary["updates"] * 32 for n in summary["learner_priorities_sent"])

@@ -43,3 +43,27 @@ class KillOnceEnv(CountingEnv):
 if KILL_ONCE_ID not in gym.registry:
     gym.register(KILL_ONCE_ID, entry_point=KillOnceEnv, kwargs={"episode_length": 20},
                  reward_threshold=1e9)
+
+SLOW_START_ID = "SlowStartCounting-v0"
+
+
+class SlowStartEnv(CountingEnv):
+    """CountingEnv whose first reset in the rank whose RANK is $SLOW_RANK sleeps
+    $SLOW_START_S seconds (an env slow to come up, a loaded machine): that actor starts
+    late while the others play. Other ranks, and later resets, do not wait."""
+
+    started = False  # per process: only the rank's first env waits
+
+    def reset(self, *, seed=None, options=None):
+        import os
+        import time
+
+        if not SlowStartEnv.started and os.environ.get("RANK") == os.environ.get("SLOW_RANK"):
+            SlowStartEnv.started = True
+            time.sleep(float(os.environ.get("SLOW_START_S", "0")))
+        return super().reset(seed=seed, options=options)
+
+
+if SLOW_START_ID not in gym.registry:
+    gym.register(SLOW_START_ID, entry_point=SlowStartEnv, kwargs={"episode_length": 20},
+                 reward_threshold=1e9)
