@@ -1,14 +1,15 @@
-# Two entry points (README quick start): `make run` and `make test`.
+# Two entry points (README quick start): `make run` and `make test`; `make docs` builds the manual.
 # Each creates .venv on first use, with the versions pinned in constraints.txt.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # atari: envs.atari and its equivalence tests against gymnasium's wrappers run in CI too;
-# minatar: the MinAtar envs and the small-image conv nets' tests on them.
-EXTRAS ?= dev,mpe,atari,minatar,video
+# minatar: the MinAtar envs and the small-image conv nets' tests on them; docs: the manual's
+# site (mkdocs), built by `make test` too.
+EXTRAS ?= dev,mpe,atari,minatar,video,docs
 
-.PHONY: run test lint bench-deps clean
+.PHONY: run test docs bench-deps clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,9 +24,18 @@ run: $(STAMP)
 # another, on a socket or a sleep); tests that need both still pass beside a neighbour.
 TEST_WORKERS ?= 2
 
+# The manual is built with --strict (a broken link, anchor or API page fails) into a
+# temporary directory, so a test run leaves no site/ behind (not --quiet: it hides the
+# warnings from --strict too, which then passes).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$site"; \
+		status=$$?; rm -rf "$$site"; exit $$status
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The manual (docs/, mkdocs.yml) as a site in site/; `$(BIN)/mkdocs serve` to browse it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...) and the
 # MuJoCo tasks of experiments.bench.continuous.
@@ -33,4 +43,4 @@ bench-deps: $(STAMP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench,mujoco]'
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

@@ -19,7 +19,7 @@ Roles, by rank (:func:`experiments.roles.a3c.role_of`), also under torchrun:
     ranks 1..   workers: own vector env, local parameters, push gradients, pull
 
 Continuous control (Gaussian head): the defaults are CartPole's, and on Pendulum-v1
-they do not learn. These flags do (the README's command)::
+they do not learn. These flags do (the command in docs/jobs.md)::
 
     python -m experiments.a3c --env-id Pendulum-v1 --num-workers 1 --gamma 0.9 \\
         --gae-lambda 0.9 --n-steps 8 --num-envs 16 --reward-scale 0.1 \\
@@ -253,7 +253,7 @@ class A3CJobConfig:
 
     # Learning on CPU unless --device says otherwise: the workers are one process per
     # core, and all of them on one GPU computed 2.7x fewer updates/s than on the cores
-    # (an H100 machine, 16 workers, MinAtar Breakout: 130 against 353; README, "GPU check").
+    # (an H100 machine, 16 workers, MinAtar Breakout: 130 against 353; docs/gpu.md).
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000, device="cpu"))
     env: A3CEnvConfig = section(A3CEnvConfig)
     learn: A3CLearnConfig = section(A3CLearnConfig)

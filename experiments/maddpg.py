@@ -187,8 +187,8 @@ class MADDPGJobConfig:
         "critic_observes", "replay_capacity")
 
     # Learning on CPU unless --device says otherwise: MPE's small networks made 1.3x fewer
-    # updates/s on a GPU (an H100 machine, the cooperative env: 23 against 31; README,
-    # "GPU check").
+    # updates/s on a GPU (an H100 machine, the cooperative env: 23 against 31; docs/gpu.md,
+    # "A3C and MADDPG learn on the CPU").
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=25_000,
                                                eval_episodes=10, device="cpu"))
     env: MultiAgentEnvConfig = section(MultiAgentEnvConfig)

@@ -16,8 +16,8 @@ CUDA, else one per core and a single one in this process below 4 cores, see
 :func:`experiments.runtime.group.default_members`),
 or the world under torchrun (rank 0 also leads: coordinator, evaluation, checkpoints).
 Measured (CartPole-v1, 8 x 128 per member, lr 1e-3, 10 seeds, 2 shared cores): one
-member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (README,
-"Synchronous data-parallel jobs").
+member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (docs/benchmarks.md,
+"Learner groups and data-parallel jobs").
 """
 
 from __future__ import annotations

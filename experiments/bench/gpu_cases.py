@@ -223,6 +223,6 @@ CASES = {
     "learners_2_one_gpu": learners_2_one_gpu,
 }
 # Seconds each case may take on a GPU machine (in its own process): 8 minutes in all.
-# On one H200 each of the first seven took 5.5-15.5 s (README, "GPU check"); the jobs
+# On one H200 each of the first seven took 5.5-15.5 s (experiments/tuning.md, "The GPU check's runs"); the jobs
 # stop by their env steps well before their own --max-seconds 30.
 TIMEOUTS = {name: 45 for name in CASES} | {"nccl_learner_group": 60}

@@ -2,7 +2,7 @@
 ``python -m experiments.bench.gpu_check`` (at most 8 minutes; on one H100, 104 s).
 
 CI has no GPU, so these paths are tested there only through their CPU fallbacks; this
-check is what runs them on CUDA (README, "GPU check", holds the last result). Each
+check is what runs them on CUDA (docs/gpu.md holds the last result). Each
 case is a short run in a process of its own with its own timeout (a hung NCCL call
 cannot stall the others) and prints one JSON line::
 

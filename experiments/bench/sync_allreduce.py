@@ -23,7 +23,7 @@ way), and their excess over ``alone``; the last line holds the load averages.
 
     python -m experiments.bench.sync_allreduce [--nets minatar,cartpole] [--quick]
 
-Recorded: see the README's "Synchronous data-parallel jobs".
+Recorded: see docs/benchmarks.md, "Learner groups and data-parallel jobs".
 """
 
 from __future__ import annotations

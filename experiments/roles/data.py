@@ -19,7 +19,7 @@ With several learners (``--learners K``) every learner samples its own batch:
   new priorities there. Why not learner 0's one buffer sampled by all: every other
   learner's batch would then cross RPC and learner 0's process would serve K-1
   learners' samples besides its own adds, the bottleneck this placement avoids
-  (README, "Ape-X on a cluster"); the shards are alike in expectation, since the
+  (docs/benchmarks.md, "Ape-X at scale"); the shards are alike in expectation, since the
   actors' exploration rates are interleaved over them. Each shard is one part of
   every checkpoint (:class:`~experiments.roles.learner_shards.LearnerShards`);
 - ``actors``, ``replay-ranks``: every learner samples across all shards with its own

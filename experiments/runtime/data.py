@@ -17,7 +17,7 @@ class ReplayConfig:
     Which ``--replay-placement`` (figures from ``python -m experiments.bench.apex_scale``
     on 2 shared cores: Atari batches of 128 transitions from 1 to 64 actor processes,
     the paper's 12.5K transitions/s together, a learner drawing batches of 512 as fast
-    as it can; README, "Ape-X on a cluster"):
+    as it can; docs/benchmarks.md, "Ape-X at scale"):
 
     - ``learner`` (default): one buffer in the learner's process; actors send their
       adds (asynchronous, 4 in flight) and the learner samples with a local call. It
@@ -46,7 +46,7 @@ class ReplayConfig:
         "where the replay lives: in the learner process (the choice on one machine and for "
         "tens of actors; with --learners K, a shard in each learner's), as shards on the actors "
         "(few actors, slow links), or on dedicated replay ranks (a replay too large for the "
-        "learner's machine); README: Ape-X on a cluster"))
+        "learner's machine); docs/torchrun.md: Ape-X on a cluster"))
     replay_ranks: int = field(1, help="dedicated replay ranks (with --replay-placement replay-ranks)")
     prefetch: int = field(-1, help=(
         "replay batches the learner keeps in flight (0: sample synchronously; -1: auto, 0 with the "

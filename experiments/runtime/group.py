@@ -20,14 +20,14 @@ def default_members(device: str = "cpu") -> int:
     NCCL, as DistributedDataParallel lays members out. More members than GPUs share one
     through gloo, which copies every minibatch's gradient to the host and back: PQN on
     MinAtar Breakout with 16 members sharing one H200 made 0.41 updates/s, against 0.74
-    for 16 members on its 16 CPU cores and 4.0 for one member on the GPU (README, "GPU
-    check").
+    for 16 members on its 16 CPU cores and 4.0 for one member on the GPU (docs/gpu.md, "What
+    the GPU buys").
 
     On CPU: one per CPU core, except below 4 cores, where it is 1, in this process.
     Every member steps its own envs and runs its own forward and backward passes, so
     two members on 2 shared cores halve each other's CPU and add an all-reduce per
     minibatch, spawning and RPC start-up. Measured on CartPole-v1 (PPO, 10 seeds, 2
-    shared cores; README, "Synchronous data-parallel jobs"): one member solved in a
+    shared cores; docs/benchmarks.md, "Learner groups and data-parallel jobs"): one member solved in a
     median 14.3K env steps and 8.3 s, two in 33.8K and 16.3 s (5.3 s of it starting
     the world): about as many updates either way, so twice the env steps, and no
     faster updates."""

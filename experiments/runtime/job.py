@@ -49,7 +49,7 @@ from rlpar.distributed import stops
 RANK_PRELOAD = ("torch", "numba", "gymnasium", "envs.registry", "rlpar.buffers", "rlpar.distributed",
                 "rlpar.servers", "experiments.runtime.lead")
 
-# The bounded times of an ending run (README, "How a run ends"):
+# The bounded times of an ending run (docs/jobs.md, "How a run ends"):
 # A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.
 STOP_GRACE_S = 60.0
 # Once the lead returned its summary, the other ranks have this long to exit; then they
@@ -144,25 +144,9 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     as it is: a resumed run's is its saved one with the changes wanted
     (``cli.parse_config``, :func:`run_job`)."""
     parts = parts or Parts()
-    config = copy.deepcopy(config)
-    validate(config)
-    if config.run.resume:
-        check_fixed(config)
-        parts.check_given(config.run.resume, doing="resume",
-                          how=f"experiments.{job.name}.run(config, parts=Parts(...)) with "
-                              f"config.run.resume = {config.run.resume!r}")
     launched = under_launcher()
-    nprocs = job.resolve(config, int(os.environ["WORLD_SIZE"]) if launched else None)
-    if launched and nprocs > 1:
-        # Before the run directory: a world without its run secret would be refused by
-        # World.from_env in every rank (a local world gets one from launch()).
-        from rlpar.distributed.secret import secret_from_env
-
-        secret_from_env()
-    job.check(config, parts)
-    if job.env_defaults is not None:
-        job.env_defaults(config, parts)
-        validate(config)
+    config, nprocs = checked(job, config, parts=parts,
+                             world_size=int(os.environ["WORLD_SIZE"]) if launched else None)
     env_fn = job.env_fn(config, parts) if job.env_fn is not None else None
     lead = not launched or os.environ.get("RANK") == "0"
     elastic_id = os.environ.get("TORCHELASTIC_RUN_ID") if launched else None
@@ -182,6 +166,46 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     return JobContext(job=job.name, config=config, parts=parts, run_dir=run_dir.path,
                       started=time.time() if started is None else float(started), quiet=quiet,
                       nprocs=nprocs, env_fn=env_fn)
+
+
+def checked(job: Job, config: Any, *, parts: Parts, world_size: int | None) -> tuple[Any, int]:
+    """A copy of ``config`` through every check of a launch that needs no process and
+    writes nothing: the config's, the resume's, the job's (the env built once, the
+    builder made once) and the env's defaults filled; with the number of ranks.
+    ``world_size``: a launcher's world (None: the local world this job would spawn)."""
+    config = copy.deepcopy(config)
+    validate(config)
+    if config.run.resume:
+        check_fixed(config)
+        parts.check_given(config.run.resume, doing="resume",
+                          how=f"experiments.{job.name}.run(config, parts=Parts(...)) with "
+                              f"config.run.resume = {config.run.resume!r}")
+    nprocs = job.resolve(config, world_size)
+    if under_launcher() and nprocs > 1:
+        # Before the run directory: a world without its run secret would be refused by
+        # World.from_env in every rank (a local world gets one from launch()).
+        from rlpar.distributed.secret import secret_from_env
+
+        secret_from_env()
+    job.check(config, parts)
+    if job.env_defaults is not None:
+        job.env_defaults(config, parts)
+        validate(config)
+    return config, nprocs
+
+
+def check_command(job: Job | Callable[[], Job], config_cls: type, argv: Sequence[str], *,
+                  world_size: int | None = None) -> tuple[Any, int]:
+    """What ``python -m experiments.<job> ARGV`` would run with, checked as its launch
+    checks it (:func:`checked`) but not run: no process, world or run directory. A bad
+    flag exits with status 2 naming it, as on the command line; a check that needs the
+    env raises ValueError (or TypeError for a part). ``world_size``: check for a
+    torchrun world of that many ranks. Returns the resolved config and the number of
+    ranks. The docs' command blocks are tested with it (tests/test_docs.py)."""
+    from experiments.runtime.cli import parse_config
+
+    job = job if isinstance(job, Job) else job()
+    return checked(job, parse_config(config_cls, list(argv)), parts=Parts(), world_size=world_size)
 
 
 def execute(job: Job, ctx: JobContext) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class Parts:
     job's role classes (Ape-X: ApexActor, ApexLearner). ``builder``: for a job on the
     actor-learner program (Ape-X, IMPALA), ``builder(config, parts, spec) ->
     algorithms.builder.Builder``, the user's algorithm in place of the job's own (it
-    gets the job's config, these parts and the env's spaces; see the README)."""
+    gets the job's config, these parts and the env's spaces; see docs/extending.md)."""
 
     env: Callable[[], Any] | None = None
     network: Callable[[Any, Any], Any] | None = None

@@ -19,7 +19,7 @@ picklable function in a rank. :func:`seal_rpc` makes torch's RPC pickler append 
 HMAC-SHA256 of every pickled payload (requests, replies, exceptions) and refuse one
 without a valid tag before unpickling it: the caller gets an error, the rank goes on.
 Tensors travel beside the pickle and are not covered: they are data, not code, and
-swapping them needs a man in the middle (README, Security, for what stays open).
+swapping them needs a man in the middle (docs/security.md, for what stays open).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ one per launch; under torchrun the user sets the same value on every node.
 It travels only in the environment: never on a command line (``ps`` shows those to
 every user), in a file, in the store, or in a log. The environment of a process is
 readable by its own user and root (``/proc/<pid>/environ``), so the secret keeps out
-other users, not them (README, Security).
+other users, not them (docs/security.md).
 """
 
 from __future__ import annotations

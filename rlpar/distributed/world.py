@@ -312,7 +312,7 @@ class World:
                 "(unencrypted: readable and replayable; tensors unsigned), TorchScript builtin "
                 "operators sent straight to the RPC port, a rank aborted by a malformed message, "
                 "a peer that has the secret, or a run with RLPAR_ALLOW_NO_SECRET (then any peer "
-                "runs code); use only on a trusted network (README: Security)",
+                "runs code); use only on a trusted network (docs/security.md)",
                 self.name, self.listen_address,
             )
             iface = interface_for_address(self.listen_address)

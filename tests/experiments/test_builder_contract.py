@@ -120,7 +120,7 @@ class SquaredLossDQN(DQN):
     """A user's DQN (what Parts(algorithm=...) would run)."""
 
 
-def dropping(config, parts, spec):  # the README's example before it passed the parts on
+def dropping(config, parts, spec):  # the manual's example (docs/extending.md) before it passed the parts on
     return DQNBuilder(learn=config.learn, spec=spec, network=parts.network)
 
 

@@ -88,7 +88,7 @@ def test_a_process_without_the_secret_cannot_read_join_or_call_a_running_job(tmp
         _wait_for_status(job)
         ranks = _descendants(job.pid)  # the launcher's helper, the ranks, their env workers
         # The ranks' environment as /proc shows it (the helper's: ranks are forked from it).
-        # The same user can read the secret there: the limit the README states.
+        # The same user can read the secret there: the limit docs/security.md states.
         environ = dict(v.split(b"=", 1) for v in _read(ranks[-1], "environ").split(b"\0") if b"=" in v)
         secret = environ[b"RLPAR_RUN_SECRET"].decode()
         store_port = int(environ[b"MASTER_PORT"])

@@ -19,7 +19,7 @@ def _torchrun(tmp_path, module, nproc, *args, env=None, max_restarts=0, timeout=
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
            "--max-restarts", str(max_restarts), "-m", module, *args]
-    # The run secret every rank of a torchrun world needs (README: the same on every node).
+    # The run secret every rank of a torchrun world needs (docs/torchrun.md: the same on every node).
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.getcwd()]),
                     RLPAR_RUN_SECRET=secrets.token_hex(16), **(env or {}))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)

@@ -1,4 +1,4 @@
-"""A builder of the user's own, defined here (the README's worked example), runs in
+"""A builder of the user's own, defined here (the worked example of docs/extending.md), runs in
 every rank of a local world and in one process; a factory that does not make a
 builder is refused before any process starts, and parts of the wrong type are named
 by the builder method that made them."""

@@ -155,7 +155,7 @@ def test_with_a_builder_of_the_users_the_class_parts_are_its_to_check():
 
 
 class BoltzmannDQN(DQN):
-    """The README's new distributed variant: actors explore with a softmax over Q at
+    """The manual's new distributed variant (docs/extending.md): actors explore with a softmax over Q at
     their eps_i as temperature."""
 
     def act(self, obs, *, explore=True):
