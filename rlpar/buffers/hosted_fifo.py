@@ -40,8 +40,6 @@ Arrays travel as tensors (TensorPipe moves their bytes without pickling).
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import threading
 import time
 import uuid
@@ -52,6 +50,11 @@ import torch
 
 from rlpar.buffers.fifo import Item, QueueStats, TrajectoryQueue, _check_timeout
 from rlpar.buffers.shard import from_wire, to_wire
+
+# How long the host's ticker thread outlives its last pending answer: when a line
+# empties and fills again between gets, starting a thread each time would cost more
+# than one that sleeps.
+_IDLE_S = 10.0
 
 
 class _Ticket:
@@ -87,12 +90,13 @@ class HostedQueue:
         self._streams: dict[str, _Stream] = {}
         self._tickets: dict[tuple[str, int], _Ticket] = {}  # puts not yet answered for good
         self._lock = threading.Lock()  # orders each stream's offers; taken before the queue's
-        # Pending answers by deadline, and the thread that says "still waiting" when one
-        # passes (started when needed, gone when none is pending).
-        self._deadlines: list[tuple[float, int, _Ticket]] = []
-        self._order = itertools.count()
+        # The answers pending at their deadlines (at most max_in_flight per producer),
+        # and the thread that says "still waiting" when one passes: started when
+        # needed, gone when the queue closes or none was pending for _IDLE_S.
+        self._pending: set[_Ticket] = set()
         self._due = threading.Condition(self._lock)
         self._ticker: threading.Thread | None = None
+        self._wake_at = 0.0  # when the ticker wakes next
 
     @classmethod
     def host(cls, group: Any, name: str, queue: TrajectoryQueue) -> HostedQueue:
@@ -121,7 +125,7 @@ class HostedQueue:
             early = [ticket for s in self._streams.values() for _, ticket in s.early.values()]
             for stream in self._streams.values():
                 stream.early.clear()
-            self._deadlines.clear()  # every put is answered now: the ticker ends
+            self._pending.clear()  # every put is answered now: the ticker ends
             self._due.notify()
         for ticket in early:
             self._settle(ticket, False)
@@ -199,6 +203,7 @@ class HostedQueue:
         fut, ticket.fut = ticket.fut, None
         if fut is not None:
             del self._tickets[ticket.key]
+            self._pending.discard(ticket)
         return fut, placed
 
     def _settle(self, ticket: _Ticket, placed: bool) -> None:
@@ -211,31 +216,38 @@ class HostedQueue:
     def _arm(self, ticket: _Ticket, patience: float) -> None:
         # Under the lock: answer "still waiting" after ``patience`` unless settled first.
         ticket.deadline = time.monotonic() + patience
-        heapq.heappush(self._deadlines, (ticket.deadline, next(self._order), ticket))
+        self._pending.add(ticket)
         if self._ticker is None:
             self._ticker = threading.Thread(target=self._tick, name="queue-patience", daemon=True)
             self._ticker.start()
-        elif self._deadlines[0][2] is ticket:
+        elif ticket.deadline < self._wake_at:
             self._due.notify()
 
     def _tick(self) -> None:
+        idle_since = None
         while True:
-            due = []
             with self._lock:
-                while not due:
-                    if not self._deadlines:
-                        self._ticker = None
-                        return
+                while True:  # until an answer is due, or the thread may end
                     now = time.monotonic()
-                    while self._deadlines and self._deadlines[0][0] <= now:
-                        deadline, _, ticket = heapq.heappop(self._deadlines)
-                        # Skip an entry whose answer was sent, or re-armed by a later ask.
-                        if ticket.fut is not None and ticket.deadline == deadline:
-                            due.append(ticket.fut)
-                            ticket.fut = None
-                    if not due and self._deadlines:
-                        self._due.wait(self._deadlines[0][0] - now)
-            for fut in due:  # outside the lock: answering sends a message
+                    due = [ticket for ticket in self._pending if ticket.deadline <= now]
+                    if due:
+                        break
+                    if self._pending:
+                        idle_since = None
+                        self._wake_at = min(ticket.deadline for ticket in self._pending)
+                    else:
+                        idle_since = now if idle_since is None else idle_since
+                        if self.queue.closed or now - idle_since >= _IDLE_S:
+                            self._ticker = None
+                            return
+                        self._wake_at = idle_since + _IDLE_S
+                    self._due.wait(self._wake_at - now)
+                answers = []
+                for ticket in due:
+                    self._pending.discard(ticket)
+                    answers.append(ticket.fut)
+                    ticket.fut = None
+            for fut in answers:  # outside the lock: answering sends a message
                 fut.set_result(None)
 
 
