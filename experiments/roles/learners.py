@@ -30,7 +30,10 @@ What keeps them identical and in step:
   learner's own data lacks; the actors of one that lacks data step past pacing
   until it is filled (an actor that starts late would otherwise find the shared
   allowance spent and no learner could ever update), and learner 0 names the
-  learner that holds the others back;
+  learner that holds the others back. With queues the other learners' actors wait
+  at their full queues meanwhile, however long: the queue's host answers their puts
+  "still waiting" well within the RPC timeout (:mod:`rlpar.buffers.hosted_fifo`), so
+  the wait is not taken for a dead learner;
 - **a member's death**: a collective cannot go on without it, so the others' next
   operation raises ``PeerUnavailable`` and supervision restarts the world from the
   newest checkpoint (a learner is never restarted alone).

@@ -122,6 +122,11 @@ class RpcGroup:
     def __repr__(self) -> str:
         return f"RpcGroup(name={self.name!r}, members={self.members})"
 
+    @property
+    def rpc_timeout(self) -> float:
+        """The timeout of a call given none: the world's ``rpc_timeout``."""
+        return self._world.rpc_timeout
+
     # --------------------------------------------------------------- hosting
 
     def _require_member(self, action: str) -> None:

@@ -197,3 +197,19 @@ def test_two_apex_learners_start_when_the_actor_of_one_starts_late(monkeypatch):
     assert summary["stop_reason"] == "env step budget"
     in_step(summary)
     assert all(n == summary["updates"] * 32 for n in summary["learner_priorities_sent"])
+
+
+@pytest.mark.timeout(120)
+def test_two_impala_learners_wait_for_a_late_actor_longer_than_the_rpc_timeout(monkeypatch, capfd):
+    # Actor 1 (rank 3) feeds learner 1's queue alone and starts 8 s late, twice the RPC
+    # timeout. The learners update in step, so learner 0 takes nothing meanwhile and
+    # actor 0's puts wait at its full queue: a healthy wait, not a dead learner.
+    monkeypatch.setenv("SLOW_RANK", "3")
+    monkeypatch.setenv("SLOW_START_S", "8")
+    config = impala_config(env_id="user_envs:SlowStartCounting-v0", learners=2, max_env_steps=1500,
+                           eval_every=100_000, rpc_timeout=4.0, max_seconds=60.0, status_every=0.5)
+    summary = impala.run(config)
+    assert summary["stop_reason"] == "env step budget" and summary["restarts"] == 0
+    assert summary["actor_restarts"] == 0
+    in_step(summary)
+    assert "filling=learner1:0/2" in capfd.readouterr().out  # the waiting learner, named

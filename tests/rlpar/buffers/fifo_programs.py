@@ -1,5 +1,7 @@
 """The hosted trajectory queue's world (importable by the ranks): rank 0 hosts the
-queue, ranks 1 and 2 put into it; then rank 2 is SIGKILLed mid-send."""
+queue, ranks 1 and 2 put into it; then puts wait for room longer than their RPC
+timeout (rank 2's at rank 0: they succeed) while rank 1, hosting a queue that rank 0
+waits at, freezes (rank 0's put fails); then rank 2 is SIGKILLed mid-send."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ PER = 12  # items per producer in the ordered phase
 IN_FLIGHT = 4
 CAPACITY = 2
 THREADS = 4  # the host's RPC threads: fewer than the puts that wait for room
+SHORT = 1.0  # the RPC timeout of the long waits' puts
 
 
 def unroll(producer: int, seq: int, shape) -> dict:
@@ -45,12 +48,14 @@ def hosted_queue_world(timeout: float):
     torch.set_num_threads(1)
     world = World.from_env(rpc_timeout=timeout, num_worker_threads=THREADS)
     group = world.create_rpc_group("q", world.names)
-    out = (_host if world.rank == 0 else _produce)(world, group, timeout)
+    slow = HostedQueue.host(group, "slow", TrajectoryQueue(capacity=1)) if world.rank == 0 else None
+    frozen = HostedQueue.host(group, "frozen", TrajectoryQueue(capacity=1)) if world.rank == 1 else None
+    out = (_host if world.rank == 0 else _produce)(world, group, timeout, slow, frozen)
     world.shutdown(graceful=False)  # rank 2 is dead: the ranks met in the store instead
     return out
 
 
-def _host(world, group, timeout):
+def _host(world, group, timeout, slow, frozen):
     out = {}
     queue = TrajectoryQueue(capacity=CAPACITY)
     hosted = HostedQueue.host(group, "traj", queue)
@@ -71,6 +76,7 @@ def _host(world, group, timeout):
     out["ordered"] = [tuple(x["meta"][:2].tolist()) for x in taken]
     out["ordered_whole"] = all(whole(x) for x in taken)
     group.barrier(timeout=timeout)  # the producers saw their puts answered
+    out.update(_long_waits(world, group, timeout, slow))
 
     # Kill phase: rank 2 sends 8 MB items in a loop; once 3 came out it is told to
     # SIGKILL itself right after a put returns, while the host reads that item's bytes.
@@ -98,7 +104,33 @@ def _host(world, group, timeout):
     return out
 
 
-def _produce(world, group, timeout):
+def _long_waits(world, group, timeout, slow):
+    # Rank 2's second put waits at the full "slow" queue (here) for 3 of its RPC
+    # timeouts, while this rank's second put waits at rank 1's full "frozen" queue
+    # until rank 1 freezes (SIGSTOP).
+    remote = HostedQueue.connect(group, "frozen", max_in_flight=2, timeout=SHORT)
+    assert remote.put(unroll(0, 0, (4,))) and remote.put(unroll(0, 1, (4,)))
+    assert _wait_until(lambda: slow.stats().waiting == 1, timeout)
+    held_since = time.monotonic()
+    assert _wait_until(lambda: world.store.check(["frozen1"]), timeout)
+    frozen_at = time.monotonic()
+    try:
+        remote.wait(timeout=timeout)
+        failed = "no error"
+    except Exception as exc:  # noqa: BLE001 - its type is the result
+        failed = type(exc).__name__
+    out = {"frozen_failed": failed, "frozen_failed_after": time.monotonic() - frozen_at}
+    os.kill(int(world.store.get("pid1")), signal.SIGCONT)
+    time.sleep(max(0.0, 3 * SHORT - (time.monotonic() - held_since)))
+    out["slow_ids"] = [int(slow.get(1, timeout=timeout)[0]["meta"][1]) for _ in range(2)]
+    assert _wait_until(lambda: world.store.check(["slow2"]), timeout)
+    out["slow_held"] = time.monotonic() - held_since
+    out["slow_producer"] = world.store.get("slow2").decode()
+    group.barrier(timeout=timeout)
+    return out
+
+
+def _produce(world, group, timeout, slow, frozen):
     rank = world.rank
     world.store.set(f"pid{rank}", str(os.getpid()))
     remote = HostedQueue.connect(group, "traj", max_in_flight=IN_FLIGHT)
@@ -107,6 +139,20 @@ def _produce(world, group, timeout):
         assert remote.put(unroll(rank, seq, UNROLL))
     assert remote.wait(timeout=timeout)
     out = {"depth_seen": len(remote)}
+    group.barrier(timeout=timeout)
+
+    if rank == 2:  # a put that waits past its RPC timeout, at a host that answers
+        remote = HostedQueue.connect(group, "slow", max_in_flight=2, timeout=SHORT)
+        assert remote.put(unroll(rank, 0, (4,))) and remote.put(unroll(rank, 1, (4,)))
+        try:
+            world.store.set("slow2", f"{remote.wait(timeout=timeout)} {remote.dropped} {remote.timeouts}")
+        except Exception as exc:  # noqa: BLE001 - told to the host, which checks
+            world.store.set("slow2", repr(exc))
+    else:  # rank 0's put waits at this host, told "still waiting", until it freezes
+        assert _wait_until(lambda: frozen.stats().waiting == 1, timeout)
+        time.sleep(2 * SHORT)
+        world.store.set("frozen1", "1")
+        os.kill(os.getpid(), signal.SIGSTOP)  # rank 0 sends SIGCONT once its put failed
     group.barrier(timeout=timeout)
 
     remote = HostedQueue.connect(group, "traj", max_in_flight=2)  # a new stream

@@ -1,7 +1,8 @@
 """The hosted trajectory queue across 3 real ranks (TensorPipe RPC on loopback): items
 arrive whole and in each producer's order, back-pressure holds producers without
-holding the host's RPC threads, and a producer SIGKILLed mid-send leaves only whole
-items while the other producer goes on. One world for every check: starting torch
+holding the host's RPC threads, a put waits for room longer than its RPC timeout while
+its host answers and fails soon once its host freezes, and a producer SIGKILLed
+mid-send leaves only whole items while the other producer goes on. One world for every check: starting torch
 ranks costs seconds here."""
 
 from __future__ import annotations
@@ -70,6 +71,17 @@ def test_a_full_queue_holds_producers_back_without_holding_rpc_threads(world_res
     assert (held.put_count, held.got, held.dropped) == (programs.CAPACITY + 1, 1, 0)
     # More puts waited than the host has RPC threads, and a service still answered.
     assert held.waiting > programs.THREADS and host["ping"] == 2
+
+
+@pytest.mark.timeout(70)
+def test_a_put_waits_for_room_past_its_rpc_timeout_and_fails_soon_once_its_host_freezes(world_results):
+    _, (host, _) = world_results
+    # Rank 2's put waited at the full queue for 3 of its 1 s RPC timeouts, then went in.
+    assert host["slow_producer"] == "True 0 0" and host["slow_ids"] == [0, 1]
+    assert host["slow_held"] >= 3 * programs.SHORT
+    # Rank 0's put, told "still waiting" by rank 1 until rank 1 froze, failed then.
+    assert host["frozen_failed"] == "PeerUnavailable", host["frozen_failed"]
+    assert host["frozen_failed_after"] < 10.0  # the wait's own timeout: bounded by the RPC's
 
 
 @pytest.mark.timeout(70)
