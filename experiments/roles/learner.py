@@ -78,7 +78,11 @@ class LearnerLoop:
         go, stop = lockstep.agree()
         if stop:
             return False
-        self.update() if go else self.wait(lockstep.wait_s)
+        if go:
+            with lockstep.update():
+                self.update()
+        else:
+            self.wait(lockstep.wait_s)
         return True
 
     def wait_fraction(self) -> float:
@@ -146,7 +150,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
                                        coordinator.should_stop())
     group.barrier()
     return run_lead(ctx, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members),
-                    kept=released.set)
+                    kept=released.set, whole=(lambda: lockstep.whole) if lockstep is not None else None)
 
 
 class _LearnerTurns:

@@ -88,7 +88,7 @@ def rank_main(program: SyncProgram, ctx: Any) -> dict[str, Any]:
             train(member, lead=lead, send=send, preemption=preemption, signals=signals)
         except PeerUnavailable:
             if lead is not None:
-                lead.save_if_consistent()
+                lead.save_last_whole()
             raise
         if lead is not None:
             summary = lead.finish(interrupted=signals.received is not None, signalled=signals.stopped)

@@ -13,6 +13,7 @@ broadcast. So every member stops after the same iteration, whoever asked.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable
@@ -129,7 +130,10 @@ class Member:
         self.env: Any = None
         self.global_steps = 0
         self.comm_s = 0.0  # seconds in the group's collectives (waiting for the slowest included)
-        self._averaged, self._updating = 0, False
+        self._updating = False
+        # The lead of a group keeps the state each update starts from (whole_state).
+        self._keeps_whole = together and rank == 0
+        self._before: Any = None
         self._reported = self._env_restarts = 0
 
     # ------------------------------------------------------------ start
@@ -159,7 +163,6 @@ class Member:
         t0 = time.perf_counter()
         self.group.average(grads)
         self.comm_s += time.perf_counter() - t0
-        self._averaged += 1
 
     def _mean(self, tensor: Any) -> Any:
         t0 = time.perf_counter()
@@ -168,11 +171,17 @@ class Member:
         self.comm_s += time.perf_counter() - t0
         return (flat / self.group.size).reshape(()).to(tensor.device)
 
-    @property
-    def consistent(self) -> bool:
-        """Whether the algorithm holds the state of a whole number of updates (no
-        optimizer step of an unfinished one): what a checkpoint may hold."""
-        return not self._updating or self._averaged == 0
+    def whole_state(self) -> Any:
+        """The algorithm's state after its last whole update: what a checkpoint may
+        hold. A member's death stops an update between two of its gradient averages,
+        with some optimizer steps taken and others not; the lead's checkpoint then holds
+        the state that update started from (a copy it keeps; the other members never
+        save)."""
+        if not self._updating:
+            return self.algorithm.state_dict()
+        if self._before is None:
+            raise RuntimeError(f"member {self.rank} keeps no state from before its update")
+        return self._before
 
     # ------------------------------------------------------------ one iteration
     def collect(self, preemption: Preemption | None, iteration: int) -> dict[str, np.ndarray]:
@@ -185,9 +194,13 @@ class Member:
         return rollout
 
     def learn(self, rollout: dict[str, np.ndarray]) -> dict[str, float]:
-        self._updating, self._averaged = True, 0
+        # A copy of the state (parameters, optimizer moments, counters, generator):
+        # 1.6 MB for the MinAtar actor-critic, well under a millisecond beside an
+        # update of tens of milliseconds.
+        self._before = copy.deepcopy(self.algorithm.state_dict()) if self._keeps_whole else None
+        self._updating = True
         metrics = self.runner.learn(rollout)
-        self._updating = False
+        self._updating, self._before = False, None
         return metrics
 
     def report(self, metrics: dict[str, float] | None = None, *, final: bool = False) -> Report:
