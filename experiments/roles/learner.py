@@ -79,7 +79,11 @@ class LearnerLoop:
         go, stop = lockstep.agree()
         if stop:
             return False
-        self.update() if go else self.wait(lockstep.wait_s)
+        if go:
+            with lockstep.update():
+                self.update()
+        else:
+            self.wait(lockstep.wait_s)
         return True
 
     def wait_fraction(self) -> float:
@@ -154,7 +158,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
                           warn_after=coordinator.silent_after)
     group.barrier()
     return run_lead(ctx, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members, filling),
-                    kept=released.set)
+                    kept=released.set, whole=(lambda: lockstep.whole) if lockstep is not None else None)
 
 
 class _LearnerTurns:

@@ -36,7 +36,9 @@ What keeps them identical and in step:
   the wait is not taken for a dead learner;
 - **a member's death**: a collective cannot go on without it, so the others' next
   operation raises ``PeerUnavailable`` and supervision restarts the world from the
-  newest checkpoint (a learner is never restarted alone).
+  newest checkpoint (a learner is never restarted alone). Learner 0 first writes
+  one, unless the death stopped an update between two of its optimizer steps
+  (:attr:`Lockstep.whole`).
 
 At the end every learner reports its update count, the priorities it sent and a
 digest of its parameters (:func:`gather`), which the summary holds.
@@ -44,9 +46,11 @@ digest of its parameters (:func:`gather`), which the summary holds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -124,6 +128,21 @@ class Lockstep:
         # Holds the flags as its .grad, so the group averages them with the gradients.
         self._carrier = torch.zeros(size, dtype=torch.float32, device=group.device, requires_grad=True)
         self._next: tuple[bool, bool] | None = None
+        self._updating, self._averaged = False, 0
+
+    @contextlib.contextmanager
+    def update(self) -> Iterator[None]:
+        """Around one update: counts its gradient averages (:attr:`whole`)."""
+        self._updating, self._averaged = True, 0
+        yield
+        self._updating = False
+
+    @property
+    def whole(self) -> bool:
+        """Whether the algorithm holds whole updates only: none stopped after one of
+        its optimizer steps and before another (TD3's critic step taken, its actor's
+        not, by a learner's death in between). What a checkpoint may hold."""
+        return not self._updating or self._averaged == 0
 
     def agree(self) -> tuple[bool, bool]:
         decided, self._next = self._next, None
@@ -141,6 +160,7 @@ class Lockstep:
         self._carrier.grad = torch.zeros_like(self._carrier)
         self._set(self._carrier.grad, ahead=1)
         self.group.average_gradients([*params, self._carrier])
+        self._averaged += 1
         self._next = self._read(self._carrier.grad, members=self.group.size)
 
     def _set(self, flags: Any, *, ahead: int) -> None:

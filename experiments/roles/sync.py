@@ -17,9 +17,10 @@ DD-PPO's preemption (``--preempt-fraction``): see
 
 Faults: a collective cannot go on without a member, so no rank is restarted alone: a
 member's death breaks the group (the others get ``PeerUnavailable`` at their next
-collective), the lead keeps the last whole update in a checkpoint when it can, and the
-world restarts from the newest checkpoint (a local run: the runtime's supervision;
-torchrun: ``--max-restarts``).
+collective), the lead keeps its last whole update in a checkpoint (in the middle of an
+update: the state it started from, ``Member.whole_state``), and the world restarts
+from it (a local run: the runtime's supervision, whose launcher first stops the others
+as by SIGTERM and gives the lead ``DEATH_GRACE_S``; torchrun: ``--max-restarts``).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def rank_main(program: SyncProgram, ctx: Any) -> dict[str, Any]:
             train(member, lead=lead, send=send, preemption=preemption, signals=signals)
         except PeerUnavailable:
             if lead is not None:
-                lead.save_if_consistent()
+                lead.save_last_whole()
             raise
         if lead is not None:
             summary = lead.finish(interrupted=signals.received is not None, signalled=signals.stopped)

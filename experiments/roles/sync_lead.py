@@ -31,7 +31,9 @@ class Lead:
         ctx, key, algorithm = setup.ctx, setup.builder.state_key, member.algorithm
         self.coordinator = start_lead(ctx, num_sources=members,
                                       target=target_return(setup.run.target_return, setup.env_fn), evaluator=None)
-        self.keeper = RunKeeper(ctx, self.coordinator, snapshot=lambda: {key: algorithm.state_dict()},
+        # The last whole update's state: a member lost in the middle of one leaves a
+        # half-applied update behind (Member.whole_state).
+        self.keeper = RunKeeper(ctx, self.coordinator, snapshot=lambda: {key: member.whole_state()},
                                 policy=algorithm.policy_state, meta={"program": "sync"})
         self.keeper.restore(lambda state: algorithm.load_state_dict(state[key]), keys=(key,))
         # One env per episode; each env's first episode counts (algorithms.rollout.evaluate).
@@ -91,11 +93,11 @@ class Lead:
                               seed=seed),
             env_steps=steps, version=algorithm.updates, policy=algorithm.policy_state(), seed=seed))
 
-    def save_if_consistent(self) -> None:
-        """A member was lost: keep what the last whole update made (under torchrun the
-        restarted world resumes from it rather than from the last scheduled one)."""
-        if self.member.consistent:
-            self.keeper.save()
+    def save_last_whole(self) -> None:
+        """A member was lost: keep what the last whole update made, with the progress
+        counted so far (the restarted world resumes from it rather than from the last
+        scheduled checkpoint)."""
+        self.keeper.save()
 
     def finish(self, *, interrupted: bool, signalled: bool) -> dict[str, Any]:
         """After the agreed stop: the members' final reports, the last curves, the last

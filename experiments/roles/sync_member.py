@@ -129,7 +129,10 @@ class Member:
         self.env: Any = None
         self.global_steps = 0
         self.comm_s = 0.0  # seconds in the group's collectives (waiting for the slowest included)
-        self._averaged, self._updating = 0, False
+        self._updating = False
+        # The lead of a group keeps the state each update starts from (whole_state).
+        self._keeps_whole = together and rank == 0
+        self._before: Any = None
         self._reported = self._env_restarts = 0
 
     # ------------------------------------------------------------ start
@@ -159,7 +162,6 @@ class Member:
         t0 = time.perf_counter()
         self.group.average(grads)
         self.comm_s += time.perf_counter() - t0
-        self._averaged += 1
 
     def _mean(self, tensor: Any) -> Any:
         t0 = time.perf_counter()
@@ -168,11 +170,17 @@ class Member:
         self.comm_s += time.perf_counter() - t0
         return (flat / self.group.size).reshape(()).to(tensor.device)
 
-    @property
-    def consistent(self) -> bool:
-        """Whether the algorithm holds the state of a whole number of updates (no
-        optimizer step of an unfinished one): what a checkpoint may hold."""
-        return not self._updating or self._averaged == 0
+    def whole_state(self) -> Any:
+        """The algorithm's state after its last whole update: what a checkpoint may
+        hold. A member's death stops an update between two of its gradient averages,
+        with some optimizer steps taken and others not; the lead's checkpoint then holds
+        the state that update started from (a copy it keeps; the other members never
+        save)."""
+        if not self._updating:
+            return self.algorithm.state_dict()
+        if self._before is None:
+            raise RuntimeError(f"member {self.rank} keeps no state from before its update")
+        return self._before
 
     # ------------------------------------------------------------ one iteration
     def collect(self, preemption: Preemption | None, iteration: int) -> dict[str, np.ndarray]:
@@ -185,9 +193,13 @@ class Member:
         return rollout
 
     def learn(self, rollout: dict[str, np.ndarray]) -> dict[str, float]:
-        self._updating, self._averaged = True, 0
+        # A copy of the state (parameters, optimizer moments, counters, generator), on
+        # its device: for the MinAtar actor-critic 1.6 MB in 0.24 ms on a CPU (p50),
+        # against 1.3 ms for copy.deepcopy; an update takes tens of milliseconds.
+        self._before = copied(self.algorithm.state_dict()) if self._keeps_whole else None
+        self._updating = True
         metrics = self.runner.learn(rollout)
-        self._updating = False
+        self._updating, self._before = False, None
         return metrics
 
     def report(self, metrics: dict[str, float] | None = None, *, final: bool = False) -> Report:
@@ -249,6 +261,22 @@ def backend_for(device: Any, local_members: int) -> str:
     if device.type == "cuda" and torch.cuda.device_count() >= local_members:
         return "nccl"
     return "gloo"
+
+
+def copied(value: Any) -> Any:
+    """``value`` (a state dict: nested dicts/lists of tensors, arrays and numbers)
+    with its tensors cloned where they are: a snapshot later steps leave alone."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):  # a user's algorithm may keep arrays it changes in place
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(copied(v) for v in value)
+    return value
 
 
 def to_cpu(value: Any) -> Any:

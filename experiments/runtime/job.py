@@ -9,7 +9,8 @@ user's parts and the env before any process starts, creates the run directory
   (loopback, a free port from the OS); its ranks are watched: a rank the job names
   restartable (an actor) that dies is restarted alone and rejoins, any other death
   restarts the world from its newest checkpoint (both at most ``--max-restarts``
-  times), and a raise or a rank that keeps dying ends the job with its cause;
+  times), which the lead first brings up to date (within ``DEATH_GRACE_S``), and a
+  raise or a rank that keeps dying ends the job with its cause;
 - under ``torchrun`` (RANK and WORLD_SIZE set): this process is one rank.
 
 Ctrl-C or SIGTERM stops a run cleanly in every mode and at any moment (one that
@@ -55,6 +56,11 @@ STOP_GRACE_S = 60.0
 # Once the lead returned its summary, the other ranks have this long to exit; then they
 # are killed and named, and the run ends with the lead's summary.
 FINISH_GRACE_S = 15.0
+# When a rank of a local run dies (and is not restarted alone), the others are stopped
+# as by SIGTERM and the lead has this long to keep what it holds in a checkpoint (a
+# synchronous job: its last whole update) and exit before they are killed and the world
+# restarts: torchrun's 30 s between SIGTERM and SIGKILL.
+DEATH_GRACE_S = 30.0
 # A stop by signal: the lead waits at most this long for a source that does not report
 # (dead, hung or cut off; a live one reports several times a second), and a source's
 # last calls to the lead (its final report) wait at most STOP_CALL_S: under torchrun
@@ -224,7 +230,7 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
             results = launch(_rank, nprocs=ctx.nprocs, args=(job.rank_main, ctx),
                              timeout=ctx.config.run.max_seconds + 120.0, stop_grace=STOP_GRACE_S,
                              restartable=alone, max_restarts=budget, finish_grace=FINISH_GRACE_S,
-                             labels=roles, preload=RANK_PRELOAD)
+                             labels=roles, preload=RANK_PRELOAD, death_grace=DEATH_GRACE_S)
             break
         except RankKeepsDying:  # restarted --max-restarts times already: its cause ends the job
             raise

@@ -44,14 +44,18 @@ class Turns(Protocol):
 
 
 def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
-             kept: Callable[[], None] | None = None) -> dict[str, Any]:
+             kept: Callable[[], None] | None = None,
+             whole: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The lead's loop, written once for every job: turns until one says the run is
     over (the coordinator's stop: a budget, the target, Ctrl-C/SIGTERM through
     ``StopSignals``), the run kept
     on schedule (``keeper.poll``: checkpoints, ``policy-best.pt``); then, however the
     loop ended, the wind-down, the last checkpoint and ``policy.pt``, the summary
     (``kept()`` is called once the last checkpoint is written or failed: shard hosts
-    may go), written to the run directory."""
+    may go), written to the run directory. ``whole()`` False (several learners, one
+    lost in the middle of an update): no last checkpoint nor ``policy.pt`` of a
+    half-applied update; the error goes on, and the world restarts from the newest
+    checkpoint."""
     from experiments.runtime.job import StopSignals
 
     with StopSignals(coordinator.stop) as signals:
@@ -62,7 +66,7 @@ def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
             coordinator.stop("finished")
             version = turns.wind_down(signals.stopped)
             try:
-                saved = keeper.finish(version=version)
+                saved = keeper.finish(version=version) if whole is None or whole() else {}
             finally:
                 if kept is not None:
                     kept()

@@ -19,6 +19,13 @@ rank whose World had joined is restarted so: one that died during the start leav
 others waiting in the start's collective steps, which no replacement can complete, so
 its death ends the launch as any other.
 
+Any other death (a rank killed, or exited without a result) ends the launch, but not
+at once where ``death_grace`` allows: as torchrun does when a rank dies, every other
+rank is asked to stop (SIGUSR2, the launcher's SIGTERM: see below) and rank 0, the
+lead, which keeps the run's checkpoints, has ``death_grace`` seconds to write what it
+holds and exit; only then are the ranks still running killed (SIGKILL) and the death
+raised. Killing them at once lost the lead's last checkpoint in most deaths.
+
 A launch ends with its lead where asked (``finish_grace``, see :mod:`._finish`): ranks
 still running that long after rank 0 returned are killed and named. A stop (Ctrl-C,
 SIGTERM) is noted by a rank from its fork on (:mod:`.stops`), so one that lands
@@ -88,6 +95,7 @@ def launch(
     max_restarts: int = 0,
     finish_grace: float | None = None,
     labels: Sequence[str] = (),
+    death_grace: float = 0.0,
 ) -> list:
     """Run ``entry(*args)`` in ``nprocs`` local ranks and return their results by rank.
 
@@ -119,6 +127,12 @@ def launch(
     dies once more raises RankKeepsDying. No rank is restarted once another has returned its result or
     after a Ctrl-C/SIGTERM: the launch is ending. A restartable rank that dies then
     is no failure either: its place in the returned list is None.
+
+    ``death_grace``: when a rank other than 0 dies and is not restarted, the others
+    are asked to stop (as by this process's SIGTERM) and rank 0 has this many seconds
+    to return or exit (a lead saving its last checkpoint) before every rank left is
+    killed and the death raised (ChildDied); 0: they are killed at once. Not after a
+    raise (a bug) nor when rank 0 itself died: it is the one that would save.
     """
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be an int >= 1, got {nprocs!r}")
@@ -141,6 +155,8 @@ def launch(
         raise ValueError(f"restartable ranks must be in 0..{nprocs - 1}, got {sorted(bad, key=repr)}")
     if finish_grace is not None and not finish_grace >= 0:
         raise ValueError(f"finish_grace must be >= 0 seconds or None, got {finish_grace!r}")
+    if not death_grace >= 0:
+        raise ValueError(f"death_grace must be >= 0 seconds, got {death_grace!r}")
     port = free_port() if master_port is None else master_port
     if not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"master_port must be in 1..65535, got {master_port!r}")
@@ -187,7 +203,7 @@ def launch(
         finish = Finish(finish_grace, list(labels))
         try:
             with _StopsAsInterrupt():
-                return _supervise(zygote, nprocs, tmp, timeout, stop_grace, policy, finish)
+                return _supervise(zygote, nprocs, tmp, timeout, stop_grace, policy, finish, death_grace)
         finally:
             _stop(zygote)
     finally:
@@ -280,8 +296,8 @@ class _Restarts:
 
 def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | None,
                stop_grace: float = 0.0, policy: _Restarts | None = None,
-               finish: Finish | None = None) -> list:
-    state = _Watch(deadline=None if timeout is None else time.monotonic() + timeout)
+               finish: Finish | None = None, death_grace: float = 0.0) -> list:
+    state = _Watch(deadline=None if timeout is None else time.monotonic() + timeout, death_grace=death_grace)
     policy = policy or _Restarts(frozenset(), 0)
     finish = finish or Finish(None, [])
     early = stops.take()  # a stop asked before the launch: ask the ranks at once
@@ -307,8 +323,10 @@ def _supervise(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float |
 
 
 class _Watch:
-    def __init__(self, *, deadline: float | None) -> None:
+    def __init__(self, *, deadline: float | None, death_grace: float = 0.0) -> None:
         self.deadline = deadline
+        self.death_grace = death_grace
+        self.lead_saves_until: float | None = None  # a rank died: the end of the lead's grace
         self.interrupted = False
         self.results: dict[int, Any] = {}
         # rank -> (exit time, what to raise, whether it only echoes a peer's failure)
@@ -370,21 +388,44 @@ def _watch(zygote: subprocess.Popen, nprocs: int, tmp: str, timeout: float | Non
             # cause a moment to show up before reporting an echo.
             causes = {r: f for r, f in failures.items() if not f[2]}
             if causes:
-                raise _earliest(causes)
-            state.echo_since = time.monotonic() if state.echo_since is None else state.echo_since
-            if zygote_done or time.monotonic() - state.echo_since > _ECHO_GRACE_S:
-                raise _earliest(failures)
+                if zygote_done or not _lead_may_save(zygote, tmp, state, causes):
+                    raise _earliest(causes)
+            else:
+                state.echo_since = time.monotonic() if state.echo_since is None else state.echo_since
+                if zygote_done or time.monotonic() - state.echo_since > _ECHO_GRACE_S:
+                    raise _earliest(failures)
         if not failures and finish.expired(tmp, results):
             return finish.give_up(tmp, nprocs, results, stop=lambda: _stop(zygote))
-        if state.deadline is not None and time.monotonic() > state.deadline:
+        # (The lead's grace after a death is bounded on its own.)
+        if state.deadline is not None and time.monotonic() > state.deadline and state.lead_saves_until is None:
             if state.interrupted:
                 raise KeyboardInterrupt("ranks did not stop within the grace period")
             raise TimeoutError(f"launch: ranks did not finish within {timeout} s")
         if len(results) + len(failures) < nprocs:
             time.sleep(_POLL_S)
-    if failures:  # every rank exited; only echoes failed
-        raise _earliest(failures)
+    if failures:  # every rank exited: the cause if one failed, else the first echo
+        raise _earliest({r: f for r, f in failures.items() if not f[2]} or failures)
     return [results[r] for r in range(nprocs)]
+
+
+def _lead_may_save(zygote: subprocess.Popen, tmp: str, state: _Watch,
+                   causes: dict[int, tuple[float, Exception, bool]]) -> bool:
+    """After a rank's death: whether to go on waiting for rank 0 (the lead) to save and
+    exit (``death_grace``). The first time, every rank is asked to stop as by SIGTERM:
+    a lead that handles it (a job's) keeps what it holds, as under torchrun."""
+    cause = _earliest(causes)
+    if (state.death_grace <= 0 or not isinstance(cause, ChildDied) or 0 in causes
+            or 0 in state.results or 0 in state.failures
+            or read_result(os.path.join(tmp, "result0.pkl")) is not None):
+        return False
+    now = time.monotonic()
+    if state.lead_saves_until is None:
+        state.lead_saves_until = now + state.death_grace
+        try:
+            zygote.send_signal(signal.SIGUSR2)  # the zygote forwards it to every rank
+        except ProcessLookupError:
+            return False
+    return now < state.lead_saves_until
 
 
 def _earliest(failures: dict[int, tuple[float, Exception, bool]]) -> Exception:

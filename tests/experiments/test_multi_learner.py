@@ -31,6 +31,66 @@ def test_role_rule_pacing_and_restartable_ranks_with_two_learners():
     assert two.updates_per_step == one.updates_per_step / 2 == 0.125
 
 
+class _DiesOnAverage:
+    """A learner group whose ``fail_at``-th gradient average raises PeerUnavailable (a
+    member died then)."""
+
+    device = "cpu"
+
+    def __init__(self, fail_at):
+        self.fail_at, self.calls = fail_at, 0
+
+    def average_gradients(self, params):
+        from rlpar.errors import PeerUnavailable
+
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise PeerUnavailable("learner group 'learners': a member died")
+
+
+class _Turns:
+    """Learner 0's turns in run_lead: an update whose ``fail_at``-th gradient average
+    (TD3: critic, then actor) meets a dead learner."""
+
+    def __init__(self, lockstep):
+        self.lockstep = lockstep
+
+    def turn(self):
+        import torch
+
+        with self.lockstep.update():
+            for _ in range(2):
+                self.lockstep.average_gradients([torch.zeros(1, requires_grad=True)])
+        return True
+
+    def wind_down(self, signalled):
+        return 7
+
+    def summary(self, interrupted):
+        return {}
+
+
+@pytest.mark.parametrize("fail_at, saved", [(1, True), (2, False)], ids=["before-any-step", "half-applied"])
+def test_learner_0_keeps_no_half_applied_update_after_a_learners_death(fail_at, saved):
+    """A death at an update's first gradient average leaves whole updates (the last one
+    is saved); at its second, one optimizer step was taken (TD3's critic) and not the
+    other: learner 0 writes no last checkpoint nor policy.pt of that."""
+    from types import SimpleNamespace
+
+    from experiments.roles.learners import Lockstep
+    from experiments.runtime.lead import run_lead
+    from rlpar.errors import PeerUnavailable
+
+    lockstep = Lockstep(_DiesOnAverage(fail_at))
+    lockstep.poll = lambda ahead: (True, False)
+    finished = []
+    keeper = SimpleNamespace(poll=lambda: None, finish=lambda version: finished.append(version) or {})
+    coordinator = SimpleNamespace(stop=lambda reason: None)
+    with pytest.raises(PeerUnavailable):
+        run_lead(SimpleNamespace(run_dir=None), coordinator, keeper, _Turns(lockstep), whole=lambda: lockstep.whole)
+    assert lockstep.whole is saved and finished == ([7] if saved else [])
+
+
 def test_bad_learner_flags_are_named():
     with pytest.raises(ValueError, match="--learners must be >= 1, got 0"):
         apex.run(apex_config(learners=0))

@@ -2,14 +2,21 @@
 (updates, checkpoint, resume, the best evaluation replayed), two members whose
 parameters are bit-identical after every update while their data differ, DD-PPO's
 preemption of a slow member, and a killed member restarting the world from its
-checkpoint."""
+checkpoint, which the lead first brings up to its last whole update."""
 
 import os
 import warnings
 
 import pytest
 from jobs import scalars
-from sync_parts import KilledOncePPO, TracedPPO, slow_cartpole, traces
+from sync_parts import (
+    DiesMidUpdatePPO,
+    KilledOncePPO,
+    TracedPPO,
+    dies_mid_rollout,
+    slow_cartpole,
+    traces,
+)
 
 from experiments import evaluate, ppo
 from experiments.runtime import Parts
@@ -92,6 +99,33 @@ def test_a_killed_member_restarts_the_world_from_the_newest_checkpoint(tmp_path,
     second = traces(tmp_path, last_world=True)
     assert len(second[0]) == len(second[1]) >= 1
     assert [t["params"] for t in second[0]] == [t["params"] for t in second[1]]
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["rollout", "update"])
+def test_a_members_death_restarts_the_world_from_the_last_whole_update(tmp_path, monkeypatch, where):
+    """Member 1 dies after 3 whole updates, with no scheduled checkpoint near: while the
+    lead is in the middle of its next rollout (the launcher must give it the time to
+    reach its next collective, learn of the death and save), or one optimizer step into
+    the next update (the lead saves the state that update started from, not a
+    half-applied one). The restarted world goes on from update 3 exactly."""
+    after = 3
+    for name, value in (("TRACE_DIR", tmp_path), ("KILL_MARKER", tmp_path / "killed"), ("KILL_RANK", "1"),
+                        ("KILL_AFTER", after), ("N_STEPS", 16)):
+        monkeypatch.setenv(name, str(value))
+    parts = (Parts(algorithm=TracedPPO, env=dies_mid_rollout) if where == "rollout"
+             else Parts(algorithm=DiesMidUpdatePPO))
+    summary = ppo.run(ppo_config(str(tmp_path / "runs"), num_workers=2, max_env_steps=320, checkpoint_every=1e4,
+                                 eval_every=10_000), parts=parts, quiet=True)
+    assert (tmp_path / "killed").exists()
+    assert summary["restarts"] == 1
+    assert summary["resumed_from_step"] == after * 2 * 2 * 16  # members x envs x steps per update
+    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 320
+    second = traces(tmp_path, last_world=True)[0]
+    first = [t for t in traces(tmp_path)[0] if t["pid"] != second[0]["pid"]]
+    assert first[-1]["update"] == after
+    assert second[0]["update"] == after + 1
+    assert second[0]["start"] == first[-1]["params"]  # the checkpoint held update 3's parameters
+
 
 def test_bad_flags_are_named():
     with pytest.raises(ValueError, match="--preempt-fraction must be in"):

@@ -199,3 +199,24 @@ def rank1_dies_after_rank0_returned(pid_dir):
     while time.monotonic() < deadline and not os.path.exists(exited):
         time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rank1_dies_while_rank0_works(pid_dir, save_s):
+    """Rank 1 SIGKILLs itself; rank 0 (the lead) works on until it is asked to stop,
+    then takes ``save_s`` seconds to save (writes ``saved``, with the stop's reason)
+    and raises, as a lead that lost a member does. ``save_s`` None: it never stops."""
+    from rlpar.distributed import stops
+    from rlpar.errors import PeerUnavailable
+
+    _record_pid(pid_dir)
+    if os.environ["RANK"] == "1":
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if save_s is None:
+        time.sleep(60)
+    while stops.requested() is None:
+        time.sleep(0.01)
+    time.sleep(save_s)
+    with open(os.path.join(pid_dir, "saved"), "w") as f:
+        f.write(stops.reason(stops.requested()))
+    raise PeerUnavailable("learner group: a member died")

@@ -85,6 +85,25 @@ def test_a_rank_killed_by_a_signal_gives_child_died(tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_a_death_gives_the_lead_death_grace_to_save_then_kills_the_rest(tmp_path):
+    # As torchrun does: the others are asked to stop (as by SIGTERM), and the lead's
+    # save is not cut short; its PeerUnavailable is the death's echo.
+    with pytest.raises(ChildDied) as info:
+        launch(programs.rank1_dies_while_rank0_works, nprocs=2, args=(str(tmp_path), 1.0), timeout=25,
+               preload=(), death_grace=10)
+    assert info.value.child_name == "rank1" and "SIGKILL" in str(info.value)
+    assert (tmp_path / "saved").read_text() == "terminated"
+    # A lead that does not stop is killed once the grace is over.
+    (tmp_path / "saved").unlink()
+    with pytest.raises(ChildDied, match="rank 1"):
+        launch(programs.rank1_dies_while_rank0_works, nprocs=2, args=(str(tmp_path), None), timeout=25,
+               preload=(), death_grace=1)
+    assert not (tmp_path / "saved").exists() and _gone(tmp_path)
+    with pytest.raises(ValueError, match="death_grace"):
+        launch(programs.exits_early, nprocs=1, preload=(), death_grace=-1)
+
+
+@pytest.mark.timeout(30)
 def test_a_rank_that_exits_without_result_gives_child_died():
     with pytest.raises(ChildDied) as info:
         launch(programs.exits_early, nprocs=1, timeout=25, preload=())
