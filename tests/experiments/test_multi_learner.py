@@ -35,7 +35,7 @@ class _DiesOnAverage:
     """A learner group whose ``fail_at``-th gradient average raises PeerUnavailable (a
     member died then)."""
 
-    device = "cpu"
+    device, size, rank = "cpu", 2, 0
 
     def __init__(self, fail_at):
         self.fail_at, self.calls = fail_at, 0
