@@ -110,11 +110,11 @@ PUBLIC_JOB_MODULES = {f"experiments.{job}" for job in JOBS} | {"experiments.eval
 
 def _public(module: str) -> bool:
     """What code outside the jobs may import from ``experiments``: the job entry points,
-    the runtime, the builders, the actor-learner program's public names
+    the runtime, the actor-learner program's public names
     (``experiments.roles.actor_learner.__all__``) and the benchmarks' own modules. The
     other role modules are internal: changing them must not break a benchmark."""
     return (module in PUBLIC_JOB_MODULES or module == "experiments.roles.actor_learner"
-            or module.startswith(("experiments.runtime", "experiments.builders", "experiments.bench")))
+            or module.startswith(("experiments.runtime", "experiments.bench")))
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "bench").glob("*.py")), ids=lambda p: p.name)

@@ -178,7 +178,7 @@ def test_actor_defaults_follow_the_cores_the_job_may_use(monkeypatch):
 
 
 def test_a_builders_algorithm_or_runner_of_the_wrong_type_is_named_by_its_method():
-    from experiments.builders.ppo import PPOBuilder
+    from algorithms.ppo import PPOBuilder
 
     class NoRunner(PPOBuilder):
         def make_runner(self, algorithm, *, env, seed):

@@ -10,12 +10,10 @@ import pytest
 import torch
 from jobs import apex_config
 
-from algorithms.apex import ApexActor
-from algorithms.continuous import q_value, weighted_mean
-from algorithms.td3 import TD3
+from algorithms.dqn import ApexActor, DQNBuilder
+from algorithms.td3 import TD3, TD3Builder
+from algorithms.td3.continuous import q_value, weighted_mean
 from experiments import apex
-from experiments.builders.dqn import DQNBuilder
-from experiments.builders.td3 import TD3Builder
 from experiments.runtime import Parts
 
 

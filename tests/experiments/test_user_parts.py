@@ -13,8 +13,7 @@ from jobs import a3c_config, apex_config
 from torch import nn
 
 from algorithms.a2c import A2C
-from algorithms.apex import ApexActor
-from algorithms.dqn import DQN
+from algorithms.dqn import DQN, ApexActor
 from envs.testing import CountingEnv, DictCountingEnv
 from experiments import a3c, apex
 from experiments.runtime import Parts
@@ -106,7 +105,7 @@ class ShiftedTargetDQN(DQN):
 
 
 def test_a_target_override_drives_the_actors_initial_priorities():
-    from algorithms.apex import ApexActor, ApexConfig
+    from algorithms.dqn import ApexActor, ApexConfig
     from envs import make_vector_env
     from rlpar.servers import ModelStore
 
