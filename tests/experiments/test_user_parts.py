@@ -136,7 +136,7 @@ def test_a_target_override_drives_the_actors_initial_priorities():
 
 
 def test_parts_that_do_not_fit_the_job_are_refused():
-    with pytest.raises(TypeError, match="algorithm must be a subclass of algorithms.dqn.DQN") as info:
+    with pytest.raises(TypeError, match="algorithm must be a subclass of algorithms.dqn.dqn.DQN") as info:
         apex.run(apex_config(serial=True), parts=Parts(algorithm=A2C))
     assert "the job runs --algorithm dqn for --env-id 'CartPole-v1', whose action space is Discrete(2)" in str(info.value)
     with pytest.raises(TypeError, match="this job has no actor class"):
