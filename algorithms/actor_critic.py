@@ -28,7 +28,7 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 from algorithms.nets import MINATAR_FEATURES, is_small_image, minatar_conv, mlp
 
 if TYPE_CHECKING:
-    from algorithms.a2c_config import A2CConfig
+    from algorithms.a2c.config import A2CConfig
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 

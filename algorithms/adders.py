@@ -4,12 +4,13 @@
 Horgan et al. 2018) for a replay: ``(obs, action, R^(k), next_obs, terminated,
 gamma^k)``, the learner's target ``reward + discount * (1 - terminated) * V(next_obs)``.
 The unroll adder of IMPALA, which keeps whole stretches of steps with the behaviour
-policy's log-probs, is :class:`algorithms.unroll.UnrollAdder`.
+policy's log-probs, is :class:`algorithms.impala.unroll.UnrollItems`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NoReturn
 
 import numpy as np
 
@@ -70,33 +71,7 @@ def one_step_rows(terminated: np.ndarray, truncated: np.ndarray, cut: np.ndarray
     return np.concatenate([np.flatnonzero(~done & keep), np.flatnonzero(done & keep)])
 
 
-class UnrollItems:
-    """IMPALA's unrolls (:class:`algorithms.unroll.UnrollAdder`, which does the work)
-    as an adder: the behaviour policy's log-probs come in ``extras`` (with the action
-    as sampled, ``extras["action"]``, where the env took a clipped one). A step lost by
-    some envs (their worker was replaced: ``cut``) breaks every env's chain of
-    observations, so the partial unroll is dropped (``dropped_steps`` counts them)."""
+def __getattr__(name: str) -> NoReturn:
+    from algorithms._moved import moved_name
 
-    def __init__(self, *, unroll_length: int, num_envs: int) -> None:
-        from algorithms.unroll import UnrollAdder
-
-        self.adder = UnrollAdder(unroll_length=unroll_length, num_envs=num_envs)
-        self.dropped_steps = 0
-
-    def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-            reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            extras: Mapping[str, np.ndarray], cut: np.ndarray | None = None) -> list[Batch]:
-        if cut is not None and np.any(cut):
-            self.dropped_steps += len(self.adder) * self.adder.num_envs
-            self.adder.reset()
-            return []
-        if "behaviour_log_prob" not in extras:
-            raise KeyError(f"an unroll needs the behaviour policy's log-probs: the actor's behave(obs) must "
-                           f"return (actions, extras) with extras['behaviour_log_prob'] (one per env), got "
-                           f"extras with {sorted(extras)}")
-        done = np.logical_or(terminated, truncated)
-        unroll = self.adder.add(obs=obs, action=extras.get("action", action), reward=reward,
-                                terminated=terminated, truncated=truncated,
-                                behaviour_log_prob=extras["behaviour_log_prob"], next_obs=reset_obs,
-                                infos={"final_obs": next_obs, "_final_obs": done})
-        return [] if unroll is None else [unroll]
+    raise moved_name(__name__, name)

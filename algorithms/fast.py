@@ -18,7 +18,7 @@ intra-op thread; ``python -m experiments.bench.minatar_learner``, numbers there)
     MinAtar act 37% cheaper), small no-grad batches (up to ``SMALL_ROWS``) run a
     dueling head as one folded dense layer and a big dense layer against a cached
     contiguous transpose (together with the Ape-X actor's priorities from its acting
-    Q values, :class:`algorithms.apex.ActingScores`: a MinAtar actor 45 -> 35 us an env
+    Q values, :class:`algorithms.dqn.apex.ActingScores`: a MinAtar actor 45 -> 35 us an env
     step), and
     :class:`~algorithms.nets.ChannelsLast` feeds the convolution a contiguous NCHW
     tensor (no strided copies after it: 20% of a batch-128 no-grad forward, 7-13% of

@@ -119,11 +119,11 @@ def actor_noise_scale(index: int, num_actors: int, *, sigma: float = 0.5, alpha:
 def exploration_scales(index: int, num_actors: int, num_envs: int, *, sigma: float = 0.5,
                        alpha: float = 3.0, per_env: bool = True) -> float | np.ndarray:
     """Actor ``index``'s exploration noise scales for continuous actions, the analogue
-    of :func:`algorithms.apex.exploration_rates`: one :func:`actor_noise_scale` per env
+    of :func:`algorithms.dqn.apex.exploration_rates`: one :func:`actor_noise_scale` per env
     copy (an array of ``num_envs``, the schedule spread over all ``num_actors *
     num_envs`` copies, env ``k`` of actor ``i`` being copy ``i * num_envs + k``) or,
     with ``per_env=False``, one scale for the whole actor. Set it as ``noise_scale``
-    of :class:`algorithms.ddpg.DDPG` / :class:`algorithms.td3.TD3`.
+    of :class:`algorithms.td3.ddpg.DDPG` / :class:`algorithms.td3.TD3`.
 
     Scales are standard deviations in the normalized action space [-1, 1]. The Ape-X
     paper's DPG experiments give no per-actor noise rule that we could find; RLlib's

@@ -170,7 +170,7 @@ class LearnConfig:
                                  "observations (env_defaults); set it to build Ape-X parts directly")
 
     def apex_config(self):
-        from algorithms.apex import ApexConfig
+        from algorithms.dqn import ApexConfig
 
         self.require("eps_alpha", "n_step", "batch_size")
         return ApexConfig(n_step=self.n_step, batch_size=self.batch_size,
@@ -287,10 +287,10 @@ def algorithm_of(config: ApexJobConfig, action_space: Any) -> str:
 
 def builder_class(algorithm: str) -> type:
     if algorithm == "dqn":
-        from experiments.builders.dqn import DQNBuilder
+        from algorithms.dqn import DQNBuilder
 
         return DQNBuilder
-    from experiments.builders.td3 import TD3Builder
+    from algorithms.td3 import TD3Builder
 
     return TD3Builder
 
@@ -411,7 +411,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
 def pacing(config: ApexJobConfig):
     """The replay ratio the job's actors and learner hold (see
     :func:`experiments.roles.program.pacing`); the family defaults must be filled."""
-    from experiments.builders.dqn import DQNBuilder
+    from algorithms.dqn import DQNBuilder
     from experiments.roles.program import pacing as program_pacing
 
     for name in ("n_step", "updates_per_step", "batch_size"):

@@ -34,7 +34,7 @@ from experiments.runtime.envs import RUN_BUDGET, check_env, env_factory, fill_by
 from experiments.runtime.job import main_for, run_job
 
 # By observation family (the rule that picks the default network), for the fields left
-# unset. Measured in one process (algorithms/impala.py's learner, 4 actors x 4 envs x
+# unset. Measured in one process (algorithms/impala/impala.py's learner, 4 actors x 4 envs x
 # unrolls of 20 per batch, greedy evaluation of 20 episodes every 2,500 env steps; the
 # V-trace/IMPALA issue's notes): CartPole-v1 with RMSProp 2e-3 solved in a median 9.0K
 # env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
@@ -104,7 +104,7 @@ class LearnConfig:
     def impala_config(self, *, env_steps_per_update: int):
         """The IMPALAConfig; the annealing, given in env steps, counted in updates of
         ``env_steps_per_update`` (every learner's batch of unrolls together)."""
-        from algorithms.impala_config import IMPALAConfig
+        from algorithms.impala import IMPALAConfig
 
         unset = [flag(k) for k in ("lr", "lr_anneal_steps", "entropy_coef") if getattr(self, k) is None]
         if unset:
@@ -146,7 +146,7 @@ class ImpalaJobConfig:
 
 
 def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
-    from experiments.builders.impala import IMPALABuilder
+    from algorithms.impala import IMPALABuilder
 
     return IMPALABuilder(learn=config.learn, num_envs=config.env.num_envs, learners=config.learners, spec=spec,
                          network=parts.network, algorithm=parts.algorithm, actor=parts.actor, learner=parts.learner)
@@ -174,7 +174,7 @@ def job_env_fn(config: ImpalaJobConfig, parts: Parts):
 def check(config: ImpalaJobConfig, parts: Parts) -> None:
     from gymnasium import spaces
 
-    from experiments.builders.impala import IMPALABuilder
+    from algorithms.impala import IMPALABuilder
 
     parts.check(algorithm=IMPALABuilder.algorithm_base, actor=IMPALABuilder.actor_base,
                 learner=IMPALABuilder.learner_base)

@@ -163,7 +163,7 @@ class LearnConfig:
         return layer_sizes(self.hidden, name="hidden")
 
     def algo_config(self, *, seed: int | None = None, ensemble_buffers: str = "shared"):
-        from algorithms.maddpg_spec import MADDPGConfig
+        from algorithms.maddpg import MADDPGConfig
 
         return MADDPGConfig(gamma=self.gamma, tau=self.tau,
                             actor_lr=self.lr if self.actor_lr is None else self.actor_lr,
@@ -201,7 +201,7 @@ class MADDPGJobConfig:
                              f"{flag('replay_capacity')} {self.replay.replay_capacity}")
 
     def algo_config(self):
-        """The algorithm's config (``algorithms.maddpg_spec.MADDPGConfig``)."""
+        """The algorithm's config (``algorithms.maddpg.spec.MADDPGConfig``)."""
         return self.learn.algo_config(seed=self.run.seed, ensemble_buffers=self.replay.ensemble_buffers)
 
 

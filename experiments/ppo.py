@@ -138,7 +138,7 @@ class PPOJobConfig:
 
 
 def builder(config: PPOJobConfig, parts: Parts, spec: Any):
-    from experiments.builders.ppo import PPOBuilder
+    from algorithms.ppo import PPOBuilder
 
     return PPOBuilder(learn=config.learn, num_envs=config.env.num_envs, members=max(1, config.group.num_workers),
                       spec=spec, network=parts.network, algorithm=parts.algorithm)

@@ -129,7 +129,7 @@ class PQNJobConfig:
 
 
 def builder(config: PQNJobConfig, parts: Parts, spec: Any):
-    from experiments.builders.pqn import PQNBuilder
+    from algorithms.pqn import PQNBuilder
 
     return PQNBuilder(learn=config.learn, spec=spec, network=parts.network, algorithm=parts.algorithm)
 

@@ -110,11 +110,11 @@ PUBLIC_JOB_MODULES = {f"experiments.{job}" for job in JOBS} | {"experiments.eval
 
 def _public(module: str) -> bool:
     """What code outside the jobs may import from ``experiments``: the job entry points,
-    the runtime, the builders, the actor-learner program's public names
+    the runtime, the actor-learner program's public names
     (``experiments.roles.actor_learner.__all__``) and the benchmarks' own modules. The
     other role modules are internal: changing them must not break a benchmark."""
     return (module in PUBLIC_JOB_MODULES or module == "experiments.roles.actor_learner"
-            or module.startswith(("experiments.runtime", "experiments.builders", "experiments.bench")))
+            or module.startswith(("experiments.runtime", "experiments.bench")))
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "bench").glob("*.py")), ids=lambda p: p.name)
@@ -137,3 +137,19 @@ def test_benchmarks_use_only_public_api(path):
             for alias in node.names:
                 if alias.name.startswith("experiments."):
                     assert _public(alias.name), f"{path.name} imports internal {alias.name}"
+
+
+AGENTS = ("dqn", "td3", "impala", "ppo", "pqn", "a2c", "maddpg")
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_each_agent_folder_exports_its_names_and_cites_its_paper(agent):
+    """``algorithms/<agent>/``: its learning code, config and builder, one package whose
+    ``__all__`` all resolve and whose docstring names the paper (authors and year)."""
+    import importlib
+    import re
+
+    package = importlib.import_module(f"algorithms.{agent}")
+    assert package.__all__ and all(hasattr(package, name) for name in package.__all__)
+    assert re.search(r"et al\. (19|20)\d\d|, (19|20)\d\d", package.__doc__), package.__doc__
+    assert set(AGENTS) == {p.parent.name for p in (ROOT / "algorithms").glob("*/__init__.py")}

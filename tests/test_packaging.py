@@ -43,4 +43,8 @@ def test_the_wheel_holds_the_license_and_every_typed_marker(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("rlpar-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"{package}/py.typed" for package in PACKAGES} <= names
+    # Every module ships, the agent folders' (algorithms/<agent>/) too: a folder the
+    # package finder misses (no __init__.py) would be left out of the wheel.
+    modules = {path.relative_to(source).as_posix() for name in PACKAGES for path in (source / name).rglob("*.py")}
+    assert not modules - names, sorted(modules - names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)[:5]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.apex import ApexActor
+from algorithms.dqn import ApexActor
 
 
 class RecordingActor(ApexActor):

@@ -60,8 +60,7 @@ class _HandlerClock:
 
 
 def _learner(point: FanInPoint, params: Any):
-    from algorithms.apex import ApexConfig, ApexLearner
-    from algorithms.dqn import DQN, DQNConfig
+    from algorithms.dqn import DQN, ApexConfig, ApexLearner, DQNConfig
     from algorithms.nets import q_network
     from experiments.bench.apex_scale_ingest import IngestPoint, actor_batches
     from rlpar.buffers import PrioritizedReplayBuffer, SharedFrames

@@ -47,7 +47,7 @@ def make_net(name: str):
     if name == "minatar_actor_critic":
         from gymnasium import spaces
 
-        from algorithms.a2c_config import A2CConfig
+        from algorithms.a2c import A2CConfig
         from algorithms.actor_critic import default_actor_critic
 
         space = spaces.Box(0, 1, (10, 10, 4), dtype=bool)

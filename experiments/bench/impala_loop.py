@@ -30,9 +30,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from algorithms.impala import IMPALA, IMPALAConfig
+from algorithms.impala import IMPALA, IMPALAConfig, UnrollAdder, collate_unrolls
 from algorithms.rollout import evaluate
-from algorithms.unroll import UnrollAdder, collate_unrolls
 from envs.registry import make_env
 
 EVAL_MAX_STEPS = 10_000  # a greedy policy may never end an episode (MinAtar has no limit)

@@ -284,8 +284,7 @@ def actor_rates(game: str, steps: int, modes: list[str | None], num_envs: int = 
     pulling from a local model store, no learner. Modes take turns as in :func:`timing`."""
     from gymnasium.vector import AutoresetMode
 
-    from algorithms.apex import ApexActor
-    from algorithms.dqn import DQN
+    from algorithms.dqn import DQN, ApexActor
     from algorithms.nets import q_network
     from envs import make_vector_env
     from envs.registry import ensure_registered

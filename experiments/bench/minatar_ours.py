@@ -37,7 +37,7 @@ import numpy as np
 
 from algorithms.a2c import A2C
 from algorithms.actor_learner import Learner
-from algorithms.apex import ApexLearner
+from algorithms.dqn import ApexLearner
 from experiments.bench import minatar_jobs as jobs
 from experiments.bench.minatar_eval import env_id
 from experiments.bench.wallclock import PacedSnapshots, Snapshots

@@ -37,8 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from algorithms.maddpg import MADDPG
-from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
+from algorithms.maddpg import MADDPG, AgentSpec, MADDPGConfig
 
 MODES = ("loop", "threads", "jit_fork", "batched", "batched_vmap")
 _ROOT = Path(__file__).resolve().parents[2]

@@ -60,8 +60,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from algorithms.pqn import PQN, PQNConfig
-from algorithms.pqn_runner import PQNRunner
+from algorithms.pqn import PQN, PQNConfig, PQNRunner
 from algorithms.rollout import evaluate
 from envs.make import make_vector_env
 from envs.registry import make_env

@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from algorithms.apex import ApexLearner
+from algorithms.dqn import ApexLearner
 from envs.multiagent import CooperativeEnv
 
 KILL, KILL_AT, MARKER = "RLPAR_RECOVERY_KILL", "RLPAR_RECOVERY_KILL_AT", "RLPAR_RECOVERY_MARKER"

@@ -5,7 +5,7 @@ group ``a3c``. Rank 0 (the lead) hosts the gradient server (``PushPullGradServer
 named ``grads``, owning the optimizer) and the coordinator, evaluates on schedule,
 and is worker 0 unless ``--no-server-acts``. Each worker holds an accessor of the
 server, which is a :class:`~rlpar.protocols.GradientSink`, so
-:class:`~algorithms.a3c.A3C` is the same object it is with a local ``GradServer``
+:class:`~algorithms.a2c.a3c.A3C` is the same object it is with a local ``GradServer``
 in :func:`serial_main`.
 
 ``--sync`` (synchronous A2C) hosts the same server in reduce mode: each step averages
@@ -128,7 +128,7 @@ class WorkerShell:
         import torch
         from gymnasium.vector import AutoresetMode
 
-        from algorithms.a3c import A3C
+        from algorithms.a2c import A3C
         from algorithms.rollout import RolloutCollector
         from envs import make_vector_env
         from experiments.runtime.envs import vector_env_options

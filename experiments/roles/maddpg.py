@@ -59,7 +59,7 @@ def _rows(value: Any, rows: np.ndarray) -> Any:
 def transitions(obs: Any, actions: Any, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray,
                 rows: np.ndarray, policy: np.ndarray | None) -> dict[str, np.ndarray]:
     """Replay rows: stacked fields for homogeneous agents, ``<field>_<i>`` otherwise
-    (the batch layouts of ``algorithms.maddpg_spec``)."""
+    (the batch layouts of ``algorithms.maddpg.spec``)."""
     batch: dict[str, np.ndarray] = {}
     for name, value in (("obs", obs), ("action", actions), ("next_obs", next_obs)):
         value = _rows(value, rows)

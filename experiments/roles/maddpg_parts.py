@@ -79,7 +79,7 @@ def critic_sees(agents: Sequence[str], observes: str) -> list[tuple[int, ...]] |
 
 
 def agent_specs(agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Sequence[Any]) -> list:
-    from algorithms.maddpg_spec import AgentSpec
+    from algorithms.maddpg import AgentSpec
 
     return [AgentSpec.from_spaces(o, a, name=name) for name, o, a in zip(agents, obs_spaces, act_spaces)]
 

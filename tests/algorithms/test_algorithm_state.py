@@ -13,14 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from algorithms.a2c import A2C, A2CConfig, make_optimizer
-from algorithms.a3c import A3C
-from algorithms.ddpg import DDPG, DDPGConfig
+from algorithms.a2c import A2C, A3C, A2CConfig, make_optimizer
 from algorithms.dqn import DQN, DQNConfig
-from algorithms.maddpg import MADDPG
-from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
+from algorithms.maddpg import MADDPG, AgentSpec, MADDPGConfig
 from algorithms.optim import EagerAdam, EagerRMSprop
 from algorithms.rollout import RolloutCollector
+from algorithms.td3 import DDPG, DDPGConfig
 from envs.testing import CountingEnv
 from rlpar.errors import StateError
 from rlpar.servers import GradServer

@@ -185,10 +185,10 @@ def test_fast_forward_keeps_hooks_and_layout():
 
 @pytest.mark.parametrize("make", [
     lambda: DQNConfig(fast="fastest").validate(),
-    lambda: __import__("algorithms.pqn_config", fromlist=["x"]).PQNConfig(fast="fastest").validate(),
-    lambda: __import__("algorithms.ddpg", fromlist=["x"]).DDPGConfig(fast="fastest").validate(),
-    lambda: __import__("algorithms.impala_config", fromlist=["x"]).IMPALAConfig(fast="fastest"),
-    lambda: __import__("algorithms.ppo_config", fromlist=["x"]).PPOConfig(fast="fastest"),
+    lambda: __import__("algorithms.pqn.config", fromlist=["x"]).PQNConfig(fast="fastest").validate(),
+    lambda: __import__("algorithms.td3.ddpg", fromlist=["x"]).DDPGConfig(fast="fastest").validate(),
+    lambda: __import__("algorithms.impala.config", fromlist=["x"]).IMPALAConfig(fast="fastest"),
+    lambda: __import__("algorithms.ppo.config", fromlist=["x"]).PPOConfig(fast="fastest"),
 ])
 def test_bad_values_are_named(make):
     with pytest.raises(ValueError, match=r"fast must be one of \['auto', 'off', 'eager', 'compile'\], got 'fastest'"):
@@ -197,9 +197,9 @@ def test_bad_values_are_named(make):
 
 def test_the_option_reaches_the_algorithms_from_the_job_configs():
     from algorithms.builder import EnvSpec
+    from algorithms.dqn import DQNBuilder
+    from algorithms.td3 import TD3Builder
     from experiments.apex import ApexJobConfig, LearnConfig, fill_learn
-    from experiments.builders.dqn import DQNBuilder
-    from experiments.builders.td3 import TD3Builder
     from experiments.impala import LearnConfig as ImpalaLearn
     from experiments.runtime.cli import parse_config
 

@@ -10,9 +10,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from algorithms.base import reduce_gradients
 from algorithms.dqn import DQN, DQNConfig
-from algorithms.impala import IMPALA, IMPALAConfig
+from algorithms.impala import IMPALA, IMPALAConfig, UnrollAdder, collate_unrolls
 from algorithms.td3 import TD3, TD3Config
-from algorithms.unroll import UnrollAdder, collate_unrolls
 from envs.testing import CountingEnv
 
 

@@ -7,8 +7,7 @@ import signal
 import pytest
 from jobs import apex_config, scalars
 
-from algorithms.apex import ApexActor, ApexConfig
-from algorithms.dqn import DQN
+from algorithms.dqn import DQN, ApexActor, ApexConfig
 from experiments import apex
 from experiments.runtime import Parts
 

@@ -21,7 +21,7 @@ def td3_config(log_dir="none", **over):
 @pytest.mark.timeout(120)
 def test_serial_td3_learns_from_prioritized_one_step_transitions_by_default_and_resumes(tmp_path):
     summary = apex.run(td3_config(str(tmp_path), serial=True), quiet=True)
-    assert summary["algorithm"] == "algorithms.td3.TD3" and summary["updates"] > 100
+    assert summary["algorithm"] == "algorithms.td3.td3.TD3" and summary["updates"] > 100
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["algorithm"] == "td3"  # auto, resolved by the action space and saved
@@ -42,10 +42,10 @@ def test_serial_td3_learns_from_prioritized_one_step_transitions_by_default_and_
 @pytest.mark.timeout(120)
 def test_td3_in_a_local_world_and_ddpg_on_request():
     summary = apex.run(td3_config(n_step=3), quiet=True)  # Ape-X's n-step returns, on request
-    assert summary["algorithm"] == "algorithms.td3.TD3" and summary["num_actors"] == 2
+    assert summary["algorithm"] == "algorithms.td3.td3.TD3" and summary["num_actors"] == 2
     assert summary["updates"] > 0 and summary["env_steps"] >= 1600
     summary = apex.run(td3_config(serial=True, algorithm="ddpg", max_env_steps=800), quiet=True)
-    assert summary["algorithm"] == "algorithms.ddpg.DDPG" and summary["updates"] > 0
+    assert summary["algorithm"] == "algorithms.td3.ddpg.DDPG" and summary["updates"] > 0
 
 
 def test_actors_explore_at_their_own_scales():

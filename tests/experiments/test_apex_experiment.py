@@ -217,7 +217,7 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
     import numpy as np
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-    from algorithms.apex import ApexActor, ApexConfig, ApexLearner
+    from algorithms.dqn import ApexActor, ApexConfig, ApexLearner
     from envs.atari import make_atari
     from envs.registry import ensure_registered
     from experiments.apex import PROGRAM, env_defaults

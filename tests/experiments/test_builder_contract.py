@@ -15,9 +15,8 @@ from jobs import apex_config
 from algorithms.actor_learner import Actor, Learner
 from algorithms.adders import NStepAdder
 from algorithms.builder import Builder, Flow
-from algorithms.dqn import DQN
+from algorithms.dqn import DQN, DQNBuilder
 from experiments import apex
-from experiments.builders.dqn import DQNBuilder
 from experiments.runtime import Parts
 from experiments.runtime.job import prepare
 

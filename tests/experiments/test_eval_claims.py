@@ -12,8 +12,7 @@ import time
 import pytest
 from jobs import apex_config, impala_config, scalars
 
-from algorithms.apex import ApexActor
-from algorithms.dqn import DQN
+from algorithms.dqn import DQN, ApexActor
 from experiments import apex, impala
 from experiments.runtime import Parts
 from experiments.runtime.config import RunConfig

@@ -48,7 +48,7 @@ def test_bad_flags_are_named():
 
 
 def test_the_annealing_is_counted_in_updates_of_every_learners_batch():
-    from experiments.builders.impala import IMPALABuilder
+    from algorithms.impala import IMPALABuilder
 
     learn = impala.LearnConfig(lr=1e-3, lr_anneal_steps=96_000, unroll_length=20, batch_size=3,
                                entropy_coef=0.01)

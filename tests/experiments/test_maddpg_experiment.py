@@ -178,7 +178,7 @@ def test_user_subclass_and_actor_networks_run():
 
 
 def test_parts_that_do_not_fit_are_refused():
-    with pytest.raises(TypeError, match="subclass of algorithms.maddpg.MADDPG"):
+    with pytest.raises(TypeError, match="subclass of algorithms.maddpg.maddpg.MADDPG"):
         run(small_config(), parts=Parts(algorithm=dict))
     with pytest.raises(TypeError, match="no actor class"):
         run(small_config(), parts=Parts(actor=object))

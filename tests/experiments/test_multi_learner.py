@@ -9,9 +9,8 @@ import signal
 import pytest
 from jobs import apex_config, impala_config
 
-from algorithms.dqn import DQN
+from algorithms.dqn import DQN, DQNBuilder
 from experiments import apex, impala
-from experiments.builders.dqn import DQNBuilder
 from experiments.roles.program import pacing, role_names, role_of
 from experiments.runtime import Parts
 

@@ -212,7 +212,7 @@ def test_actor_defaults_follow_the_cores_the_job_may_use(monkeypatch):
 
 
 def test_a_builders_algorithm_or_runner_of_the_wrong_type_is_named_by_its_method():
-    from experiments.builders.ppo import PPOBuilder
+    from algorithms.ppo import PPOBuilder
 
     class NoRunner(PPOBuilder):
         def make_runner(self, algorithm, *, env, seed):
@@ -227,7 +227,7 @@ def test_a_builders_algorithm_or_runner_of_the_wrong_type_is_named_by_its_method
 
     with pytest.raises(TypeError, match=r"NoRunner.make_runner returned PPO, not an algorithms.sync.SyncRunner"):
         ppo.run(ppo_config(), parts=Parts(builder=factory(NoRunner)), quiet=True)
-    with pytest.raises(TypeError, match=r"NoAlgorithm.make_algorithm returned NoneType, not an algorithms.ppo.PPO"):
+    with pytest.raises(TypeError, match=r"NoAlgorithm.make_algorithm returned NoneType, not an algorithms.ppo.ppo.PPO"):
         ppo.run(ppo_config(), parts=Parts(builder=factory(NoAlgorithm)), quiet=True)
 
 

@@ -10,12 +10,10 @@ import pytest
 import torch
 from jobs import apex_config
 
-from algorithms.apex import ApexActor
-from algorithms.continuous import q_value, weighted_mean
-from algorithms.td3 import TD3
+from algorithms.dqn import ApexActor, DQNBuilder
+from algorithms.td3 import TD3, TD3Builder
+from algorithms.td3.continuous import q_value, weighted_mean
 from experiments import apex
-from experiments.builders.dqn import DQNBuilder
-from experiments.builders.td3 import TD3Builder
 from experiments.runtime import Parts
 
 
@@ -126,7 +124,7 @@ def test_an_actor_or_learner_of_the_wrong_type_is_named_by_the_method_that_made_
         def make_algorithm(self, *, device, seed):
             return None
 
-    with pytest.raises(TypeError, match=r"NoAlgorithm.make_algorithm returned NoneType, not an algorithms.dqn.DQN"):
+    with pytest.raises(TypeError, match=r"NoAlgorithm.make_algorithm returned NoneType, not an algorithms.dqn.dqn.DQN"):
         apex.run(apex_config(serial=True),
                  parts=Parts(builder=lambda config, parts, spec: NoAlgorithm(learn=config.learn, spec=spec)))
     with pytest.raises(TypeError, match=r"NoLearner.make_learner returned DQN, not an "

@@ -13,8 +13,7 @@ from jobs import a3c_config, apex_config
 from torch import nn
 
 from algorithms.a2c import A2C
-from algorithms.apex import ApexActor
-from algorithms.dqn import DQN
+from algorithms.dqn import DQN, ApexActor
 from envs.testing import CountingEnv, DictCountingEnv
 from experiments import a3c, apex
 from experiments.runtime import Parts
@@ -106,7 +105,7 @@ class ShiftedTargetDQN(DQN):
 
 
 def test_a_target_override_drives_the_actors_initial_priorities():
-    from algorithms.apex import ApexActor, ApexConfig
+    from algorithms.dqn import ApexActor, ApexConfig
     from envs import make_vector_env
     from rlpar.servers import ModelStore
 
@@ -137,7 +136,7 @@ def test_a_target_override_drives_the_actors_initial_priorities():
 
 
 def test_parts_that_do_not_fit_the_job_are_refused():
-    with pytest.raises(TypeError, match="algorithm must be a subclass of algorithms.dqn.DQN") as info:
+    with pytest.raises(TypeError, match="algorithm must be a subclass of algorithms.dqn.dqn.DQN") as info:
         apex.run(apex_config(serial=True), parts=Parts(algorithm=A2C))
     assert "the job runs --algorithm dqn for --env-id 'CartPole-v1', whose action space is Discrete(2)" in str(info.value)
     with pytest.raises(TypeError, match="this job has no actor class"):

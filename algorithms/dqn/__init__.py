@@ -1,0 +1,16 @@
+"""DQN and Ape-X DQN.
+
+DQN: Mnih et al. 2015, "Human-level control through deep reinforcement learning"
+(Nature 518), with double Q-learning, dueling heads, n-step returns and prioritized
+replay as config switches (:mod:`algorithms.dqn.dqn`). Ape-X: Horgan et al. 2018,
+"Distributed Prioritized Experience Replay" (ICLR, arXiv:1803.00933): its actors and
+learner (:mod:`algorithms.dqn.apex`, also the DPG actor that Ape-X TD3/DDPG use) and
+the builder the actor-learner program runs (:mod:`algorithms.dqn.builder`).
+"""
+
+from algorithms.dqn.apex import ApexActor, ApexConfig, ApexDPGActor, ApexLearner, DQNApex
+from algorithms.dqn.builder import DQNBuilder
+from algorithms.dqn.dqn import DQN, DQNConfig
+
+__all__ = ["DQN", "DQNConfig", "ApexConfig", "ApexActor", "ApexDPGActor", "ApexLearner", "DQNApex",
+           "DQNBuilder"]

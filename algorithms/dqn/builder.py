@@ -1,0 +1,63 @@
+"""Ape-X DQN as a builder (Horgan et al. 2018, "Distributed Prioritized Experience
+Replay", ICLR, arXiv:1803.00933): epsilon-greedy actors at rates eps_i, n-step
+transitions with initial priorities into a prioritized replay, a DQN learner whose new
+priorities go back to it. The hyperparameters are the Ape-X job's ``learn`` section
+(:class:`experiments.apex.LearnConfig`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from algorithms.builder import Builder, EnvSpec, Flow
+from algorithms.dqn.apex import ApexActor, ApexConfig, ApexLearner
+from algorithms.dqn.dqn import DQN
+
+
+class DQNBuilder(Builder):
+    """Ape-X DQN; ``network(observation_space, action_space)`` gives the Q network
+    (default: by observation family, :func:`algorithms.nets.q_network`)."""
+
+    algorithm_base, actor_base, learner_base = DQN, ApexActor, ApexLearner
+    state_key = "dqn"  # what Ape-X checkpoints have always called it
+
+    def __init__(self, *, learn: Any, spec: EnvSpec, network: Any = None, algorithm: type | None = None,
+                 actor: type | None = None, learner: type | None = None) -> None:
+        super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
+        self.learn, self.apex, self.dqn = learn, learn.apex_config(), learn.dqn_config()
+
+    @property
+    def flow(self) -> Flow:
+        return self.flow_of(self.learn)
+
+    @staticmethod
+    def flow_of(learn: Any) -> Flow:
+        """The flow of the Ape-X job's ``learn`` section (``--n-step`` and
+        ``--updates-per-step`` filled: by family defaults, or given)."""
+        add_every = ApexConfig.add_every  # the job has no flag for it
+        return Flow(data="replay", batch_size=learn.batch_size, push_every=learn.push_every,
+                    pull_every=learn.pull_every, held_steps=add_every + learn.n_step,
+                    learning_starts=learn.learning_starts, updates_per_step=learn.updates_per_step,
+                    n_step=learn.n_step)
+
+    def make_algorithm(self, *, device: Any, seed: int) -> DQN:
+        import torch
+
+        from algorithms.nets import q_network
+
+        obs_space, act_space = self.spec.observation_space, self.spec.action_space
+        torch.manual_seed(seed)
+        if self.network is not None:
+            net = self.network(obs_space, act_space)
+        else:
+            net = q_network(obs_space.shape, int(act_space.n), hidden=self.learn.hidden_sizes(),
+                            dueling=self.learn.dueling)
+        return self.algorithm_cls(network=net, num_actions=int(act_space.n), config=self.dqn, device=device,
+                                  seed=seed)
+
+    def make_actor(self, algorithm: DQN, *, env: Any, sink: Any, params: Any, index: int, num_actors: int,
+                   seed: int) -> ApexActor:
+        return self.actor_cls(dqn=algorithm, env=env, buffer=sink, params=params, index=index,
+                              num_actors=num_actors, config=self.apex, seed=seed)
+
+    def make_learner(self, algorithm: DQN, *, source: Any, params: Any) -> ApexLearner:
+        return self.learner_cls(dqn=algorithm, buffer=source, params=params, config=self.apex)
