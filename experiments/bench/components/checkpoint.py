@@ -1,6 +1,6 @@
 """Checkpoint cost of a full replay buffer: save, load and restore seconds, file bytes.
 
-Run: ``python -m experiments.bench.checkpoint [--quick] [--dir DIR]``. One JSON line
+Run: ``python -m experiments.bench.components.checkpoint [--quick] [--dir DIR]``. One JSON line
 per case:
 
 * ``atari-100k``: a PrioritizedReplayBuffer of 100k Atari transitions (4x84x84 uint8
@@ -19,7 +19,6 @@ a fresh buffer) and as much free disk in ``--dir``; ``--quick`` uses 2,000 slots
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.bench.tools.emit import emit
 from rlpar.buffers import PrioritizedReplayBuffer, SharedFrames
 from rlpar.checkpoint import load_checkpoint, restore_rng_state, rng_state, save_checkpoint
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         directory = Path(tempfile.mkdtemp(prefix="rlpar-ckpt-bench-", dir=args.dir))
         try:
             capacity = CASES[case][2 if args.quick else 1]
-            print(json.dumps(measure(case, capacity, directory)), flush=True)
+            emit(measure(case, capacity, directory))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 

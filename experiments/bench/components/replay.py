@@ -28,20 +28,21 @@ are batches/s, aggregate inserts/s and the sampler's wait fraction. ``--quick``
 skips them (starting 3 torch processes alone exceeds the smoke-test budget on a
 busy 2-core machine) unless ``--distributed`` is given.
 
-    python -m experiments.bench.replay [--quick] [--cases cartpole,atari] [--distributed]
+    python -m experiments.bench.components.replay [--quick] [--cases cartpole,atari] [--distributed]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from experiments.bench.tools.emit import emit
 
 ALPHA, BETA, BATCH, CHUNK = 0.6, 0.4, 256, 64
 
@@ -408,7 +409,7 @@ def dist_rank(case: Case, seconds: float, timeout: float, shared: bool) -> dict[
 
 
 def run_distributed(case: Case, seconds: float, shared: bool = False) -> dict[str, float]:
-    from experiments.bench import replay as this  # importable by name in the ranks
+    from experiments.bench.components import replay as this  # importable by name in the ranks
     from rlpar.distributed import launch
 
     results = launch(
@@ -496,7 +497,7 @@ def main(argv: list[str] | None = None) -> None:
                     "case": case.name,
                     "skipped": skipped[cls.library],
                 }
-                print(json.dumps(skip), flush=True)
+                emit(skip)
             else:
                 live.append(cls)
         results: dict[str, dict[str, tuple[float, float]]] = {}
@@ -542,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
                     else None,
                     "torch_threads": args.threads,
                 }
-                print(json.dumps(line), flush=True)
+                emit(line)
     dist_cases = {  # per-shard capacity; frames kept small so 2 shards fit in memory
         "cartpole": Case("cartpole", 500_000, (4,), np.float32, 0),
         "atari": Case("atari", 10_000, (4, 84, 84), np.uint8, 0),
@@ -560,7 +561,7 @@ def print_distributed(impl: str, case: Case, *, shared: bool, quick: bool, run: 
     """The distributed figures of one layout as JSON lines (a "skipped" line if not ``run``)."""
     base = {"bench": "replay", "impl": impl, "case": case.name, "shards": 2, "samplers": 1}
     if not run:
-        print(json.dumps({**base, "skipped": "--quick (pass --distributed to run it)"}))
+        emit({**base, "skipped": "--quick (pass --distributed to run it)"})
         return
     if quick:
         small = 2048 if case.name == "cartpole" else 512
@@ -575,7 +576,7 @@ def print_distributed(impl: str, case: Case, *, shared: bool, quick: bool, run: 
             "ratio_vs_best_peer": None,
             "torch_threads": 1,
         }
-        print(json.dumps(line), flush=True)
+        emit(line)
 
 if __name__ == "__main__":
     main()

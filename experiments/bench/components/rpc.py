@@ -12,19 +12,19 @@ Each metric is measured in alternating rounds (rlpar, raw, rlpar, raw, ...) so m
 noise hits both alike. ``overhead_ratio`` is rlpar's cost per operation over raw's
 (p50 latency, 1/rate): 1.10 means the group layer adds 10 %.
 
-Run: ``python -m experiments.bench.rpc [--quick]``; one JSON line per result.
+Run: ``python -m experiments.bench.components.rpc [--quick]``; one JSON line per result.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed.rpc as rpc
 
+from experiments.bench.tools.emit import emit
 from rlpar.distributed import World, launch
 
 
@@ -151,11 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     # By module name, not __main__: ranks must resolve echo/sink by reference.
-    from experiments.bench.rpc import bench_entry as entry
+    from experiments.bench.components.rpc import bench_entry as entry
 
     rows = launch(entry, nprocs=2, args=(asdict(plan),), timeout=900)[0]
     for row in rows:
-        print(json.dumps({"bench": "rpc", "quick": args.quick, **row}), flush=True)
+        emit({"bench": "rpc", "quick": args.quick, **row})
 
 
 if __name__ == "__main__":

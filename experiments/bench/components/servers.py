@@ -9,7 +9,7 @@ Three local ranks: rank 0 hosts the servers, ranks 1 and 2 are clients. Cases:
 * ``grad_push``: two workers pushing gradients of a 1M-parameter model to an async
   SGD gradient server vs ``rpc_sync`` sending the same tensors to a no-op.
 
-Run: ``python -m experiments.bench.servers [--quick]``; one JSON line per result.
+Run: ``python -m experiments.bench.components.servers [--quick]``; one JSON line per result.
 Timings on a shared machine are noisy: compare ratios measured in the same run.
 """
 
@@ -23,6 +23,7 @@ import torch
 import torch.distributed.rpc as rpc
 from torch import nn
 
+from experiments.bench.tools.emit import emit
 from rlpar.distributed import World, launch
 from rlpar.servers import PushPullGradServer, PushPullModelServer
 
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         grad_params = 1_000_000
     # Ranks must find the RPC target functions by their importable module name,
     # not as __main__ (python -m runs this file as __main__).
-    from experiments.bench import servers
+    from experiments.bench.components import servers
 
     per_rank = launch(
         servers._rank,
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     grad_lines: dict[str, float] = {}
     for lines in per_rank:
         for line in lines:
-            print(json.dumps(line), flush=True)
+            emit(line)
             if line["case"] == "grad_push_per_worker":
                 grad_lines[line["impl"]] = grad_lines.get(line["impl"], 0.0) + line["ops_per_s"]
     raw_total = grad_lines.get("raw_rpc_sync", 0.0)

@@ -12,18 +12,18 @@ does nothing with them, so the numbers are the transport's ceiling. Cases:
 Reports items/s and MB/s taken by the consumer, per number of producers. A shared
 2-core machine is noisy: compare cases measured in the same run.
 
-Run: ``python -m experiments.bench.trajectory_queue [--quick]``; one JSON line per result.
+Run: ``python -m experiments.bench.components.trajectory_queue [--quick]``; one JSON line per result.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 import torch
 
+from experiments.bench.tools.emit import emit
 from rlpar.buffers import HostedQueue, TrajectoryQueue
 from rlpar.distributed import World, launch
 
@@ -105,12 +105,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     per, rounds = (40, 1) if args.quick else (400, 3)
     # By module name, not __main__: ranks resolve bench_entry by reference.
-    from experiments.bench.trajectory_queue import bench_entry as entry
+    from experiments.bench.components.trajectory_queue import bench_entry as entry
 
     for producers in args.producers:
         rows = launch(entry, nprocs=producers + 1, args=(per, rounds), timeout=900)[0]
         for row in rows:
-            print(json.dumps({"bench": "trajectory_queue", "quick": args.quick, **row}), flush=True)
+            emit({"bench": "trajectory_queue", "quick": args.quick, **row})
 
 
 if __name__ == "__main__":

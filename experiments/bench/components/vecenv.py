@@ -1,7 +1,7 @@
 """Vector env throughput: rlpar's SubprocVectorEnv / InProcessVectorEnv against gymnasium's
 SyncVectorEnv and AsyncVectorEnv(shared_memory=True) (and EnvPool on Pong when installed).
 
-Run: ``python -m experiments.bench.vecenv [--quick]``. One JSON line per (case, impl):
+Run: ``python -m experiments.bench.components.vecenv [--quick]``. One JSON line per (case, impl):
 env steps per second, and for rlpar's implementations the ratio against every peer.
 
 ``rlpar_subproc`` is the default configuration; ``rlpar_subproc_nospin`` the same with
@@ -20,7 +20,6 @@ gymnasium's wrapper chain in every gymnasium-based impl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import numpy as np
 
 from envs import InProcessVectorEnv, SubprocVectorEnv
 from envs.testing import CountingEnv
+from experiments.bench.tools.emit import emit
 
 
 def cartpole() -> gym.Env:
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 fn().close()
             except Exception as exc:
-                print(json.dumps({"bench": "vecenv", "case": case, "skipped": f"ale-py: {exc!r}"}))
+                emit({"bench": "vecenv", "case": case, "skipped": f"ale-py: {exc!r}"})
                 continue
         # All impls stay alive and are timed in interleaved rounds, keeping each one's
         # best round: on a shared machine the load drifts, and interleaving exposes
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
             for impl, make in impls(fn, n, case).items():
                 if isinstance(make, str):
                     skipped = {"bench": "vecenv", "case": case, "impl": impl, "skipped": make}
-                    print(json.dumps(skipped), flush=True)
+                    emit(skipped)
                     continue
                 venv = make()
                 try:
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
                 for peer, prate in peers.items():
                     line[f"ratio_vs_{peer}"] = round(rate / prate, 3)
                 line["ratio_vs_best_peer"] = round(rate / max(peers.values()), 3)
-            print(json.dumps(line), flush=True)
+            emit(line)
 
 
 if __name__ == "__main__":

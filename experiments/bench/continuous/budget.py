@@ -2,16 +2,16 @@
 experiments.apex``) against Stable-Baselines3 TD3 and SAC (rl-baselines3-zoo's
 settings), side by side on this machine.
 
-    python -m experiments.bench.continuous --envs Pendulum-v1            # 10 min per run
-    python -m experiments.bench.continuous --envs HalfCheetah-v5,Hopper-v5 --seeds 0,1,2   # mujoco extra
-    python -m experiments.bench.continuous --quick                       # smoke test, not a measurement
+    python -m experiments.bench.continuous.budget --envs Pendulum-v1            # 10 min per run
+    python -m experiments.bench.continuous.budget --envs HalfCheetah-v5,Hopper-v5 --seeds 0,1,2   # mujoco extra
+    python -m experiments.bench.continuous.budget --quick                       # smoke test, not a measurement
 
 For each env, seed and implementation (in that order, one at a time: each gets the
-whole machine), the bench starts two processes (:func:`.wallclock.run_pair`):
+whole machine), the bench starts two processes (:func:`experiments.bench.tools.wallclock.run_pair`):
 
 - a trainer (``--worker``): ours through the job's Python API, a local world of a
-  learner and actors (:mod:`.continuous_ours`; its per-env flags, then
-  ``--ours-flags``), or an SB3 peer in one process (:mod:`.continuous_peers`,
+  learner and actors (:mod:`.ours`; its per-env flags, then
+  ``--ours-flags``), or an SB3 peer in one process (:mod:`.peers`,
   ``--peer-threads`` torch threads). It stops at the env's budget (``--budget-s``;
   600 s for Pendulum, 1800 s for MuJoCo), counted from its process's launch
   (imports and spawning included), or at ``--max-env-steps``, and writes its actor
@@ -55,7 +55,8 @@ import sys
 import time
 from typing import Any
 
-from experiments.bench import wallclock as wc
+from experiments.bench.tools import wallclock as wc
+from experiments.bench.tools.emit import emit
 
 BENCH = "continuous"
 IMPLS = ("rlpar-td3", "sb3-td3", "sb3-sac", "rlpar-ddpg")
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         "extra experiments.apex flags for rlpar-td3/ddpg (after the bench's per-env ones)"))
     add("--peer-threads", type=int, default=1, help=(
         "torch threads of an SB3 peer (1: two are at best 30%% faster on an idle machine and several times "
-        "slower beside any other load, this bench's evaluator included; see continuous_peers)"))
+        "slower beside any other load, this bench's evaluator included; see continuous.peers)"))
     add("--quick", action="store_true", help=(
         "smoke test: Pendulum-v1, 10 s per run, tiny networks and replay, 3 episodes"))
     for hidden in ("--worker", "--evaluator", "--env", "--run-dir"):
@@ -152,7 +153,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if any(ENVS[e].mujoco for e in args.env_list) and importlib.util.find_spec("mujoco") is None:
         parser.error("MuJoCo is not installed: pip install 'rlpar[mujoco]' (or make bench-deps)")
     if not (args.worker or args.evaluator) and any(i.startswith("rlpar-") for i in args.impl_list):
-        from experiments.bench import continuous_ours as ours
+        from experiments.bench.continuous import ours
 
         for env_id in args.env_list:  # bad job flags: exit 2 here, not in a child
             ours.apex_config(env_id, args.ours_flags)
@@ -185,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         for impl in args.impl_list:
             missing = _missing(impl)
             if missing:
-                wc.emit(args.out, {"bench": BENCH, "env": env_id, "impl": impl, "skipped": missing})
+                emit({"bench": BENCH, "env": env_id, "impl": impl, "skipped": missing}, results_dir=args.out)
             else:
                 runnable.append(impl)
         for seed in args.seed_list:
             for impl in runnable:
-                wc.emit(args.out, run_one(env_id, impl, seed, args))
+                emit(run_one(env_id, impl, seed, args), results_dir=args.out)
         plot_env(args.out, env_id, levels_of(args, env_id))
     return 0
 
@@ -211,7 +212,7 @@ def plot_env(out: str, env_id: str, levels: tuple[float, ...]) -> str | None:
 
 
 def child_command(args: argparse.Namespace, env_id: str, impl: str, seed: int, run_dir: str) -> list[str]:
-    return [sys.executable, "-m", "experiments.bench.continuous", "--envs", env_id, "--env", env_id,
+    return [sys.executable, "-m", "experiments.bench.continuous.budget", "--envs", env_id, "--env", env_id,
             "--impls", impl, "--seeds", str(seed), "--budget-s", repr(budget_of(args, env_id)),
             "--max-env-steps", str(args.max_env_steps), "--eval-every", str(eval_every_of(args, env_id)),
             "--eval-episodes", str(args.eval_episodes), f"--ours-flags={args.ours_flags}",
@@ -277,10 +278,10 @@ def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
               "budget_s": budget_of(args, args.env), "max_env_steps": args.max_env_steps,
               "eval_every": eval_every_of(args, args.env), "quick": args.quick}
     if impl.startswith("sb3-"):
-        from experiments.bench import continuous_peers as peers
+        from experiments.bench.continuous import peers
 
         return peers.train(impl, args.env, threads=args.peer_threads, **common)
-    from experiments.bench import continuous_ours as ours
+    from experiments.bench.continuous import ours
 
     return ours.train(args.env, algorithm=algorithm_of(impl), flags=args.ours_flags, **common)
 
@@ -288,11 +289,11 @@ def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
 def evaluate_runs(impl: str, args: argparse.Namespace) -> dict[str, Any]:
     """The evaluator process: greedy returns of every snapshot of ``args.run_dir``."""
     if impl.startswith("sb3-"):
-        from experiments.bench import continuous_peers as peers
+        from experiments.bench.continuous import peers
 
         load, act = peers.policy(impl, args.env, quick=args.quick)
     else:
-        from experiments.bench import continuous_ours as ours
+        from experiments.bench.continuous import ours
 
         load, act = ours.policy(args.env, algorithm=algorithm_of(impl), flags=args.ours_flags, quick=args.quick)
     env = eval_env(args.env, episodes=args.eval_episodes)

@@ -1,7 +1,7 @@
 """Where one recorded run trails another at equal wall-clock: the check behind "ahead
-of both peers throughout" in ``experiments.bench.continuous``'s notes.
+of both peers throughout" in ``experiments.bench.continuous.budget``'s notes.
 
-    python -m experiments.bench.continuous_compare OUT/Hopper-v5/rlpar-td3-seed2 \\
+    python -m experiments.bench.continuous.compare OUT/Hopper-v5/rlpar-td3-seed2 \\
         --against OUT/Hopper-v5/sb3-sac-seed1 OUT/Hopper-v5/sb3-td3-seed0
 
 Each argument is a run directory of that bench (it holds ``evals.jsonl``) or the file
@@ -30,7 +30,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.bench.wallclock import CURVE
+from experiments.bench.tools.emit import emit
+from experiments.bench.tools.wallclock import CURVE
 
 
 def read(path: str) -> list[tuple[float, float]]:
@@ -38,7 +39,7 @@ def read(path: str) -> list[tuple[float, float]]:
     file if it has none or a line is not an evaluation."""
     file = os.path.join(path, CURVE) if os.path.isdir(path) else path
     if not os.path.isfile(file):
-        raise ValueError(f"{path}: no {CURVE} (give a run directory of experiments.bench.continuous or the file)")
+        raise ValueError(f"{path}: no {CURVE} (give a run directory of experiments.bench.continuous.budget or the file)")
     points = []
     with open(file) as f:
         for number, line in enumerate(f, 1):
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         for peer_path, peer in peers.items():
             line = {"run": run_path, "peer": peer_path, **compare(run, peer, grid_s=args.grid_s),
                     "best_by": {f"{s:g}": {"run": _best_by(run, s), "peer": _best_by(peer, s)} for s in at}}
-            print(json.dumps(line))
+            emit(line)
     return 0
 
 

@@ -1,10 +1,10 @@
-"""Ours in ``experiments.bench.continuous``: Ape-X TD3 (or DDPG) as ``python -m
+"""Ours in ``experiments.bench.continuous.budget``: Ape-X TD3 (or DDPG) as ``python -m
 experiments.apex --env-id ENV`` runs it, a local world (learner + actors, one per
 core, at least 2), through the Python API, with the bench's per-env flags
 (:data:`ENV_FLAGS`) and ``--ours-flags`` after them.
 
 Snapshots come from :class:`SnapshottingLearner`, the builder's learner class
-with :class:`~experiments.bench.wallclock.PacedSnapshots` (passed as
+with :class:`~experiments.bench.tools.wallclock.PacedSnapshots` (passed as
 ``Parts(learner=...)``; every rank imports this module). The final snapshot is the
 run's ``policy.pt`` with the summary's env steps. The job's own greedy evaluations
 are switched off (the bench evaluates).
@@ -18,7 +18,7 @@ import shutil
 from typing import Any
 
 from algorithms.actor_learner import Learner
-from experiments.bench.wallclock import PacedSnapshots, write_snapshot
+from experiments.bench.tools.wallclock import PacedSnapshots, write_snapshot
 
 NEVER = 2**62  # --eval-every for the job's own evaluation: the bench evaluates instead
 

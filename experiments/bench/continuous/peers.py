@@ -1,4 +1,4 @@
-"""The Stable-Baselines3 peers of ``experiments.bench.continuous``: TD3 and SAC with
+"""The Stable-Baselines3 peers of ``experiments.bench.continuous.budget``: TD3 and SAC with
 rl-baselines3-zoo's hyperparameters for each env (``hyperparams/td3.yml`` and
 ``sac.yml`` at DLR-RM/rl-baselines3-zoo 22e3ff2, April 2026; the zoo lists the
 MuJoCo tasks as ``-v4``, the same settings here on ``-v5``), SB3's defaults for
@@ -79,7 +79,7 @@ def train(impl: str, env_id: str, *, run_dir: str, seed: int, started: float, bu
           max_env_steps: int, eval_every: int, quick: bool, threads: int) -> dict[str, Any]:
     import torch
 
-    from experiments.bench.wallclock import learn_sb3
+    from experiments.bench.tools.wallclock import learn_sb3
 
     torch.set_num_threads(threads)
     model = make_model(impl, env_id, seed=seed, quick=quick)

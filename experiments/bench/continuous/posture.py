@@ -1,5 +1,5 @@
 """Which way up a planar MuJoCo runner ran, over a run of ours: for each snapshot an
-``experiments.bench.continuous`` run wrote (``<out>/<Env>/rlpar-td3-seed<k>`` or
+``experiments.bench.continuous.budget`` run wrote (``<out>/<Env>/rlpar-td3-seed<k>`` or
 ``rlpar-ddpg-seed<k>``), one greedy episode from ``reset(seed=--seed)``, its return, and
 the share of its steps with the torso pitched past 90 degrees, upside down.
 
@@ -8,7 +8,7 @@ upright runs go past 7,000). A best-return curve cannot tell a run that is still
 from one that is stuck like that. The pitch is the root's hinge about the y axis (the
 ``rooty`` joint of HalfCheetah, Hopper and Walker2d), read from the simulator's state.
 
-    python -m experiments.bench.posture RUN_DIR [RUN_DIR ...] [--env ENV] \\
+    python -m experiments.bench.continuous.posture RUN_DIR [RUN_DIR ...] [--env ENV] \\
         [--impl rlpar-td3|rlpar-ddpg] [--ours-flags="..."] [--seed 0] [--every K]
 
 One JSON line per snapshot: ``return``, ``upside_down`` (share of steps, 0 = upright),
@@ -20,7 +20,6 @@ carry the network flags the run used, so that the snapshot loads into the same n
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -28,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench.wallclock import bench_run
+from experiments.bench.tools.emit import emit
+from experiments.bench.tools.wallclock import bench_run
 
 IMPLS = ("rlpar-td3", "rlpar-ddpg")
 ROOT_PITCH_JOINT = "rooty"
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from envs.registry import EnvFactory
-    from experiments.bench import continuous_ours as ours
-    from experiments.bench.continuous import algorithm_of
+    from experiments.bench.continuous import ours
+    from experiments.bench.continuous.budget import algorithm_of
 
     torch.set_num_threads(1)
     for run, env_id, impl, paths in jobs:
@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 load(snap["state"])
                 with torch.no_grad():
                     row = posture(act, env, env_id=env_id, seed=args.seed)
-                print(json.dumps({"bench": "posture", "env": env_id, "impl": impl, "run": run,
-                                  "env_steps": snap["env_steps"], "wall_s": snap["wall_s"], **row}), flush=True)
+                emit({"bench": "posture", "env": env_id, "impl": impl, "run": run,
+                      "env_steps": snap["env_steps"], "wall_s": snap["wall_s"], **row})
         finally:
             env.close()
     return 0

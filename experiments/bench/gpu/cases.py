@@ -1,4 +1,4 @@
-"""The cases of :mod:`experiments.bench.gpu_check`.
+"""The cases of :mod:`experiments.bench.gpu.check`.
 
 Each ``case(cpu)`` runs one CUDA path (``cpu=True``: its CPU fallback, for CI) and
 returns a dict of details, raises :class:`Unavailable` for a path this checkout does
@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Any
 
-from experiments.bench.job_runs import has_flag, has_module, run_job
+from experiments.bench.tools.job_runs import has_flag, has_module, run_job
 
 LAUNCH_S = 90.0  # one launch of ranks (NCCL's first communicator takes seconds)
 RPC_S = 30.0

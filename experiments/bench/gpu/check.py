@@ -1,5 +1,5 @@
 """Every CUDA path of rlpar, checked in one go on a machine with a GPU:
-``python -m experiments.bench.gpu_check`` (at most 8 minutes; on one H100, 104 s).
+``python -m experiments.bench.gpu.check`` (at most 8 minutes; on one H100, 104 s).
 
 CI has no GPU, so these paths are tested there only through their CPU fallbacks; this
 check is what runs them on CUDA (docs/gpu.md holds the last result). Each
@@ -10,7 +10,7 @@ cannot stall the others) and prints one JSON line::
     {"case": ..., "ok": false, "seconds": ..., "device": ..., "error": "..."}
     {"case": ..., "ok": null, "seconds": ..., "device": ..., "reason": "..."}   # skipped
 
-Cases (:mod:`experiments.bench.gpu_cases`): ``nccl_learner_group`` (broadcast and
+Cases (:mod:`experiments.bench.gpu.cases`): ``nccl_learner_group`` (broadcast and
 gradient averaging over NCCL), ``rpc_device_maps`` (CUDA tensors over RPC with
 TensorPipe device maps), ``apex_gpu_learner``, ``td3_gpu_learner`` (Ape-X on
 Pendulum-v1), ``impala_gpu_learner``, ``a3c_gpu_workers`` and ``maddpg_gpu`` (the jobs
@@ -19,7 +19,7 @@ with ``--device cuda``), ``ppo_gpu_learner``, ``pqn_gpu_learner`` and ``learners
 available" on a tree without them). A
 machine without CUDA skips every case (ok null). ``--cpu-smoke`` runs each case's CPU
 fallback instead (gloo, CPU tensors, ``--device cpu``), in this process, in seconds:
-what CI runs (``tests/experiments/test_bench_gpu_check.py``). ``--cases a,b`` picks.
+what CI runs (``tests/experiments/bench/gpu/test_bench_gpu_check.py``). ``--cases a,b`` picks.
 Exit status 1 if a case failed.
 """
 
@@ -35,7 +35,8 @@ import tempfile
 import time
 from typing import Any
 
-from experiments.bench.gpu_cases import CASES, TIMEOUTS, Unavailable
+from experiments.bench.gpu.cases import CASES, TIMEOUTS, Unavailable
+from experiments.bench.tools.emit import emit
 
 
 def attempt(name: str, cpu: bool) -> dict[str, Any]:
@@ -58,7 +59,7 @@ def isolated(name: str, cpu: bool, timeout: float) -> dict[str, Any]:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         out = os.path.join(tmp, "line.json")
-        cmd = [sys.executable, "-m", "experiments.bench.gpu_check", "--child", name, "--out", out]
+        cmd = [sys.executable, "-m", "experiments.bench.gpu.check", "--child", name, "--out", out]
         proc = subprocess.Popen(cmd + (["--cpu-smoke"] if cpu else []), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             line = attempt(name, cpu)
         failed |= line["ok"] is False
-        print(json.dumps({**line, "device": device}), flush=True)
+        emit({**line, "device": device})
     return 1 if failed else 0
 
 

@@ -1,6 +1,6 @@
 """Time and env steps to solve CartPole-v1: rlpar's A3C against Stable-Baselines3 A2C.
 
-``python -m experiments.bench.a3c_cartpole [--seeds 3] [--budget 120] [--quick]``
+``python -m experiments.bench.learning.a3c_cartpole [--seeds 3] [--budget 120] [--quick]``
 
 Protocol, the same for both: every run is a fresh Python process, and its clock
 starts when the benchmark launches that process, so each side pays its own
@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from experiments.bench.tools.emit import emit
 
 BENCH = "a3c_cartpole"
 TARGET = 475.0
@@ -132,7 +134,7 @@ def _sb3_missing() -> str | None:
 
 def run_child(impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """One run in a fresh interpreter, timed from just before its launch."""
-    command = [sys.executable, "-m", "experiments.bench.a3c_cartpole", "--child", impl,
+    command = [sys.executable, "-m", "experiments.bench.learning.a3c_cartpole", "--child", impl,
                "--seed", str(seed), "--budget", str(args.budget),
                "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
                f"--rlpar-flags={args.rlpar_flags}"]
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         launched = time.time() if args.launched is None else args.launched
         extra = {"flags": args.rlpar_flags} if args.child == "rlpar" else {}
         runner = run_rlpar if args.child == "rlpar" else run_sb3
-        print(json.dumps(runner(args.seed, launched=launched, **kwargs, **extra)), flush=True)
+        emit(runner(args.seed, launched=launched, **kwargs, **extra))
         return 0
     if args.quick:
         args.seeds, args.budget, args.eval_every, args.eval_episodes = 1, 4.0, 2000, 4
@@ -181,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             result = run_child(impl, seed, args)
             results[impl].append(result)
-            print(json.dumps({"bench": BENCH, "impl": impl, "case": f"seed{seed}", "seed": seed,
-                              "budget_s": args.budget, **_rounded(result)}), flush=True)
+            emit({"bench": BENCH, "impl": impl, "case": f"seed{seed}", "seed": seed,
+                  "budget_s": args.budget, **_rounded(result)})
     medians = {}
     for impl in impls:
         if impl == "sb3" and missing:
-            print(json.dumps({"bench": BENCH, "impl": "sb3", "skipped": missing}), flush=True)
+            emit({"bench": BENCH, "impl": "sb3", "skipped": missing})
             continue
         medians[impl] = statistics.median(r["time_to_solve_s"] for r in results[impl])
     for impl, median in medians.items():
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(sb3) == len(runs):
                 line["faster_seeds"] = (f"{sum(a['time_to_solve_s'] < b['time_to_solve_s'] for a, b in zip(runs, sb3, strict=True))}"
                                         f"/{len(runs)}")
-        print(json.dumps(line), flush=True)
+        emit(line)
     return 0
 
 

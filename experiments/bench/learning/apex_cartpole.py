@@ -19,7 +19,7 @@ a local actor-learner world) and ``ppo`` (``experiments.ppo``, one member); thei
 peer ``sb3-ppo`` is Stable-Baselines3 PPO with the zoo's CartPole-v1 settings. Only
 ``ours`` (Ape-X) is compared with the DQN peers in ``ratio_vs_best_peer``.
 
-    python -m experiments.bench.apex_cartpole --impls impala,ppo,sb3-ppo --seeds 3
+    python -m experiments.bench.learning.apex_cartpole --impls impala,ppo,sb3-ppo --seeds 3
 
 ``ours-1proc`` is not a peer: ours' algorithm and config in one deterministic process
 (actors and learner taking turns), for env steps to solve free of timing noise; how
@@ -30,8 +30,8 @@ Prints one JSON line per run and one summary line (median over seeds) per
 implementation; ours carries ``ratio_vs_best_peer`` (best peer median wall-clock /
 ours). A peer that is not installed prints a line with ``"skipped"``.
 
-    python -m experiments.bench.apex_cartpole --seeds 3
-    python -m experiments.bench.apex_cartpole --quick      # smoke test, < 20 s of runs
+    python -m experiments.bench.learning.apex_cartpole --seeds 3
+    python -m experiments.bench.learning.apex_cartpole --quick      # smoke test, < 20 s of runs
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from experiments.bench.tools.emit import emit
 
 BENCH = "apex_cartpole"
 TARGET = 475.0
@@ -116,12 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
-
-
 def run_worker(impl: str, seed: int, args) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "experiments.bench.apex_cartpole", "--worker", impl,
+    cmd = [sys.executable, "-m", "experiments.bench.learning.apex_cartpole", "--worker", impl,
            "--seed", str(seed), "--started", repr(time.time()),
            "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
            "--max-seconds", str(args.max_seconds), "--max-env-steps", str(args.max_env_steps)]

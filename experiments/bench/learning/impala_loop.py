@@ -1,6 +1,6 @@
 """IMPALA in one process on CartPole-v1: env steps and seconds to a greedy return of 475.
 
-``python -m experiments.bench.impala_loop [--seeds 3] [--budget 120] [--lr 1e-3] ...``
+``python -m experiments.bench.learning.impala_loop [--seeds 3] [--budget 120] [--lr 1e-3] ...``
 (``--env MinAtar/Breakout-v0`` runs another env for the whole budget, or to ``--target``;
 ``--quick`` is a smoke test, not a measurement.)
 
@@ -21,7 +21,6 @@ imports. Prints one JSON line per run and a median line.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
@@ -34,6 +33,7 @@ from algorithms.impala import IMPALA, IMPALAConfig
 from algorithms.rollout import evaluate
 from algorithms.unroll import UnrollAdder, collate_unrolls
 from envs.registry import make_env
+from experiments.bench.tools.emit import emit
 
 EVAL_MAX_STEPS = 10_000  # a greedy policy may never end an episode (MinAtar has no limit)
 
@@ -126,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         result = run(seed, args)
         results.append(result)
-        print(json.dumps({"bench": "impala_loop", "seed": seed, **result}), flush=True)
-    print(json.dumps({"bench": "impala_loop", "case": "median", "flags": vars(args),
-                      "seconds_median": statistics.median(r["seconds"] for r in results),
-                      "cpu_seconds_median": statistics.median(r["cpu_seconds"] for r in results),
-                      "env_steps_median": statistics.median(r["env_steps"] for r in results),
-                      "solved": f"{sum(r['solved'] for r in results)}/{len(results)}"}), flush=True)
+        emit({"bench": "impala_loop", "seed": seed, **result})
+    emit({"bench": "impala_loop", "case": "median", "flags": vars(args),
+          "seconds_median": statistics.median(r["seconds"] for r in results),
+          "cpu_seconds_median": statistics.median(r["cpu_seconds"] for r in results),
+          "env_steps_median": statistics.median(r["env_steps"] for r in results),
+          "solved": f"{sum(r['solved'] for r in results)}/{len(results)}"})
     return 0
 
 

@@ -1,8 +1,8 @@
 """Single-process PPO (:mod:`algorithms.ppo`): time to solve CartPole-v1, and a
 MinAtar return curve.
 
-``python -m experiments.bench.ppo_single cartpole [--case cleanrl] [--seeds 3] [--budget 180]``
-``python -m experiments.bench.ppo_single minatar [--game Breakout] [--minutes 4]``
+``python -m experiments.bench.learning.ppo_single cartpole [--case cleanrl] [--seeds 3] [--budget 180]``
+``python -m experiments.bench.learning.ppo_single minatar [--game Breakout] [--minutes 4]``
 
 One process, one torch thread, rlpar's in-process vector env (gymnasium's
 next-step autoreset), :class:`algorithms.rollout.RolloutCollector` and ``PPO.update``
@@ -52,8 +52,8 @@ MinAtar Breakout-v0, seed 0, 4 minutes, 8 x 128, otherwise PPOConfig defaults (l
 - lr 5e-4 annealed over 1.2M: 1.8 at 50k, 5.0 at 250k, then flat at 5.2-5.7 to 1.5M;
   1,542,125 env steps at 6,425/s (lower load); final evaluation 5.5.
 
-    python -m experiments.bench.ppo_single cartpole --case fast --seeds 20
-    python -m experiments.bench.ppo_single minatar --minutes 4
+    python -m experiments.bench.learning.ppo_single cartpole --case fast --seeds 20
+    python -m experiments.bench.learning.ppo_single minatar --minutes 4
 """
 
 from __future__ import annotations
@@ -61,11 +61,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import statistics
 import time
 from typing import Any
+
+from experiments.bench.tools.emit import emit
 
 BENCH = "ppo_single"
 TARGET = 475.0
@@ -150,7 +151,7 @@ def run_minatar(*, game: str, seed: int, minutes: float, curve_every: int, num_e
                           "episodes": len(returns), "return_mean": round(float(np.mean(returns)), 2) if returns else None,
                           "env_steps_per_s": round((collector.env_steps - last_steps) / (now - window_start)),
                           "entropy": round(metrics["entropy"], 3), "approx_kl": round(metrics["approx_kl"], 4)})
-            print(json.dumps({"bench": BENCH, "case": f"minatar-{game}", "seed": seed, **lines[-1]}), flush=True)
+            emit({"bench": BENCH, "case": f"minatar-{game}", "seed": seed, **lines[-1]})
             window_start, last_steps, next_point = now, collector.env_steps, next_point + curve_every
     wall = time.perf_counter() - started
     eval_env = InProcessVectorEnv([lambda: gym.wrappers.TimeLimit(make_env(env_id), 10_000)] * 20)
@@ -160,7 +161,7 @@ def run_minatar(*, game: str, seed: int, minutes: float, curve_every: int, num_e
                "env_steps_per_s": round(collector.env_steps / wall),
                "eval_return_mean": round(float(sampled.mean()), 2), "eval_return_std": round(float(sampled.std()), 2),
                "config": {"num_envs": num_envs, "n_steps": n_steps, **dataclasses.asdict(config)}}
-    print(json.dumps(summary), flush=True)
+    emit(summary)
     return lines
 
 
@@ -206,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.task == "minatar":
         run_minatar(game=args.game, seed=args.seed, minutes=args.minutes, curve_every=args.curve_every,
                     num_envs=num_envs, n_steps=n_steps, overrides=overrides, anneal_steps=anneal)
-        print(json.dumps({"bench": BENCH, "loadavg_before": [round(x, 2) for x in load],
-                          "loadavg_after": [round(x, 2) for x in os.getloadavg()]}), flush=True)
+        emit({"bench": BENCH, "loadavg_before": [round(x, 2) for x in load],
+              "loadavg_after": [round(x, 2) for x in os.getloadavg()]})
         return 0
     runs = []
     for seed in range(args.seed, args.seed + args.seeds):
@@ -215,15 +216,15 @@ def main(argv: list[str] | None = None) -> int:
                               anneal_steps=anneal, budget=args.budget, eval_every=args.eval_every)
         runs.append(result)
         line = {k: v for k, v in result.items() if k != "config"}
-        print(json.dumps({"bench": BENCH, "case": args.case, "seed": seed, **line}), flush=True)
-    print(json.dumps({
+        emit({"bench": BENCH, "case": args.case, "seed": seed, **line})
+    emit({
         "bench": BENCH, "case": args.case, "summary": True, "solved": f"{sum(r['solved'] for r in runs)}/{len(runs)}",
         "time_to_solve_s_median": statistics.median(r["time_to_solve_s"] for r in runs),
         "train_s_median": statistics.median(r["train_s"] for r in runs),
         "env_steps_median": statistics.median(r["env_steps"] for r in runs),
         "env_steps_per_s_median": statistics.median(r["env_steps_per_s"] for r in runs),
         "config": runs[0]["config"], "loadavg_before": [round(x, 2) for x in load],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()]}), flush=True)
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()]})
     return 0
 
 

@@ -20,8 +20,8 @@ Both print one JSON line per evaluation or report and one result line, with the
 seconds spent acting (network forward and epsilon-greedy), stepping the envs,
 computing the targets and in the minibatch steps, and the load average.
 
-    python -m experiments.bench.pqn_single cartpole --seed 0
-    python -m experiments.bench.pqn_single minatar --game Breakout --seconds 240
+    python -m experiments.bench.learning.pqn_single cartpole --seed 0
+    python -m experiments.bench.learning.pqn_single minatar --game Breakout --seconds 240
 
 Recorded (issue 33; 2 CPU cores shared with other jobs, 1 torch thread, in-process
 envs; the 1-minute load average is given since it sets the speed):
@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import time
 from collections import defaultdict
@@ -65,6 +64,7 @@ from algorithms.pqn_runner import PQNRunner
 from algorithms.rollout import evaluate
 from envs.make import make_vector_env
 from envs.registry import make_env
+from experiments.bench.tools.emit import emit
 
 CARTPOLE = {"lam": 0.95, "lr": 1e-4, "lr_decay_steps": 500_000, "epochs": 4, "minibatches": 16,
             "reward_scale": 0.1, "epsilon_end": 0.2, "epsilon_decay_steps": 100_000,
@@ -113,10 +113,6 @@ def breakdown(pqn: TimedPQN, collect_s: float) -> dict[str, float]:
     return {"act_s": round(s["act"], 1), "env_s": round(collect_s - s["act"], 1),
             "targets_s": round(s["targets"], 1), "minibatch_s": round(s["update"] - s["targets"], 1),
             "load_avg_1m": round(os.getloadavg()[0], 2)}
-
-
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
 
 
 def cartpole(args: argparse.Namespace) -> None:

@@ -26,14 +26,13 @@ seconds to the first greedy mean >= -200, seeds 0, 1, 2:
   6,000); a fixed ``--sigma 0.1 --alpha 0`` 6,000 (Pendulum does not tell the
   schedules apart); 16 envs (seed 4) 6,000.
 
-    python -m experiments.bench.td3_pendulum --seed 0
+    python -m experiments.bench.learning.td3_pendulum --seed 0
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 
 import gymnasium as gym
@@ -43,6 +42,7 @@ import torch
 from algorithms.noise import exploration_scales
 from algorithms.rollout import evaluate
 from algorithms.td3 import TD3, TD3Config
+from experiments.bench.tools.emit import emit
 from rlpar.buffers import NStepAssembler, PrioritizedReplayBuffer
 
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
                                    seed=10_000 + env_steps).mean())
             record = {"env_steps": env_steps, "updates": learner.updates, "eval_return": round(score, 1),
                       "seconds": round(time.perf_counter() - start, 1), **metrics}
-            print(json.dumps(record), flush=True)
+            emit(record)
             if score >= -200 and solved is None:
                 solved = record
                 if not args.no_stop:
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {"bench": "td3_pendulum", "solved": solved is not None, **vars(args),
                "env_steps": env_steps, "seconds": round(time.perf_counter() - start, 1),
                "solved_at": solved}
-    print(json.dumps(summary), flush=True)
+    emit(summary)
     return summary
 
 

@@ -2,25 +2,25 @@
 Stable-Baselines3 (DQN with the paper's settings, A2C, PPO), side by side in one
 run, on this machine.
 
-    python -m experiments.bench.minatar --games Breakout --impls rlpar-apex,sb3-dqn --budget-s 1800
-    python -m experiments.bench.minatar --games SpaceInvaders --impls rlpar-a3c,sb3-a2c --seeds 0,1
-    python -m experiments.bench.minatar --games Breakout --impls rlpar-pqn,rlpar-ppo --variant gymnax \
+    python -m experiments.bench.minatar.budget --games Breakout --impls rlpar-apex,sb3-dqn --budget-s 1800
+    python -m experiments.bench.minatar.budget --games SpaceInvaders --impls rlpar-a3c,sb3-a2c --seeds 0,1
+    python -m experiments.bench.minatar.budget --games Breakout --impls rlpar-pqn,rlpar-ppo --variant gymnax \
         --score 28 --report-at 300,900
-    python -m experiments.bench.minatar --games Breakout --impls rlpar-impala --flags "rlpar-impala=--num-actors 3"
-    python -m experiments.bench.minatar --quick          # smoke test (< 60 s), not a measurement
+    python -m experiments.bench.minatar.budget --games Breakout --impls rlpar-impala --flags "rlpar-impala=--num-actors 3"
+    python -m experiments.bench.minatar.budget --quick          # smoke test (< 60 s), not a measurement
 
 For each game, seed and implementation (in that order, one at a time: each gets
 the whole machine), the bench starts two processes:
 
 - a trainer (``--worker IMPL``): ours through the job's Python API with its
-  default flags (:mod:`.minatar_ours`, :mod:`.minatar_sync`; ``--flags IMPL=FLAGS``
+  default flags (:mod:`.ours`, :mod:`.ours_sync`; ``--flags IMPL=FLAGS``
   adds more, e.g. ``--flags "rlpar-impala=--num-actors 3"``, repeatable;
   ``--ours-flags`` / ``--a3c-flags`` are ``--flags rlpar-apex=`` / ``rlpar-a3c=``)
-  or an SB3 peer (:mod:`.minatar_peers`, no flags). It stops at ``--budget-s``
+  or an SB3 peer (:mod:`.peers`, no flags). It stops at ``--budget-s``
   seconds, counted from its process's launch (imports and spawning included), or
   at ``--max-env-steps`` (the paper's 5M frames), and writes a snapshot of its
   acting network every ``--eval-every`` env steps and at the end;
-- an evaluator (``--evaluator RUN_DIR``, ``nice`` 10, :mod:`.minatar_eval`) that
+- an evaluator (``--evaluator RUN_DIR``, ``nice`` 10, :mod:`.evaluation`) that
   plays every snapshot over ``--eval-episodes`` episodes with epsilon 0.1 (what
   the MinAtar paper's table reports) and 0.01 ("greedy").
 
@@ -68,9 +68,10 @@ import sys
 import time
 from typing import Any
 
-from experiments.bench import minatar_eval as ev
-from experiments.bench import minatar_jobs as jobs
-from experiments.bench import wallclock as wc
+from experiments.bench.minatar import evaluation as ev
+from experiments.bench.minatar import jobs
+from experiments.bench.tools import wallclock as wc
+from experiments.bench.tools.emit import emit
 
 BENCH = "minatar"
 IMPLS = ("rlpar-apex", "sb3-dqn", "rlpar-a3c", "sb3-a2c", "sb3-ppo", "rlpar-impala", "rlpar-ppo", "rlpar-pqn")
@@ -191,7 +192,7 @@ def impl_flags(given: list[str], **legacy: str) -> dict[str, str]:
         if not sep or impl not in IMPLS:
             raise ValueError(f"--flags takes IMPL=FLAGS with IMPL one of {list(jobs.JOBS)}, got {item!r}")
         if impl not in jobs.JOBS:
-            raise ValueError(f"--flags {impl}: the peers run the bench's own settings (minatar_peers) "
+            raise ValueError(f"--flags {impl}: the peers run the bench's own settings (minatar.peers) "
                              "and take no flags")
         if text.strip():
             flags.setdefault(impl, []).append(text)
@@ -209,14 +210,14 @@ def check_job_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def _ours(impl: str):
-    """The module that runs ``impl``, one of ours: minatar_sync or minatar_ours."""
+    """The module that runs ``impl``, one of ours: ours_sync or ours."""
     if impl in jobs.SYNC:
-        from experiments.bench import minatar_sync
+        from experiments.bench.minatar import ours_sync
 
-        return minatar_sync
-    from experiments.bench import minatar_ours
+        return ours_sync
+    from experiments.bench.minatar import ours
 
-    return minatar_ours
+    return ours
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         for impl in args.impl_list:
             missing = _missing(impl)
             if missing:
-                emit(args.out, {"bench": BENCH, "game": game, "variant": args.variant, "impl": impl,
-                                "skipped": missing})
+                emit({"bench": BENCH, "game": game, "variant": args.variant, "impl": impl,
+                      "skipped": missing}, results_dir=args.out)
             else:
                 runnable.append(impl)
         for seed in args.seed_list:
             for impl in runnable:
-                emit(args.out, run_one(game, impl, seed, args))
+                emit(run_one(game, impl, seed, args), results_dir=args.out)
         if runnable:
             ev.plot_game(args.out, game, list(IMPLS), variant=args.variant, score=args.scores[game])
     return 0
@@ -255,18 +256,11 @@ def _missing(impl: str) -> str | None:
     return jobs.missing(impl)
 
 
-def emit(out: str, record: dict[str, Any]) -> None:
-    line = json.dumps(record)
-    print(line, flush=True)
-    with open(os.path.join(out, "results.jsonl"), "a") as f:
-        f.write(line + "\n")
-
-
 # --------------------------------------------------------------- one run
 
 
 def child_command(args: argparse.Namespace, game: str, seed: int) -> list[str]:
-    return [sys.executable, "-m", "experiments.bench.minatar", "--games", game, "--game", game,
+    return [sys.executable, "-m", "experiments.bench.minatar.budget", "--games", game, "--game", game,
             "--seeds", str(seed), "--variant", args.variant, "--budget-s", repr(args.budget_s),
             "--max-env-steps", str(args.max_env_steps), "--eval-every", str(args.eval_every),
             "--eval-episodes", str(args.eval_episodes), "--eval-max-steps", str(args.eval_max_steps),
@@ -339,9 +333,9 @@ def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
               "budget_s": args.budget_s, "max_env_steps": args.max_env_steps, "eval_every": args.eval_every,
               "quick": args.quick, "variant": args.variant}
     if impl.startswith("sb3-"):
-        from experiments.bench import minatar_peers
+        from experiments.bench.minatar import peers
 
-        return minatar_peers.train(impl, args.game, **common)
+        return peers.train(impl, args.game, **common)
     return train_ours(impl, args.game, flags=args.impl_flags.get(impl, ""), **common)
 
 
@@ -354,9 +348,9 @@ def train_ours(impl: str, game: str, **common: Any) -> dict[str, Any]:
 
 def policy(impl: str, args: argparse.Namespace):
     if impl.startswith("sb3-"):
-        from experiments.bench import minatar_peers
+        from experiments.bench.minatar import peers
 
-        return minatar_peers.policy(impl, args.game, variant=args.variant)
+        return peers.policy(impl, args.game, variant=args.variant)
     return policy_ours(impl, args.impl_flags.get(impl, ""), args.game, variant=args.variant,
                        run_dir=args.evaluator or "")
 

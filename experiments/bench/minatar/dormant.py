@@ -1,5 +1,5 @@
 """Dead units in our networks over a MinAtar run: for each evaluation snapshot a
-``experiments.bench.minatar`` run of ours wrote (``<out>/<Game>/rlpar-apex-seed<k>`` or
+``experiments.bench.minatar.budget`` run of ours wrote (``<out>/<Game>/rlpar-apex-seed<k>`` or
 ``rlpar-a3c-seed<k>``), the share of each ReLU layer's units (conv channels, dense units)
 whose output is zero on every one of ``--states`` states of uniformly random play, and
 the mean of the network's value output on those states (Ape-X: Q over all actions; A3C:
@@ -10,7 +10,7 @@ Dead units (why they matter, how a conv channel counts) as in
 (``network/dead_units/<layer>``); this tool measures saved snapshots afterwards on one
 fixed set of states, so runs and snapshots compare with each other.
 
-    python -m experiments.bench.minatar_dormant RUN_DIR [RUN_DIR ...] [--game G] \\
+    python -m experiments.bench.minatar.dormant RUN_DIR [RUN_DIR ...] [--game G] \\
         [--impl rlpar-apex|rlpar-a3c] [--ours-flags="..."] [--a3c-flags="..."] [--states 3000]
 
 One JSON line per snapshot; ``dead`` is keyed by the ReLU's module name in the network
@@ -24,7 +24,6 @@ snapshot loads into the same network.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -32,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench.minatar_eval import PAPER_SCORES, env_id
-from experiments.bench.wallclock import bench_run
+from experiments.bench.minatar.evaluation import PAPER_SCORES, env_id
+from experiments.bench.tools.emit import emit
+from experiments.bench.tools.wallclock import bench_run
 
 IMPLS = ("rlpar-apex", "rlpar-a3c")
 
@@ -61,7 +61,7 @@ def network(impl: str, game: str, *, ours_flags: str, a3c_flags: str) -> tuple[A
     """``(module, load(state), value(obs))`` for ``impl``'s network as its job builds it."""
     import torch
 
-    from experiments.bench.minatar_ours import a3c_agent, apex_network
+    from experiments.bench.minatar.ours import a3c_agent, apex_network
 
     if impl == "rlpar-apex":
         net = apex_network(ours_flags, game)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                          "env_steps": snap["env_steps"], "wall_s": snap["wall_s"], "final": snap["final"],
                          "dead": dead.fractions(), "value_mean": round(value_mean, 4), "states": args.states})
         for row in sorted(rows, key=lambda r: (r["env_steps"], r["final"])):
-            print(json.dumps(row), flush=True)
+            emit(row)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Evaluation side of ``experiments.bench.minatar``: snapshot files, the evaluator
+"""Evaluation side of ``experiments.bench.minatar.budget``: snapshot files, the evaluator
 process, learning-curve summaries and the PNG.
 
 A trainer writes its acting network's parameters to ``<run>/snapshots/`` every
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.bench.wallclock import (  # noqa: F401  (the snapshot format, re-exported for this bench's callers)
+from experiments.bench.tools.wallclock import (  # noqa: F401  (the snapshot format, re-exported for this bench's callers)
     CURVE,
     DONE,
     EVALUATOR,
@@ -115,7 +115,7 @@ def evaluate_snapshot(scores: Callable, env: Any, *, seed: int) -> dict[str, Any
 def evaluator_main(run_dir: str, *, policy: Callable[[], tuple[Callable, Callable]], game: str,
                    episodes: int, max_steps: int, seed: int, variant: str = "paper",
                    poll_s: float = 0.5) -> dict[str, Any]:
-    """Evaluate every snapshot of ``run_dir`` (:func:`~.wallclock.watch_snapshots`)
+    """Evaluate every snapshot of ``run_dir`` (:func:`~experiments.bench.tools.wallclock.watch_snapshots`)
     until the bench writes ``DONE`` (after the trainer exited) and none is left.
     ``policy()`` returns ``(load(state), scores(obs))`` for the implementation's
     network."""

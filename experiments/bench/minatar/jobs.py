@@ -1,5 +1,5 @@
-"""The MinAtar bench's access to our jobs (:mod:`.minatar_ours`,
-:mod:`.minatar_sync`): which job module each of our implementations runs, whether
+"""The MinAtar bench's access to our jobs (:mod:`.ours`,
+:mod:`.ours_sync`): which job module each of our implementations runs, whether
 this tree has it (a job that another branch is still writing gives a "not
 available" line, not a failed run), the job's typed config from its flags, the
 overrides every bench run gets, the final snapshot and the trainer's figures."""
@@ -14,13 +14,13 @@ import shlex
 import shutil
 from typing import Any
 
-from experiments.bench.minatar_eval import env_id, write_snapshot
+from experiments.bench.minatar.evaluation import env_id, write_snapshot
 
 NEVER = 2**62  # --eval-every for the job's own evaluation: the bench evaluates instead
 # Our implementations and the job module each runs.
 JOBS = {"rlpar-apex": "experiments.apex", "rlpar-a3c": "experiments.a3c", "rlpar-impala": "experiments.impala",
         "rlpar-ppo": "experiments.ppo", "rlpar-pqn": "experiments.pqn"}
-SYNC = ("rlpar-ppo", "rlpar-pqn")  # on the synchronous program: minatar_sync
+SYNC = ("rlpar-ppo", "rlpar-pqn")  # on the synchronous program: ours_sync
 
 
 def missing(impl: str) -> str | None:

@@ -24,7 +24,7 @@ in-process MinAtar copies adding to a local prioritized replay, pulling from a l
 model store, no learner and no pacing: env steps per CPU-second of its thread (acting,
 env steps, n-step transitions, initial priorities, adds), modes in turns.
 
-    python -m experiments.bench.minatar_learner [--games Breakout,...] \\
+    python -m experiments.bench.minatar.learner [--games Breakout,...] \\
         [--batch-sizes 32,64,128] [--threads 1,2] [--updates N] [--fast off,auto] \\
         [--parts learner|actor|both] [--actor-steps N] [--quick]
 
@@ -103,7 +103,6 @@ while they wait), 13.7 ms with ``OMP_WAIT_POLICY=PASSIVE``: keep 1 thread per ro
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections import defaultdict
 from typing import Any
@@ -112,11 +111,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from experiments.bench.tools.emit import emit
+
 # algorithms.fast.FAST_MODES (the bench also runs on trees without it: --fast default)
 FAST_MODES = ("auto", "off", "eager", "compile")
 
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 PROFILE_BATCH, PROFILE_THREADS = 128, 1
+BENCH = "minatar_learner"
 ROUNDS = 6  # blocks per mode in timing and actor_rates, taken in turns
 OVERHEAD = "python, dispatch and autograd engine"
 UPDATE_SCOPE = "bench::update"
@@ -241,10 +243,6 @@ def profile_costs(dqn: Any, batches: list[dict], updates: int) -> dict[str, dict
         group, op = cost_group(event)
         costs[group][op] += event.self_cpu_time_total
     return costs
-
-
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps({"bench": "minatar_learner", **record}), flush=True)
 
 
 def timing(game: str, batch: int, threads: int, updates: int, warmup: int, peak: float,
@@ -397,21 +395,21 @@ def main(argv: list[str] | None = None) -> None:
     for t in sorted(set(threads) | {PROFILE_THREADS}) if args.parts != "actor" else ():
         torch.set_num_threads(t)
         peak[t] = sgemm_gflop_per_cpu_s(3 if q else 20)
-        emit({"kind": "sgemm_peak", "threads": t, "gflop_per_cpu_s": round(peak[t], 2)})
+        emit({"bench": BENCH, "kind": "sgemm_peak", "threads": t, "gflop_per_cpu_s": round(peak[t], 2)})
     for game in games:
         if args.parts != "actor":
             unprofiled_ms = None
             for batch in batch_sizes:
                 for t in threads:
                     for line in timing(game, batch, t, updates, warmup, peak[t], modes):
-                        emit(line)
+                        emit({"bench": BENCH, **line})
                         if (batch, t, line["fast"]) == (PROFILE_BATCH, PROFILE_THREADS, modes[-1] or "default"):
                             unprofiled_ms = line["cpu_ms_per_update"]
             for line in profile_lines(game, updates, warmup, unprofiled_ms, modes[-1]):
-                emit(line)
+                emit({"bench": BENCH, **line})
         if args.parts != "learner":
             for line in actor_rates(game, actor_steps, modes):
-                emit(line)
+                emit({"bench": BENCH, **line})
     torch.set_num_threads(default_threads)
 
 

@@ -1,10 +1,10 @@
-"""Ours in ``experiments.bench.minatar``: Ape-X (``experiments.apex``), A3C
+"""Ours in ``experiments.bench.minatar.budget``: Ape-X (``experiments.apex``), A3C
 (``experiments.a3c``), IMPALA (``experiments.impala``) and, on the synchronous
 program, PPO and PQN (``experiments.ppo``, ``experiments.pqn``:
-:mod:`.minatar_sync`) with their default flags (plus the bench's ``--flags
+:mod:`.ours_sync`) with their default flags (plus the bench's ``--flags
 IMPL=...``) on a MinAtar game, through the Python API, writing evaluation
 snapshots without pausing for evaluation. A job module that this tree does not
-have gives a "not available" line (:func:`.minatar_jobs.missing`), not a failed run.
+have gives a "not available" line (:func:`.jobs.missing`), not a failed run.
 
 The job runtime saves the policy only at the end, so the snapshots come from the
 user parts the runtime already takes, defined here so every rank imports them:
@@ -38,14 +38,14 @@ import numpy as np
 from algorithms.a2c import A2C
 from algorithms.actor_learner import Learner
 from algorithms.apex import ApexLearner
-from experiments.bench import minatar_jobs as jobs
-from experiments.bench.minatar_eval import env_id
-from experiments.bench.wallclock import PacedSnapshots, Snapshots
+from experiments.bench.minatar import jobs
+from experiments.bench.minatar.evaluation import env_id
+from experiments.bench.tools.wallclock import PacedSnapshots, Snapshots
 
 
 class SnapshottingLearner(PacedSnapshots, ApexLearner):
     """An Ape-X learner that writes evaluation snapshots (see the module docstring and
-    :class:`~experiments.bench.wallclock.PacedSnapshots`)."""
+    :class:`~experiments.bench.tools.wallclock.PacedSnapshots`)."""
 
 
 class SnapshottingA2C(Snapshots, A2C):
@@ -172,7 +172,7 @@ def train_impala(game: str, *, run_dir: str, seed: int, started: float, budget_s
 
 def policy(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir: str = ""):
     """``(load(state), scores(obs))`` for ``impl``'s snapshots (see
-    :func:`experiments.bench.minatar_eval.evaluator_main`)."""
+    :func:`experiments.bench.minatar.evaluation.evaluator_main`)."""
     return {"rlpar-apex": apex_policy, "rlpar-a3c": a3c_policy,
             "rlpar-impala": impala_policy}[impl](flags, game, variant=variant)
 

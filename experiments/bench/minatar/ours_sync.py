@@ -1,8 +1,8 @@
-"""Ours on the synchronous data-parallel program in ``experiments.bench.minatar``:
+"""Ours on the synchronous data-parallel program in ``experiments.bench.minatar.budget``:
 PPO (``experiments.ppo``, ``rlpar-ppo``) and PQN (``experiments.pqn``, ``rlpar-pqn``)
 with their default flags (plus ``--flags rlpar-ppo=...``), through the job's Python
 API (``run(config, parts=Parts(algorithm=...), quiet=True)``), as
-:mod:`.minatar_ours` runs the other jobs. A tree without the job module gives the
+:mod:`.ours` runs the other jobs. A tree without the job module gives the
 bench's "not available" line.
 
 Snapshots come from the algorithm class the job takes as a user part:
@@ -35,9 +35,9 @@ import numpy as np
 
 from algorithms.ppo import PPO, PPOConfig
 from algorithms.pqn import PQN, PQNConfig
-from experiments.bench import minatar_jobs as jobs
-from experiments.bench.minatar_eval import env_id, write_snapshot
-from experiments.bench.wallclock import Snapshots
+from experiments.bench.minatar import jobs
+from experiments.bench.minatar.evaluation import env_id, write_snapshot
+from experiments.bench.tools.wallclock import Snapshots
 
 SPEC = "policy-spec.pt"
 CLAIMS = "claims"  # <run>/claims/<k>: a member writes the snapshot after k x eval_every env steps

@@ -1,4 +1,4 @@
-"""The Stable-Baselines3 peers of ``experiments.bench.minatar``, each on the MinAtar
+"""The Stable-Baselines3 peers of ``experiments.bench.minatar.budget``, each on the MinAtar
 conv net (Young & Tian 2019: 16 3x3 filters, stride 1, then 128 units; our
 :func:`algorithms.nets.minatar_conv`) as its features extractor, one torch thread
 (as ours' learner), one process.
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.bench.minatar_eval import env_id
+from experiments.bench.minatar.evaluation import env_id
 
 MODULE = "stable_baselines3"
 ALGORITHMS = {"sb3-dqn": "DQN", "sb3-a2c": "A2C", "sb3-ppo": "PPO"}
@@ -102,7 +102,7 @@ def train(impl: str, game: str, *, run_dir: str, seed: int, started: float, budg
           max_env_steps: int, eval_every: int, quick: bool, variant: str = "paper") -> dict[str, Any]:
     import torch
 
-    from experiments.bench.wallclock import learn_sb3
+    from experiments.bench.tools.wallclock import learn_sb3
 
     torch.set_num_threads(1)
     model = make_model(impl, game, seed=seed, max_env_steps=max_env_steps, quick=quick, variant=variant)

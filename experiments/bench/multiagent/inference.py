@@ -1,6 +1,6 @@
 """Time per joint action and per MADDPG update in every agent-parallel mode.
 
-``python -m experiments.bench.multiagent_inference [--quick] [--torch-threads N] [--ops update]``
+``python -m experiments.bench.multiagent.inference [--quick] [--torch-threads N] [--ops update]``
 
 Cases: 3, 8 and 16 agents; hidden 64 and 256; batch 1 and 1024 (env copies for
 acting, sample size for updating); modes loop, threads, jit_fork, batched (bmm)
@@ -39,6 +39,7 @@ import torch
 
 from algorithms.maddpg import MADDPG
 from algorithms.maddpg_spec import AgentSpec, MADDPGConfig
+from experiments.bench.tools.emit import emit
 
 MODES = ("loop", "threads", "jit_fork", "batched", "batched_vmap")
 _ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +168,7 @@ def time_modes(*, device: str, n: int, hidden: int, batch: int, min_time: float,
 def _time_in_own_process(mode: str, *, device: str, n: int, hidden: int, batch: int, min_time: float,
                          repeats: int, ops: tuple[str, ...]) -> list[dict]:
     """``time_modes`` for one mode in a fresh interpreter, where no other mode's threads exist."""
-    argv = [sys.executable, "-m", "experiments.bench.multiagent_inference", "--one-mode", mode,
+    argv = [sys.executable, "-m", "experiments.bench.multiagent.inference", "--one-mode", mode,
             "--devices", device, "--agents", str(n), "--hidden", str(hidden), "--batch", str(batch),
             "--min-time", str(min_time), "--repeats", str(repeats), "--torch-threads", str(torch.get_num_threads()),
             "--ops", *ops]
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         for line in time_modes(device=args.devices[0], n=args.agents[0], hidden=args.hidden[0], batch=args.batch[0],
                                min_time=args.min_time, repeats=args.repeats, modes=(args.one_mode,),
                                ops=tuple(args.ops)):
-            print(json.dumps(line), flush=True)
+            emit(line)
         return
     if args.torch_threads < 1:
         parser.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
@@ -234,9 +235,9 @@ def main(argv: list[str] | None = None) -> None:
     devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     torch.set_num_threads(args.torch_threads)
     peaks = {device: round(matmul_peak_gflops(device, min_time=0.02 if args.quick else 0.5), 1) for device in devices}
-    print(json.dumps({"bench": "multiagent_inference", "config": True, "torch_threads": args.torch_threads,
-                      "torch": torch.__version__, "devices": devices, "matmul_peak_gflops": peaks,
-                      "isolated": not args.shared_process}), flush=True)
+    emit({"bench": "multiagent_inference", "config": True, "torch_threads": args.torch_threads,
+          "torch": torch.__version__, "devices": devices, "matmul_peak_gflops": peaks,
+          "isolated": not args.shared_process})
     for device in devices:
         for n in args.agents:
             for hidden in args.hidden:
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
                     for line in run_case(device=device, n=n, hidden=hidden, batch=batch, min_time=args.min_time,
                                          repeats=args.repeats, modes=tuple(args.modes), ops=tuple(args.ops),
                                          isolate=not args.shared_process):
-                        print(json.dumps(line), flush=True)
+                        emit(line)
 
 
 if __name__ == "__main__":

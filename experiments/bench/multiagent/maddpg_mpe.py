@@ -1,8 +1,8 @@
 """MADDPG on MPE, per team, under a fixed env-step budget: random policy, rlpar, TorchRL.
 
-``python -m experiments.bench.maddpg_mpe --env simple_adversary|simple_tag [--quick] [--steps N] [--seeds 0 1 2]``
+``python -m experiments.bench.multiagent.maddpg_mpe --env simple_adversary|simple_tag [--quick] [--steps N] [--seeds 0 1 2]``
 
-``--env simple_spread`` (cooperative, one team) runs ``experiments.bench.maddpg_spread``
+``--env simple_spread`` (cooperative, one team) runs ``experiments.bench.multiagent.maddpg_spread``
 with the remaining flags. On the competitive envs the agents form teams by name
 (``adversary_*`` against ``agent_*``: one adversary and two good agents on
 simple_adversary, three adversaries chasing one good agent past two obstacles on
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import statistics
 import sys
@@ -56,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.bench.maddpg_spread import (
+from experiments.bench.multiagent.maddpg_spread import (
     KeptMADDPG,
     add_run_flags,
     ours_config,
@@ -64,6 +63,7 @@ from experiments.bench.maddpg_spread import (
     ready_batches,
     update_period,
 )
+from experiments.bench.tools.emit import emit
 from experiments.maddpg import MultiAgentEnvConfig, run, teams_of
 from experiments.runtime import Parts, RunConfig
 
@@ -323,13 +323,13 @@ def main(argv: list[str] | None = None) -> None:
     picker.add_argument("--env", choices=ENVS, default="simple_adversary")
     known, rest = picker.parse_known_args(argv)
     if known.env == "simple_spread":
-        from experiments.bench import maddpg_spread
+        from experiments.bench.multiagent import maddpg_spread
 
         maddpg_spread.main(rest)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", choices=ENVS, default="simple_adversary",
-                        help="simple_spread runs experiments.bench.maddpg_spread with the other flags")
+                        help="simple_spread runs experiments.bench.multiagent.maddpg_spread with the other flags")
     add_run_flags(parser, steps=STEPS, ours_flags="", impls=list(IMPLS), default_impls=list(IMPLS))
     args = parse_run_flags(parser, argv)
     common = dict(env=args.env, steps=args.steps, num_envs=args.num_envs, learning_starts=min(25_600, args.steps // 10),
@@ -339,8 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         if impl == "torchrl":
             why = torchrl_unavailable()
             if why:
-                print(json.dumps({"bench": "maddpg_mpe", "env": args.env, "impl": "torchrl", "skipped": why}),
-                      flush=True)
+                emit({"bench": "maddpg_mpe", "env": args.env, "impl": "torchrl", "skipped": why})
                 continue
             runners[impl] = partial(run_torchrl, **common,
                                     update_every=update_period(args.peer_update_every, args.num_envs),
@@ -361,10 +360,10 @@ def main(argv: list[str] | None = None) -> None:
             line = {"bench": "maddpg_mpe", "env": args.env, "impl": impl, "seed": seed,
                     "steps": 0 if impl == "random" else args.steps, **_rounded(runner(seed=seed))}
             results.setdefault(impl, []).append(line)
-            print(json.dumps(line), flush=True)
+            emit(line)
     random_line = results["random"][0] if "random" in results else None
     for impl, lines in results.items():
-        print(json.dumps(aggregate(args.env, impl, lines, random_line)), flush=True)
+        emit(aggregate(args.env, impl, lines, random_line))
 
 
 if __name__ == "__main__":

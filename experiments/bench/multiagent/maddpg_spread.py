@@ -1,7 +1,7 @@
 """MADDPG on MPE simple_spread under a fixed env-step budget: random policy, rlpar, TorchRL.
 
-``python -m experiments.bench.maddpg_spread [--quick] [--steps N] [--seeds 0 1 2]`` (also
-``python -m experiments.bench.maddpg_mpe --env simple_spread``; that bench covers the
+``python -m experiments.bench.multiagent.maddpg_spread [--quick] [--steps N] [--seeds 0 1 2]`` (also
+``python -m experiments.bench.multiagent.maddpg_mpe --env simple_spread``; that bench covers the
 competitive envs, per team)
 
 For each seed and implementation: train for ``--steps`` env steps (summed over
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import shlex
 import statistics
@@ -57,6 +56,7 @@ from typing import Any
 import torch
 
 from algorithms.maddpg import MADDPG
+from experiments.bench.tools.emit import emit
 from experiments.maddpg import MADDPGJobConfig, MultiAgentEnvConfig, env_factory, evaluate, run
 from experiments.runtime import Parts, RunConfig
 from experiments.runtime.cli import leaves, parse_config
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         if impl == "torchrl":
             why = torchrl_unavailable(continuous)
             if why:
-                print(json.dumps({"bench": "maddpg_spread", "impl": "torchrl", "skipped": why}), flush=True)
+                emit({"bench": "maddpg_spread", "impl": "torchrl", "skipped": why})
                 continue
             runners[impl] = run_torchrl
         elif impl == "random":
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> None:
             if impl == "torchrl":
                 line["grad_clip"] = own["torchrl"]["grad_clip"]
             results.setdefault(impl, []).append(line)
-            print(json.dumps(line), flush=True)
+            emit(line)
     for impl, lines in results.items():
         agg = {"bench": "maddpg_spread", "impl": impl, "aggregate": True, "seeds": len(lines),
                "env_steps": lines[0]["env_steps"]}
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> None:
             agg["team_return_minus_peer"] = round(agg["team_return_mean"] - peer, 4)
             agg["wall_ratio_vs_peer"] = round(agg["train_wall_s_mean"] / statistics.fmean(
                 x["train_wall_s"] for x in results["torchrl"]), 3)
-        print(json.dumps(agg), flush=True)
+        emit(agg)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The faults of ``python -m experiments.bench.recovery``: parts that SIGKILL their
+"""The faults of ``python -m experiments.bench.recovery.killed_rank``: parts that SIGKILL their
 own process once, as ``kill -9`` or the OOM killer would.
 
 What dies and when comes from the environment, so that every rank of a local world
@@ -106,7 +106,7 @@ class KillOnceWorkerEnv(CooperativeEnv):
         return super().step(actions)
 
 
-# Registered on import: ranks make the env as ``experiments.bench.recovery_faults:<id>``,
+# Registered on import: ranks make the env as ``experiments.bench.recovery.faults:<id>``,
 # which imports this module in each of them (gymnasium's ``module:Id`` rule).
 if CARTPOLE not in gym.registry:
     gym.register(CARTPOLE, entry_point=KillOnceCartPole, reward_threshold=475.0)

@@ -1,10 +1,10 @@
-"""How fast a run recovers from a killed rank: ``python -m experiments.bench.recovery``.
+"""How fast a run recovers from a killed rank: ``python -m experiments.bench.recovery.killed_rank``.
 
 Each case runs one job on CartPole (MADDPG: the cooperative multi-agent env) in the
 default local world for ``--seconds`` (its budget) and SIGKILLs one process once (as
 ``kill -9`` or the OOM killer would), ``--kill-at`` seconds after that process first
 stepped (the learner: first updated), so throughput is steady by then (see
-``recovery_faults``):
+:mod:`.faults`):
 
 - ``apex-actor`` (alias ``actor``): an Ape-X actor, restarted alone; it rejoins;
 - ``apex-learner`` (alias ``learner``): the Ape-X learner; the world restarts from the
@@ -30,7 +30,7 @@ after a world restart; ``lost_transitions``: what dead actors or shards took wit
 (``checkpoint_pause_s``: the lead's pause for its last checkpoint, shard parts
 included; ``checkpoint_bytes``: the newest checkpoint on disk, main file and parts).
 The Atari-frame checkpoint cost (100K transitions) is ``python -m
-experiments.bench.checkpoint``.
+experiments.bench.components.checkpoint``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ import sys
 import tempfile
 from typing import Any
 
-from experiments.bench import recovery_faults as faults
+from experiments.bench.recovery import faults
+from experiments.bench.tools.emit import emit
 
 ALIASES = {"actor": "apex-actor", "learner": "apex-learner"}
 RATE_WINDOW_S, RECOVERED_SPAN_S, RECOVERED_FRACTION = 5.0, 2.0, 0.9
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--actors must be >= 2 (one is killed, the others go on)")
     with tempfile.TemporaryDirectory(prefix="rlpar-recovery-") as workdir:
         for name in cases:
-            print(json.dumps({"bench": "recovery", **run_case(name, args, workdir)}), flush=True)
+            emit({"bench": "recovery", **run_case(name, args, workdir)})
     return 0
 
 

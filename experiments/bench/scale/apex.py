@@ -6,7 +6,7 @@ The Ape-X paper (Horgan et al. 2018, arXiv:1803.00933) ran 360 actors making abo
 learner that consumed about 19 batches of 512 per second. This machine cannot run
 that many real actors, so:
 
-``ingest`` (:mod:`.apex_scale_ingest`)
+``ingest`` (:mod:`.apex_ingest`)
     K sender processes replay Atari batches (4x84x84 uint8 stacks, 128 n-step
     transitions per add, as an actor with 8 envs adds them) into each replay
     placement (``learner``: in the learner process; ``replay-ranks``: shards on 2
@@ -16,33 +16,29 @@ that many real actors, so:
     bounds of the same run: ``raw_transitions_per_s`` (the same arrays by
     ``rpc_async`` to a no-op on the same host) and ``raw_local_transitions_per_s``
     (the replay's host adding them itself, no RPC).
-``actor_scaling`` (:mod:`.apex_scale_actors`)
+``actor_scaling`` (:mod:`.apex_actors`)
     The real job, 1 to 32 actors on an env that sleeps per step (no CPU), frames and
     the Nature CNN (1.7M parameters), one learner: env steps/s against actor count,
     what a parameter pull costs an actor, the coordinator's report rate.
-``fan_in`` (:mod:`.apex_scale_fanin`)
+``fan_in`` (:mod:`.apex_fanin`)
     What 64 actors' reports and parameter pulls cost the learner process (share of
     its CPU, GIL held by the report handler) and whether pacing holds.
 
 One JSON line per result, then a ``machine`` line (cores, load averages before and
 after: this machine is shared, so compare figures of one run).
 
-    python -m experiments.bench.apex_scale [--quick] [--cases ingest,actor_scaling,fan_in]
+    python -m experiments.bench.scale.apex [--quick] [--cases ingest,actor_scaling,fan_in]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
-from typing import Any
+
+from experiments.bench.tools.emit import emit
 
 PRELOAD = ("torch", "numba", "rlpar.buffers", "rlpar.distributed")
-
-
-def _emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
 
 
 def _ints(text: str) -> list[int]:
@@ -56,7 +52,7 @@ def _ints(text: str) -> list[int]:
 
 
 def run_ingest(args: argparse.Namespace) -> None:
-    from experiments.bench import apex_scale_ingest as ingest
+    from experiments.bench.scale import apex_ingest as ingest
     from rlpar.distributed import launch
 
     for placement in args.placements.split(","):
@@ -68,11 +64,11 @@ def run_ingest(args: argparse.Namespace) -> None:
             ranks = launch(ingest.ingest_rank, nprocs=point.nprocs, args=(point,), timeout=600,
                            preload=PRELOAD)
             for line in ingest.summarize(point, ranks):
-                _emit(line)
+                emit(line)
 
 
 def run_actor_scaling(args: argparse.Namespace) -> None:
-    from experiments.bench import apex_scale_actors as actors
+    from experiments.bench.scale import apex_actors as actors
 
     single = None
     for n in args.actors:
@@ -85,17 +81,17 @@ def run_actor_scaling(args: argparse.Namespace) -> None:
         line = actors.scaling_line(point, summary, records, single)
         if n == 1:
             single = line["env_steps_per_s"]
-        _emit(line)
+        emit(line)
 
 
 def run_fan_in(args: argparse.Namespace) -> None:
-    from experiments.bench import apex_scale_fanin as fanin
+    from experiments.bench.scale import apex_fanin as fanin
     from rlpar.distributed import launch
 
     point = fanin.FanInPoint(actors=args.fan_in_actors, seconds=args.seconds * 2)
     ranks = launch(fanin.fanin_rank, nprocs=point.actors + 1, args=(point,), timeout=600,
                    preload=PRELOAD)
-    _emit(fanin.summarize(point, ranks))
+    emit(fanin.summarize(point, ranks))
 
 
 CASES = {"ingest": run_ingest, "actor_scaling": run_actor_scaling, "fan_in": run_fan_in}
@@ -126,14 +122,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.placements, args.senders, args.capacity, args.seconds = "learner", [2], 2048, 0.5
         # One scaling point: its line's figures for more actors are unit-tested on
-        # made-up records (tests/experiments/test_bench_apex_scale.py).
+        # made-up records (tests/experiments/bench/scale/test_bench_apex_scale.py).
         args.actors, args.scaling_seconds, args.fan_in_actors = [1], 2.5, 4
     if args.actors[0] != 1:
         parser.error("--actors must start with 1 (the reference of linear scaling)")
     load0, started = os.getloadavg(), time.time()
     for case in cases:
         CASES[case](args)
-    _emit({"bench": "apex_scale", "case": "machine", "cpus": os.cpu_count(),
+    emit({"bench": "apex_scale", "case": "machine", "cpus": os.cpu_count(),
            "loadavg_start": [round(v, 2) for v in load0],
            "loadavg_end": [round(v, 2) for v in os.getloadavg()], "wall_s": round(time.time() - started, 1),
            "quick": args.quick})

@@ -1,5 +1,5 @@
 """Actor scaling: the real Ape-X job (``experiments.apex.run``) with 1 to N actors on
-a :class:`~experiments.bench.sleeping_env.SleepingEnv`, against one learner.
+a :class:`~experiments.bench.tools.sleeping_env.SleepingEnv`, against one learner.
 
 Each actor is :class:`RecordingActor` (passed as the job's actor class, the way a
 user's variant is): an :class:`~algorithms.apex.ApexActor` that also records what the
@@ -7,7 +7,7 @@ runtime costs it (its parameter pulls, their time and size, its adds, its CPU) a
 wall-clock trace of its env steps, written to ``<out_dir>/actor-<index>.json`` after
 every add. Throughput is taken from those traces over the window in which every
 actor was running (the job's own ``env_steps_per_s`` also counts the ramp while the
-later actors still start). Used by ``experiments.bench.apex_scale`` and the job's
+later actors still start). Used by ``experiments.bench.scale.apex`` and the job's
 8-actor test.
 """
 
@@ -157,7 +157,7 @@ def job_config(point: ScalingPoint):
 def run_point(point: ScalingPoint, out_dir: str | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Run the job once; its summary and every actor's record."""
     from experiments.apex import run
-    from experiments.bench.sleeping_env import SleepingEnv
+    from experiments.bench.tools.sleeping_env import SleepingEnv
     from experiments.runtime import Parts
 
     env = functools.partial(SleepingEnv, step_s=point.step_s, frames=point.frames)

@@ -63,7 +63,7 @@ def _learner(point: FanInPoint, params: Any):
     from algorithms.apex import ApexConfig, ApexLearner
     from algorithms.dqn import DQN, DQNConfig
     from algorithms.nets import q_network
-    from experiments.bench.apex_scale_ingest import IngestPoint, actor_batches
+    from experiments.bench.scale.apex_ingest import IngestPoint, actor_batches
     from rlpar.buffers import PrioritizedReplayBuffer, SharedFrames
 
     replay = PrioritizedReplayBuffer(capacity=point.replay_rows, alpha=0.6, beta=0.4, seed=0,

@@ -225,7 +225,7 @@ def _raw_rpc(host: str, batches: list, seconds: float, in_flight: int) -> dict[s
     import torch
     import torch.distributed.rpc as rpc
 
-    from experiments.bench import apex_scale_ingest as this  # the callee by module name
+    from experiments.bench.scale import apex_ingest as this  # the callee by module name
     from rlpar.buffers.shard import to_wire
 
     wired = [(to_wire(b), torch.from_numpy(p)) for b, p in batches]

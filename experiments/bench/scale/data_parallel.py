@@ -1,5 +1,5 @@
 """Synchronous data-parallel learning on this machine:
-``python -m experiments.bench.data_parallel [--quick] [--cases allreduce,ppo_ranks,straggler]``.
+``python -m experiments.bench.scale.data_parallel [--quick] [--cases allreduce,ppo_ranks,straggler]``.
 
 * ``allreduce``: what averaging gradients costs per update, over gloo between 2 local
   ranks, for the networks data-parallel jobs train: the MinAtar Q net (dueling), the
@@ -14,7 +14,7 @@
   bandwidths are equal).
 * ``ppo_ranks``: PPO (``experiments.ppo``) updates/s and env steps/s with 1 and 2 ranks.
 * ``straggler``: a simulated 8-rank PPO (4 with ``--quick``) on a sleeping env
-  (:mod:`experiments.bench.straggler_env`: steps cost time, not CPU) in which one rank
+  (:mod:`experiments.bench.tools.straggler_env`: steps cost time, not CPU) in which one rank
   is 3x slower: env steps/s with no straggler, with one and no preemption, and with one
   and DD-PPO's preemption (``--preempt-fraction 0.6``); the claim to check (Wijmans et
   al. 2020) is that with preemption the straggler costs under 10%.
@@ -27,13 +27,13 @@ line holds the load averages (a shared machine: compare figures of one run).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from typing import Any
 
-from experiments.bench.job_runs import has_flag, has_module
+from experiments.bench.tools.emit import emit
+from experiments.bench.tools.job_runs import has_flag, has_module
 
 NETS = ("minatar_q", "minatar_actor_critic", "nature_cnn")
 
@@ -168,7 +168,7 @@ def _ppo(argv: list[str], *, iterations: int, steps_per_iteration: int, seconds:
     """``experiments.ppo`` on CPU for about ``iterations`` updates: a budget of env steps,
     not of seconds, so a slow start (a world of 8 ranks on 2 cores) leaves the figures
     their iterations; the summary's rates count from the first report on."""
-    from experiments.bench.job_runs import run_job
+    from experiments.bench.tools.job_runs import run_job
 
     return run_job(PPO, [*argv, "--device", "cpu", "--max-seconds", str(seconds), "--max-env-steps",
                          str(iterations * steps_per_iteration), "--eval-every", "1000000000",
@@ -191,7 +191,7 @@ def ppo_ranks(quick: bool) -> list[dict[str, Any]]:
     return lines
 
 
-STRAGGLER_ENV = "experiments.bench.straggler_env:StragglerSleep-v0"
+STRAGGLER_ENV = "experiments.bench.tools.straggler_env:StragglerSleep-v0"
 
 
 def straggler(quick: bool) -> list[dict[str, Any]]:
@@ -237,10 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()
     for name in names:
         for line in CASES[name](args.quick):
-            print(json.dumps({"bench": "data_parallel", **line}), flush=True)
-    print(json.dumps({"bench": "data_parallel", "loadavg_start": [round(x, 2) for x in load],
-                      "loadavg_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}),
-          flush=True)
+            emit({"bench": "data_parallel", **line})
+    emit({"bench": "data_parallel", "loadavg_start": [round(x, 2) for x in load],
+          "loadavg_end": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()})
 
 
 if __name__ == "__main__":

@@ -20,17 +20,18 @@ process CPU per update over this point's (per learner), which the machine's load
 not change (1.0: the all-reduces and lockstep cost nothing). One JSON line per point, then a ``machine`` line with the load averages
 before and after (the machine may be shared: compare figures of one run).
 
-    python -m experiments.bench.multi_learner [--quick] [--envs cartpole,minatar]
+    python -m experiments.bench.scale.multi_learner [--quick] [--envs cartpole,minatar]
         [--configs k1,k2,k1t2] [--seconds 60]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from typing import Any
+
+from experiments.bench.tools.emit import emit
 
 ENVS = {"cartpole": "CartPole-v1", "minatar": "MinAtar/Breakout-v0"}
 CONFIGS = {"k1": (1, 1), "k2": (2, 1), "k1t2": (1, 2)}  # name -> (learners, torch threads)
@@ -111,11 +112,11 @@ def main(argv: list[str] | None = None) -> None:
                 # linear scaling K learners would reach with a core each.
                 line["cpu_efficiency"] = round(reference[1] / cpu, 3)
             line["loadavg"] = [round(v, 2) for v in os.getloadavg()]
-            print(json.dumps(line), flush=True)
-    print(json.dumps({"bench": "multi_learner", "case": "machine", "cpus": os.cpu_count(),
-                      "loadavg_start": [round(v, 2) for v in load0],
-                      "loadavg_end": [round(v, 2) for v in os.getloadavg()],
-                      "wall_s": round(time.time() - started, 1), "quick": args.quick}), flush=True)
+            emit(line)
+    emit({"bench": "multi_learner", "case": "machine", "cpus": os.cpu_count(),
+          "loadavg_start": [round(v, 2) for v in load0],
+          "loadavg_end": [round(v, 2) for v in os.getloadavg()],
+          "wall_s": round(time.time() - started, 1), "quick": args.quick})
 
 
 if __name__ == "__main__":

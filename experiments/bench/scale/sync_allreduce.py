@@ -21,7 +21,7 @@ minibatch step over ``--rounds`` rounds of ``--steps`` steps (each step timed al
 on a shared machine the low percentile is the cost without other processes in the
 way), and their excess over ``alone``; the last line holds the load averages.
 
-    python -m experiments.bench.sync_allreduce [--nets minatar,cartpole] [--quick]
+    python -m experiments.bench.scale.sync_allreduce [--nets minatar,cartpole] [--quick]
 
 Recorded: see docs/benchmarks.md, "Learner groups and data-parallel jobs".
 """
@@ -29,11 +29,12 @@ Recorded: see docs/benchmarks.md, "Learner groups and data-parallel jobs".
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from typing import Any
+
+from experiments.bench.tools.emit import emit
 
 MODES = ("alone", "flat", "per_tensor", "ddp")
 
@@ -138,8 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     before = os.getloadavg()
     results = launch(_rank, nprocs=args.ranks, args=(plan,), timeout=600)
     for line in results[0]:
-        print(json.dumps(line), flush=True)
-    print(json.dumps({"bench": "sync_allreduce", "loadavg_before": before, "loadavg_after": os.getloadavg()}))
+        emit(line)
+    emit({"bench": "sync_allreduce", "loadavg_before": before, "loadavg_after": os.getloadavg()})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A sleeping env whose steps are slower in one rank: the straggler of DD-PPO's claim
 (Wijmans et al. 2020: preempting the last members' rollouts keeps stragglers' cost low).
 
-``--env-id experiments.bench.straggler_env:StragglerSleep-v0`` imports this module in
+``--env-id experiments.bench.tools.straggler_env:StragglerSleep-v0`` imports this module in
 every rank (which registers the id). Its settings come from the environment, which a
 launched rank inherits: ``RLPAR_BENCH_STEP_S`` (seconds per step, default 0.005),
 ``RLPAR_BENCH_SLOW_RANK`` (the rank whose steps take ``RLPAR_BENCH_SLOW_FACTOR``
@@ -14,7 +14,7 @@ import os
 
 import gymnasium as gym
 
-from experiments.bench.sleeping_env import SleepingEnv
+from experiments.bench.tools.sleeping_env import SleepingEnv
 
 ENV_ID = "StragglerSleep-v0"
 

@@ -1,5 +1,5 @@
-"""What the wall-clock benchmarks share (``experiments.bench.continuous``; the
-snapshot files are ``experiments.bench.minatar``'s): one trainer and one evaluator
+"""What the wall-clock benchmarks share (``experiments.bench.continuous.budget``; the
+snapshot files are ``experiments.bench.minatar.budget``'s): one trainer and one evaluator
 process per run, snapshots at fixed env-step intervals, curves, crossings, the
 results file and the load average.
 
@@ -14,7 +14,7 @@ how long evaluation went on after training, ``eval_tail_s``). The bench writes
 the snapshots left and stops.
 
 The snapshot format, its readers and the evaluator's loop live here; the MinAtar
-bench (:mod:`.minatar_eval`) plays its snapshots through them and re-exports the
+bench (:mod:`experiments.bench.minatar.evaluation`) plays its snapshots through them and re-exports the
 names its callers use.
 """
 
@@ -30,7 +30,6 @@ from typing import Any
 
 SNAPSHOTS, DONE, CURVE, EVALUATOR = "snapshots", "DONE", "evals.jsonl", "evaluator.json"
 PAUSES = "snapshot-pauses.txt"  # seconds each snapshot took its trainer, one a line
-RESULTS = "results.jsonl"
 RESULT_PREFIX = "RESULT "  # how a trainer hands its figures to the bench: its last stdout line
 
 
@@ -335,14 +334,6 @@ def run_pair(trainer: Sequence[str], evaluator: Sequence[str], *, run_dir: str, 
     elif watcher.returncode:
         result.setdefault("error", f"evaluator exit {watcher.returncode} (see {run_dir}/evaluator.log)")
     return result, figures
-
-
-def emit(out: str, record: dict[str, Any]) -> None:
-    """Print ``record`` as one JSON line and append it to ``<out>/results.jsonl``."""
-    line = json.dumps(record)
-    print(line, flush=True)
-    with open(os.path.join(out, RESULTS), "a") as f:
-        f.write(line + "\n")
 
 
 def rounded(value: Any, digits: int = 4) -> Any:

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(120)
 def test_checkpoint_bench_quick_prints_one_line_per_case(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.checkpoint", "--quick", "--dir", str(tmp_path)],
+        [sys.executable, "-m", "experiments.bench.components.checkpoint", "--quick", "--dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=110,
     )
     assert proc.returncode == 0, proc.stderr

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(120)
 def test_replay_bench_quick_prints_json_lines():
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.replay", "--quick"],
+        [sys.executable, "-m", "experiments.bench.components.replay", "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

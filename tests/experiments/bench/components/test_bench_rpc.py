@@ -11,7 +11,7 @@ import pytest
 
 @pytest.mark.timeout(120)
 def test_quick_rpc_bench_prints_one_json_line_per_result():
-    out = subprocess.run([sys.executable, "-m", "experiments.bench.rpc", "--quick"],
+    out = subprocess.run([sys.executable, "-m", "experiments.bench.components.rpc", "--quick"],
                          capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]

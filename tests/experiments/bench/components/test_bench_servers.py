@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(120)
 def test_servers_bench_quick_prints_json_lines():
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.servers", "--quick"],
+        [sys.executable, "-m", "experiments.bench.components.servers", "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 
 @pytest.mark.timeout(120)
 def test_quick_trajectory_queue_bench_prints_one_json_line_per_case():
-    out = subprocess.run([sys.executable, "-m", "experiments.bench.trajectory_queue", "--quick",
+    out = subprocess.run([sys.executable, "-m", "experiments.bench.components.trajectory_queue", "--quick",
                           "--producers", "1"], capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]

@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 def run_quick(*args: str) -> list[dict]:
     """The bench's JSON lines from ``--quick`` plus ``args``; a failed run fails the test."""
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.vecenv", "--quick", *args],
+        [sys.executable, "-m", "experiments.bench.components.vecenv", "--quick", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -39,7 +39,7 @@ def test_vecenv_bench_quick_prints_json_lines():
 
 
 def test_unknown_case_is_an_error():
-    from experiments.bench import vecenv
+    from experiments.bench.components import vecenv
 
     with pytest.raises(SystemExit):
         vecenv.main(["--quick", "--cases", "no-such-case"])
@@ -50,7 +50,7 @@ def test_pong_case_env_matches_gymnasium_wrapper_chain():
     """The bench's lean Pong and its gymnasium-wrapper Pong are the same env."""
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    from experiments.bench import vecenv
+    from experiments.bench.components import vecenv
 
     lean, ref = vecenv.pong(), vecenv.pong_gym_wrappers()
     assert lean.observation_space == ref.observation_space

@@ -1,11 +1,11 @@
-"""experiments.bench.continuous_compare: trailing points on a grid and at the peer's
+"""experiments.bench.continuous.compare: trailing points on a grid and at the peer's
 evaluations, by hand on small curves, and clear errors for runs it cannot read."""
 
 import json
 
 import pytest
 
-from experiments.bench import continuous_compare as cc
+from experiments.bench.continuous import compare as cc
 
 
 def _write(path, points):

@@ -1,4 +1,4 @@
-"""experiments.bench.posture: the share of an episode spent upside down, read from a
+"""experiments.bench.continuous.posture: the share of an episode spent upside down, read from a
 MuJoCo-like state (a stand-in env here; the real HalfCheetah where mujoco is installed),
 and clear errors for runs it cannot read."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.bench import posture
+from experiments.bench.continuous import posture
 
 
 class _Joint:
@@ -92,7 +92,7 @@ def test_cli_errors_name_the_run(tmp_path, capsys):
 
 
 def _write_snapshot(run_dir, state, env_steps):
-    from experiments.bench.wallclock import write_snapshot
+    from experiments.bench.tools.wallclock import write_snapshot
 
     write_snapshot(str(run_dir), state, env_steps=env_steps, wall_s=1.0, updates=0)
 
@@ -125,7 +125,7 @@ def _fresh_td3_state():
 
     from algorithms.builder import EnvSpec
     from experiments.apex import builder_class, fill_learn
-    from experiments.bench.continuous_ours import apex_config
+    from experiments.bench.continuous.ours import apex_config
 
     config = apex_config("HalfCheetah-v5", "", algorithm="td3")
     fill_learn(config.learn, algorithm="td3", family="vector")

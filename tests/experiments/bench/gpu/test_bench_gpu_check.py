@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from experiments.bench import gpu_check
-from experiments.bench.gpu_cases import CASES, TIMEOUTS
+from experiments.bench.gpu import check as gpu_check
+from experiments.bench.gpu.cases import CASES, TIMEOUTS
 
 
 def lines(text):

@@ -7,7 +7,7 @@ import pytest
 
 @pytest.mark.timeout(120)
 def test_quick_bench_prints_json_lines():
-    out = subprocess.run([sys.executable, "-m", "experiments.bench.a3c_cartpole", "--quick"],
+    out = subprocess.run([sys.executable, "-m", "experiments.bench.learning.a3c_cartpole", "--quick"],
                          capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

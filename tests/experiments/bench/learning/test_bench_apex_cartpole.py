@@ -10,7 +10,7 @@ import pytest
 @pytest.mark.timeout(120)
 def test_quick_mode_prints_json_lines():
     out = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.apex_cartpole", "--quick", "--impls", "ours,sb3,ppo,sb3-ppo",
+        [sys.executable, "-m", "experiments.bench.learning.apex_cartpole", "--quick", "--impls", "ours,sb3,ppo,sb3-ppo",
          "--ours-flags=--hidden 32,32"],  # flags reach ours' config (a typo would fail the run)
         capture_output=True, text=True, timeout=115)
     assert out.returncode == 0, out.stderr

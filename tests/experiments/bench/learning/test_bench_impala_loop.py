@@ -2,7 +2,7 @@
 
 import json
 
-from experiments.bench.impala_loop import main
+from experiments.bench.learning.impala_loop import main
 
 
 def test_quick_mode_prints_json_lines(capsys, one_torch_thread):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments.bench import ppo_single
+from experiments.bench.learning import ppo_single
 
 
 @pytest.mark.parametrize("task", ["cartpole", "minatar"])

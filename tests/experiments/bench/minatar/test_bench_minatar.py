@@ -14,10 +14,12 @@ import pytest
 
 pytest.importorskip("minatar")
 
-from experiments.bench import minatar as bench_cli  # noqa: E402
-from experiments.bench import minatar_eval as ev  # noqa: E402
-from experiments.bench import minatar_jobs as jobs  # noqa: E402
-from experiments.bench import minatar_ours as ours  # noqa: E402
+from experiments.bench.minatar import budget as bench_cli  # noqa: E402
+from experiments.bench.minatar import evaluation as ev  # noqa: E402
+from experiments.bench.minatar import (
+    jobs,  # noqa: E402
+    ours,  # noqa: E402
+)
 
 # The keys issue 17 asks every run's line for, and issue 33's.
 KEYS = {"game", "impl", "seed", "budget_s", "paper_score", "reached_paper_at_s", "reached_paper_at_steps",
@@ -28,7 +30,7 @@ KEYS = {"game", "impl", "seed", "budget_s", "paper_score", "reached_paper_at_s",
 
 
 def bench(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "experiments.bench.minatar", *args],
+    return subprocess.run([sys.executable, "-m", "experiments.bench.minatar.budget", *args],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -249,7 +251,7 @@ def test_synchronous_snapshots_and_the_evaluator_policy_built_from_the_spec(tmp_
     from algorithms.ppo import PPOConfig
     from algorithms.pqn import PQNConfig
     from envs.registry import make_env
-    from experiments.bench import minatar_sync as sync
+    from experiments.bench.minatar import ours_sync as sync
 
     env = make_env(ev.env_id("Breakout", "gymnax"))
     obs_space, act_space = env.observation_space, env.action_space
@@ -289,7 +291,7 @@ def test_synchronous_snapshots_and_the_evaluator_policy_built_from_the_spec(tmp_
 def test_group_members_count_every_member_and_write_each_snapshot_once(tmp_path, one_torch_thread):
     pytest.importorskip("torch")
     from algorithms.pqn import PQNConfig
-    from experiments.bench import minatar_sync as sync
+    from experiments.bench.minatar import ours_sync as sync
 
     cls = _bound(sync.SnapshottingPQN, tmp_path, members=2)
     members = [cls(num_actions=3, observation_shape=(10, 10, 4), seed=0, config=PQNConfig(minibatches=2, epochs=1))

@@ -1,4 +1,4 @@
-"""experiments.bench.minatar_dormant: dead-unit shares of snapshots, and clear errors."""
+"""experiments.bench.minatar.dormant: dead-unit shares of snapshots, and clear errors."""
 
 import json
 
@@ -7,9 +7,9 @@ import torch
 
 pytest.importorskip("minatar")
 
-from experiments.bench.minatar_dormant import main  # noqa: E402
-from experiments.bench.minatar_eval import write_snapshot  # noqa: E402
-from experiments.bench.minatar_ours import a3c_agent, apex_network  # noqa: E402
+from experiments.bench.minatar.dormant import main  # noqa: E402
+from experiments.bench.minatar.evaluation import write_snapshot  # noqa: E402
+from experiments.bench.minatar.ours import a3c_agent, apex_network  # noqa: E402
 
 
 def _run_dir(tmp_path):

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("minatar")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.bench.minatar_learner", *args],
+    return subprocess.run([sys.executable, "-m", "experiments.bench.minatar.learner", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=100,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 

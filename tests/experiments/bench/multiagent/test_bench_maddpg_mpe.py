@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(120)
@@ -22,7 +22,7 @@ def test_quick_mode_prints_per_team_lines_on_simple_adversary():
         impls.append("torchrl")
     except ImportError:
         pass
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.maddpg_mpe", "--env", "simple_adversary",
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.maddpg_mpe", "--env", "simple_adversary",
                            "--quick", "--impls", *impls], cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
@@ -45,7 +45,7 @@ def test_quick_mode_prints_per_team_lines_on_simple_adversary():
 @pytest.mark.timeout(60)
 def test_team_evaluation_against_random_opponents():
     pytest.importorskip("mpe2")
-    from experiments.bench.maddpg_mpe import evaluate_all, evaluate_teams, mpe_env_fn
+    from experiments.bench.multiagent.maddpg_mpe import evaluate_all, evaluate_teams, mpe_env_fn
 
     env_fn = mpe_env_fn("simple_tag")
     random = evaluate_teams(None, env_fn, episodes=3)
@@ -66,7 +66,7 @@ def test_team_evaluation_against_random_opponents():
 
 @pytest.mark.timeout(30)
 def test_spread_is_handed_to_the_simple_spread_bench(monkeypatch):
-    from experiments.bench import maddpg_mpe, maddpg_spread
+    from experiments.bench.multiagent import maddpg_mpe, maddpg_spread
 
     seen = []
     monkeypatch.setattr(maddpg_spread, "main", seen.append)
@@ -75,7 +75,7 @@ def test_spread_is_handed_to_the_simple_spread_bench(monkeypatch):
 
 
 def test_bad_arguments_exit_2(capsys):
-    from experiments.bench.maddpg_mpe import main
+    from experiments.bench.multiagent.maddpg_mpe import main
 
     for argv, message in ((["--env", "simple_push"], "invalid choice"), (["--steps", "10"], "--steps must be"),
                           (["--ours-flags", "--env-id cooperative"], "may not set ['env_id']")):

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(120)
 def test_quick_mode_prints_json_lines():
     pytest.importorskip("mpe2")
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.maddpg_spread", "--quick", "--impls", "random", "rlpar"],
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.maddpg_spread", "--quick", "--impls", "random", "rlpar"],
                           cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
@@ -32,19 +32,19 @@ def test_quick_mode_prints_json_lines():
 
 
 def test_peer_reports_why_it_cannot_run_discrete():
-    from experiments.bench.maddpg_spread import torchrl_unavailable
+    from experiments.bench.multiagent.maddpg_spread import torchrl_unavailable
 
     assert "continuous" in torchrl_unavailable(False)
 
 
 def test_update_period_rounds_to_vector_steps_or_divisors():
-    from experiments.bench.maddpg_spread import update_period
+    from experiments.bench.multiagent.maddpg_spread import update_period
 
     assert [update_period(u, 8) for u in (1, 2, 3, 4, 6, 8, 12, 100)] == [1, 2, 4, 4, 8, 8, 16, 96]
 
 
 def test_ours_flags_parse_and_may_not_set_bench_fields():
-    from experiments.bench.maddpg_spread import ours_config
+    from experiments.bench.multiagent.maddpg_spread import ours_config
 
     assert ours_config("--critic-lr 3e-3 --tau 0.02").algo_config().critic_lr == 3e-3
     for flags, field in (("--updates-per-step 0.5", "updates_per_step"), ("--env-id cooperative", "env_id"),
@@ -58,7 +58,7 @@ def test_ours_flags_parse_and_may_not_set_bench_fields():
 
 
 def test_default_ours_flags_build_the_team_objective():
-    from experiments.bench.maddpg_spread import RLPAR_FLAGS, ours_config
+    from experiments.bench.multiagent.maddpg_spread import RLPAR_FLAGS, ours_config
 
     algo_config = ours_config(RLPAR_FLAGS).algo_config()
     assert (algo_config.actor_objective, algo_config.grad_clip_scope) == ("team", "role")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(120)
 def test_quick_mode_prints_json_for_every_mode():
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent_inference", "--quick", "--torch-threads", "1"],
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.inference", "--quick", "--torch-threads", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=110)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
@@ -30,7 +30,7 @@ def test_quick_mode_prints_json_for_every_mode():
 
 @pytest.mark.timeout(120)
 def test_isolated_run_times_each_mode_in_its_own_process():
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent_inference", "--torch-threads", "1",
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.inference", "--torch-threads", "1",
                            "--agents", "3", "--hidden", "16", "--batch", "1", "--ops", "act", "--modes", "loop",
                            "batched", "--min-time", "0.005", "--repeats", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=110)
@@ -44,7 +44,7 @@ def test_isolated_run_times_each_mode_in_its_own_process():
 
 
 def test_isolated_child_failure_is_reported():
-    from experiments.bench.multiagent_inference import _time_in_own_process
+    from experiments.bench.multiagent.inference import _time_in_own_process
 
     with pytest.raises(RuntimeError, match="own process failed"):
         _time_in_own_process("loop", device="no-such-device", n=2, hidden=8, batch=1, min_time=0.001,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from experiments.bench import recovery
+from experiments.bench.recovery import killed_rank as recovery
 
 TIMES = ("rate_before", "rate_min_after", "learner_recovery_s", "throughput_recovery_s")
 
@@ -28,7 +28,7 @@ def test_the_quick_cases_are_cases():
 @pytest.mark.timeout(150)
 def test_quick_recovery_bench_prints_a_sane_line_per_case():
     # One process for the three cases: the imports and the interpreter are paid once.
-    out = subprocess.run([sys.executable, "-m", "experiments.bench.recovery", "--quick", "--cases",
+    out = subprocess.run([sys.executable, "-m", "experiments.bench.recovery.killed_rank", "--quick", "--cases",
                           ",".join(QUICK_CASES)], capture_output=True, text=True, timeout=140)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]

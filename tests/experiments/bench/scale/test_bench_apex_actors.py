@@ -5,7 +5,7 @@ with, and pacing holds the replay ratio within its bounds."""
 import pytest
 
 from experiments.apex import pacing
-from experiments.bench.apex_scale_actors import ScalingPoint, job_config, run_point, steady
+from experiments.bench.scale.apex_actors import ScalingPoint, job_config, run_point, steady
 from experiments.roles.program import REPORT_EVERY_S, REPORTS_PER_S, report_every
 
 

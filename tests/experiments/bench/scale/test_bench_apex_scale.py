@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 @pytest.mark.timeout(240)
 def test_apex_scale_bench_quick_prints_every_case():
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.apex_scale", "--quick"],
+        [sys.executable, "-m", "experiments.bench.scale.apex", "--quick"],
         cwd=ROOT, capture_output=True, text=True, timeout=230,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -48,7 +48,7 @@ def test_apex_scale_bench_quick_prints_every_case():
     assert 0 <= fan_in["learner_cpu_share_reports"] <= fan_in["learner_cpu_share_serving"] <= 1
     # The learner's side of pacing is exact; how far simulated actors overshoot between
     # two reports depends on scheduling (a loaded CI box), so the bench reports it and the
-    # real job's bounds are tested in test_apex_scale_actors.py.
+    # real job's bounds are tested in test_bench_apex_actors.py.
     pacing = {k: fan_in[k] for k in ("updates", "pacing_updates_due", "env_steps", "all_actors_final")}
     assert fan_in["pacing_learner_within"], pacing
     assert fan_in["all_actors_final"], pacing
@@ -59,7 +59,7 @@ def test_apex_scale_bench_quick_prints_every_case():
 
 
 def test_a_scaling_line_of_two_actors_on_made_up_records():
-    from experiments.bench.apex_scale_actors import ScalingPoint, scaling_line
+    from experiments.bench.scale.apex_actors import ScalingPoint, scaling_line
 
     # Two actors, each 100 env steps/s and 0.5 ms of CPU per step over the window
     # where both ran (t = 1..11 s); the first 20% of it is warm-up, left out.

@@ -1,4 +1,4 @@
-"""Smoke tests of experiments.bench.data_parallel: the all-reduce case's quick mode
+"""Smoke tests of experiments.bench.scale.data_parallel: the all-reduce case's quick mode
 prints parseable JSON lines; the PPO cases say when experiments.ppo is missing, and
 their arithmetic holds on fake runs."""
 
@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from experiments.bench import data_parallel, straggler_env
+from experiments.bench.scale import data_parallel
+from experiments.bench.tools import straggler_env
 
 
 def lines(text):
