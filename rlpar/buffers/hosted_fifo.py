@@ -17,7 +17,7 @@ items in line are held by the host, at most ``max_in_flight`` per producer, and 
 that waits longer than the producer's RPC timeout fails there (a consumer that takes
 nothing for that long is taken for hung). Answering a waiting put costs the get that
 makes room little: an always-full queue moved as many unrolls as a roomy one
-(``python -m experiments.bench.trajectory_queue``: 1.3-1.8K unrolls of 396 KB a
+(``python -m experiments.bench.components.trajectory_queue``: 1.3-1.8K unrolls of 396 KB a
 second, 500-700 MB/s, with 1-2 producers on a busy 2-core machine).
 
 An item is one RPC message, and TensorPipe hands a message to the service only once it
