@@ -38,7 +38,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Peers measured side by side by experiments/bench (cpprb, Stable-Baselines3, ...) and the
-# MuJoCo tasks of experiments.bench.continuous.
+# MuJoCo tasks of experiments.bench.continuous.budget.
 bench-deps: $(STAMP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS),bench,mujoco]'
 

@@ -27,7 +27,7 @@ own parameters in every mode, so the same object serves acting and learning:
 steps, such as MADDPG's critics) also picks ``loop`` when a network has more
 parameters than that, because the stacked copy of the weights is remade on
 every step and for big networks costs more than the calls it saves. This follows
-``experiments/bench/multiagent_inference.py`` (CPU, 2-core box, every mode with the
+``experiments/bench/multiagent/inference.py`` (CPU, 2-core box, every mode with the
 same 2 intra-op threads, each in its own process): at 8-16 agents batched acting
 at batch 1 is 10-18x faster than ``threads`` and 3-6x faster than ``loop``, and a
 MADDPG update at batch 1024, hidden 64, with stored stacking (``call_shared``) is
@@ -77,7 +77,7 @@ FEATURE_MAJOR_MIN_BATCH = 32
 # by member on row views of the leaves (``unbind``: no weight copies, and autograd
 # stacks the gradients into the leaves): few members' stacked activations (3 MB per
 # layer at 3 agents, hidden 256, batch 1024) leave the 2 MB L2, one member's 1 MB stays.
-# experiments/bench/multiagent_inference.py, MADDPG batched against loop at batch 1024,
+# experiments/bench/multiagent/inference.py, MADDPG batched against loop at batch 1024,
 # 2 / 1 intra-op threads, stacked: update at 3 agents, hidden 256 0.83x / 0.98x, act
 # 0.80x / 1.03x; with this path 1.04x / 1.04x and 1.06x / 1.01x; 3 agents, hidden 64:
 # update 1.02x / 1.17x -> 1.20x / 1.13x, act 0.95x / 1.09x -> 1.07x / 1.08x. At 8 agents

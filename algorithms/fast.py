@@ -1,7 +1,7 @@
 """Fast updates and acting on CPU: one option, ``fast``, that every algorithm takes.
 
 What it does, each measured on the MinAtar nets on a 2-core Xeon (Sapphire Rapids, one
-intra-op thread; ``python -m experiments.bench.minatar_learner``, numbers there):
+intra-op thread; ``python -m experiments.bench.minatar.learner``, numbers there):
 
 - ``"eager"`` (what ``"auto"`` picks):
 

@@ -119,7 +119,7 @@ class LearnConfig:
     # The paper's 1 per 100 env steps for its 1.5M-step runs. In a 30k-step budget on
     # simple_spread one update per 8 env steps scored -59.3 (seed 0) and one per 4
     # -63.2, also with lower actor lr (-60.0 at 1e-3, -63.5 at 3e-3): more updates did
-    # not help (experiments/bench/maddpg_spread.py docstring has the commands).
+    # not help (experiments/bench/multiagent/maddpg_spread.py docstring has the commands).
     updates_per_step: float = field(0.01, help=(
         "updates per env step (all copies together); above 1/--num-envs several per vector step"))
     hidden: str = field("64,64", help="MLP hidden sizes of actors and critics, comma separated")

@@ -35,7 +35,7 @@ from experiments.runtime.group import GroupConfig
 from experiments.runtime.job import main_for, run_job
 
 # By observation family, for the fields left unset. Measured in one process
-# (experiments/bench/ppo_single.py, 8 envs x 128 steps, 2 shared cores): CartPole-v1
+# (experiments/bench/learning/ppo_single.py, 8 envs x 128 steps, 2 shared cores): CartPole-v1
 # with lr 1e-3 constant solved (greedy 475) in a median 16.7K env steps / 1.4 s over 20
 # seeds, against 27.2K / 2.1 s with CleanRL's 2.5e-4 annealed. MinAtar: experiments/tuning.md
 # ("PPO on MinAtar": 7e-4 annealed over the run's budget, from 30-minute runs of

@@ -27,7 +27,7 @@ from experiments.runtime.group import GroupConfig
 from experiments.runtime.job import main_for, run_job
 
 # By observation family, for the fields left unset: the authors' settings (purejaxql),
-# measured in one process (experiments/bench/pqn_single.py, 2 shared cores):
+# measured in one process (experiments/bench/learning/pqn_single.py, 2 shared cores):
 # - vector (pqn_cartpole): 32 envs x 64 steps, 4 epochs x 16 minibatches, RAdam 1e-4
 #   decaying over 500K env steps, epsilon 1 -> 0.2 over 100K, rewards x 0.1, lambda
 #   0.95, 256-256 MLP: CartPole-v1 solved at 61-82K env steps in 6.5-9 s (seeds 0-3);

@@ -236,7 +236,7 @@ def test_a_stale_flag_fails_the_check(run_dir):
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
         _check(["python", "-m", "experiments.ppo", "--preempt-fraction", "2"])
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
-        _check(["python", "-m", "experiments.bench.replay", "--no-such-flag"])
+        _check(["python", "-m", "experiments.bench.components.replay", "--no-such-flag"])
     with pytest.raises(ValueError, match="--learners"):  # the job's own check, past the parser
         _check(["python", "-m", "experiments.apex", "--learners", "3", "--num-actors", "2"])
     with pytest.raises(AssertionError, match="no target"):

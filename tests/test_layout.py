@@ -1,6 +1,7 @@
 """The packages import with no side effects and algorithms never import transport."""
 
 import ast
+import importlib.util
 import pathlib
 
 import pytest
@@ -117,10 +118,26 @@ def _public(module: str) -> bool:
             or module.startswith(("experiments.runtime", "experiments.bench")))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "experiments" / "bench").glob("*.py")), ids=lambda p: p.name)
+OURS = ("rlpar", "envs", "algorithms", "experiments")
+BENCH_MODULES = sorted((ROOT / "experiments" / "bench").rglob("*.py"))
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _ours(module: str) -> bool:
+    return module.split(".")[0] in OURS and not module.startswith("experiments.bench")
+
+
+@pytest.mark.parametrize("path", BENCH_MODULES, ids=lambda p: str(p.relative_to(ROOT / "experiments" / "bench")))
 def test_benchmarks_use_only_public_api(path):
+    """A benchmark measures what a user gets: it imports the public modules of the
+    packages and no ``_private`` name, module or attribute of theirs (its own are its
+    business)."""
     from experiments.roles import actor_learner
 
+    modules_bound = set()  # local names bound to one of our modules
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "experiments":
@@ -130,6 +147,14 @@ def test_benchmarks_use_only_public_api(path):
             for module in modules:
                 if module.startswith("experiments."):
                     assert _public(module), f"{path.name} imports internal {module}"
+            if _ours(node.module):
+                assert not any(_private(part) for part in node.module.split(".")), \
+                    f"{path.name} imports the private module {node.module}"
+                private = [a.name for a in node.names if _private(a.name)]
+                assert not private, f"{path.name} imports private {private} from {node.module}"
+                if _is_package(node.module):  # from rlpar import buffers: a module bound
+                    modules_bound.update(a.asname or a.name for a in node.names
+                                         if importlib.util.find_spec(f"{node.module}.{a.name}"))
             if node.module == "experiments.roles.actor_learner":
                 private = [a.name for a in node.names if a.name not in actor_learner.__all__]
                 assert not private, f"{path.name} imports {private}, not in actor_learner.__all__"
@@ -137,6 +162,19 @@ def test_benchmarks_use_only_public_api(path):
             for alias in node.names:
                 if alias.name.startswith("experiments."):
                     assert _public(alias.name), f"{path.name} imports internal {alias.name}"
+                if _ours(alias.name):
+                    assert not any(_private(part) for part in alias.name.split(".")), \
+                        f"{path.name} imports the private module {alias.name}"
+                    modules_bound.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name):
+            assert node.value.id not in modules_bound, \
+                f"{path.name} uses {node.value.id}.{node.attr}, private to that module"
+
+
+def _is_package(module: str) -> bool:
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.submodule_search_locations is not None
 
 
 AGENTS = ("dqn", "td3", "impala", "ppo", "pqn", "a2c", "maddpg")

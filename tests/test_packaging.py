@@ -1,4 +1,5 @@
-"""What an install ships besides the code: the license and the PEP 561 markers."""
+"""What an install ships besides the code (the license and the PEP 561 markers) and
+what it leaves out (the benchmarks)."""
 
 import pathlib
 import shutil
@@ -25,7 +26,7 @@ def test_the_license_and_the_typed_markers_are_there_and_declared():
 
 
 @pytest.mark.timeout(60)
-def test_the_wheel_holds_the_license_and_every_typed_marker(tmp_path):
+def test_the_wheel_holds_the_license_and_every_typed_marker_and_no_benchmark(tmp_path):
     """A real build (a few seconds, no network: the installed setuptools) of a copy of
     the tree, so the checkout gets no build/ or egg-info."""
     setuptools = pytest.importorskip("setuptools")
@@ -48,3 +49,6 @@ def test_the_wheel_holds_the_license_and_every_typed_marker(tmp_path):
     modules = {path.relative_to(source).as_posix() for name in PACKAGES for path in (source / name).rglob("*.py")}
     assert not modules - names, sorted(modules - names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)[:5]
+    assert "experiments/runtime/__init__.py" in names  # the packages' code is there ...
+    bench = sorted(n for n in names if n.startswith("experiments/bench"))
+    assert not bench, f"the benchmarks run from a checkout, not from the wheel: {bench[:5]}"

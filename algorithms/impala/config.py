@@ -24,7 +24,7 @@ class IMPALAConfig:
 
     Optimizer: the paper's RMSProp (decay 0.99, epsilon 0.01, no momentum) at lr 2e-3
     rather than its 6e-4 (tuned for Atari frames). Measured in one process with
-    ``experiments.bench.impala_loop`` (2-core machine, one torch thread): on
+    ``experiments.bench.learning.impala_loop`` (2-core machine, one torch thread): on
     CartPole-v1 with 4 unrolls of 20 steps x 4 envs per batch, env steps to a greedy
     mean of 475 over 20 episodes, median of 8 seeds (all solved): RMSProp 2e-3 10.2K
     (0.8 CPU s), Adam 3e-3 13.9K (1.6 s), RMSProp 6e-4 33.9K (2.7 s, two seeds over

@@ -112,7 +112,7 @@ class MADDPG(Algorithm):
         self.target_actor_eval = ParallelModules(modules=self.target_actors, **par)
         # Without stored stacking, stacked critic weights are re-copied every step:
         # past ~64k parameters per critic the copy costs more than the calls it saves
-        # (experiments/bench/multiagent_inference.py, update rows).
+        # (experiments/bench/multiagent/inference.py, update rows).
         par_critic = par if stack else par | {"auto_max_params": CRITIC_AUTO_MAX_PARAMS}
         self.critic_eval = ParallelModules(modules=self.critics, **par_critic)
         self.target_critic_eval = ParallelModules(modules=self.target_critics, **par_critic)

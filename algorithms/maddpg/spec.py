@@ -86,7 +86,7 @@ class MADDPGConfig:
     env steps, one update per 8 env steps; greedy team return, these defaults -59.3
     on seed 0). Runs are chaotic (a 1e-7 rounding change moves a seed by +-2), so
     they rank nothing; the 3-seed comparisons, where ``actor_objective="team"`` with
-    ``grad_clip_scope="role"`` wins, are in ``experiments/bench/maddpg_spread.py``.
+    ``grad_clip_scope="role"`` wins, are in ``experiments/bench/multiagent/maddpg_spread.py``.
     """
 
     gamma: float = 0.95

@@ -35,7 +35,7 @@ REPORT_EVERY_S = 0.02
 # learner's process serves, 0.2-0.3 ms of its CPU (the coordinator's own handler is
 # 0.01-0.02 ms of that): 64 actors reporting every 20 ms (1.8K reports/s) took 49% of
 # that process's CPU, and its learner made 12 updates/s; capped at 250/s, 9% and 28
-# updates/s (python -m experiments.bench.apex_scale --cases fan_in).
+# updates/s (python -m experiments.bench.scale.apex --cases fan_in).
 REPORTS_PER_S = 250
 
 
@@ -163,7 +163,7 @@ def pacing(flow: Flow, *, num_actors: int, num_envs: int, learners: int = 1) -> 
     transitions, so with less slack than that pacing deadlocks. Measured: 32 actors
     with 4 envs hold up to 2432 env steps, past the default slack of 1000 (+
     learning_starts 200), and made no update in 30 s (python -m
-    experiments.bench.apex_scale --cases actor_scaling)."""
+    experiments.bench.scale.apex --cases actor_scaling)."""
     if flow.updates_per_step is None:
         return None
     held = num_actors * num_envs * flow.held_steps

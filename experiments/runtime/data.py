@@ -14,7 +14,7 @@ from experiments.runtime.cli import field, flag
 class ReplayConfig:
     """The prioritized replay (Schaul et al. 2016) and where it lives.
 
-    Which ``--replay-placement`` (figures from ``python -m experiments.bench.apex_scale``
+    Which ``--replay-placement`` (figures from ``python -m experiments.bench.scale.apex``
     on 2 shared cores: Atari batches of 128 transitions from 1 to 64 actor processes,
     the paper's 12.5K transitions/s together, a learner drawing batches of 512 as fast
     as it can; docs/benchmarks.md, "Ape-X at scale"):

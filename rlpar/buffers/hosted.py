@@ -13,7 +13,7 @@ message under the host's GIL: with 32 actors adding Atari batches (128 frame-sta
 transitions, 7 MB) as fast as they could, the host took 14.7K transitions/s and the
 learner in that process drew 19 batches of 512 a second; as tensors, 65K and 158
 (at the paper's 12.5K/s: an add blocked its actor 41 ms at the median, now 1 ms;
-``python -m experiments.bench.apex_scale --cases ingest``).
+``python -m experiments.bench.scale.apex --cases ingest``).
 """
 
 from __future__ import annotations

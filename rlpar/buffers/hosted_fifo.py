@@ -13,7 +13,7 @@ waited instead would hold one of the host's RPC threads (16 by default) per wait
 put, so 4 actors with 4 puts in flight would leave none for the host's other services
 (parameters, coordinator). Answering a waiting put costs the get that makes room
 little: an always-full queue moved as many unrolls as a roomy one
-(``python -m experiments.bench.trajectory_queue``: 1.3-1.8K unrolls of 396 KB a
+(``python -m experiments.bench.components.trajectory_queue``: 1.3-1.8K unrolls of 396 KB a
 second, 500-700 MB/s, with 1-2 producers on a busy 2-core machine).
 
 Waiting for room is a healthy wait, however long the consumer takes (it may wait for

@@ -6,7 +6,7 @@ destination line into the cache (read-for-ownership) and then evicts something
 useful to make room; a non-temporal store writes the line straight to memory. For
 frame-sized rows (a chunk of 64 Atari transitions is 3.6 MB) that removes a third
 of the memory traffic of an insert: about 1.8x more transitions/s on the 2-core
-benchmark machine (``python -m experiments.bench.replay --cases atari``).
+benchmark machine (``python -m experiments.bench.components.replay --cases atari``).
 
 Small copies keep plain numpy assignment: below ``STREAM_MIN_BYTES`` the call
 overhead and the cache bypass (a small batch may well be read soon) cost more

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 # failed; 66 start on uv in 7 s). TCP (uv) costs a small message more of the
 # receiver's CPU (about 140 instead of 100 us), yet the Ape-X job ran faster on it:
 # 3.4-3.9K instead of 3.0-3.2K env steps/s (CartPole, 2 actors, 2 cores), and 13
-# instead of 7 learner updates/s with 8 simulated actors (experiments.bench.apex_scale).
+# instead of 7 learner updates/s with 8 simulated actors (experiments.bench.scale.apex).
 TRANSPORTS = ["uv"]
 
 def current_world() -> World:

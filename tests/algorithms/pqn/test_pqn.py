@@ -1,6 +1,6 @@
 """PQN (algorithms.pqn) and its single-process runner (algorithms.pqn.runner): the
 targets, the update, the gradient hook, the schedules, the networks, state and
-checkpoint resume, errors. Whether it learns is a benchmark (experiments/bench/pqn_single.py)."""
+checkpoint resume, errors. Whether it learns is a benchmark (experiments/bench/learning/pqn_single.py)."""
 
 import copy
 

@@ -1,6 +1,6 @@
 """Device maps (CUDA tensors over RPC), the plumbing checked without a GPU: the maps
 a World is given reach TensorPipe's options (TensorPipe itself rejects one naming a
-rank that is not in the world). experiments.bench.gpu_check runs them on a GPU."""
+rank that is not in the world). experiments.bench.gpu.check runs them on a GPU."""
 
 import secrets
 

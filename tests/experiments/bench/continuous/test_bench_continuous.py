@@ -1,0 +1,155 @@
+"""The continuous-control benchmark: its --quick mode on Pendulum end to end (not a
+measurement), flag errors, and the curve bookkeeping its JSON lines are built from."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.bench.continuous import budget as bench_module
+from experiments.bench.tools import wallclock as wc
+
+# What issue 31 asks every run's line for.
+KEYS = {"env", "impl", "seed", "budget_s", "env_steps", "env_steps_per_s", "updates", "updates_per_s",
+        "wait_fraction", "best_eval_greedy", "final_eval_greedy", "score", "reached_score_at_s",
+        "reached_score_at_steps", "crossings", "return_at_s", "loadavg_start", "loadavg_end", "eval_cpu_s",
+        "eval_cpu_s_during_training", "snapshot_pause_s", "settings"}
+
+
+def bench(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "experiments.bench.continuous.budget", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(200)
+def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path):
+    out = bench("--quick", "--budget-s", "4", "--out", str(tmp_path), timeout=190)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    sb3 = importlib.util.find_spec("stable_baselines3") is not None
+    expected = ["rlpar-td3", "sb3-td3", "sb3-sac"] if sb3 else ["sb3-td3", "sb3-sac", "rlpar-td3"]
+    assert [r["impl"] for r in records] == expected
+    for record in records:
+        assert record["bench"] == "continuous" and record["env"] == "Pendulum-v1"
+        if "skipped" in record:
+            assert not sb3 and record["impl"].startswith("sb3-")
+            continue
+        assert KEYS <= set(record), KEYS - set(record)
+        assert "error" not in record, record
+        assert record["score"] == -200.0 and record["budget_s"] == 4.0 and record["quick"]
+        assert len(record["loadavg_start"]) == 3 and len(record["loadavg_end"]) == 3
+        # The final snapshot at least was evaluated (a loaded machine may spend the
+        # whole budget starting up).
+        assert record["evaluations"] >= 1 and isinstance(record["final_eval_greedy"], float)
+        assert -2000.0 < record["final_eval_greedy"] <= 0.0  # Pendulum's returns
+        curve = wc.read_curve(os.path.dirname(record["curve"]))
+        assert curve[-1]["final"] and curve[-1]["env_steps"] == record["env_steps"]
+        assert all(len(r) and r["greedy_std"] >= 0 for r in curve)
+    with open(tmp_path / "results.jsonl") as f:
+        assert [json.loads(line) for line in f] == records
+    assert (tmp_path / "continuous-Pendulum-v1.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("flags, named", [
+    (["--envs", "Pendulum-v1,Walker2d-v5"], "Walker2d-v5"),
+    (["--impls", "rlpar-td3,cleanrl-td3"], "cleanrl-td3"),
+    (["--seeds", "0,x"], "--seeds"),
+    (["--eval-episodes", "0"], "--eval-episodes"),
+    (["--budget-s", "-1"], "--budget-s"),
+    (["--peer-threads", "0"], "--peer-threads"),
+    (["--score", "high"], "--score"),
+    (["--envs", "Pendulum-v1,Hopper-v5", "--score", "-200"], "--score"),
+    (["--envs", "Pendulum-v1", "--impls", "rlpar-td3", "--ours-flags=--no-such-flag"], "--no-such-flag"),
+    (["--envs", "Pendulum-v1", "--impls", "rlpar-td3", "--ours-flags=--sigma 2"], "--sigma"),
+])
+def test_bad_flags_exit_2_naming_them_before_any_run(tmp_path, flags, named):
+    out = bench(*flags, "--out", str(tmp_path))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert named in out.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def record(steps, wall, greedy, final=False):
+    return {"env_steps": steps, "wall_s": wall, "final": final, "greedy": greedy, "greedy_std": 1.0}
+
+
+CURVE = [record(1_000, 10.0, -1200.0), record(2_000, 20.0, -600.0), record(3_000, 30.0, -180.0),
+         record(4_000, 40.0, -150.0), record(4_200, 42.0, -210.0, final=True)]
+
+
+def test_the_first_evaluation_at_each_level_is_its_crossing():
+    assert wc.first_reaching(CURVE, "greedy", -200.0)["env_steps"] == 3_000
+    assert wc.crossings(CURVE, "greedy", [-1000.0, -200.0, 0.0]) == {
+        "-1000": {"s": 20.0, "steps": 2_000}, "-200": {"s": 30.0, "steps": 3_000}, "0": None}
+    assert wc.crossings([], "greedy", [-200.0]) == {"-200": None}
+
+
+def test_the_curve_at_a_time_is_the_last_evaluation_taken_by_then():
+    assert wc.value_at(CURVE, "greedy", 5.0) is None
+    assert wc.value_at(CURVE, "greedy", 25.0) == -600.0
+    assert wc.value_at(CURVE, "greedy", 30.0) == -180.0
+    assert wc.value_at(CURVE, "greedy", 1e9) == -210.0  # the final snapshot
+
+
+def test_a_run_line_summarizes_its_curve():
+    summary = bench_module.summarize(CURVE, levels=(-200.0, -1000.0), budget_s=40.0)
+    assert summary["score"] == -200.0
+    assert summary["reached_score_at_s"] == 30.0 and summary["reached_score_at_steps"] == 3_000
+    assert summary["crossings"] == {"-1000": {"s": 20.0, "steps": 2_000}, "-200": {"s": 30.0, "steps": 3_000}}
+    assert summary["best_eval_greedy"] == -150.0 and summary["final_eval_greedy"] == -210.0
+    assert summary["return_at_s"] == {"10": -1200.0, "20": -600.0, "30": -180.0, "40": -150.0}
+    assert summary["evaluations"] == 5
+    never = bench_module.summarize(CURVE, levels=(0.0,), budget_s=40.0)
+    assert never["reached_score_at_s"] is None and never["reached_score_at_steps"] is None
+    empty = bench_module.summarize([], levels=(-200.0,), budget_s=40.0)
+    assert empty["final_eval_greedy"] is None and empty["best_eval_greedy"] is None
+
+
+def test_per_env_defaults_and_overrides():
+    args = bench_module.parse(["--envs", "Pendulum-v1,HalfCheetah-v5"]) if importlib.util.find_spec(
+        "mujoco") else bench_module.parse(["--envs", "Pendulum-v1"])
+    assert bench_module.budget_of(args, "Pendulum-v1") == 600.0
+    assert bench_module.levels_of(args, "Pendulum-v1") == (-200.0,)
+    assert bench_module.budget_of(args, "HalfCheetah-v5") == 1800.0
+    assert bench_module.levels_of(args, "Hopper-v5")[0] == 2000.0
+    args = bench_module.parse(["--envs", "Pendulum-v1", "--budget-s", "60", "--score=-300,-150",
+                               "--eval-every", "500"])
+    assert bench_module.budget_of(args, "Pendulum-v1") == 60.0
+    assert bench_module.levels_of(args, "Pendulum-v1") == (-300.0, -150.0)
+    assert bench_module.eval_every_of(args, "Pendulum-v1") == 500
+
+
+def test_greedy_play_counts_each_copys_first_episode():
+    env = bench_module.eval_env("Pendulum-v1", episodes=2)
+    try:
+        returns = bench_module.play_greedy(lambda obs: [[0.0]] * len(obs), env, seed=3)
+        again = bench_module.play_greedy(lambda obs: [[0.0]] * len(obs), env, seed=3)
+    finally:
+        env.close()
+    assert returns.shape == (2,) and (returns < 0).all()  # 200 steps of Pendulum's costs each
+    assert (returns == again).all()  # seeded: the same episodes
+
+
+def test_ours_snapshots_follow_the_paced_env_step_count(tmp_path):
+    class Base:
+        def __init__(self):
+            self.updates = 0
+            self.algorithm = type("A", (), {"policy_state": lambda self: {"w": __import__("torch").ones(1)}})()
+
+        def step(self):
+            self.updates += 1
+            return {}
+
+    learner_cls = type("L", (wc.PacedSnapshots, Base), {}).bound(
+        run_dir=str(tmp_path), every=1_000, started=0.0, learning_starts=500, updates_per_step=0.25)
+    learner = learner_cls()
+    for _ in range(400):  # 500 + 400 / 0.25 = 2,100 env steps
+        learner.step()
+    names = wc.snapshot_names(str(tmp_path))
+    assert names == ["snap-000000001000.pt", "snap-000000002000.pt"]
+    with pytest.raises(ValueError):
+        wc.PacedSnapshots.bound(run_dir="", every=1, started=0.0, learning_starts=0, updates_per_step=1.0)

@@ -1,0 +1,26 @@
+"""Smoke test of the Ape-X CartPole benchmark's --quick mode (not a measurement)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.timeout(120)
+def test_quick_mode_prints_json_lines():
+    out = subprocess.run(
+        [sys.executable, "-m", "experiments.bench.learning.apex_cartpole", "--quick", "--impls", "ours,sb3,ppo,sb3-ppo",
+         "--ours-flags=--hidden 32,32"],  # flags reach ours' config (a typo would fail the run)
+        capture_output=True, text=True, timeout=115)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert {r["impl"] for r in records} == {"ours", "sb3", "ppo", "sb3-ppo"}
+    for record in records:
+        assert record["bench"] == "apex_cartpole"
+        assert "skipped" in record or record["case"] in ("run", "median")
+    for impl in ("ours", "ppo"):  # another of our jobs on the same protocol
+        runs = [r for r in records if r["impl"] == impl and r.get("case") == "run"]
+        assert runs and "error" not in runs[0] and runs[0]["env_steps"] > 0, runs
+    (ppo,) = [r for r in records if r["impl"] == "ppo" and r.get("case") == "median"]
+    assert "ratio_vs_best_peer" in ppo  # against sb3-ppo (None when either did not solve)

@@ -1,0 +1,51 @@
+"""The multi-agent inference benchmark's --quick mode runs and prints JSON lines."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+@pytest.mark.timeout(120)
+def test_quick_mode_prints_json_for_every_mode():
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.inference", "--quick", "--torch-threads", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert lines[0]["config"] and lines[0]["torch_threads"] == 1
+    results = [x for x in lines if "mode" in x]
+    assert {x["mode"] for x in results} == {"loop", "threads", "jit_fork", "batched", "batched_vmap", "auto"}
+    assert {x["op"] for x in results} == {"act", "update"}
+    assert all(x["ms"] > 0 for x in results)
+    assert all(x["gflop"] > 0 and x["gflops"] > 0 for x in results if x["op"] == "update")
+    summaries = [x for x in lines if x.get("summary")]
+    assert summaries and all(x["auto_mode"].startswith("actors=batched") for x in summaries)
+    assert all("speedup_vs_threads" in x for x in summaries)
+    assert lines[0]["isolated"] is False and not any(x["isolated"] for x in summaries)
+
+
+@pytest.mark.timeout(120)
+def test_isolated_run_times_each_mode_in_its_own_process():
+    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.inference", "--torch-threads", "1",
+                           "--agents", "3", "--hidden", "16", "--batch", "1", "--ops", "act", "--modes", "loop",
+                           "batched", "--min-time", "0.005", "--repeats", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert lines[0]["isolated"] is True
+    assert [x["mode"] for x in lines if "mode" in x] == ["loop", "batched", "auto"]
+    summary = lines[-1]
+    assert summary["summary"] and summary["isolated"] and summary["auto_mode"].startswith("actors=batched")
+    assert summary["speedup_vs_loop"] > 0 and "speedup_vs_threads" not in summary
+
+
+def test_isolated_child_failure_is_reported():
+    from experiments.bench.multiagent.inference import _time_in_own_process
+
+    with pytest.raises(RuntimeError, match="own process failed"):
+        _time_in_own_process("loop", device="no-such-device", n=2, hidden=8, batch=1, min_time=0.001,
+                             repeats=1, ops=("act",))
