@@ -21,17 +21,16 @@ starts with an empty queue); networks, optimizer and progress are kept as in eve
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
-from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
+from algorithms.impala.config import BY_FAMILY, IMPALAConfig
 from experiments.roles.program import Program, check_learners, describe_learners, validate_learners
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
+from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
 from experiments.runtime.config import usable_cores
 from experiments.runtime.data import QueueConfig
-from experiments.runtime.envs import RUN_BUDGET, check_env, env_factory, fill_by_family
-from experiments.runtime.job import main_for, run_job
+from experiments.runtime.entry import JobEntry, job_env_fn
+from experiments.runtime.envs import RUN_BUDGET, check_env, fill_by_family
 
 # By observation family (the rule that picks the default network), for the fields left
 # unset. Measured in one process (algorithms/impala/impala.py's learner, 4 actors x 4 envs x
@@ -57,65 +56,10 @@ def default_actors() -> int:
     return max(2, usable_cores())
 
 
-@dataclasses.dataclass
-class LearnConfig:
-    """IMPALA's hyperparameters (those left unset: ``DEFAULTS_BY_FAMILY``)."""
-
-    lr: float | None = field(None, help="learning rate (none: by observation family, 2e-3; 6e-4 for frames)")
-    lr_anneal_steps: int | None = field(None, help=(
-        "anneal the learning rate linearly to 0 over this many env steps, all learners together "
-        "(0: constant; none: by observation family, over the run's --max-env-steps for MinAtar, else 0)"))
-    optimizer: Literal["rmsprop", "adam"] = field("rmsprop", help="optimizer (the paper's RMSProp, eps 0.01)")
-    gamma: float = field(0.99, help="discount")
-    unroll_length: int | None = field(None, help="steps per unroll an actor sends (none: by family, 20; 5 for MinAtar)")
-    batch_size: int | None = field(None, help="unrolls per learner update (none: by family, 2)")
-    rho_bar: float = field(1.0, help="V-trace: clip of the importance weights in the value targets")
-    c_bar: float = field(1.0, help="V-trace: clip of the trace-cutting weights")
-    entropy_coef: float | None = field(None, help="entropy bonus weight (none: by family, 0.01; 0.05 for MinAtar)")
-    value_coef: float = field(0.5, help="baseline loss weight")
-    max_grad_norm: float | None = field(40.0, help="clip the summed loss's gradient to this norm ('none': no clip)")
-    reward_clip: float | None = field(None, help="clip rewards to +-this ('none': no clip; the paper's Atari: 1)")
-    hidden: str = field("64,64", help="MLP hidden sizes for vector observations, comma separated")
-    push_every: int = field(1, help="learner updates between parameter publications")
-    pull_every: int = field(0, help="actor env steps between parameter pulls (0: one unroll's, every unroll)")
-    fast: Literal["auto", "off", "eager", "compile"] = field("auto", help=(
-        "how updates and acting run on CPU (algorithms.fast): auto (= eager), off, eager (denormals "
-        "flushed), compile (falls back to eager without a C++ compiler)"))
-
-    def validate(self) -> None:
-        for name in ("unroll_length", "batch_size"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{flag(name)} must be >= 1, got {getattr(self, name)}")
-        if self.lr_anneal_steps is not None and self.lr_anneal_steps < 0:
-            raise ValueError(f"{flag('lr_anneal_steps')} must be >= 0, got {self.lr_anneal_steps}")
-        if self.push_every < 1 or self.pull_every < 0:
-            raise ValueError(f"{flag('push_every')} must be >= 1 and {flag('pull_every')} >= 0")
-        layer_sizes(self.hidden, name="hidden")
-        if self.fast not in ("auto", "off", "eager", "compile"):
-            raise ValueError(f"{flag('fast')} must be one of ['auto', 'off', 'eager', 'compile'], got {self.fast!r}")
-        if self.lr is not None:  # the algorithm's named checks, unset fields as for vectors
-            unset = {k: v for k, v in DEFAULTS_BY_FAMILY["vector"].items() if getattr(self, k) is None}
-            probe = dataclasses.replace(self, **{**unset, "lr_anneal_steps": 0})
-            try:
-                probe.impala_config(env_steps_per_update=1)
-            except ValueError as exc:
-                raise ValueError(f"{flag(str(exc).split()[0])}: {exc}") from None
-
-    def impala_config(self, *, env_steps_per_update: int):
-        """The IMPALAConfig; the annealing, given in env steps, counted in updates of
-        ``env_steps_per_update`` (every learner's batch of unrolls together)."""
-        from algorithms.impala import IMPALAConfig
-
-        unset = [flag(k) for k in ("lr", "lr_anneal_steps", "entropy_coef") if getattr(self, k) is None]
-        if unset:
-            raise ValueError(f"{', '.join(unset)} unset: the job fills them by the env's observations "
-                             "(env_defaults)")
-        anneal = max(1, self.lr_anneal_steps // env_steps_per_update) if self.lr_anneal_steps else None
-        return IMPALAConfig(gamma=self.gamma, rho_bar=self.rho_bar, c_bar=self.c_bar,
-                            entropy_coef=self.entropy_coef, value_coef=self.value_coef,
-                            max_grad_norm=self.max_grad_norm, reward_clip=self.reward_clip,
-                            optimizer=self.optimizer, lr=self.lr, lr_anneal_updates=anneal,
-                            hidden=layer_sizes(self.hidden, name="hidden"), fast=self.fast)
+def LearnConfig(**values: Any) -> IMPALAConfig:  # noqa: N802 (the name the job's section had)
+    """The job's ``learn`` section: an :class:`IMPALAConfig` whose fields left None are
+    filled by observation family."""
+    return IMPALAConfig(**{**dict.fromkeys(BY_FAMILY), **values})
 
 
 @dataclasses.dataclass
@@ -128,7 +72,7 @@ class ImpalaJobConfig:
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
     env: EnvConfig = section(EnvConfig)
     queue: QueueConfig = section(QueueConfig)
-    learn: LearnConfig = section(LearnConfig)
+    learn: IMPALAConfig = section(LearnConfig)
     num_actors: int = field(0, help=(
         "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
         "world size decides"))
@@ -167,10 +111,6 @@ def resolve(config: ImpalaJobConfig, world_size: int | None) -> int:
     return world_size
 
 
-def job_env_fn(config: ImpalaJobConfig, parts: Parts):
-    return env_factory(config.env.env_id, parts.env)
-
-
 def check(config: ImpalaJobConfig, parts: Parts) -> None:
     from gymnasium import spaces
 
@@ -202,33 +142,10 @@ def extra_ranks(config: ImpalaJobConfig) -> int:
 
 
 PROGRAM = Program(name="impala", builder=builder)
-
-
-@functools.cache
-def job():
-    """The runtime's Job (built on first use: the roles import torch)."""
-    from experiments.roles.actor_learner import make_job
-
-    return make_job(PROGRAM, resolve=resolve, check=check, describe=describe, env_fn=job_env_fn,
-                    env_defaults=env_defaults, extra_ranks=extra_ranks)
-
-
-def run(config: ImpalaJobConfig, *, parts: Parts | None = None, quiet: bool = False,
-        started: float | None = None) -> dict[str, Any]:
-    """Run the job (serial, a local world, or this rank under torchrun); returns the
-    learner's summary (``{}`` on other ranks under torchrun)."""
-    return run_job(job(), config, parts=parts, quiet=quiet, started=started)
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    from experiments.runtime.summary import format_summary as box
-
-    return box(summary, describe(summary), title="IMPALA")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return main_for(job, ImpalaJobConfig, format_summary, list(argv) if argv is not None else None)
-
+ENTRY = JobEntry(title="IMPALA", config_cls=ImpalaJobConfig, program=PROGRAM, roles="experiments.roles.actor_learner",
+                 describe=describe, hooks={"resolve": resolve, "check": check, "env_defaults": env_defaults,
+                                           "extra_ranks": extra_ranks})
+job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,16 +23,15 @@ member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (docs/b
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
-from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
+from algorithms.ppo.config import PPOConfig
 from experiments.roles.sync_member import SyncProgram
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, layer_sizes, section
-from experiments.runtime.envs import RUN_BUDGET, check_env, env_factory, fill_by_family
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
+from experiments.runtime.entry import JobEntry, job_env_fn
+from experiments.runtime.envs import RUN_BUDGET, check_env, fill_by_family
 from experiments.runtime.group import GroupConfig
-from experiments.runtime.job import main_for, run_job
 
 # By observation family, for the fields left unset. Measured in one process
 # (experiments/bench/learning/ppo_single.py, 8 envs x 128 steps, 2 shared cores): CartPole-v1
@@ -60,64 +59,10 @@ class PPOEnvConfig(FamilyEnvConfig):
     num_envs: int | None = field(None, help="env copies per member (none: by observation family, 8; 32 for MinAtar)")
 
 
-@dataclasses.dataclass
-class LearnConfig:
-    """PPO's hyperparameters (those left unset: ``DEFAULTS_BY_FAMILY``; the rest are
-    CleanRL's ``ppo.py`` defaults)."""
-
-    n_steps: int = field(128, help="steps per env in a member's rollout")
-    lr: float | None = field(None, help=(
-        "Adam learning rate (none: by observation family, 1e-3; 7e-4 for MinAtar, 2.5e-4 for frames)"))
-    lr_anneal_steps: int | None = field(None, help=(
-        "anneal the learning rate linearly to 0 over this many env steps, all members together "
-        "(0: constant; none: by observation family, 0 for vectors, the run's --max-env-steps for images)"))
-    epochs: int = field(4, help="passes over each rollout")
-    minibatches: int = field(4, help="minibatches per pass (a count: every member takes as many steps)")
-    gamma: float = field(0.99, help="discount")
-    gae_lambda: float = field(0.95, help="GAE lambda")
-    clip_coef: float = field(0.2, help="surrogate clipping range")
-    clip_vloss: bool = field(True, help="clip the value change like the ratio")
-    normalize_advantages: bool = field(True, help="normalize advantages per minibatch")
-    entropy_coef: float | None = field(None, help="entropy bonus weight (none: by observation family, 0.01; 0.05 for MinAtar)")
-    value_coef: float = field(0.5, help="value loss weight")
-    max_grad_norm: float | None = field(0.5, help="clip the averaged gradient to this norm ('none': no clipping)")
-    target_kl: float | None = field(None, help="stop an update's epochs once an epoch's mean KL (over all members) passes this")
-    reward_scale: float = field(1.0, help="multiply rewards by this")
-    hidden: str = field("64,64", help="MLP hidden sizes for vector observations, comma separated")
-    activation: Literal["tanh", "relu"] = field("tanh", help="MLP hidden activation")
-    shared_network: bool = field(False, help="one body for actor and critic")
-
-    def validate(self) -> None:
-        if self.n_steps < 1:
-            raise ValueError(f"{flag('n_steps')} must be >= 1, got {self.n_steps}")
-        if self.lr_anneal_steps is not None and self.lr_anneal_steps < 0:
-            raise ValueError(f"{flag('lr_anneal_steps')} must be >= 0, got {self.lr_anneal_steps}")
-        layer_sizes(self.hidden, name="hidden")
-        # Unset fields are checked with the vector family's values, as PQN's config does.
-        unset = {k: v for k, v in DEFAULTS_BY_FAMILY["vector"].items() if getattr(self, k) is None}
-        probe = dataclasses.replace(self, **{**unset, "lr_anneal_steps": 0})
-        try:  # the algorithm's own checks, named by flag
-            probe.ppo_config(env_steps_per_update=1)
-        except ValueError as exc:
-            raise ValueError(f"{flag(str(exc).split()[0])}: {exc}") from None
-
-    def ppo_config(self, *, env_steps_per_update: int):
-        """The PPOConfig; the annealing, given in env steps, counted in updates of
-        ``env_steps_per_update`` (every member's full rollouts together)."""
-        from algorithms.ppo import PPOConfig
-
-        unset = [flag(k) for k in DEFAULTS_BY_FAMILY["vector"] if getattr(self, k) is None]
-        if unset:
-            raise ValueError(f"{', '.join(unset)} unset: the job fills them by the env's observations "
-                             "(env_defaults)")
-        anneal = max(1, self.lr_anneal_steps // env_steps_per_update) if self.lr_anneal_steps else None
-        return PPOConfig(gamma=self.gamma, gae_lambda=self.gae_lambda, clip_coef=self.clip_coef,
-                         epochs=self.epochs, minibatches=self.minibatches, clip_vloss=self.clip_vloss,
-                         normalize_advantages=self.normalize_advantages, value_coef=self.value_coef,
-                         entropy_coef=self.entropy_coef, max_grad_norm=self.max_grad_norm, lr=self.lr,
-                         lr_anneal_updates=anneal, target_kl=self.target_kl, reward_scale=self.reward_scale,
-                         hidden=layer_sizes(self.hidden, name="hidden"), activation=self.activation,
-                         shared_network=self.shared_network)
+def LearnConfig(**values: Any) -> PPOConfig:  # noqa: N802 (the name the job's section had)
+    """The job's ``learn`` section: a :class:`PPOConfig` whose fields left None are
+    filled by observation family."""
+    return PPOConfig(**{**dict.fromkeys(DEFAULTS_BY_FAMILY["vector"]), **values})
 
 
 @dataclasses.dataclass
@@ -131,7 +76,7 @@ class PPOJobConfig:
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=5_000))
     env: PPOEnvConfig = section(PPOEnvConfig)
     group: GroupConfig = section(GroupConfig)
-    learn: LearnConfig = section(LearnConfig)
+    learn: PPOConfig = section(LearnConfig)
 
 
 # ------------------------------------------------------------ the job's hooks
@@ -142,10 +87,6 @@ def builder(config: PPOJobConfig, parts: Parts, spec: Any):
 
     return PPOBuilder(learn=config.learn, num_envs=config.env.num_envs, members=max(1, config.group.num_workers),
                       spec=spec, network=parts.network, algorithm=parts.algorithm)
-
-
-def job_env_fn(config: PPOJobConfig, parts: Parts):
-    return env_factory(config.env.env_id, parts.env)
 
 
 def check(config: PPOJobConfig, parts: Parts) -> None:
@@ -171,32 +112,9 @@ def describe(summary: dict[str, Any]) -> list[str]:
 
 
 PROGRAM = SyncProgram(name="ppo", builder=builder)
-
-
-@functools.cache
-def job():
-    """The runtime's Job (built on first use: the roles import torch)."""
-    from experiments.roles.sync import make_job
-
-    return make_job(PROGRAM, check=check, describe=describe, env_fn=job_env_fn, env_defaults=env_defaults)
-
-
-def run(config: PPOJobConfig, *, parts: Parts | None = None, quiet: bool = False,
-        started: float | None = None) -> dict[str, Any]:
-    """Run the job (one member in this process, a local world, or this rank under
-    torchrun); returns the lead's summary (``{}`` on other ranks under torchrun)."""
-    return run_job(job(), config, parts=parts, quiet=quiet, started=started)
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    from experiments.runtime.summary import format_summary as box
-
-    return box(summary, describe(summary), title="PPO")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return main_for(job, PPOJobConfig, format_summary, list(argv) if argv is not None else None)
-
+ENTRY = JobEntry(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, roles="experiments.roles.sync",
+                 describe=describe, hooks={"check": check, "env_defaults": env_defaults})
+job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,10 +3,11 @@ with Importance Weighted Actor-Learner Architectures", ICML, arXiv:1802.01561): 
 sample from the policy they last pulled and send unrolls with the behaviour
 log-probs to a FIFO queue; the learner batches unrolls and corrects for the lag with
 V-trace (:class:`algorithms.impala.IMPALA`). The hyperparameters are the IMPALA job's
-``learn`` section (:class:`experiments.impala.LearnConfig`)."""
+``learn`` section, an :class:`IMPALAConfig`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,8 +15,10 @@ import numpy as np
 
 from algorithms.actor_learner import Actor, Learner
 from algorithms.builder import Batch, Builder, EnvSpec, Flow
+from algorithms.impala.config import BY_FAMILY, IMPALAConfig
 from algorithms.impala.impala import IMPALA
 from algorithms.impala.unroll import UnrollItems
+from algorithms.params import require
 
 
 class IMPALABuilder(Builder):
@@ -25,18 +28,21 @@ class IMPALABuilder(Builder):
 
     algorithm_base, actor_base, learner_base = IMPALA, Actor, Learner
 
-    def __init__(self, *, learn: Any, num_envs: int, spec: EnvSpec, learners: int = 1, network: Any = None,
+    def __init__(self, *, learn: IMPALAConfig, num_envs: int, spec: EnvSpec, learners: int = 1, network: Any = None,
                  algorithm: type | None = None, actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
         self.learn, self.num_envs, self.learners = learn, num_envs, learners
 
     @property
-    def config(self) -> Any:
-        """The algorithm's IMPALAConfig (an update takes ``batch_size`` unrolls of
-        ``unroll_length`` steps of every env, on each learner)."""
+    def config(self) -> IMPALAConfig:
+        """The algorithm's config: the job's, with the annealing given in env steps
+        counted in updates (one takes ``batch_size`` unrolls of ``unroll_length`` steps
+        of every env, on each learner)."""
         learn = self.learn
-        return learn.impala_config(
-            env_steps_per_update=self.learners * learn.batch_size * learn.unroll_length * self.num_envs)
+        require(learn, BY_FAMILY)
+        steps = learn.lr_anneal_steps
+        per_update = self.learners * learn.batch_size * learn.unroll_length * self.num_envs
+        return dataclasses.replace(learn, lr_anneal_updates=max(1, steps // per_update) if steps else None)
 
     @property
     def flow(self) -> Flow:

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algorithms.a2c.config import A2CConfig, _choice, _in_unit
+from algorithms.params import internal, param
 
 
-@dataclass(frozen=True)
+@dataclass
 class IMPALAConfig:
     """IMPALA hyper-parameters.
 
@@ -41,35 +42,57 @@ class IMPALAConfig:
     and policy heads (:meth:`network_config`).
     """
 
-    gamma: float = 0.99
-    rho_bar: float = 1.0
-    c_bar: float = 1.0
-    pg_rho_bar: float | None = None  # None: rho_bar
-    vtrace_lambda: float = 1.0
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float | None = 40.0
-    loss_reduction: Literal["sum", "mean"] = "sum"
-    reward_clip: float | None = None  # rewards clipped to [-reward_clip, reward_clip]
-    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
-    lr: float = 2e-3
-    lr_anneal_updates: int | None = None  # anneal lr linearly to 0 over this many updates (None: constant)
-    optimizer_eps: float | None = None  # None: 0.01 for RMSProp (the paper's), 1e-8 for Adam
-    rmsprop_alpha: float = 0.99
-    hidden: tuple[int, ...] = (64, 64)
-    activation: Literal["tanh", "relu"] = "tanh"
-    shared_network: bool = False
-    log_std_init: float = 0.0
-    state_dependent_std: bool = False
-    action_transform: Literal["clip", "tanh"] = "clip"
-    # How updates and acting run on CPU (algorithms.fast): auto, off, eager, compile;
-    # IMPALA's one forward per update already covers obs and next obs.
-    fast: str = "auto"
+    # The job's flags, in its --help order. Those the job fills "by observation
+    # family" are None in its section (experiments.impala) until the env is known.
+    lr: float | None = param(2e-3, help="learning rate (none: by observation family, 2e-3; 6e-4 for frames)")
+    lr_anneal_steps: int | None = param(0, help=(
+        "anneal the learning rate linearly to 0 over this many env steps, all learners together "
+        "(0: constant; none: by observation family, over the run's --max-env-steps for MinAtar, else 0)"))
+    optimizer: Literal["rmsprop", "adam"] = param("rmsprop", help="optimizer (the paper's RMSProp, eps 0.01)")
+    gamma: float = param(0.99, help="discount")
+    unroll_length: int | None = param(20, help="steps per unroll an actor sends (none: by family, 20; 5 for MinAtar)")
+    batch_size: int | None = param(2, help="unrolls per learner update (none: by family, 2)")
+    rho_bar: float = param(1.0, help="V-trace: clip of the importance weights in the value targets")
+    c_bar: float = param(1.0, help="V-trace: clip of the trace-cutting weights")
+    entropy_coef: float | None = param(0.01, help="entropy bonus weight (none: by family, 0.01; 0.05 for MinAtar)")
+    value_coef: float = param(0.5, help="baseline loss weight")
+    max_grad_norm: float | None = param(40.0, help="clip the summed loss's gradient to this norm ('none': no clip)")
+    reward_clip: float | None = param(None, help=(  # rewards clipped to [-reward_clip, reward_clip]
+        "clip rewards to +-this ('none': no clip; the paper's Atari: 1)"))
+    hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes for vector observations, comma separated")
+    push_every: int = param(1, help="learner updates between parameter publications")
+    pull_every: int = param(0, help="actor env steps between parameter pulls (0: one unroll's, every unroll)")
+    # How updates and acting run on CPU (algorithms.fast); IMPALA's one forward per
+    # update already covers obs and next obs.
+    fast: Literal["auto", "off", "eager", "compile"] = param("auto", help=(
+        "how updates and acting run on CPU (algorithms.fast): auto (= eager), off, eager (denormals "
+        "flushed), compile (falls back to eager without a C++ compiler)"))
+    # The library's only. lr_anneal_updates: what the algorithm anneals over (None:
+    # constant); a job's builder derives it from lr_anneal_steps.
+    pg_rho_bar: float | None = internal(None)  # None: rho_bar
+    vtrace_lambda: float = internal(1.0)
+    loss_reduction: Literal["sum", "mean"] = internal("sum")
+    lr_anneal_updates: int | None = internal(None)
+    optimizer_eps: float | None = internal(None)  # None: 0.01 for RMSProp (the paper's), 1e-8 for Adam
+    rmsprop_alpha: float = internal(0.99)
+    activation: Literal["tanh", "relu"] = internal("tanh")
+    shared_network: bool = internal(False)
+    log_std_init: float = internal(0.0)
+    state_dependent_std: bool = internal(False)
+    action_transform: Literal["clip", "tanh"] = internal("clip")
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
+        for name in ("unroll_length", "batch_size", "push_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be >= 1, got {value!r}")
+        for name in ("lr_anneal_steps", "pull_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
         _in_unit("gamma", self.gamma)
         _in_unit("vtrace_lambda", self.vtrace_lambda)
         _in_unit("rmsprop_alpha", self.rmsprop_alpha)
@@ -84,11 +107,13 @@ class IMPALAConfig:
                 raise ValueError(f"{name} must be > 0 (inf: no clipping), got {value}")
         for name in ("value_coef", "entropy_coef"):
             value = getattr(self, name)
+            if value is None and name == "entropy_coef":  # filled by the job (require)
+                continue
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
         for name in ("lr", "optimizer_eps", "max_grad_norm", "reward_clip"):
             value = getattr(self, name)
-            if (value is not None or name == "lr") and not (math.isfinite(value) and value > 0):
+            if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0{'' if name == 'lr' else ' or None'}, "
                                  f"got {value}")
         anneal = self.lr_anneal_updates
@@ -111,3 +136,7 @@ class IMPALAConfig:
                          shared_network=self.shared_network, log_std_init=self.log_std_init,
                          state_dependent_std=self.state_dependent_std,
                          action_transform=self.action_transform)
+
+
+# Filled by a job from the env's observation family (None until then).
+BY_FAMILY = ("lr", "lr_anneal_steps", "unroll_length", "batch_size", "entropy_coef")

@@ -42,6 +42,7 @@ from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.impala.checks import check_batch, check_state, explained_variance
 from algorithms.impala.config import IMPALAConfig
 from algorithms.optim import EagerAdam, EagerRMSprop, clip_grad_norm, linear_lr
+from algorithms.params import require
 from algorithms.returns import vtrace
 
 __all__ = ["IMPALA", "IMPALAConfig"]
@@ -72,6 +73,7 @@ class IMPALA(Algorithm):
         self.config = IMPALAConfig() if config is None else config
         if not isinstance(self.config, IMPALAConfig):
             raise TypeError(f"config must be an IMPALAConfig, got {type(self.config).__name__}")
+        require(self.config, ("lr", "entropy_coef"))
         self.device = torch.device(device if device is not None else
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
         self.observation_space, self.action_space = observation_space, action_space

@@ -4,13 +4,16 @@ Optimization Algorithms", arXiv:1707.06347; data-parallel as DD-PPO, Wijmans et 
 minibatches on it, each minibatch's gradient averaged over the group
 (:class:`algorithms.ppo.PPO`'s ``grad_hook``; ``mean_hook`` keeps a ``target_kl``
 early stop the same on every member). The hyperparameters are the PPO job's ``learn``
-section (:class:`experiments.ppo.LearnConfig`)."""
+section, a :class:`PPOConfig`."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from algorithms.builder import EnvSpec
+from algorithms.params import require
+from algorithms.ppo.config import BY_FAMILY, PPOConfig
 from algorithms.ppo.ppo import PPO
 from algorithms.sync import Hook, SyncBuilder, SyncRunner
 
@@ -23,11 +26,15 @@ class PPOBuilder(SyncBuilder):
 
     algorithm_base = PPO
 
-    def __init__(self, *, learn: Any, num_envs: int, members: int, spec: EnvSpec, network: Any = None,
+    def __init__(self, *, learn: PPOConfig, num_envs: int, members: int, spec: EnvSpec, network: Any = None,
                  algorithm: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm)
+        require(learn, BY_FAMILY)
         self.learn = learn
-        self.config = learn.ppo_config(env_steps_per_update=members * num_envs * learn.n_steps)
+        # The annealing, given in env steps, counted in updates (every member's rollouts).
+        steps = learn.lr_anneal_steps
+        updates = max(1, steps // (members * num_envs * learn.n_steps)) if steps else None
+        self.config = dataclasses.replace(learn, lr_anneal_updates=updates)
 
     @property
     def n_steps(self) -> int:

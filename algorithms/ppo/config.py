@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algorithms.a2c.config import _choice, _in_unit
+from algorithms.params import internal, param
 
 
-@dataclass(frozen=True)
+@dataclass
 class PPOConfig:
     """PPO hyper-parameters. The defaults are those of Schulman et al. 2017 for
     Atari as CleanRL's ``ppo.py`` uses them (Adam 2.5e-4 with eps 1e-5, 4 epochs of
@@ -24,36 +25,49 @@ class PPOConfig:
     * ``normalize_advantages``: per minibatch (and per rank in a learner group).
     * ``clip_vloss``: clip the value change like the ratio (Schulman's baselines;
       Andrychowicz et al. 2021 find it neutral to harmful; kept on for parity).
+    * ``lr``, ``entropy_coef``, ``lr_anneal_steps``: None until the job fills them
+      by the env's observation family (the algorithm refuses None).
     * ``lr_anneal_updates``: anneal the learning rate linearly to 0 over this many
       updates (CleanRL's ``anneal_lr`` with its iteration count); None: constant.
     * ``target_kl``: stop an update's epochs early once an epoch's mean approximate
       KL exceeds it; None: always run every epoch.
     """
 
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    epochs: int = 4
-    minibatches: int = 4
-    normalize_advantages: bool = True
-    clip_vloss: bool = True
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float | None = 0.5
-    lr: float = 2.5e-4
-    lr_anneal_updates: int | None = None
-    optimizer_eps: float = 1e-5
-    target_kl: float | None = None
-    reward_scale: float = 1.0
+    # The job's flags, in its --help order (their help says what the job fills "by
+    # observation family": the PPO job's section has None there, see experiments.ppo).
+    n_steps: int = param(128, help="steps per env in a member's rollout")
+    lr: float | None = param(2.5e-4, help=(
+        "Adam learning rate (none: by observation family, 1e-3; 7e-4 for MinAtar, 2.5e-4 for frames)"))
+    lr_anneal_steps: int | None = param(0, help=(
+        "anneal the learning rate linearly to 0 over this many env steps, all members together "
+        "(0: constant; none: by observation family, 0 for vectors, the run's --max-env-steps for images)"))
+    epochs: int = param(4, help="passes over each rollout")
+    minibatches: int = param(4, help="minibatches per pass (a count: every member takes as many steps)")
+    gamma: float = param(0.99, help="discount")
+    gae_lambda: float = param(0.95, help="GAE lambda")
+    clip_coef: float = param(0.2, help="surrogate clipping range")
+    clip_vloss: bool = param(True, help="clip the value change like the ratio")
+    normalize_advantages: bool = param(True, help="normalize advantages per minibatch")
+    entropy_coef: float | None = param(0.01, help=(
+        "entropy bonus weight (none: by observation family, 0.01; 0.05 for MinAtar)"))
+    value_coef: float = param(0.5, help="value loss weight")
+    max_grad_norm: float | None = param(0.5, help="clip the averaged gradient to this norm ('none': no clipping)")
+    target_kl: float | None = param(None, help=(
+        "stop an update's epochs once an epoch's mean KL (over all members) passes this"))
+    reward_scale: float = param(1.0, help="multiply rewards by this")
     # The networks (see A2CConfig): CleanRL's separate 64-64 tanh MLPs by default.
-    hidden: tuple[int, ...] = (64, 64)
-    activation: Literal["tanh", "relu"] = "tanh"
-    shared_network: bool = False
-    log_std_init: float = 0.0
-    state_dependent_std: bool = False
-    action_transform: Literal["clip", "tanh"] = "clip"
+    hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes for vector observations, comma separated")
+    activation: Literal["tanh", "relu"] = param("tanh", help="MLP hidden activation")
+    shared_network: bool = param(False, help="one body for actor and critic")
+    # The library's only. lr_anneal_updates: what the algorithm anneals over; a job's
+    # builder derives it from lr_anneal_steps and the env steps of one update.
+    lr_anneal_updates: int | None = internal(None)
+    optimizer_eps: float = internal(1e-5)
+    log_std_init: float = internal(0.0)
+    state_dependent_std: bool = internal(False)
+    action_transform: Literal["clip", "tanh"] = internal("clip")
     # How updates and acting run on CPU (algorithms.fast): auto, off, eager, compile.
-    fast: str = "auto"
+    fast: str = internal("auto")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -64,16 +78,22 @@ class PPOConfig:
         check_fast(self.fast)
         _in_unit("gamma", self.gamma)
         _in_unit("gae_lambda", self.gae_lambda)
-        for name in ("epochs", "minibatches"):
+        for name in ("n_steps", "epochs", "minibatches"):
             _positive_int(name, getattr(self, name))
+        if self.lr_anneal_steps is not None and (isinstance(self.lr_anneal_steps, bool) or self.lr_anneal_steps < 0):
+            raise ValueError(f"lr_anneal_steps must be >= 0, got {self.lr_anneal_steps}")
         if self.lr_anneal_updates is not None:
             _positive_int("lr_anneal_updates", self.lr_anneal_updates)
         for name in ("clip_coef", "lr", "optimizer_eps", "reward_scale"):
             value = getattr(self, name)
+            if value is None and name == "lr":  # filled by the job (require)
+                continue
             if isinstance(value, bool) or not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         for name in ("value_coef", "entropy_coef"):
             value = getattr(self, name)
+            if value is None and name == "entropy_coef":
+                continue
             if isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         for name in ("max_grad_norm", "target_kl"):
@@ -94,3 +114,7 @@ class PPOConfig:
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+# Filled by a job from the env's observation family (None until then).
+BY_FAMILY = ("lr", "entropy_coef", "lr_anneal_steps")

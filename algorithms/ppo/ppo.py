@@ -55,6 +55,7 @@ from algorithms.actor_critic import (
 from algorithms.base import Algorithm
 from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.optim import EagerAdam, clip_grad_norm, linear_lr
+from algorithms.params import require
 from algorithms.ppo.config import PPOConfig
 from algorithms.returns import gae
 from rlpar.state import StatePath, integer, mapping, module_state, torch_loader
@@ -120,6 +121,7 @@ class PPO(Algorithm):
         self.config = PPOConfig() if config is None else config
         if not isinstance(self.config, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(self.config).__name__}")
+        require(self.config, ("lr", "entropy_coef"))
         if self.config.target_kl is not None and grad_hook is not None and mean_hook is None:
             raise ValueError("target_kl with a grad_hook needs mean_hook: every member of the "
                              "group must stop its epochs at the same point")

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from algorithms.builder import EnvSpec
+from algorithms.params import require
+from algorithms.pqn.config import BY_FAMILY, PQNConfig
 from algorithms.pqn.pqn import PQN
 from algorithms.sync import Hook, SyncBuilder, SyncRunner
 
@@ -55,9 +57,12 @@ class PQNBuilder(SyncBuilder):
 
     algorithm_base = PQN
 
-    def __init__(self, *, learn: Any, spec: EnvSpec, network: Any = None, algorithm: type | None = None) -> None:
+    def __init__(self, *, learn: PQNConfig, spec: EnvSpec, network: Any = None,
+                 algorithm: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm)
-        self.learn, self.config = learn, learn.pqn_config()
+        require(learn, BY_FAMILY)
+        learn.validate()
+        self.learn = self.config = learn
 
     @property
     def n_steps(self) -> int:

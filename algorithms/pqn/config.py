@@ -7,6 +7,16 @@ import dataclasses
 import math
 from typing import Literal
 
+from algorithms.params import internal, param
+
+# Filled by a job from the env's observation family (None until then).
+BY_FAMILY = ("n_steps", "lr", "lr_decay_steps", "epochs", "minibatches", "lam", "reward_scale", "epsilon_end",
+             "epsilon_decay_steps", "hidden")
+
+
+def _by_family(what: str) -> str:
+    return f"none: by observation family, {what}"
+
 
 @dataclasses.dataclass
 class PQNConfig:
@@ -14,41 +24,51 @@ class PQNConfig:
     (purejaxql ``pqn_minatar``: 128 envs x 32 steps per rollout). Schedules count env
     steps, the steps of the rollouts this PQN has learned from."""
 
-    gamma: float = 0.99
-    lam: float = 0.65  # Q(lambda)'s lambda
-    lr: float = 5e-4
+    # The job's flags, in its --help order. Those the job fills "by observation
+    # family" are None in its section (experiments.pqn) until the env is known.
+    n_steps: int | None = param(32, help=f"steps per env in a member's rollout ({_by_family('64; 32 for images')})")
+    lr: float | None = param(5e-4, help=f"learning rate ({_by_family('1e-4; 5e-4 for MinAtar')})")
     # Linear decay of lr to 0 over this many env steps (the authors decay it over the
     # whole budget); 0 = a constant lr.
-    lr_decay_steps: int = 0
-    optimizer: Literal["radam", "adam"] = "radam"
-    adam_eps: float = 1e-8
-    max_grad_norm: float | None = 10.0
-    epochs: int = 2
-    minibatches: int = 32  # per epoch
-    huber_delta: float | None = None  # None: the authors' 0.5 * squared error
-    reward_scale: float = 1.0
+    lr_decay_steps: int | None = param(0, help=(
+        f"decay the lr linearly to 0 over this many env steps of all members (0: constant; {_by_family('500K; 0')})"))
+    optimizer: Literal["radam", "adam"] = param("radam", help="optimizer")
+    epochs: int | None = param(2, help=f"passes over each rollout ({_by_family('4; 2 for images')})")
+    minibatches: int | None = param(32, help=f"minibatches per pass ({_by_family('16; 32 for images')})")
+    gamma: float = param(0.99, help="discount")
+    lam: float | None = param(0.65, help=f"Q(lambda)'s lambda ({_by_family('0.95; 0.65 for images')})")
+    reward_scale: float | None = param(1.0, help=f"multiply rewards by this ({_by_family('0.1; 1 for images')})")
+    max_grad_norm: float | None = param(10.0, help="clip the averaged gradient to this norm ('none': no clipping)")
     # Epsilon-greedy: linear from start to end over the first decay_steps env steps
     # (the authors: 1 -> 0.05 over 10% of 10M steps).
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_steps: int = 1_000_000
+    epsilon_start: float = param(1.0, help="exploration rate at the start")
+    epsilon_end: float | None = param(0.05, help=f"exploration rate after the decay ({_by_family('0.2; 0.05')})")
+    epsilon_decay_steps: int | None = param(1_000_000, help=(
+        f"env steps of all members over which epsilon decays linearly ({_by_family('100K; 1M for images')})"))
     # The default network (pqn_network): LayerNorm on, hidden sizes of the vector MLP.
-    layer_norm: bool = True
+    layer_norm: bool = param(True, help="LayerNorm in the default network (what keeps PQN stable)")
+    hidden: tuple[int, ...] | None = param((128, 128), help=(
+        f"MLP hidden sizes for vector observations ({_by_family('256,256')})"))
+    # The library's only.
+    adam_eps: float = internal(1e-8)
+    huber_delta: float | None = internal(None)  # None: the authors' 0.5 * squared error
     # How forwards and updates run on CPU (algorithms.fast): auto, off, eager, compile.
-    fast: str = "auto"
-    hidden: tuple[int, ...] = (128, 128)
+    fast: str = internal("auto")
 
     def validate(self) -> None:
         from algorithms.fast import check_fast
 
         check_fast(self.fast)
+        if any(getattr(self, name) is None for name in BY_FAMILY):  # checked once filled
+            return dataclasses.replace(self, **{n: getattr(PQNConfig, n) for n in BY_FAMILY
+                                                if getattr(self, n) is None}).validate()
         for name in ("gamma", "lam", "epsilon_start", "epsilon_end"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("lr", "adam_eps", "reward_scale"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)}")
-        for name in ("epochs", "minibatches"):
+        for name in ("n_steps", "epochs", "minibatches"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
         for name in ("lr_decay_steps", "epsilon_decay_steps"):

@@ -46,7 +46,8 @@ from algorithms.base import Algorithm, as_tensor
 from algorithms.fast import FastForward, flush_denormals, resolve_fast
 from algorithms.nets import q_network
 from algorithms.optim import EagerAdam, EagerRAdam, clip_grad_norm, linear_schedule, set_lr
-from algorithms.pqn.config import PQNConfig
+from algorithms.params import require
+from algorithms.pqn.config import BY_FAMILY, PQNConfig
 from algorithms.returns import q_lambda
 from rlpar.state import StatePath, array, generator_state, integer, mapping, number, torch_loader
 
@@ -85,6 +86,7 @@ class PQN(Algorithm):
         if not isinstance(num_actions, int) or num_actions < 1:
             raise ValueError(f"num_actions must be an int >= 1, got {num_actions!r}")
         self.config = config if config is not None else PQNConfig()
+        require(self.config, tuple(n for n in BY_FAMILY if n != "n_steps"))
         self.config.validate()
         if (network is None) == (observation_shape is None):
             raise ValueError("pass either network= or observation_shape= (for the default network)")

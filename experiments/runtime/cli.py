@@ -6,7 +6,9 @@ becomes one flag named after it (``replay.capacity`` -> ``--replay-capacity`` is
 spelled by the field's own name, ``replay_capacity``): flag names are unique across
 sections, which keeps one flag name per concept in every job. Each field's help is
 its ``metadata["help"]``; ``Literal`` choices are listed; booleans get
-``--x/--no-x``.
+``--x/--no-x``; a ``tuple[int, ...]`` is spelled ``64,64`` (and saved so). A field
+marked ``internal`` (:mod:`algorithms.params`: an algorithm's config is its job's
+``learn`` section) is no flag, and is saved only when it differs from its default.
 
 ``--config FILE`` starts from a saved ``config.json`` (a run directory's) and the
 flags given on the command line override it; so does ``--resume DIR`` (a job's
@@ -36,6 +38,8 @@ import types
 import typing
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
+
+from algorithms.params import is_flag
 
 T = TypeVar("T")
 
@@ -75,13 +79,14 @@ def section(factory: Any) -> Any:
 
 
 def leaves(config: Any) -> Iterator[tuple[Any, dataclasses.Field, Any]]:
-    """``(owner, field, type)`` for every plain field of a possibly nested config."""
+    """``(owner, field, type)`` for every plain field of a possibly nested config that
+    is a flag (not the library's ``internal`` ones)."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             yield from leaves(value)
-        else:
+        elif is_flag(f):
             yield config, f, hints[f.name]
 
 
@@ -134,6 +139,9 @@ def build_parser(config_cls: type, *, description: str = "") -> argparse.Argumen
         if kind is bool:
             parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **common)
             continue
+        if _is_sizes(kind):  # "64,64"; STR as it was when jobs kept the text
+            parser.add_argument(flag(f.name), type=_sizes_parser(f.name), metavar="STR", **common)
+            continue
         choices = None
         if typing.get_origin(kind) is typing.Literal:
             choices = list(typing.get_args(kind))
@@ -148,11 +156,14 @@ def build_parser(config_cls: type, *, description: str = "") -> argparse.Argumen
 
 def apply_overrides(config: Any, values: dict[str, Any]) -> None:
     """Set plain fields by name wherever they live in the nested config."""
-    owners = {f.name: owner for owner, f, _ in leaves(config)}
+    owners = {f.name: (owner, hint) for owner, f, hint in leaves(config)}
     for name, value in values.items():
         if name not in owners:
             raise ValueError(f"unknown config field {name!r}")
-        setattr(owners[name], name, value)
+        owner, hint = owners[name]
+        if _is_sizes(_unwrap_optional(hint)[0]) and value is not None:
+            value = _sizes(value, name)
+        setattr(owner, name, value)
 
 
 def validate(config: Any) -> None:
@@ -163,6 +174,9 @@ def validate(config: Any) -> None:
         if value is None:
             if not optional:
                 raise ValueError(f"{flag(f.name)} may not be none")
+            continue
+        if _is_sizes(kind):
+            setattr(owner, f.name, _sizes(value, f.name))
             continue
         if typing.get_origin(kind) is typing.Literal:
             if value not in typing.get_args(kind):
@@ -178,7 +192,13 @@ def validate(config: Any) -> None:
     for sub in _sections(config):
         check = getattr(sub, "validate", None)
         if check is not None:
-            check()
+            try:
+                check()
+            except ValueError as exc:  # an algorithm's config names its field: say the flag
+                first = str(exc).split(maxsplit=1)[0] if str(exc) else ""
+                if first.rstrip(":,") in {f.name for f in dataclasses.fields(sub)}:
+                    raise ValueError(flag(first) + str(exc)[len(first):]) from None
+                raise
 
 
 def changed_fields(config: Any, reference: Any) -> dict[str, Any]:
@@ -241,11 +261,15 @@ def _job_of(run_dir: str) -> str | None:
     return job if isinstance(job, str) and job.isidentifier() else None
 
 
-def from_dict(config_cls: type[T], data: Any, *, where: str, source: str = CONFIG_FLAG) -> T:
+def from_dict(config_cls: type[T], data: Any, *, where: str, source: str = CONFIG_FLAG,
+              start: Any = None) -> T:
+    """``start`` (default: ``config_cls()``) with ``data``'s fields: a section starts from
+    its job's defaults (an algorithm's config as its job's section differs from its own)."""
     if not isinstance(data, dict):
         raise ValueError(f"{source}: {where}: expected an object for {config_cls.__name__}")
-    config = config_cls()
+    config = config_cls() if start is None else start
     known = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ValueError(f"{source}: {where}: unknown field(s) {unknown} for {config_cls.__name__}")
@@ -254,19 +278,28 @@ def from_dict(config_cls: type[T], data: Any, *, where: str, source: str = CONFI
             continue
         current = getattr(config, name)
         if dataclasses.is_dataclass(current):
-            value = from_dict(type(current), value, where=f"{where}:{name}", source=source)
+            value = from_dict(type(current), value, where=f"{where}:{name}", source=source, start=current)
+        elif _is_sizes(_unwrap_optional(hints[name])[0]) and value is not None:
+            value = _sizes(value, name)
         setattr(config, name, value)
     return config
 
 
 def _saved(config: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    defaults = None
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             out[f.name] = _saved(value)
-        elif not f.metadata.get("per_launch"):
-            out[f.name] = value  # plain fields hold immutable values
+        elif f.metadata.get("per_launch"):
+            continue
+        elif not is_flag(f):  # a library user's setting survives a resume; no key otherwise
+            defaults = defaults or type(config)()
+            if value != getattr(defaults, f.name):
+                out[f.name] = value
+        else:  # plain fields hold immutable values; sizes as their flag spells them
+            out[f.name] = _show(value) if isinstance(value, tuple) else value
     return out
 
 
@@ -281,7 +314,33 @@ def _sections(config: Any) -> Iterator[Any]:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
     return "none" if value is None else str(value)
+
+
+def _is_sizes(kind: Any) -> bool:
+    return typing.get_origin(kind) is tuple and typing.get_args(kind) == (int, ...)
+
+
+def _sizes(value: Any, name: str) -> tuple[int, ...]:
+    """Layer sizes from their text (``"64,64"``: a flag, a config.json) or a sequence."""
+    if isinstance(value, str):
+        return layer_sizes(value, name=name)
+    if not isinstance(value, (tuple, list)) or not value or any(
+            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in value):
+        raise ValueError(f"{flag(name)} must be positive ints, got {value!r}")
+    return tuple(value)
+
+
+def _sizes_parser(name: str):
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            return layer_sizes(text, name=name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def _unwrap_optional(kind: Any) -> tuple[Any, bool]:

@@ -219,9 +219,12 @@ def test_the_option_reaches_the_algorithms_from_the_job_configs():
     td3 = TD3Builder(algorithm_name="td3", learn=continuous, continuous=config.continuous,
                      spec=EnvSpec(spaces.Box(-1, 1, (3,)), spaces.Box(-1, 1, (1,))))
     assert td3.config(seed=0).fast == "eager" and td3.make_algorithm(device="cpu", seed=0).fast == "eager"
-    assert ImpalaLearn(lr=1e-3, lr_anneal_steps=0, entropy_coef=0.01, fast="off").impala_config(env_steps_per_update=1).fast == "off"
-    with pytest.raises(ValueError, match="--fast must be one of"):
-        ImpalaLearn(fast="fastest").validate()
+    from algorithms.impala import IMPALABuilder
+
+    learn = ImpalaLearn(lr=1e-3, lr_anneal_steps=0, unroll_length=2, batch_size=1, entropy_coef=0.01, fast="off")
+    assert IMPALABuilder(learn=learn, num_envs=1, spec=None).config.fast == "off"
+    with pytest.raises(ValueError, match="fast must be one of"):
+        ImpalaLearn(fast="fastest")
 
 
 def test_one_step_adder_rows_are_the_assemblers():

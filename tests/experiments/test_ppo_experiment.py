@@ -4,6 +4,7 @@ parameters are bit-identical after every update while their data differ, DD-PPO'
 preemption of a slow member, and a killed member restarting the world from its
 checkpoint, which the lead first brings up to its last whole update."""
 
+import dataclasses
 import os
 import warnings
 
@@ -18,9 +19,11 @@ from sync_parts import (
     traces,
 )
 
+from algorithms.builder import EnvSpec
 from experiments import evaluate, ppo
 from experiments.runtime import Parts
 from experiments.runtime.cli import apply_overrides
+from experiments.runtime.envs import env_spaces
 
 
 def ppo_config(log_dir: str = "none", **over):
@@ -148,7 +151,9 @@ def test_images_anneal_the_learning_rate_over_the_runs_budget_unless_given():
     minatar = ppo_config(env_id="MinAtar/Breakout-v0", max_env_steps=3_000_000)
     ppo.env_defaults(minatar, Parts())
     assert (minatar.learn.lr, minatar.learn.lr_anneal_steps) == (7e-4, 3_000_000)
-    assert minatar.learn.ppo_config(env_steps_per_update=1024).lr_anneal_updates == 3_000_000 // 1024
+    spec = EnvSpec(*env_spaces(ppo.job_env_fn(minatar, Parts())))
+    made = ppo.builder(dataclasses.replace(minatar, env=dataclasses.replace(minatar.env, num_envs=8)), Parts(), spec)
+    assert made.config.lr_anneal_updates == 3_000_000 // (8 * 16)  # one update: 8 envs x 16 steps, one member
     given = ppo_config(env_id="MinAtar/Breakout-v0", lr_anneal_steps=7)
     ppo.env_defaults(given, Parts())
     assert given.learn.lr_anneal_steps == 7
@@ -164,8 +169,9 @@ def test_images_step_32_envs_with_a_larger_entropy_bonus_unless_given():
     minatar = ppo.PPOJobConfig()
     apply_overrides(minatar, {"env_id": "MinAtar/Breakout-v0"})
     assert minatar.env.num_envs is None and minatar.learn.entropy_coef is None
-    with pytest.raises(ValueError, match="--entropy-coef"):
-        minatar.learn.ppo_config(env_steps_per_update=1)
+    spec = EnvSpec(*env_spaces(ppo.job_env_fn(minatar, Parts())))
+    with pytest.raises(ValueError, match="--lr, --entropy-coef, --lr-anneal-steps unset"):
+        ppo.builder(minatar, Parts(), spec)
     ppo.env_defaults(minatar, Parts())
     assert (minatar.env.num_envs, minatar.learn.entropy_coef) == (32, 0.05)
     given = ppo.PPOJobConfig()

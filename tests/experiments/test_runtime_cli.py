@@ -129,3 +129,32 @@ def test_a_field_without_help_or_a_flag_in_two_sections_is_a_programming_error()
 def test_rejects_non_dataclass():
     with pytest.raises(TypeError, match="not a dataclass"):
         build_parser(int)
+
+
+def test_an_algorithms_config_is_a_section_with_sizes_internal_fields_and_flag_named_errors(tmp_path, capsys):
+    """An algorithm's config as a job's ``learn`` section: ``--hidden 32,16`` is a tuple
+    saved as the text a run directory always held (an old one still loads), a field of
+    the library's only is no flag and saved only when changed, and the algorithm's own
+    check is reported by the flag's name."""
+    from algorithms.ppo.config import PPOConfig
+    from experiments.runtime.cli import load_config, parse_config, save_config
+
+    @dataclasses.dataclass
+    class Job:
+        learn: PPOConfig = dataclasses.field(default_factory=lambda: PPOConfig(lr=None))
+
+    config = parse_config(Job, ["--hidden", "32,16"])
+    assert config.learn.hidden == (32, 16) and config.learn.lr is None
+    path = str(tmp_path / "config.json")
+    save_config(config, path)
+    saved = json.loads(open(path).read())["learn"]
+    assert saved["hidden"] == "32,16" and "optimizer_eps" not in saved and saved["lr"] is None
+    config.learn.optimizer_eps = 1e-3
+    save_config(config, path)
+    loaded = load_config(Job, path)
+    assert loaded.learn.optimizer_eps == 1e-3 and loaded.learn.hidden == (32, 16) and loaded.learn.lr is None
+    with pytest.raises(SystemExit):
+        parse_config(Job, ["--optimizer-eps", "1e-3"])
+    with pytest.raises(SystemExit):
+        parse_config(Job, ["--gamma", "1.5"])
+    assert "--gamma must be in" in capsys.readouterr().err

@@ -235,7 +235,7 @@ def impala_agent(flags: str, game: str, *, variant: str = "paper"):
     env_defaults(config, Parts())
     env = EnvFactory.from_id(env_id(game, variant))()
     agent = IMPALA(observation_space=env.observation_space, action_space=env.action_space,
-                   config=config.learn.impala_config(env_steps_per_update=1), device="cpu")
+                   config=config.learn, device="cpu")
     env.close()
     return agent
 

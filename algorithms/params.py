@@ -1,0 +1,47 @@
+"""Hyper-parameter fields that carry their own documentation.
+
+An algorithm's config dataclass is also its job's ``learn`` section
+(``experiments/<job>.py``): the command line (:mod:`experiments.runtime.cli`) makes
+one flag of each :func:`param`, with its ``help``; an :func:`internal` field is the
+library's only (no flag, and a job's ``config.json`` holds it only when it differs
+from its default). Kept here, not in ``experiments``, since algorithms never import
+the job runtime.
+
+A field filled "by observation family" is typed ``X | None = None``: the job
+resolves it before it builds the algorithm, and :func:`require` refuses one left
+``None`` there, naming its flag."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+
+def param(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
+          allow_inf: bool = False) -> Any:
+    """A field its job sets by a flag named after it, with this help text."""
+    metadata = {"help": help, "allow_inf": allow_inf}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def internal(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A field of the library's only: no flag."""
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"flag": False})
+    return dataclasses.field(default=default, metadata={"flag": False})
+
+
+def is_flag(f: dataclasses.Field) -> bool:
+    return f.metadata.get("flag", True)
+
+
+def require(config: Any, names: Iterable[str]) -> None:
+    """ValueError naming the flags of ``names`` left ``None`` (filled by the job by the
+    env's observation family; a library user gives them)."""
+    unset = ["--" + n.replace("_", "-") for n in names if getattr(config, n) is None]
+    if unset:
+        raise ValueError(f"{', '.join(unset)} unset: the job fills them by the env's observations "
+                         f"(env_defaults); set them when building {type(config).__name__} yourself")
