@@ -275,7 +275,8 @@ def _small_batch_linear(linear: nn.Linear) -> Callable[[torch.Tensor], torch.Ten
 
 
 def _linear_streams(head: DuelingHead) -> bool:
-    return all(type(m) is nn.Linear and m.bias is not None for m in (head.value, head.advantage))
+    # A distributional head (n_atoms > 1) centres per atom: no single dense layer.
+    return head.n_atoms == 1 and all(type(m) is nn.Linear and m.bias is not None for m in (head.value, head.advantage))
 
 
 def _folded_dueling(head: DuelingHead) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -17,7 +17,8 @@ its activation (Ba et al. 2016, "Layer Normalization", arXiv 1607.06450): PQN
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -198,30 +199,60 @@ def observation_family(obs_shape: Sequence[int]) -> ObservationFamily:
     return "other"
 
 
+Linear = Callable[[int, int], nn.Module]  # (in_features, out_features) -> a linear layer
+
+
 class DuelingHead(nn.Module):
     """``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')`` (Wang et al. 2016, eq. 9).
 
     Subtracting the mean advantage makes V and A identifiable; each stream has an
-    optional hidden layer of ``hidden`` units, as in the paper.
+    optional hidden layer of ``hidden`` units, as in the paper. With ``n_atoms`` > 1
+    the same sum is taken per atom on logits of shape ``(B, num_actions, n_atoms)``
+    (a distributional head, as Rainbow combines them; Hessel et al. 2018, eq. in
+    sec. 3). ``linear`` makes the streams' layers (e.g. noisy ones).
     """
 
-    def __init__(self, in_features: int, num_actions: int, *, hidden: int = 0) -> None:
+    def __init__(self, in_features: int, num_actions: int, *, hidden: int = 0, n_atoms: int = 1,
+                 linear: Linear = nn.Linear) -> None:
         super().__init__()
-        if in_features <= 0 or num_actions <= 0 or hidden < 0:
+        if in_features <= 0 or num_actions <= 0 or hidden < 0 or n_atoms < 1:
             raise ValueError(f"DuelingHead sizes must be positive, got in_features={in_features} "
-                             f"num_actions={num_actions} hidden={hidden}")
-        self.value = _stream(in_features, 1, hidden)
-        self.advantage = _stream(in_features, num_actions, hidden)
+                             f"num_actions={num_actions} hidden={hidden} n_atoms={n_atoms}")
+        self.num_actions, self.n_atoms = num_actions, n_atoms
+        self.value = _stream(in_features, n_atoms, hidden, linear)
+        self.advantage = _stream(in_features, num_actions * n_atoms, hidden, linear)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        advantage = self.advantage(features)
-        return self.value(features) + advantage - advantage.mean(dim=-1, keepdim=True)
+        advantage, value = self.advantage(features), self.value(features)
+        if self.n_atoms > 1:
+            advantage = advantage.unflatten(-1, (self.num_actions, self.n_atoms))
+            value = value.unsqueeze(-2)
+            return value + advantage - advantage.mean(dim=-2, keepdim=True)
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
 
 
-def _stream(in_features: int, out_features: int, hidden: int) -> nn.Module:
+def _stream(in_features: int, out_features: int, hidden: int, linear: Linear = nn.Linear) -> nn.Module:
     if hidden == 0:
-        return nn.Linear(in_features, out_features)
-    return nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, out_features))
+        return linear(in_features, out_features)
+    return nn.Sequential(linear(in_features, hidden), nn.ReLU(), linear(hidden, out_features))
+
+
+def q_head(features: int, num_actions: int, *, dueling: bool = True, n_atoms: int = 1, noisy: bool = False,
+           noisy_sigma0: float = 0.5) -> nn.Module:
+    """The head on a torso of ``features`` units: Q values ``(B, num_actions)``, or
+    with ``n_atoms`` > 1 logits ``(B, num_actions, n_atoms)`` of a categorical return
+    distribution (C51); dueling or one linear layer; ``noisy``: its linear layers are
+    :class:`algorithms.noisy.NoisyLinear` (factorized, ``noisy_sigma0``)."""
+    linear: Linear = nn.Linear
+    if noisy:
+        from algorithms.noisy import NoisyLinear
+
+        linear = functools.partial(NoisyLinear, sigma0=noisy_sigma0)
+    if dueling:
+        return DuelingHead(features, num_actions, n_atoms=n_atoms, linear=linear)
+    if n_atoms > 1:
+        return nn.Sequential(linear(features, num_actions * n_atoms), nn.Unflatten(-1, (num_actions, n_atoms)))
+    return linear(features, num_actions)
 
 
 def q_network(
@@ -231,6 +262,9 @@ def q_network(
     hidden: Sequence[int] = (64, 64),
     dueling: bool = True,
     layer_norm: bool = False,
+    n_atoms: int = 1,
+    noisy: bool = False,
+    noisy_sigma0: float = 0.5,
 ) -> nn.Sequential:
     """A Q network for ``obs_shape`` with a dueling head or a plain linear head on top of
     a torso picked by shape:
@@ -243,6 +277,7 @@ def q_network(
 
     ``hidden`` applies to the MLP only; the conv torsos have their papers' sizes.
     ``layer_norm`` puts a LayerNorm before every hidden activation of the torso.
+    ``n_atoms``, ``noisy``, ``noisy_sigma0``: the head's, see :func:`q_head`.
     """
     obs_shape = tuple(int(d) for d in obs_shape)
     family = observation_family(obs_shape)
@@ -263,5 +298,5 @@ def q_network(
         raise ValueError(f"q_network supports (C, 84, 84) frames, small (H, W, C) images "
                          f"(see is_small_image) and (D,) vectors, got shape {obs_shape}; "
                          "pass a network of your own for other observations")
-    head = DuelingHead(features, num_actions) if dueling else nn.Linear(features, num_actions)
-    return nn.Sequential(torso, head)
+    return nn.Sequential(torso, q_head(features, num_actions, dueling=dueling, n_atoms=n_atoms, noisy=noisy,
+                                       noisy_sigma0=noisy_sigma0))

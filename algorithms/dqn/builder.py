@@ -24,6 +24,10 @@ class DQNBuilder(Builder):
                  actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
         self.learn, self.apex, self.dqn = learn, learn.apex_config(), learn.dqn_config()
+        if algorithm is None and self.dqn.distributional and self.algorithm_cls is DQN:
+            from algorithms.dqn.c51 import CategoricalDQN
+
+            self.algorithm_cls = CategoricalDQN  # C51's hooks; a subclass of the user's stays theirs
 
     @property
     def flow(self) -> Flow:
@@ -49,8 +53,10 @@ class DQNBuilder(Builder):
         if self.network is not None:
             net = self.network(obs_space, act_space)
         else:
+            dqn = self.dqn
             net = q_network(obs_space.shape, int(act_space.n), hidden=self.learn.hidden_sizes(),
-                            dueling=self.learn.dueling)
+                            dueling=self.learn.dueling, n_atoms=dqn.n_atoms if dqn.distributional else 1,
+                            noisy=dqn.noisy, noisy_sigma0=dqn.noisy_sigma0)
         return self.algorithm_cls(network=net, num_actions=int(act_space.n), config=self.dqn, device=device,
                                   seed=seed)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +48,7 @@ from torch import nn
 
 from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
 from algorithms.fast import FastForward, check_fast, flush_denormals, resolve_fast
+from algorithms.noisy import noise_off, noisy_layers, reset_noise
 from algorithms.optim import EagerAdam, clip_grad_norm
 from algorithms.recycling import DormantRecycler
 from rlpar.state import StatePath, integer, mapping, number, torch_loader
@@ -78,9 +80,31 @@ class DQNConfig:
     # flushed, leaner forwards), off (plain eager), eager, compile (torch.compile; falls
     # back to eager without a C++ compiler).
     fast: str = "auto"
+    # Rainbow's two parts beside double Q, dueling, n-step and priorities; both off
+    # leaves DQN as it was. The distributional one is a DQN subclass with its own hooks
+    # (algorithms.dqn.c51.CategoricalDQN); the noisy one a property of the network.
+    distributional: bool = dataclasses.field(default=False, metadata={"help": (
+        "C51 (Bellemare et al. 2017): learn a categorical return distribution over n_atoms "
+        "atoms on [v_min, v_max] (needs algorithms.dqn.CategoricalDQN and a network of "
+        "(B, actions, n_atoms) logits)")})
+    n_atoms: int = dataclasses.field(default=51, metadata={"help": "atoms of the C51 support"})
+    v_min: float = dataclasses.field(default=-10.0, metadata={"help": "the C51 support's lowest return"})
+    v_max: float = dataclasses.field(default=10.0, metadata={"help": "the C51 support's highest return"})
+    noisy: bool = dataclasses.field(default=False, metadata={"help": (
+        "noisy nets (Fortunato et al. 2018): the network's NoisyLinear layers explore, their "
+        "noise redrawn every act and every update (epsilon can be 0); greedy acting uses the means")})
+    noisy_sigma0: float = dataclasses.field(default=0.5, metadata={"help": (
+        "initial noise scale of the noisy layers: sigma = sigma0 / sqrt(fan in)")})
 
     def validate(self) -> None:
         check_fast(self.fast)
+        if self.distributional:
+            if isinstance(self.n_atoms, bool) or not isinstance(self.n_atoms, int) or self.n_atoms < 2:
+                raise ValueError(f"n_atoms must be an int >= 2, got {self.n_atoms!r}")
+            if not (math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max):
+                raise ValueError(f"v_min < v_max (both finite) needed, got v_min={self.v_min} v_max={self.v_max}")
+        if not (math.isfinite(self.noisy_sigma0) and self.noisy_sigma0 > 0):
+            raise ValueError(f"noisy_sigma0 must be > 0, got {self.noisy_sigma0}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if self.lr <= 0:
@@ -119,6 +143,9 @@ class DQN(Algorithm):
     weights by each member's own batch, so it does not combine with a hook.
     """
 
+    # Whether this class's hooks learn a return distribution (config.distributional).
+    distributional: bool = False
+
     def __init__(
         self,
         *,
@@ -135,11 +162,22 @@ class DQN(Algorithm):
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         self.config = config if config is not None else DQNConfig()
         self.config.validate()
+        if self.config.distributional != self.distributional:
+            raise ValueError(f"DQNConfig(distributional={self.config.distributional}) with {type(self).__name__}, "
+                             f"whose hooks learn {'a return distribution' if self.distributional else 'Q values'}: "
+                             f"use {'DQN' if self.distributional else 'algorithms.dqn.CategoricalDQN'}")
         self.device = torch.device(device)
         self.num_actions = int(num_actions)
         self.network = network.to(self.device)
+        self.noisy_layers = noisy_layers(self.network)
+        if self.config.noisy != bool(self.noisy_layers):
+            raise ValueError(f"DQNConfig(noisy={self.config.noisy}) with a network that has "
+                             f"{len(self.noisy_layers)} NoisyLinear layers: build it with "
+                             f"q_network(..., noisy={self.config.noisy}) or give a network that "
+                             f"{'has' if self.config.noisy else 'has no'} algorithms.noisy.NoisyLinear layers")
         self._params = [p for p in self.network.parameters() if p.requires_grad]
         self.target_network = copy.deepcopy(self.network).requires_grad_(False)
+        self._target_noisy = noisy_layers(self.target_network)
         # Built here so a network ReDo cannot trace fails at construction, not mid-run.
         self.recycler = (DormantRecycler(self.network, tau=self.config.recycle_tau)
                          if self.config.recycle_every else None)
@@ -151,6 +189,12 @@ class DQN(Algorithm):
         self.updates = 0
         self.grad_hook = grad_hook
         self._rng = np.random.default_rng(seed)
+        self._noise = torch.Generator(device=self.device)  # the noisy layers' draws
+        if seed is None:
+            self._noise.seed()
+        else:
+            self._noise.manual_seed(seed)
+        self.reset_noise()
 
     @property
     def optimizer(self) -> Any:
@@ -169,8 +213,18 @@ class DQN(Algorithm):
 
     @torch.no_grad()
     def q_values(self, obs: Any) -> torch.Tensor:
+        """The acting forward: with noisy layers, each call draws fresh noise."""
+        self.reset_noise(target=False)
         with flush_denormals(self.fast != "off"):
             return self.online(as_tensor(obs, self.device))
+
+    def reset_noise(self, *, target: bool = True) -> None:
+        """Hook: fresh noise in the online network's noisy layers (and the target's,
+        drawn independently, unless ``target`` is False); nothing without them."""
+        if self.noisy_layers:
+            reset_noise(self.noisy_layers, self._noise)
+            if target and self.target_network is not self.network:
+                reset_noise(self._target_noisy, self._noise)
 
     def online(self, obs: torch.Tensor) -> torch.Tensor:
         """The online network's Q values, run as ``config.fast`` says (the hooks' forward)."""
@@ -188,7 +242,11 @@ class DQN(Algorithm):
 
     def act(self, obs: Any, *, explore: bool = True) -> np.ndarray:
         """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``, a float or
-        one rate per observation) or greedy."""
+        one rate per observation) or greedy. Noisy layers explore too, with fresh
+        noise each call; greedy acting uses their mean weights."""
+        if not explore and self.noisy_layers:
+            with noise_off(self.noisy_layers):
+                return self.choose(self.q_values(obs), explore=False)
         return self.choose(self.q_values(obs), explore=explore)
 
     def choose(self, q: torch.Tensor | np.ndarray, *, explore: bool = True) -> np.ndarray:
@@ -210,6 +268,7 @@ class DQN(Algorithm):
             return self._learn(batch)
 
     def _learn(self, batch: Mapping[str, Any]) -> Learned:
+        self.reset_noise()  # Rainbow: one noise sample per network per update
         tensors = self.preprocess(batch)
         with torch.no_grad():
             target = self.target(tensors)
@@ -221,13 +280,18 @@ class DQN(Algorithm):
         td_abs = td_error.abs()
         # One stack and one conversion instead of a sync per metric: on a small net
         # the update is a few hundred tiny ops, and each one costs microseconds.
-        values = torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(),
+        values = torch.stack([loss.detach(), q_taken.detach().mean(), self.target_value(target).mean(),
                               td_abs.mean(), grad_norm]).tolist()
         metrics: dict[str, float] = dict(zip(_METRICS, values))
         if self.recycler is not None:
             metrics["dormant_share"] = self.recycler.dormant_share
             metrics["recycled_units"] = float(self.recycler.recycled)
         return Learned(metrics, self.priorities(td_abs))
+
+    def target_value(self, target: torch.Tensor) -> torch.Tensor:
+        """Hook: the target's value per transition, for the metrics (a distributional
+        target's mean)."""
+        return target
 
     def target(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Hook: the regression target ``y`` (no gradient flows through it)."""
@@ -328,6 +392,7 @@ class DQN(Algorithm):
         Ape-X actor only ever has the learner's newest online parameters, and its
         initial priorities are computed with them; it also saves the copy's memory."""
         self.target_network = self.network
+        self._target_noisy = self.noisy_layers
 
     def priorities(self, td_error: torch.Tensor) -> np.ndarray:
         """Hook: new replay priorities from the TD errors (Schaul et al.: ``|delta| + eps``)."""

@@ -36,6 +36,36 @@ def action_scale(low: Any, high: Any) -> tuple[np.ndarray, np.ndarray]:
     return (high + low) / 2, (high - low) / 2
 
 
+class BoxActions:
+    """A Box's normalized-action map: flat actions in [-1, 1] to the Box's shape and
+    float dtype, and the Box's actions back, validated like :func:`action_scale`.
+
+    Actions go out in the Box's own float dtype (float32 for plain sequences),
+    clipped to its bounds in that dtype: center + half_range * 1 rounds to one step
+    past a bound such as 0.1 in float32, which ``Box.contains`` refuses."""
+
+    def __init__(self, low: Any, high: Any) -> None:
+        self.center, self.half_range = action_scale(low, high)
+        floating = isinstance(low, np.ndarray) and np.issubdtype(low.dtype, np.floating)
+        self.dtype = low.dtype if floating else np.dtype(np.float32)
+        self.low = np.asarray(low, dtype=self.dtype).reshape(-1)
+        self.high = np.asarray(high, dtype=self.dtype).reshape(-1)
+        self.dim = int(self.center.size)
+        self.shape: tuple[int, ...] = tuple(np.shape(low))  # e.g. (2, 2); the networks see it flat
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """Normalized flat actions (B, dim) -> the Box's actions (B, *shape)."""
+        scaled = self.center + self.half_range * np.asarray(action, dtype=np.float64)
+        # Clipped in float64 against bounds exact in the Box's dtype, the cast cannot round past them.
+        return np.clip(scaled, self.low, self.high).astype(self.dtype).reshape(-1, *self.shape)
+
+    def normalize(self, action: torch.Tensor) -> torch.Tensor:
+        """The Box's actions (a tensor, any leading batch) -> flat normalized (B, dim)."""
+        center = torch.as_tensor(self.center, device=action.device)
+        half = torch.as_tensor(self.half_range, device=action.device)
+        return (action.float().reshape(-1, self.dim) - center) / half
+
+
 @contextlib.contextmanager
 def seeded(seed: int | None) -> Iterator[None]:
     """Seed torch's CPU generator inside the block only, so that building seeded
