@@ -244,6 +244,16 @@ def q_network(
     ``hidden`` applies to the MLP only; the conv torsos have their papers' sizes.
     ``layer_norm`` puts a LayerNorm before every hidden activation of the torso.
     """
+    torso, features = default_torso(obs_shape, hidden=hidden, layer_norm=layer_norm)
+    head = DuelingHead(features, num_actions) if dueling else nn.Linear(features, num_actions)
+    return nn.Sequential(torso, head)
+
+
+def default_torso(
+    obs_shape: Sequence[int], *, hidden: Sequence[int] = (64, 64), layer_norm: bool = False
+) -> tuple[nn.Module, int]:
+    """The torso :func:`q_network` puts under its head for ``obs_shape``, and its number
+    of output features (recurrent networks put their core between the two)."""
     obs_shape = tuple(int(d) for d in obs_shape)
     family = observation_family(obs_shape)
     if family == "frames":
@@ -255,13 +265,12 @@ def q_network(
         features = MINATAR_FEATURES
     elif family == "vector":
         if not hidden:
-            raise ValueError("q_network needs at least one hidden layer for vector observations")
+            raise ValueError("the default networks need at least one hidden layer for vector observations")
         torso = nn.Sequential(FlattenFloat(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1], layer_norm=layer_norm),
                               *_norm("dense", hidden[-1], layer_norm), nn.ReLU())
         features = hidden[-1]
     else:
-        raise ValueError(f"q_network supports (C, 84, 84) frames, small (H, W, C) images "
+        raise ValueError(f"the default networks support (C, 84, 84) frames, small (H, W, C) images "
                          f"(see is_small_image) and (D,) vectors, got shape {obs_shape}; "
                          "pass a network of your own for other observations")
-    head = DuelingHead(features, num_actions) if dueling else nn.Linear(features, num_actions)
-    return nn.Sequential(torso, head)
+    return torso, features
