@@ -43,20 +43,28 @@ class SequenceAdder:
     """Cuts the steps of ``num_envs`` lock-stepped sub-envs into sequences of ``length``
     steps that start every ``period`` steps of an episode (``1 <= period <= length``).
 
+    A sequence cut short by its episode's end is kept only if it has ``min_valid``
+    valid steps (default 2: a step and the observation after it). A learner that
+    trains on none of a sequence's steps gives it a near-zero priority, whose
+    importance weight then shrinks every other sequence's (PER normalizes by the
+    largest weight): R2D2 passes ``burn_in + 2`` (``R2D2Config.min_sequence_steps``).
+
     Call :meth:`add` after every vector-env step; :meth:`flush` returns the partial
     sequences of episodes still running (at the end of a run).
     """
 
-    def __init__(self, *, num_envs: int, length: int, period: int) -> None:
-        for name, value in (("num_envs", num_envs), ("length", length), ("period", period)):
+    def __init__(self, *, num_envs: int, length: int, period: int, min_valid: int = 2) -> None:
+        for name, value in (("num_envs", num_envs), ("length", length), ("period", period),
+                            ("min_valid", min_valid)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if period > length:
             raise ValueError(f"period ({period}) must be <= length ({length}): steps between "
                              "sequences would never be replayed")
-        if length < 2:
-            raise ValueError(f"length must be >= 2 (a step and the observation after it), got {length}")
-        self.num_envs, self.length, self.period = num_envs, length, period
+        if not 2 <= min_valid <= length:
+            raise ValueError(f"min_valid must be in [2, length={length}] (a step and the observation "
+                             f"after it, at least), got {min_valid}")
+        self.num_envs, self.length, self.period, self.min_valid = num_envs, length, period, min_valid
         self.sequences = 0  # returned so far
         self._episode_step = np.zeros(num_envs, dtype=np.int64)
         # Per env: the episode's steps since the oldest open sequence's start, and the
@@ -143,9 +151,8 @@ class SequenceAdder:
 
     def _close(self, env: int) -> list[Batch]:
         steps = self._steps[env]
-        # One valid step is an observation with no successor: nothing to learn from it.
         out = [self._sequence(steps[first:], state) for first, state in self._open[env]
-               if len(steps) - first >= 2]
+               if len(steps) - first >= self.min_valid]
         self._steps[env], self._open[env] = [], []
         self._episode_step[env] = 0
         return out

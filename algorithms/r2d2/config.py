@@ -49,6 +49,12 @@ class R2D2Config:
         """Steps in a replayed sequence: burn-in, trained steps, and their n-step tails."""
         return self.burn_in + self.unroll + self.n_step
 
+    @property
+    def min_sequence_steps(self) -> int:
+        """Valid steps a sequence needs to train one step: the burn-in, the step, its
+        successor (the adder's ``min_valid``)."""
+        return self.burn_in + 2
+
     def validate(self) -> None:
         for name in ("n_step", "unroll", "period", "target_update_interval", "lstm_size"):
             _int(name, getattr(self, name), low=1)

@@ -110,3 +110,16 @@ def test_bad_input_is_refused_with_its_name():
         adder.add(**{**ok, "truncated": np.array([True, False])})
     with pytest.raises(ValueError, match=r"state fields \['mask'\] would overwrite"):
         adder.add(**{**ok, "state": {"mask": np.zeros((2, 1))}})
+
+
+def test_sequences_cut_short_below_min_valid_are_dropped():
+    adder = SequenceAdder(num_envs=1, length=6, period=2, min_valid=4)
+    step = dict(action=np.zeros(1, np.int64), reward=np.zeros(1), truncated=np.zeros(1, bool),
+                state={"h": np.zeros((1, 1), np.float32)})
+    for t in range(4):
+        batch = adder.add(obs=np.full((1, 1), t), terminated=np.array([t == 3]), **step)
+    # Starts 0 and 2 hold 5 and 3 valid steps (the last observation included): one kept.
+    np.testing.assert_array_equal(batch["obs"][:, :, 0], [[0, 1, 2, 3, 0, 0]])
+    np.testing.assert_array_equal(batch["mask"].sum(axis=1), [5])
+    with pytest.raises(ValueError, match="min_valid must be in \\[2, length=6\\]"):
+        SequenceAdder(num_envs=1, length=6, period=2, min_valid=7)
