@@ -218,3 +218,15 @@ def test_r2d2_learns_to_recall_a_bit_across_steps_from_replayed_sequences():
         reward, _ = test.step(action)
         correct += (reward > 0).sum()
     assert correct / 64 >= 0.9, correct / 64
+
+
+def test_the_default_network_takes_minatar_images_and_vectors_over_time():
+    image = recurrent_q_network((10, 10, 4), 3, lstm_size=8)
+    state = image.initial_state(2)
+    q, after = image(torch.zeros(2, 5, 10, 10, 4, dtype=torch.bool), state)
+    assert q.shape == (2, 5, 3) and after["state_h"].shape == (2, 8)
+    algo = R2D2(network=image, num_actions=3, config=R2D2Config(lstm_size=8))
+    actions, kept = algo.act(np.ones((2, 10, 10, 4), bool), algo.initial_state(2))
+    assert actions.shape == (2,) and kept["state_c"].shape == (2, 8)
+    with pytest.raises(ValueError, match="the default networks support"):
+        recurrent_q_network((4, 5), 3)
