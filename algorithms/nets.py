@@ -279,6 +279,16 @@ def q_network(
     ``layer_norm`` puts a LayerNorm before every hidden activation of the torso.
     ``n_atoms``, ``noisy``, ``noisy_sigma0``: the head's, see :func:`q_head`.
     """
+    torso, features = default_torso(obs_shape, hidden=hidden, layer_norm=layer_norm)
+    return nn.Sequential(torso, q_head(features, num_actions, dueling=dueling, n_atoms=n_atoms, noisy=noisy,
+                                       noisy_sigma0=noisy_sigma0))
+
+
+def default_torso(
+    obs_shape: Sequence[int], *, hidden: Sequence[int] = (64, 64), layer_norm: bool = False
+) -> tuple[nn.Module, int]:
+    """The torso :func:`q_network` puts under its head for ``obs_shape``, and its number
+    of output features (recurrent networks put their core between the two)."""
     obs_shape = tuple(int(d) for d in obs_shape)
     family = observation_family(obs_shape)
     if family == "frames":
@@ -290,13 +300,12 @@ def q_network(
         features = MINATAR_FEATURES
     elif family == "vector":
         if not hidden:
-            raise ValueError("q_network needs at least one hidden layer for vector observations")
+            raise ValueError("the default networks need at least one hidden layer for vector observations")
         torso = nn.Sequential(FlattenFloat(), mlp(obs_shape[0], hidden[-1], hidden=hidden[:-1], layer_norm=layer_norm),
                               *_norm("dense", hidden[-1], layer_norm), nn.ReLU())
         features = hidden[-1]
     else:
-        raise ValueError(f"q_network supports (C, 84, 84) frames, small (H, W, C) images "
+        raise ValueError(f"the default networks support (C, 84, 84) frames, small (H, W, C) images "
                          f"(see is_small_image) and (D,) vectors, got shape {obs_shape}; "
                          "pass a network of your own for other observations")
-    return nn.Sequential(torso, q_head(features, num_actions, dueling=dueling, n_atoms=n_atoms, noisy=noisy,
-                                       noisy_sigma0=noisy_sigma0))
+    return torso, features

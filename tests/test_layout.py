@@ -177,7 +177,7 @@ def _is_package(module: str) -> bool:
     return spec is not None and spec.submodule_search_locations is not None
 
 
-AGENTS = ("dqn", "td3", "impala", "ppo", "pqn", "a2c", "maddpg", "sac")
+AGENTS = ("dqn", "td3", "impala", "ppo", "pqn", "a2c", "maddpg", "sac", "r2d2")
 
 
 @pytest.mark.parametrize("agent", AGENTS)

@@ -10,6 +10,8 @@ shard over an RpcGroup and sample through a :class:`ShardedSampler`;
 :class:`TrajectoryQueue` is the bounded FIFO of unrolls between actors and a learner
 (IMPALA), :class:`HostedQueue` serves one to producers over RPC;
 :class:`PrefetchingSampler` / :class:`PrefetchingBuffer` keep batches in flight.
+Sequences (R2D2) are items whose step fields have a time axis: :func:`sequence_spec`
+declares them, :func:`mix_priorities` gives each one priority (:mod:`rlpar.buffers.sequence`).
 """
 
 from rlpar.buffers.distributed import DistributedPrioritizedReplayBuffer, DistributedReplayBuffer
@@ -21,6 +23,7 @@ from rlpar.buffers.nstep import NStepAssembler
 from rlpar.buffers.prefetch import PrefetchingBuffer, PrefetchingSampler
 from rlpar.buffers.prioritized import PrioritizedReplayBuffer, importance_weights
 from rlpar.buffers.replay import ReplayBuffer
+from rlpar.buffers.sequence import mix_priorities, sequence_spec
 from rlpar.buffers.shard import LocalShardClient, ReplayShard, RpcShardClient
 from rlpar.buffers.sharded_sampler import ShardedSampler
 from rlpar.buffers.spec import FieldSpec
@@ -51,4 +54,6 @@ __all__ = [
     "SumTree",
     "TrajectoryQueue",
     "importance_weights",
+    "mix_priorities",
+    "sequence_spec",
 ]

@@ -3,41 +3,12 @@ of a fake group (one registry of services, calls made in-process) host the shard
 
 import numpy as np
 import pytest
-import torch
+from fake_group import FakeGroup
 
 from rlpar.buffers import DistributedPrioritizedReplayBuffer
 from rlpar.buffers.distributed import SHARD_SHIFT
 from rlpar.checkpoint import load_checkpoint, save_checkpoint, save_part
 from rlpar.errors import CheckpointMismatch, PeerUnavailable, StateError
-
-
-class FakeGroup:
-    """One member's view of a group whose services live in ``registry``; calls to a
-    member in ``dead`` fail as an RPC to a killed process does."""
-
-    def __init__(self, registry, members, me, dead):
-        self.registry, self.members, self.current_member, self.dead = registry, members, me, dead
-
-    def register(self, key, fn, *, replace=False):
-        if key in self.registry and not replace:
-            raise ValueError(f"key {key!r} is already registered")
-        self.registry[key] = (self.current_member, fn)
-
-    def call_async(self, key, *args, timeout=None, **kwargs):
-        fut = torch.futures.Future()
-        host, fn = self.registry[key]
-        if host in self.dead:
-            fut.set_exception(PeerUnavailable(f"peer {host!r} is unavailable"))
-            return fut
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except Exception as exc:
-            fut.set_exception(exc)
-        return fut
-
-    def call(self, key, *args, timeout=None, **kwargs):
-        return self.call_async(key, *args, timeout=timeout, **kwargs).wait()
-
 
 MEMBERS = ["learner", "actor0", "actor1"]
 SHARDS = MEMBERS[1:]

@@ -1,0 +1,85 @@
+"""R2D2's hyper-parameters (:mod:`algorithms.r2d2.r2d2`).
+
+Defaults are the paper's (Kapturowski et al. 2019, Table 2) where they concern the
+learner: n-step 5, discount 0.997, value rescaling with epsilon 1e-3, priority mix
+eta 0.9, Adam at 1e-4 with epsilon 1e-3, a target network copied every 2500 updates,
+burn-in 40 then 40 trained steps, sequences starting every 40 steps, an LSTM of 512
+units under a dueling head. The paper's sequences are 80 long with the n-step
+targets of the last steps cut short; here a sequence carries ``n_step`` more steps
+so that every trained step has its full n-step target (``sequence_length`` =
+``burn_in + unroll + n_step``). Replay's exponents (priority 0.9, importance 0.6)
+belong to the replay buffer, not to this config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+def _help(default, text: str):
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class R2D2Config:
+    """R2D2 learner hyper-parameters; checked when built (ValueError naming the field)."""
+
+    gamma: float = _help(0.997, "discount factor")
+    n_step: int = _help(5, "steps summed in each target before bootstrapping")
+    burn_in: int = _help(40, "steps at a sequence's start that only warm up the LSTM from its stored state")
+    unroll: int = _help(40, "steps after the burn-in that are trained on")
+    period: int = _help(40, "steps between the starts of consecutive sequences of an episode")
+    lr: float = _help(1e-4, "Adam learning rate")
+    adam_eps: float = _help(1e-3, "Adam epsilon")
+    max_grad_norm: float | None = _help(40.0, "clip the global gradient norm to this (None: no clipping)")
+    target_update_interval: int = _help(2500, "updates between copies of the online network into the target")
+    rescale_eps: float = _help(1e-3, "epsilon of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + eps x")
+    priority_eta: float = _help(0.9, "sequence priority: eta * max |TD| + (1 - eta) * mean |TD|")
+    priority_eps: float = _help(1e-6, "added to each sequence priority so none is exactly 0")
+    lstm_size: int = _help(512, "units of the LSTM between the torso and the head")
+    hidden: tuple[int, ...] = _help((64, 64), "MLP torso sizes for vector observations")
+    dueling: bool = _help(True, "dueling value/advantage head (else a linear head)")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def sequence_length(self) -> int:
+        """Steps in a replayed sequence: burn-in, trained steps, and their n-step tails."""
+        return self.burn_in + self.unroll + self.n_step
+
+    @property
+    def min_sequence_steps(self) -> int:
+        """Valid steps a sequence needs to train one step: the burn-in, the step, its
+        successor (the adder's ``min_valid``)."""
+        return self.burn_in + 2
+
+    def validate(self) -> None:
+        for name in ("n_step", "unroll", "period", "target_update_interval", "lstm_size"):
+            _int(name, getattr(self, name), low=1)
+        _int("burn_in", self.burn_in, low=0)
+        if self.period > self.sequence_length:
+            raise ValueError(f"period ({self.period}) must be <= sequence_length "
+                             f"({self.sequence_length} = burn_in + unroll + n_step): steps between "
+                             "sequences would never be replayed")
+        for name in ("gamma", "priority_eta"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        for name in ("lr", "adam_eps", "rescale_eps"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        if not (math.isfinite(self.priority_eps) and self.priority_eps >= 0):
+            raise ValueError(f"priority_eps must be a finite number >= 0, got {self.priority_eps}")
+        if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"max_grad_norm must be a finite number > 0 or None, got {self.max_grad_norm}")
+        if not isinstance(self.hidden, tuple) or not self.hidden or not all(
+                isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.hidden):
+            raise ValueError(f"hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+
+
+def _int(name: str, value: object, *, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")

@@ -1,0 +1,255 @@
+"""The R2D2 learner: recurrent Q-learning from replayed sequences.
+
+Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed Reinforcement
+Learning" (ICLR). Each replayed sequence (:mod:`algorithms.r2d2.adder`'s layout) carries
+the recurrent state its actor had at its first step ("stored state"); the learner
+runs the online and the target network over the first ``burn_in`` steps from it
+without gradient ("burn-in", sec. 3), then over the rest, and regresses the next
+``unroll`` steps' Q values onto n-step double-Q targets under the value rescaling
+(:mod:`algorithms.r2d2.targets`). A sequence's new priority mixes its largest and
+mean absolute TD error (``eta = 0.9``, :func:`rlpar.buffers.mix_priorities`).
+
+A batch maps ``obs, action, reward, terminated, mask`` ``[B, L, ...]`` (``L`` =
+``config.sequence_length``), the network's state fields ``[B, ...]`` and optionally
+importance ``weights`` ``[B]``. ``learn`` returns the metrics and, beside them, one
+priority per sequence (the protocol of :class:`algorithms.base.Learned`, as DQN's).
+Actors keep their recurrent state: ``act(obs, state) -> (actions, state)``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
+from algorithms.optim import EagerAdam, clip_grad_norm
+from algorithms.r2d2.config import R2D2Config
+from algorithms.r2d2.targets import n_step_targets
+from rlpar.buffers.sequence import mix_priorities
+from rlpar.state import StatePath, integer, mapping, number, torch_loader
+
+_METRICS = ("loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm", "trained_steps")
+STEP_KEYS = ("obs", "action", "reward", "terminated", "mask")
+
+
+class R2D2(Algorithm):
+    """R2D2 on a recurrent ``network``: ``forward(obs [B, T, *obs], state) -> (Q [B, T,
+    actions], state)`` with ``initial_state(batch_size, device)`` (a dict of named
+    ``[B, ...]`` tensors), e.g. :class:`algorithms.r2d2.network.RecurrentQNetwork`.
+
+    ``grad_hook`` averages a data-parallel learner group's gradients between backward
+    and clipping (``algorithms.base.GradHook``).
+    """
+
+    def __init__(
+        self,
+        *,
+        network: nn.Module,
+        num_actions: int,
+        config: R2D2Config | None = None,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        grad_hook: GradHook | None = None,
+    ) -> None:
+        if not isinstance(network, nn.Module) or not callable(getattr(network, "initial_state", None)):
+            raise TypeError(f"network must be an nn.Module with initial_state(batch_size, device), "
+                            f"got {type(network).__name__}")
+        if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
+            raise ValueError(f"num_actions must be an int >= 1, got {num_actions!r}")
+        self.config = config if config is not None else R2D2Config()
+        if not isinstance(self.config, R2D2Config):
+            raise TypeError(f"config must be an R2D2Config, got {type(self.config).__name__}")
+        self.device = torch.device(device)
+        self.num_actions = num_actions
+        self.network = network.to(self.device)
+        self.target_network = copy.deepcopy(self.network).requires_grad_(False)
+        self.state_keys = tuple(self.network.initial_state(1, self.device))
+        self._params = [p for p in self.network.parameters() if p.requires_grad]
+        self._optimizer: Any = None
+        self.epsilon: float | np.ndarray = 0.0  # act's exploration rate, or one per row
+        self.updates = 0
+        self.grad_hook = grad_hook
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def optimizer(self) -> Any:
+        """Adam (:class:`algorithms.optim.EagerAdam`), built on first use (actors never need one)."""
+        if self._optimizer is None:
+            self._optimizer = EagerAdam(self.network.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+        return self._optimizer
+
+    # ---- acting -------------------------------------------------------------
+
+    def initial_state(self, batch_size: int) -> dict[str, np.ndarray]:
+        """The zero state of ``batch_size`` episodes starting, as arrays."""
+        return {k: v.cpu().numpy() for k, v in self.network.initial_state(batch_size, self.device).items()}
+
+    @staticmethod
+    def reset_state(state: Mapping[str, np.ndarray], done: np.ndarray) -> dict[str, np.ndarray]:
+        """``state`` with the rows of envs whose episode ended (``done``) zeroed: their
+        next step is a new episode's first, which starts from the zero state."""
+        done = np.asarray(done, dtype=bool)
+        return {k: np.where(done.reshape(-1, *([1] * (np.ndim(v) - 1))), 0, v).astype(np.asarray(v).dtype)
+                for k, v in state.items()}
+
+    @torch.no_grad()
+    def q_values(self, obs: Any, state: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        """Q values ``[B, actions]`` of one step of ``B`` envs from ``state``, and the state after."""
+        self._check_state_keys(state, "state")
+        obs = as_tensor(obs, self.device).unsqueeze(1)
+        q, after = self.network(obs, {k: as_tensor(state[k], self.device) for k in self.state_keys})
+        return q.squeeze(1), {k: v.cpu().numpy() for k, v in after.items()}
+
+    def act(self, obs: Any, state: Mapping[str, Any], *, explore: bool = True
+            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:  # type: ignore[override]
+        """Epsilon-greedy actions (rate ``self.epsilon``) or greedy ones, and the new
+        recurrent state (the actor keeps it, zeroing finished episodes' rows with
+        :meth:`reset_state`)."""
+        q, after = self.q_values(obs, state)
+        greedy = q.argmax(dim=-1).cpu().numpy()
+        if not explore or np.all(np.asarray(self.epsilon) <= 0.0):
+            return greedy, after
+        random = self._rng.integers(self.num_actions, size=greedy.shape)
+        return np.where(self._rng.random(greedy.shape) < self.epsilon, random, greedy), after
+
+    # ---- learning: the template method and its hooks --------------------------
+
+    def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        return self.learn(batch).metrics
+
+    def learn(self, batch: Mapping[str, Any]) -> Learned:
+        tensors = self.preprocess(batch)
+        online_state, target_state = self.burn_in(tensors)
+        after = slice(self.config.burn_in, None)
+        q, _ = self.network(tensors["obs"][:, after], online_state)
+        with torch.no_grad():
+            target, trained = self.target(tensors, q.detach(), target_state)
+        loss, td_error, q_taken = self.compute_loss(tensors, q, target, trained)
+        grad_norm = self.optimize(loss)
+        self.updates += 1
+        if self.updates % self.config.target_update_interval == 0:
+            self.update_target()
+        count = trained.sum()
+        denom = count.clamp(min=1)
+        values = torch.stack([loss.detach(), (q_taken.detach() * trained).sum() / denom,
+                              (target * trained).sum() / denom, (td_error.abs() * trained).sum() / denom,
+                              grad_norm, count.float()]).tolist()
+        return Learned(dict(zip(_METRICS, values)), self.priorities(td_error, trained))
+
+    def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """Hook: the batch as tensors on ``self.device``, checked: sequences of
+        ``config.sequence_length`` steps whose valid steps are a prefix."""
+        missing = [k for k in (*STEP_KEYS, *self.state_keys) if k not in batch]
+        if missing:
+            raise ValueError(f"batch is missing {missing}; an R2D2 batch has {[*STEP_KEYS, *self.state_keys]}"
+                             " (and optionally weights)")
+        tensors = super().preprocess(batch)
+        length = self.config.sequence_length
+        mask = tensors["mask"]
+        if mask.dim() != 2 or mask.shape[1] != length:
+            raise ValueError(f"mask must be [batch, sequence_length={length}] (burn_in + unroll + n_step), "
+                             f"got {tuple(mask.shape)}")
+        mask = mask.bool()
+        prefix = torch.arange(length, device=mask.device) < mask.sum(dim=1, keepdim=True)
+        if not torch.equal(prefix, mask):
+            raise ValueError("each sequence's valid steps (mask) must be a prefix: sequences are "
+                             "padded at their end only")
+        tensors["mask"] = mask
+        return tensors
+
+    def burn_in(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Hook: the online and target networks' states after the first ``burn_in``
+        steps, each run from the sequence's stored state without gradient."""
+        stored = {k: batch[k].float() for k in self.state_keys}
+        if self.config.burn_in == 0:
+            return stored, stored
+        with torch.no_grad():
+            obs = batch["obs"][:, : self.config.burn_in]
+            _, online = self.network(obs, stored)
+            _, target = self.target_network(obs, stored)
+        return online, target
+
+    def target(self, batch: Mapping[str, torch.Tensor], q_online: torch.Tensor,
+               target_state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook: the targets of the ``unroll`` trained steps and which are trained on
+        (double Q: the online network picks the bootstrap action)."""
+        cfg = self.config
+        after = slice(cfg.burn_in, None)
+        q_target, _ = self.target_network(batch["obs"][:, after], target_state)
+        bootstrap = q_target.gather(-1, q_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
+        return n_step_targets(reward=batch["reward"][:, after].float(), terminated=batch["terminated"][:, after],
+                              mask=batch["mask"][:, after], bootstrap=bootstrap, n=cfg.n_step,
+                              gamma=cfg.gamma, steps=cfg.unroll, eps=cfg.rescale_eps)
+
+    def compute_loss(self, batch: Mapping[str, torch.Tensor], q: torch.Tensor, target: torch.Tensor,
+                     trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hook: ``(loss, td_error, q_taken)``: half the squared TD error, averaged over
+        each sequence's trained steps, weighted by importance and averaged over the batch."""
+        cfg = self.config
+        action = batch["action"][:, cfg.burn_in : cfg.burn_in + cfg.unroll].long()
+        q_taken = q[:, : cfg.unroll].gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        td_error = target - q_taken
+        per_sequence = (0.5 * td_error.square() * trained).sum(dim=1) / trained.sum(dim=1).clamp(min=1)
+        weights = batch.get("weights")
+        if weights is not None:
+            per_sequence = per_sequence * weights.float()
+        return per_sequence.mean(), td_error.detach(), q_taken
+
+    def optimize(self, loss: torch.Tensor) -> torch.Tensor:
+        """Hook: backward, ``grad_hook``, clip, one Adam step; the gradient norm before clipping."""
+        optimizer = self.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        reduce_gradients(self.grad_hook, self._params)
+        grad_norm = clip_grad_norm([p.grad for p in self._params if p.grad is not None], self.config.max_grad_norm)
+        optimizer.step()
+        return grad_norm
+
+    def priorities(self, td_error: torch.Tensor, trained: torch.Tensor) -> np.ndarray:
+        """Hook: one replay priority per sequence, mixed from its trained steps' |TD error|."""
+        per_step = td_error.abs().cpu().numpy()
+        return mix_priorities(per_step, trained.cpu().numpy(), eta=self.config.priority_eta) + self.config.priority_eps
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        self.target_network.load_state_dict(self.network.state_dict())
+
+    def _check_state_keys(self, state: Mapping[str, Any], name: str) -> None:
+        if not isinstance(state, Mapping) or set(state) != set(self.state_keys):
+            got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"{name} must hold the network's state fields {list(self.state_keys)}, got {got}")
+
+    # ---- state --------------------------------------------------------------
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """What an actor needs to act: the online network's parameters."""
+        return self.network.state_dict()
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        self.network.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"network": self.network.state_dict(), "target_network": self.target_network.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                "epsilon": np.array(self.epsilon, dtype=np.float64).tolist()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; StateError (nothing changed) if it does not fit."""
+        where = StatePath.of(self)
+        state = mapping(state, where, required=("network", "target_network", "optimizer", "updates", "epsilon"))
+        load = torch_loader(state, where, modules={"network": self.network, "target_network": self.target_network},
+                            optimizers={"optimizer": self.optimizer})
+        updates = integer(state["updates"], where["updates"])
+        eps = state["epsilon"]
+        if isinstance(eps, (list, tuple)):
+            epsilon: float | np.ndarray = np.array(
+                [number(e, where["epsilon"][i], low=0.0, high=1.0) for i, e in enumerate(eps)])
+        else:
+            epsilon = number(eps, where["epsilon"], low=0.0, high=1.0)
+        load()
+        self.updates, self.epsilon = updates, epsilon

@@ -1,0 +1,232 @@
+"""The R2D2 learner: config, acting with a kept state, the stored state's round trip
+through the adder and replay, burn-in, priorities, checkpoints, and a memory task."""
+
+import dataclasses
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from algorithms.r2d2 import R2D2, R2D2Config, SequenceAdder, recurrent_q_network
+from rlpar.buffers import PrioritizedReplayBuffer, sequence_spec
+from rlpar.errors import StateError
+
+
+def make(seed=0, lstm=16, actions=2, obs_dim=3, **config):
+    torch.manual_seed(seed)
+    cfg = R2D2Config(**{"burn_in": 2, "unroll": 3, "n_step": 2, "period": 3, "lstm_size": lstm,
+                        "hidden": (16,), "lr": 1e-3, **config})
+    net = recurrent_q_network((obs_dim,), actions, lstm_size=lstm, hidden=cfg.hidden, dueling=cfg.dueling)
+    return R2D2(network=net, num_actions=actions, config=cfg, seed=seed)
+
+
+def collect(algo, *, envs=4, steps=24, episode=8, epsilon=1.0, seed=0):
+    """Sequences from ``envs`` envs whose obs is ``(env, episode, t) / 10`` and whose
+    episodes end every ``episode`` steps (alternately terminated and truncated); the
+    Q values the actor saw at every ``(env, episode, t)``."""
+    rng = np.random.default_rng(seed)
+    adder = SequenceAdder(num_envs=envs, length=algo.config.sequence_length, period=algo.config.period, min_valid=algo.config.min_sequence_steps)
+    algo.epsilon = epsilon
+    state, ep, t, seen, out = algo.initial_state(envs), np.zeros(envs, int), np.zeros(envs, int), {}, []
+    for _ in range(steps):
+        obs = np.stack([np.arange(envs), ep, t], axis=1).astype(np.float32) / 10
+        q, _ = algo.q_values(obs, state)
+        for e in range(envs):
+            seen[(e, ep[e], t[e])] = q[e].numpy()
+        action, after = algo.act(obs, state)
+        done = t == episode - 1
+        batch = adder.add(obs=obs, action=action, reward=rng.normal(size=envs), terminated=done & (ep % 2 == 0),
+                          truncated=done & (ep % 2 == 1), state=state, final_obs=obs + np.float32([0, 0, 0.1]))
+        if batch is not None:
+            out.append(batch)
+        state = algo.reset_state(after, done)
+        ep, t = np.where(done, ep + 1, ep), np.where(done, 0, t + 1)
+    return {k: np.concatenate([b[k] for b in out]) for k in out[0]}, seen
+
+
+def test_config_fields_have_help_and_bad_values_name_the_field():
+    assert all(f.metadata.get("help") for f in dataclasses.fields(R2D2Config))
+    assert R2D2Config().sequence_length == 85
+    for bad, match in (({"n_step": 0}, "n_step must be an int >= 1"), ({"burn_in": -1}, "burn_in must be an int >= 0"),
+                       ({"gamma": 1.5}, "gamma must be in"), ({"lr": float("nan")}, "lr must be a finite"),
+                       ({"period": 100}, "period \\(100\\) must be <= sequence_length \\(85"),
+                       ({"hidden": ()}, "hidden must be a non-empty tuple"),
+                       ({"max_grad_norm": 0.0}, "max_grad_norm must be")):
+        with pytest.raises(ValueError, match=match):
+            R2D2Config(**bad)
+
+
+def test_acting_keeps_the_state_and_episode_ends_zero_it():
+    algo = make()
+    state = algo.initial_state(3)
+    obs = np.ones((3, 3), np.float32)
+    _, one = algo.act(obs, state, explore=False)
+    q_two, two = algo.q_values(obs, one)
+    q_fresh, _ = algo.q_values(obs, state)
+    assert not torch.allclose(q_two, q_fresh)  # the state carries the first step
+    reset = algo.reset_state(two, np.array([True, False, True]))
+    np.testing.assert_array_equal(reset["state_h"][[0, 2]], 0.0)
+    np.testing.assert_array_equal(reset["state_c"][1], two["state_c"][1])
+    with pytest.raises(ValueError, match=r"state must hold the network's state fields \['state_h', 'state_c'\]"):
+        algo.act(obs, {"h": state["state_h"]})
+
+
+def test_the_stored_state_replays_the_q_values_the_actor_saw():
+    algo = make()
+    sequences, seen = collect(algo)
+    spec = sequence_spec(length=algo.config.sequence_length,
+                         steps={"obs": ((3,), np.float32), "action": ((), np.int64), "reward": ((), np.float32),
+                                "terminated": ((), bool)},
+                         start={"state_h": ((16,), np.float32), "state_c": ((16,), np.float32)})
+    buffer = PrioritizedReplayBuffer(capacity=64, spec=spec, seed=0)
+    buffer.add(sequences)
+    batch = buffer.storage.gather(np.arange(len(buffer)))
+    with torch.no_grad():
+        q, _ = algo.network(torch.as_tensor(batch["obs"]), {k: torch.as_tensor(batch[k]) for k in algo.state_keys})
+    covered = set()
+    for i in range(len(buffer)):
+        for t in np.flatnonzero(batch["mask"][i]):
+            key = tuple(int(round(v)) for v in batch["obs"][i, t] * 10)
+            if key in seen:  # not the episode's last observation, which no one acted on
+                np.testing.assert_allclose(q[i, t].numpy(), seen[key], rtol=1e-5, atol=1e-6)
+                covered.add(key)
+    assert covered == set(seen)  # every step the actor took (its episodes all ended)
+    assert (np.abs(batch["state_h"]).sum(axis=1) > 0).any()
+
+
+def test_burn_in_warms_up_from_the_stored_state_without_gradient():
+    algo = make()
+    batch, _ = collect(algo)
+    tensors = algo.preprocess(batch)
+    stored = {k: tensors[k] for k in algo.state_keys}
+    online, target = algo.burn_in(tensors)
+    b = algo.config.burn_in
+    _, expected = algo.network(tensors["obs"][:, :b], stored)
+    for k in algo.state_keys:
+        np.testing.assert_allclose(online[k].detach().numpy(), expected[k].detach().numpy(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(target[k].detach().numpy(), expected[k].detach().numpy(),
+                                   rtol=1e-6, atol=1e-7)  # the target is a copy so far
+        assert not online[k].requires_grad
+    q_after, _ = algo.network(tensors["obs"][:, b:], online)
+    q_whole, _ = algo.network(tensors["obs"], stored)
+    np.testing.assert_allclose(q_after.detach().numpy(), q_whole[:, b:].detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_priorities_mix_each_sequences_largest_and_mean_td_error():
+    algo = make(priority_eta=0.9)
+    batch, _ = collect(algo)
+    tensors = algo.preprocess(batch)
+    b, u = algo.config.burn_in, algo.config.unroll
+    with torch.no_grad():
+        online, target_state = algo.burn_in(tensors)
+        q, _ = algo.network(tensors["obs"][:, b:], online)
+        y, trained = algo.target(tensors, q, target_state)
+    q_taken = q[:, :u].gather(-1, tensors["action"][:, b : b + u].long().unsqueeze(-1)).squeeze(-1)
+    learned = algo.learn(batch)
+    assert learned.priorities.shape == (len(batch["mask"]),) and learned.priorities.dtype == np.float64
+    for i in range(len(batch["mask"])):
+        td = [abs(float(y[i, t] - q_taken[i, t])) for t in range(u) if trained[i, t]]
+        mixed = 0.9 * max(td) + 0.1 * sum(td) / len(td) if td else 0.0
+        assert learned.priorities[i] == pytest.approx(mixed + algo.config.priority_eps, rel=1e-5)
+    assert learned.metrics["trained_steps"] == trained.sum().item() > 0
+    assert set(learned.metrics) == {"loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm", "trained_steps"}
+
+
+def test_bad_batches_are_refused():
+    algo = make()
+    batch, _ = collect(algo)
+    with pytest.raises(ValueError, match="mask must be \\[batch, sequence_length=7\\]"):
+        algo.learn({k: (v[:, :-1] if v.ndim > 1 and k != "state_h" and k != "state_c" else v)
+                    for k, v in batch.items()})
+    holes = dict(batch, mask=batch["mask"].copy())
+    holes["mask"][0, 1] = False
+    holes["mask"][0, 2] = True
+    with pytest.raises(ValueError, match="must be a prefix"):
+        algo.learn(holes)
+    with pytest.raises(ValueError, match=r"batch is missing \['state_c'\]"):
+        algo.learn({k: v for k, v in batch.items() if k != "state_c"})
+
+
+def test_a_checkpoint_round_trip_learns_on_identically():
+    algo = make(target_update_interval=2)
+    batch, _ = collect(algo)
+    for _ in range(3):
+        algo.learn(batch)
+    file = io.BytesIO()
+    torch.save(algo.state_dict(), file)
+    file.seek(0)
+    again = make(seed=5, target_update_interval=2)
+    again.load_state_dict(torch.load(file, weights_only=True))
+    assert again.updates == 3
+    a, b = algo.learn(batch), again.learn(batch)
+    assert a.metrics == b.metrics
+    np.testing.assert_array_equal(a.priorities, b.priorities)
+    with pytest.raises(StateError, match="updates"):
+        again.load_state_dict({k: v for k, v in algo.state_dict().items() if k != "updates"})
+
+
+class Recall:
+    """Episodes of ``k + 2`` steps: a blank step, the cue (obs[0] = +-1, the bit), ``k - 1``
+    blank steps, then the query (obs[1] = 1): action = bit pays 1, else -1. Only the
+    LSTM can carry the bit to the query."""
+
+    def __init__(self, envs, k, seed):
+        self.envs, self.k, self.rng = envs, k, np.random.default_rng(seed)
+        self.t, self.bit = np.zeros(envs, int), self.rng.integers(2, size=envs)
+
+    def obs(self):
+        obs = np.zeros((self.envs, 3), np.float32)
+        obs[:, 0] = np.where(self.t == 1, 2.0 * self.bit - 1.0, 0.0)
+        obs[:, 1] = self.t == self.k + 1
+        return obs
+
+    def step(self, action):
+        done = self.t == self.k + 1
+        reward = np.where(done, np.where(action == self.bit, 1.0, -1.0), 0.0).astype(np.float32)
+        self.t = np.where(done, 0, self.t + 1)
+        self.bit = np.where(done, self.rng.integers(2, size=self.envs), self.bit)
+        return reward, done
+
+
+def test_r2d2_learns_to_recall_a_bit_across_steps_from_replayed_sequences():
+    # Burn-in 1: the cue (step 1) is the first trained step of an episode's first
+    # sequence, so the query's error reaches it through the LSTM.
+    algo = make(lstm=32, burn_in=1, unroll=5, n_step=1, period=3, gamma=0.9, lr=1e-2,
+                target_update_interval=25)
+    env, envs = Recall(16, k=3, seed=0), 16
+    adder = SequenceAdder(num_envs=envs, length=algo.config.sequence_length, period=algo.config.period, min_valid=algo.config.min_sequence_steps)
+    buffer = PrioritizedReplayBuffer(capacity=2000, alpha=0.9, beta=0.6, seed=0)
+    state, algo.epsilon = algo.initial_state(envs), 0.5
+    for _ in range(150):  # about 140 updates; it recalls after 50-100 (3 seeds)
+        obs = env.obs()
+        action, after = algo.act(obs, state)
+        reward, done = env.step(action)
+        batch = adder.add(obs=obs, action=action, reward=reward, terminated=done, truncated=np.zeros(envs, bool),
+                          state=state)
+        state = algo.reset_state(after, done)
+        if batch is not None:
+            buffer.add(batch)
+        if len(buffer) >= 64:
+            sample = buffer.sample(32)
+            learned = algo.learn({**sample.batch, "weights": sample.weights})
+            buffer.update_priorities(sample.indices, learned.priorities)
+
+    test, state, correct = Recall(64, k=3, seed=1), algo.initial_state(64), 0.0
+    for _ in range(5):  # one episode of each of 64 envs, greedy
+        action, state = algo.act(test.obs(), state, explore=False)
+        reward, _ = test.step(action)
+        correct += (reward > 0).sum()
+    assert correct / 64 >= 0.9, correct / 64
+
+
+def test_the_default_network_takes_minatar_images_and_vectors_over_time():
+    image = recurrent_q_network((10, 10, 4), 3, lstm_size=8)
+    state = image.initial_state(2)
+    q, after = image(torch.zeros(2, 5, 10, 10, 4, dtype=torch.bool), state)
+    assert q.shape == (2, 5, 3) and after["state_h"].shape == (2, 8)
+    algo = R2D2(network=image, num_actions=3, config=R2D2Config(lstm_size=8))
+    actions, kept = algo.act(np.ones((2, 10, 10, 4), bool), algo.initial_state(2))
+    assert actions.shape == (2,) and kept["state_c"].shape == (2, 8)
+    with pytest.raises(ValueError, match="the default networks support"):
+        recurrent_q_network((4, 5), 3)
