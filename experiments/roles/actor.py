@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from experiments.roles.data import actor_sink, hold_shard_until_saved
+from experiments.roles.data import hold_shard_until_saved
 from experiments.roles.learner import PARAMS
 from experiments.roles.program import (
     Setup,
@@ -37,7 +37,6 @@ class ActorShell:
 
         from algorithms.actor_learner import Actor
         from envs import make_vector_env
-        from experiments.runtime.envs import vector_env_options
 
         # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
         self.seed = actor_seed(setup.run.seed, index, restarts)
@@ -45,8 +44,8 @@ class ActorShell:
         # A dead env worker is replaced inside the vector env; the actor drops what it cut.
         self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
-                                   **vector_env_options(setup.ctx.config))
-        builder, parts = setup.builder, setup.ctx.parts
+                                   **setup.env_options)
+        builder, parts = setup.builder, setup.parts
         acting = checked(builder.make_algorithm(device="cpu", seed=self.seed), builder.algorithm_base,
                          builder.make_algorithm, given=parts.algorithm, part="algorithm")
         self.actor = checked(builder.make_actor(acting, env=self.env, sink=sink, params=params, index=index,
@@ -88,8 +87,8 @@ def run_actor(setup: Setup, group: Any, *, index: int, shards: list[str], signal
     restarts = current_world().rank_restarts
     if restarts:  # before any add: with shards on the actors, the learner rehosts ours
         group.call("coord/rejoin", Rejoin(source=index, restarts=restarts))
-    holds_shard = setup.replay is not None and setup.replay.replay_placement == "actors" and not restarts
-    sink = actor_sink(setup, group, shards, index=index, rehosted=bool(restarts))
+    holds_shard = setup.path.actor_keeps_shard(restarted=bool(restarts))
+    sink = setup.path.actor_sink(setup, group, shards, index=index, rehosted=bool(restarts))
     group.barrier()  # a restarted actor passes at once (or completes it for the one that died)
     # Same index, so the same exploration; the shell pulls the newest parameters.
     shell = ActorShell(setup, index=index, sink=sink, params=PushPullModelServer.connect(group, PARAMS),

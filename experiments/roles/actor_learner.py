@@ -8,7 +8,9 @@ learner 0 and the K-1 others of its learner group, :mod:`.learners`), replay ran
 process, deterministic for a seed (:func:`serial_main`). What the algorithm is (Ape-X
 DQN, TD3, IMPALA, a user's) is its :class:`~algorithms.builder.Builder`'s business;
 no role names one. A job built on it is a :class:`~experiments.roles.program.Program`
-plus its config and hooks (:func:`make_job`).
+plus its config and hooks (:func:`make_job`). The job context is read once, into the
+typed :class:`~experiments.roles.program.Setup` (its data path, the lead's
+:class:`~experiments.runtime.lead.LeadContext`): no role takes the context itself.
 
 Faults: a dead actor is restarted alone and rejoins (:func:`restartable`); with
 shards on the actors its shard is dropped from sampling when it dies, and the learner
@@ -25,6 +27,7 @@ server; ``REPLAY``: the replay shards) and how often an actor reports.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 from collections.abc import Callable
@@ -60,11 +63,10 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     from experiments.runtime.config import resolve_device
     from rlpar.distributed import World
 
-    setup = Setup.of(program, ctx)
+    setup = Setup.of(program, ctx)  # the job context's last reader here: the roles take typed parts
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
-    placement = setup.replay.replay_placement if setup.replay is not None else None
-    learner_ranks = {str(k) for k in range(setup.learners)}
-    if placement in ("actors", "replay-ranks") or (placement and os.environ.get("RANK") in learner_ranks):
+    rank = os.environ.get("RANK")
+    if setup.path.hosts_data(int(rank) if rank is not None else None, learners=setup.learners):
         warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
     world = World.from_env(rpc_timeout=setup.run.rpc_timeout,
                            listen_address=setup.run.resolved_listen_address())
@@ -72,9 +74,8 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     role, index = role_of(world.rank, world.world_size, extra, learners)
     group = world.create_rpc_group(program.name, world.names)
     roles = [role_of(r, world.world_size, extra, learners)[0] for r in range(world.world_size)]
-    shard_role = {"actors": "actor", "replay-ranks": "replay"}.get(placement)
-    shards = [name for name, r in zip(world.names, roles) if r == shard_role]
-    setup.num_actors = roles.count("actor")
+    shards = setup.path.shard_members(world.names, roles)
+    setup = dataclasses.replace(setup, num_actors=roles.count("actor"))
     # Several learners: a learner group of theirs alone (none with one learner).
     members = join(world, setup, device=resolve_device(setup.run.device)) if role == "learner" else None
     if role == "learner" and index == 0:
@@ -101,20 +102,19 @@ def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
     from rlpar.servers.model import ModelStore
 
     setup = Setup.of(program, ctx)
+    setup = dataclasses.replace(setup, num_actors=ctx.nprocs - 1 - setup.extra_ranks())
     torch.set_num_threads(setup.run.torch_threads)
-    setup.num_actors = ctx.nprocs - 1 - setup.extra_ranks()
-    if setup.flow.data == "replay":
-        announce_compile(ctx)
-    data, params = LearnerData(setup, None, []), ModelStore()
-    coordinator = start_lead(ctx, num_sources=setup.num_actors, target=target(setup), evaluator=None)
+    if setup.path.kernels:
+        announce_compile(setup.lead)
+    data, params = setup.path.learner_data(setup, None, []), ModelStore()
+    coordinator = start_lead(setup.lead, num_sources=setup.num_actors, target=target(setup), evaluator=None)
     learner = _learner(setup, data.source, params)
-    sink = data.hosted if data.hosted is not None else data.queue
-    shells = [ActorShell(setup, index=i, sink=sink, params=params) for i in range(setup.num_actors)]
+    shells = [ActorShell(setup, index=i, sink=data.sink, params=params) for i in range(setup.num_actors)]
     paced = pacing(setup.flow, num_actors=setup.num_actors, num_envs=setup.env.num_envs)
     loop = LearnerLoop(learner, coordinator, paced, data=data)
     keeper = run_keeper(setup, coordinator, learner, data)
     evaluator = eval_env(setup, seed=setup.run.seed + 1)
-    return run_lead(ctx, coordinator, keeper, _SerialTurns(setup, loop, data, shells, evaluator))
+    return run_lead(setup.lead, coordinator, keeper, _SerialTurns(setup, loop, data, shells, evaluator))
 
 
 class _SerialTurns:
@@ -131,9 +131,7 @@ class _SerialTurns:
                       if paced is not None and learner.updates else None)
 
     def held(self) -> int:
-        replay = self.setup.replay
-        return self.data.held(reported=self.loop.coordinator.held_transitions(),
-                              capacity=replay.replay_capacity if replay is not None else 0)
+        return self.data.held(reported=self.loop.coordinator.held_transitions())
 
     def turn(self) -> bool:
         loop, data, coordinator = self.loop, self.data, self.loop.coordinator

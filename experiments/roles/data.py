@@ -26,6 +26,11 @@ With several learners (``--learners K``) every learner samples its own batch:
   sampler (its own seed), its priorities going back to the owning shards;
 - a queue: one per learner (``queue.<k>``), actor ``i`` putting to learner
   ``i mod K``'s, so no unroll crosses between learners.
+
+Each of these is one class of :mod:`experiments.roles.paths`, made once per rank,
+whose methods the roles call; the pieces they are made of are here (``setup``: the
+rank's :class:`~experiments.roles.program.Setup`, which makes its data path, so this
+module does not import it).
 """
 
 from __future__ import annotations
@@ -36,10 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from experiments.roles.program import Setup
 from rlpar.protocols import Sample
 
 REPLAY, QUEUE = "replay", "queue"
+
+
+def follow_key(learner: int) -> str:
+    """Learner ``learner``'s service that takes over a rehosted replay shard."""
+    return f"learner.{learner}/follow"
 
 
 def data_name(base: str, learner: int, learners: int) -> str:
@@ -48,7 +57,7 @@ def data_name(base: str, learner: int, learners: int) -> str:
     return base if learners == 1 else f"{base}.{learner}"
 
 
-def replay_layout(setup: Setup) -> dict[str, Any]:
+def replay_layout(setup: Any) -> dict[str, Any]:
     """Replay keyword arguments for the env's observations: ``SharedFrames`` when
     they are uint8 frame stacks (stack axis first, as both Atari paths make them)
     that an n-step transition's obs and next_obs overlap in."""
@@ -56,7 +65,7 @@ def replay_layout(setup: Setup) -> dict[str, Any]:
     from rlpar.buffers import SharedFrames
 
     flow, shape = setup.flow, setup.builder.spec.observation_space.shape or ()
-    if not (setup.replay.share_frames and is_atari(setup.env.env_id)) or setup.ctx.parts.env is not None:
+    if not (setup.path.replay.share_frames and is_atari(setup.env.env_id)) or setup.parts.env is not None:
         return {}
     obs_space = setup.builder.spec.observation_space
     if obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > flow.n_step:
@@ -64,32 +73,32 @@ def replay_layout(setup: Setup) -> dict[str, Any]:
     return {}
 
 
-def local_replay(setup: Setup, *, learner: int = 0):
+def local_replay(setup: Any, *, learner: int = 0):
     """The replay in a learner's process: all of it with one learner; learner
     ``learner``'s share with several (its own seed, so the shards draw apart)."""
     from rlpar.buffers import PrioritizedReplayBuffer
 
-    replay = setup.replay
+    replay = setup.path.replay
     return PrioritizedReplayBuffer(capacity=max(1, replay.replay_capacity // setup.learners),
                                    alpha=replay.priority_alpha, beta=replay.priority_beta,
                                    seed=setup.run.seed + 7919 * learner, **replay_layout(setup))
 
 
-def sharded_replay(setup: Setup, group: Any, shards: list[str], *, rehosted: bool = False):
-    """The sharded replay in any rank. With shards on the actors, the learner samples
-    on without the shard of a dead actor (its first failed call drops it) until its
-    replacement rejoins; shards on replay ranks are never dropped (a dead one restarts
-    the world). ``rehosted``: this rank replaces a dead actor, whose shard the learner
-    now hosts."""
+def sharded_replay(setup: Any, group: Any, shards: list[str], *, rehosted: bool = False,
+                   on_shard_failure: str = "raise"):
+    """The sharded replay in any rank. ``on_shard_failure="drop"`` (shards on the
+    actors): the learner samples on without the shard of a dead actor (its first
+    failed call drops it) until its replacement rejoins; ``"raise"`` (shards on replay
+    ranks): never dropped (a dead one restarts the world). ``rehosted``: this rank
+    replaces a dead actor, whose shard the learner now hosts."""
     from rlpar.buffers import DistributedPrioritizedReplayBuffer
 
-    replay = setup.replay
+    replay = setup.path.replay
     return DistributedPrioritizedReplayBuffer(
         group=group, name=REPLAY, capacity=max(1, replay.replay_capacity // len(shards)),
         alpha=replay.priority_alpha, beta=replay.priority_beta, shard_members=shards,
         timeout=setup.run.rpc_timeout, seed=setup.run.seed, rehosted=rehosted,
-        on_shard_failure="drop" if replay.replay_placement == "actors" else "raise",
-        **replay_layout(setup))
+        on_shard_failure=on_shard_failure, **replay_layout(setup))
 
 
 class Unrolls:
@@ -120,39 +129,26 @@ class Unrolls:
 
 
 class LearnerData:
-    """Learner ``learner``'s side of the data path: ``source`` (what it samples),
+    """Learner ``learner``'s side of the data path, as its data path
+    (:mod:`experiments.roles.paths`) makes it: ``source`` (what it samples),
     ``hosted`` (a replay buffer in this process: checkpointed with the learner's state,
-    or with several learners as its part, ``split``, which the learner role attaches:
-    :func:`experiments.roles.learners.split_replay`), ``sharded`` (remote shards,
-    which checkpoint their own parts) and ``queue`` (unrolls)."""
+    or with several learners as its part, ``split``), ``sharded`` (remote shards,
+    which checkpoint their own parts) and ``queue`` (unrolls). ``capacity``: what the
+    replay holds at most (0 for a queue)."""
 
-    def __init__(self, setup: Setup, group: Any | None, shards: list[str], *, learner: int = 0) -> None:
-        from rlpar.buffers import HostedBuffer, HostedQueue, PrefetchingBuffer, TrajectoryQueue
-
-        self.hosted = self.sharded = self.queue = self.split = None
-        flow, run, learners = setup.flow, setup.run, setup.learners
+    def __init__(self, flow: Any, *, source: Any, hosted: Any = None, sharded: Any = None, queue: Any = None,
+                 split: Any = None, shard_min: int | None = None, capacity: int = 0) -> None:
+        self.source, self.hosted, self.sharded, self.queue, self.split = source, hosted, sharded, queue, split
         self.min_size = max(flow.learning_starts, flow.batch_size)
-        self.batch_size = self.shard_min = flow.batch_size
-        if flow.data == "queue":
-            queue = TrajectoryQueue(capacity=setup.queue.queue_capacity)
-            name = data_name(QUEUE, learner, learners)
-            self.queue = HostedQueue.host(group, name, queue) if group is not None else queue
-            self.source: Any = Unrolls(self.queue, collate=setup.builder.collate, batch_size=flow.batch_size,
-                                       timeout=run.rpc_timeout)
-            return
-        if shards:
-            self.sharded = sharded_replay(setup, group, shards)
-        else:
-            buffer = local_replay(setup, learner=learner)
-            # With several learners, each from its own shard: its share of learning_starts
-            # (no learner starts on a few transitions while the others' shards are full),
-            # no more than the shard holds.
-            self.shard_min = min(buffer.capacity, max(flow.batch_size, -(-flow.learning_starts // learners)))
-            name = data_name(REPLAY, learner, learners)
-            self.hosted = HostedBuffer.host(group, name, buffer) if group is not None else buffer
-        self.source = PrefetchingBuffer(self.hosted if self.sharded is None else self.sharded,
-                                        batch_size=flow.batch_size, depth=setup.replay.prefetch_depth(),
-                                        timeout=run.rpc_timeout)
+        self.batch_size = flow.batch_size
+        self.shard_min = flow.batch_size if shard_min is None else shard_min
+        self.capacity = capacity
+        # What checkpoints keep: a buffer in this learner's own state, or parts that
+        # their holders write (remote shards, or a replay split over the learners).
+        self.in_state = hosted if split is None else None
+        self.parts = sharded if sharded is not None else split
+        # What this learner's own data needs before it learns (Filling's words).
+        self.need = self.batch_size if queue is not None else self.shard_min
 
     def ready(self, reported: int) -> bool:
         """Whether the learner may sample: a queue holds a batch; a replay holds at
@@ -178,35 +174,27 @@ class LearnerData:
             return max(0, self.shard_min - len(self.hosted))
         return 0
 
-    def held(self, *, reported: int, capacity: int) -> int:
+    def held(self, *, reported: int) -> int:
         """What the data path holds: the hosted buffer's or queue's size; for shards
         (whose sizes only ride on sampling replies) what was added (``reported``: less
         what dead shards took with them), bounded by the capacity, exact until a shard
         fills."""
-        if self.hosted is not None and self.split is None:
-            return len(self.hosted)
+        if self.in_state is not None:
+            return len(self.in_state)
         if self.queue is not None:
             return len(self.queue)
-        return min(capacity, reported)
+        return min(self.capacity, reported)
+
+    @property
+    def sink(self) -> Any:
+        """Where an actor in this process adds (the serial program's)."""
+        return self.hosted if self.hosted is not None else self.queue
 
     def close(self) -> None:
         self.source.close()
 
 
-def actor_sink(setup: Setup, group: Any, shards: list[str], *, index: int, rehosted: bool = False):
-    """Actor ``index``'s handle: the replay it adds to (hosted, or its shards) or the
-    queue it puts unrolls into; with several learners, learner ``index mod K``'s."""
-    from rlpar.buffers import HostedBuffer, HostedQueue
-
-    learner = index % setup.learners
-    if setup.flow.data == "queue":
-        return HostedQueue.connect(group, data_name(QUEUE, learner, setup.learners), timeout=setup.run.rpc_timeout)
-    if shards:
-        return sharded_replay(setup, group, shards, rehosted=rehosted)
-    return HostedBuffer.connect(group, data_name(REPLAY, learner, setup.learners))
-
-
-def hold_shard_until_saved(setup: Setup, group: Any, signals: Any) -> None:
+def hold_shard_until_saved(setup: Any, group: Any, signals: Any) -> None:
     """A rank that hosts a shard stays (serving it) until the learner has written its
     last checkpoint, which asks every shard for its part; after a stop by signal
     (the world is ending) at most ``STOP_HOLD_S``."""
@@ -223,10 +211,10 @@ def hold_shard_until_saved(setup: Setup, group: Any, signals: Any) -> None:
         pass
 
 
-def run_replay(setup: Setup, group: Any, *, shards: list[str], signals: Any) -> None:
+def run_replay(setup: Any, group: Any, *, shards: list[str], signals: Any) -> None:
     """A dedicated replay rank: hosts one shard (served on RPC threads) until the
     learner has written its last checkpoint."""
-    sharded_replay(setup, group, shards)
+    setup.path.shards(setup, group, shards)
     group.barrier()
     hold_shard_until_saved(setup, group, signals)
 

@@ -14,15 +14,13 @@ import time
 from typing import Any
 
 from algorithms.pacing import Pacing
-from experiments.roles.data import REPLAY, LearnerData
+from experiments.roles.data import LearnerData, follow_key
 from experiments.roles.learners import (
     Filling,
     Lockstep,
-    follow_key,
     gather,
     make_learner,
     share_state,
-    split_replay,
 )
 from experiments.roles.program import Setup, pacing
 from experiments.runtime.job import STOP_QUIET_S
@@ -103,7 +101,7 @@ class LearnerLoop:
         busy = time.perf_counter() - self.started if self.started else 0.0
         cpu = time.thread_time() - self.cpu_started if self.started else 0.0
         return self.coordinator.summary(
-            algorithm=algorithm, updates=learner.updates, run_dir=setup.ctx.run_dir, interrupted=interrupted,
+            algorithm=algorithm, updates=learner.updates, run_dir=setup.lead.run_dir, interrupted=interrupted,
             num_actors=self.coordinator.num_sources, batch_size=setup.flow.batch_size,
             data=setup.flow.data, replay_size=held, wait_fraction=self.wait_fraction(),
             learning_s=busy,  # since the first update: updates / learning_s is the learner's rate
@@ -125,14 +123,13 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
 
     from rlpar.servers import PushPullModelServer
 
-    ctx, num_actors = setup.ctx, setup.num_actors
+    lead, num_actors = setup.lead, setup.num_actors
     torch.set_num_threads(setup.run.torch_threads)
-    if setup.flow.data == "replay":
-        announce_compile(ctx)
-    data = LearnerData(setup, group, shards)
-    split_replay(setup, data, group, learner=0)
+    if setup.path.kernels:
+        announce_compile(lead)
+    data = setup.path.learner_data(setup, group, shards)
     params = PushPullModelServer.host(group, PARAMS)
-    coordinator = start_lead(ctx, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
+    coordinator = start_lead(lead, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
     lockstep = Lockstep(members) if members is not None else None
     learner = make_learner(setup, data.source, params, lockstep=lockstep)
     keeper = run_keeper(setup, coordinator, learner, data, group=group)
@@ -151,13 +148,10 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
         lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
                                        coordinator.should_stop())
         lockstep.lacking_of = data.lacking
-        queue = data.queue is not None
-        filling = Filling(coordinator, learners=setup.learners, num_actors=num_actors,
-                          need=data.batch_size if queue else data.shard_min,
-                          data="queue" if queue else "replay shard", unit="unrolls" if queue else "transitions",
-                          warn_after=coordinator.silent_after)
+        filling = Filling(coordinator, learners=setup.learners, num_actors=num_actors, need=data.need,
+                          data=setup.path.noun, unit=setup.path.unit, warn_after=coordinator.silent_after)
     group.barrier()
-    return run_lead(ctx, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members, filling),
+    return run_lead(lead, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members, filling),
                     kept=released.set, whole=(lambda: lockstep.whole) if lockstep is not None else None)
 
 
@@ -175,9 +169,7 @@ class _LearnerTurns:
         self.together: dict[str, Any] = {}
 
     def held(self) -> int:
-        replay = self.setup.replay
-        return self.data.held(reported=self.loop.coordinator.held_transitions(),
-                              capacity=replay.replay_capacity if replay is not None else 0)
+        return self.data.held(reported=self.loop.coordinator.held_transitions())
 
     def turn(self) -> bool:
         loop = self.loop
@@ -227,10 +219,10 @@ def rejoin_handler(setup: Setup, coordinator: Any, data: LearnerData, shards: li
     on the actors, the learner first hosts a fresh shard for it (it cannot call the
     new process) and counts what the dead shard held as lost; the other learners
     (several) then sample that shard where this one hosts it."""
-    on_actors = data.sharded is not None and setup.replay.replay_placement == "actors"
+    rehosts = setup.path.rehosts_dead_shards
 
     def rejoin(message: Rejoin) -> None:
-        member = shards[message.source] if on_actors else None
+        member = shards[message.source] if rehosts else None
         if member is not None and not data.sharded.hosts_shard_of(member):  # else: rehosted here before
             # What it reported adding bounds what its shard held from below: the size in
             # the shard's last sampling reply may lag the last adds.
@@ -249,27 +241,20 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
     down is skipped). A queue's unrolls are on-policy data, not kept. A resumed run
     loads them (each shard its part, before any actor adds) and publishes the restored
     parameters to the actors."""
-    from experiments.roles.data import replay_layout
     from experiments.runtime.checkpoints import RunKeeper
-    from rlpar.buffers.shard import service_keys
 
-    ctx, key = setup.ctx, setup.builder.state_key
+    lead, key, path = setup.lead, setup.builder.state_key, setup.path
     # A replay split over several learners is kept as parts, like remote shards.
-    sharded = data.sharded if data.sharded is not None else data.split
-    hosted = data.hosted if data.split is None else None
+    sharded, hosted = data.parts, data.in_state
     algorithm = learner.algorithm
-    meta: dict[str, Any] = {"data": setup.flow.data}
-    if setup.replay is not None:
-        placement = setup.replay.replay_placement
-        meta = {"replay_placement": placement, "replay_layout": sorted(replay_layout(setup))}
-        if sharded is not None:
-            meta["replay_shards"] = len(sharded.part_names())
+    meta = path.checkpoint_meta(setup, data)
+    parts_meta = {"replay_placement": path.placement}
 
     def snapshot() -> dict[str, Any]:
         return {key: algorithm.state_dict(), **({"replay": hosted.state_dict()} if hosted is not None else {})}
 
     def save_parts(directory: str, step: int) -> int:
-        return sharded.save_parts(directory, step=step, kind=ctx.job, meta={"replay_placement": placement})
+        return sharded.save_parts(directory, step=step, kind=lead.job, meta=parts_meta)
 
     def restore(state: dict[str, Any]) -> None:
         algorithm.load_state_dict(state[key])
@@ -277,16 +262,13 @@ def run_keeper(setup: Setup, coordinator: Any, learner: Any, data: LearnerData, 
             hosted.load_state_dict(state["replay"])
         if sharded is not None:
             # Before the barrier: the shard hosts have registered, but add nothing yet.
-            keys = (data.split.load_keys() if data.split is not None
-                    else [service_keys(REPLAY, member)["load"] for member in sharded.shard_members])
-            for load in keys:
+            for load in path.load_keys(data):
                 group.wait_registered(load)
-            sharded.load_parts(keeper.checkpointer.resumed_path, kind=ctx.job,
-                               meta={"replay_placement": placement})
+            sharded.load_parts(keeper.checkpointer.resumed_path, kind=lead.job, meta=parts_meta)
         if learner.updates > 0:  # version 0 (the initial weights) is already published
             learner.publish()
 
-    keeper = RunKeeper(ctx, coordinator, snapshot=snapshot, policy=algorithm.policy_state, meta=meta,
+    keeper = RunKeeper(lead, coordinator, snapshot=snapshot, policy=algorithm.policy_state, meta=meta,
                        parts=sharded.part_names() if sharded is not None else (),
                        save_parts=save_parts if sharded is not None else None)
     keeper.restore(restore, keys=(key,))

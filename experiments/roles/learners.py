@@ -55,8 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.roles.data import LearnerData, hold_shard_until_saved
-from experiments.roles.learner_shards import LearnerShards
+from experiments.roles.data import hold_shard_until_saved
 from experiments.roles.program import Setup
 from experiments.runtime.parts import checked
 
@@ -65,11 +64,6 @@ GROUP = "learners"
 # all-reduce (measured on 2 loopback gloo members: 0.36 ms, 0.05-0.2 ms of CPU each),
 # so twice one learner's 0.5 ms, leaving the cores to the actors they wait for.
 WAIT_S = 0.001
-
-
-def follow_key(learner: int) -> str:
-    """Learner ``learner``'s service that takes over a rehosted replay shard."""
-    return f"learner.{learner}/follow"
 
 
 def join(world: Any, setup: Setup, *, device: Any) -> Any:
@@ -115,12 +109,13 @@ class Lockstep:
 
     wait_s = WAIT_S
 
-    def __init__(self, group: Any) -> None:
+    def __init__(self, group: Any, *, poll: Any = None, lacking: Any = None) -> None:
         import torch
 
         self.group = group
-        self.poll: Any = None  # set by the role once its loop exists
-        self.lacking_of: Any = lambda: 0  # likewise
+        # Learner 0's are set once its loop exists (its poll asks the loop's pacing).
+        self.poll: Any = poll
+        self.lacking_of: Any = lacking if lacking is not None else (lambda: 0)
         self.lacking = [0] * group.size  # per learner, as of the last decision
         # [not ready, stop, what learner 0 lacks, ..., what learner K-1 lacks]
         size = 2 + group.size
@@ -296,13 +291,6 @@ def _per_update(micros: Any, updates: Any) -> list[float]:
     return [round(1e-3 * int(us) / max(1, int(n)), 3) for us, n in zip(micros, updates)]
 
 
-def split_replay(setup: Setup, data: Any, group: Any, *, learner: int) -> None:
-    """With several learners and the replay in their processes, learner ``learner``'s
-    shard becomes its part of every checkpoint (``data.split``)."""
-    if setup.learners > 1 and data.hosted is not None:
-        data.split = LearnerShards(group, hosted=data.hosted, learner=learner, learners=setup.learners)
-
-
 def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep | None = None):
     """The learner around the builder's algorithm; with several learners its
     gradients go through ``lockstep``'s average over the learner group, on the
@@ -310,7 +298,7 @@ def make_learner(setup: Setup, source: Any, params: Any, *, lockstep: Lockstep |
     from algorithms.actor_learner import Learner
     from experiments.runtime.config import resolve_device
 
-    builder, parts = setup.builder, setup.ctx.parts
+    builder, parts = setup.builder, setup.parts
     device = resolve_device(setup.run.device)
     if lockstep is not None and lockstep.group.device.type == "cuda":
         device = lockstep.group.device  # NCCL: this member's GPU
@@ -330,14 +318,10 @@ def run_follower(setup: Setup, group: Any, members: Any, *, index: int, shards: 
     import torch
 
     torch.set_num_threads(setup.run.torch_threads)
-    data = LearnerData(setup, group, shards, learner=index)
-    split_replay(setup, data, group, learner=index)
-    lockstep = Lockstep(members)
-    lockstep.poll = lambda ahead: (data.local_ready(), signals.stopped)
-    lockstep.lacking_of = data.lacking
+    data = setup.path.learner_data(setup, group, shards, learner=index)
+    lockstep = Lockstep(members, poll=lambda ahead: (data.local_ready(), signals.stopped), lacking=data.lacking)
     learner = make_learner(setup, data.source, NoPublish(), lockstep=lockstep)
-    if data.sharded is not None:
-        group.register(follow_key(index), data.sharded.follow)
+    setup.path.follow(group, data, learner=index)
     share_state(members, learner.algorithm)
     group.barrier()
     cpu_started = None

@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from algorithms.builder import Builder, EnvSpec, Flow
 from algorithms.pacing import Pacing
+from experiments.runtime.lead import LeadContext
+
+if TYPE_CHECKING:
+    from experiments.roles.paths import DataPath
 
 REPORT_EVERY_S = 0.02
 # The most reports per second the actors send together. Each is an RPC that the
@@ -49,25 +53,30 @@ class Program:
     builder: Callable[[Any, Any, EnvSpec], Builder]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Setup:
-    """One rank's typed pieces of a job (see the module docstring). ``ctx`` is kept
-    for the runtime's lead, checkpoints and run directory, which take it whole."""
+    """One rank's typed pieces of a job (see the module docstring), resolved once from
+    the job context: ``lead`` (what the lead keeps a run with), the user's ``parts``,
+    the builder and its flow, the run and env sections, the data ``path``
+    (:mod:`experiments.roles.paths`), the actors' env options and the numbers of
+    learners and actors (``num_actors``: the world's, once a rank knows it)."""
 
-    ctx: Any
+    lead: LeadContext
+    parts: Any  # Parts
     builder: Builder
     flow: Flow
     run: Any  # RunConfig
     env: Any  # EnvConfig
-    replay: Any | None  # ReplayConfig, for a replay flow
-    queue: Any | None  # QueueConfig, for a queue flow
+    path: DataPath
     num_actors: int
     env_fn: Callable[[], Any]
+    env_options: dict[str, Any]  # make_vector_env's keywords for an actor's envs
     learners: int = 1
 
     @classmethod
     def of(cls, program: Program, ctx: Any) -> Setup:
-        from experiments.runtime.envs import env_factory, env_spaces
+        from experiments.roles.paths import data_path
+        from experiments.runtime.envs import env_factory, env_spaces, vector_env_options
 
         config = ctx.config
         env_fn = ctx.env_fn if ctx.env_fn is not None else env_factory(config.env.env_id, ctx.parts.env)
@@ -75,16 +84,17 @@ class Setup:
         # The user's algorithm, or the job's.
         builder = ctx.parts.make_builder(program.builder, config, EnvSpec(obs_space, act_space), Builder)
         flow = builder.flow
-        replay = getattr(config, "replay", None) if flow.data == "replay" else None
-        queue = getattr(config, "queue", None) if flow.data == "queue" else None
-        if (replay if flow.data == "replay" else queue) is None:
+        section = getattr(config, flow.data, None) if flow.data in ("replay", "queue") else None
+        if section is None:
             raise TypeError(f"{type(config).__name__} has no {flow.data} section, which "
                             f"{type(builder).__name__}'s flow needs")
-        return cls(ctx=ctx, builder=builder, flow=flow, run=config.run, env=config.env, replay=replay,
-                   queue=queue, num_actors=config.num_actors, env_fn=env_fn, learners=learners_of(config))
+        path = data_path(flow.data, section)
+        return cls(lead=LeadContext.of(ctx), parts=ctx.parts, builder=builder, flow=flow, run=config.run,
+                   env=config.env, path=path, num_actors=config.num_actors, env_fn=env_fn,
+                   env_options=vector_env_options(config), learners=learners_of(config))
 
     def extra_ranks(self) -> int:
-        return self.replay.extra_ranks() if self.replay is not None else 0
+        return self.path.extra_ranks
 
 
 def learners_of(config: Any) -> int:

@@ -25,11 +25,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.runtime.rundir import RunDir
 from rlpar.checkpoint import load_checkpoint, rng_state, save_checkpoint
 from rlpar.state import StatePath, mapping
+
+if TYPE_CHECKING:
+    from experiments.runtime.lead import LeadContext
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +45,13 @@ class Checkpointer:
     file). ``parts``: the names of the parts other processes write for each
     checkpoint, with ``save_parts(directory, step) -> bytes`` (raises if one could not)."""
 
-    def __init__(self, ctx: Any, *, meta: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
+    def __init__(self, lead: LeadContext, *, meta: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
                  save_parts: Callable[[str, int], int] | None = None) -> None:
-        run = ctx.config.run
+        run = lead.config.run
         if parts and save_parts is None:
             raise ValueError("checkpoint parts need save_parts (who writes them)")
-        self.directory = RunDir(ctx.run_dir).checkpoints
-        self.every, self.keep, self.kind = run.checkpoint_every, run.keep_checkpoints, ctx.job
+        self.directory = RunDir(lead.run_dir).checkpoints
+        self.every, self.keep, self.kind = run.checkpoint_every, run.keep_checkpoints, lead.job
         self.meta = dict(meta or {})
         self.parts, self.save_parts = list(parts), save_parts
         self.skipped = 0  # checkpoints not written: a part could not be
@@ -123,22 +126,23 @@ def row_record(row: Sequence[Any]) -> dict[str, Any]:
             "version": int(version), "env_steps": int(env_steps)}
 
 
-def save_policy(ctx: Any, state: Mapping[str, Any], *, best: bool, version: int, env_steps: int,
-                evaluation: Mapping[str, Any] | None, last_evaluation: Mapping[str, Any] | None = None
-                ) -> None:
+def save_policy(run_dir: str | None, state: Mapping[str, Any], *, job: str, best: bool, version: int,
+                env_steps: int, evaluation: Mapping[str, Any] | None,
+                last_evaluation: Mapping[str, Any] | None = None) -> None:
     """``policy.pt`` / ``policy-best.pt``: a network's parameters (``state``) and what
     the evaluator needs besides the run's config.json, each label true of *this*
     network: its ``version`` and the ``env_steps`` it stands for; ``evaluation``: the
     in-run evaluation of exactly these parameters (:func:`evaluation_record`), or None;
     ``last_evaluation``: the run's last evaluation when it was of another version
     (recorded beside, never as this file's return). ``eval_return`` repeats
-    ``evaluation``'s mean for readers of the older files that had only it."""
-    if ctx.run_dir is None:
+    ``evaluation``'s mean for readers of the older files that had only it (none
+    without a run directory)."""
+    if run_dir is None:
         return
     import torch
 
-    path = os.path.join(ctx.run_dir, BEST_POLICY if best else POLICY)
-    payload = {"job": ctx.job, "state": {k: v.detach().cpu() for k, v in state.items()},
+    path = os.path.join(run_dir, BEST_POLICY if best else POLICY)
+    payload = {"job": job, "state": {k: v.detach().cpu() for k, v in state.items()},
                "version": int(version), "env_steps": int(env_steps),
                "evaluation": dict(evaluation) if evaluation is not None else None,
                "eval_return": evaluation["mean"] if evaluation is not None else None,
@@ -160,12 +164,13 @@ class RunKeeper:
     that is a later network than the one that scored. ``policy.pt`` is ``policy()``
     at the end, labelled with the last evaluation only if it was of that version."""
 
-    def __init__(self, ctx: Any, coordinator: Any, *, snapshot: Any, policy: Any,
+    def __init__(self, lead: LeadContext, coordinator: Any, *, snapshot: Any, policy: Any,
                  meta: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
                  save_parts: Callable[[str, int], int] | None = None) -> None:
-        self.ctx, self.coordinator = ctx, coordinator
+        # What it keeps the run with, read once: the job (the files' kind) and where.
+        self.job, self.run_dir, self.coordinator = lead.job, lead.run_dir, coordinator
         self.snapshot, self.policy = snapshot, policy
-        self.checkpointer = Checkpointer(ctx, meta=meta, parts=parts, save_parts=save_parts)
+        self.checkpointer = Checkpointer(lead, meta=meta, parts=parts, save_parts=save_parts)
         self._saved_best: Any = None  # the EvalResult policy-best.pt holds
 
     @property
@@ -181,7 +186,7 @@ class RunKeeper:
         state = self.checkpointer.resumed
         if state is None:
             return False
-        where = StatePath(f"{self.ctx.job} checkpoint {self.checkpointer.resumed_path}")
+        where = StatePath(f"{self.job} checkpoint {self.checkpointer.resumed_path}")
         state = mapping(state, where, required=("coordinator", *keys), optional=None)
         self.coordinator.load_state_dict(state["coordinator"])
         restore_job(state)
@@ -191,8 +196,8 @@ class RunKeeper:
     def poll(self) -> None:
         best = self.coordinator.best_result  # set on an RPC thread; one read of a reference
         if best is not None and best is not self._saved_best:
-            save_policy(self.ctx, best.policy, best=True, version=best.version, env_steps=best.env_steps,
-                        evaluation=evaluation_record(best))
+            save_policy(self.run_dir, best.policy, job=self.job, best=True, version=best.version,
+                        env_steps=best.env_steps, evaluation=evaluation_record(best))
             self._saved_best = best
         if self.checkpointer.due():
             self.save()
@@ -208,8 +213,9 @@ class RunKeeper:
         self.save()
         last = self.last_evaluation()
         of_this = last is not None and last["version"] == version
-        save_policy(self.ctx, self.policy(), best=False, version=version, env_steps=self.coordinator.env_steps,
-                    evaluation=last if of_this else None, last_evaluation=None if of_this else last)
+        save_policy(self.run_dir, self.policy(), job=self.job, best=False, version=version,
+                    env_steps=self.coordinator.env_steps, evaluation=last if of_this else None,
+                    last_evaluation=None if of_this else last)
         return {**self.checkpointer.stats(), "resumed_from_step": self.checkpointer.resumed_step}
 
     def last_evaluation(self) -> dict[str, Any] | None:

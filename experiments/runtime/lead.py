@@ -5,6 +5,7 @@ the run directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import sys
@@ -17,14 +18,32 @@ from experiments.runtime.rundir import RunDir
 from rlpar.logging import MetricLogger
 
 
-def start_lead(ctx: Any, *, num_sources: int, target: float, evaluator: int | None,
+@dataclasses.dataclass(frozen=True)
+class LeadContext:
+    """What the lead takes of the job context: the job's name (checkpoints' kind, the
+    notices), its config (logged whole; its run section rules the stop and the
+    checkpoints), the run directory, when the run started and whether to be quiet.
+    The job context itself (``JobContext``) has these fields too, so a job may pass it."""
+
+    job: str
+    config: Any
+    run_dir: str | None
+    started: float
+    quiet: bool = False
+
+    @classmethod
+    def of(cls, ctx: Any) -> LeadContext:
+        return cls(job=ctx.job, config=ctx.config, run_dir=ctx.run_dir, started=ctx.started, quiet=ctx.quiet)
+
+
+def start_lead(lead: LeadContext, *, num_sources: int, target: float, evaluator: int | None,
                agent_names: Sequence[str] = (), teams: Mapping[str, Sequence[int]] | None = None
                ) -> Coordinator:
-    logger = MetricLogger(log_dir=ctx.run_dir)
-    logger.config(_flat(config_to_dict(ctx.config)))
-    return Coordinator(job=ctx.job, run=ctx.config.run, env_id=ctx.config.env.env_id,
-                       num_sources=num_sources, target=target, started=ctx.started, logger=logger,
-                       evaluator=evaluator, quiet=ctx.quiet, agent_names=agent_names, teams=teams)
+    logger = MetricLogger(log_dir=lead.run_dir)
+    logger.config(_flat(config_to_dict(lead.config)))
+    return Coordinator(job=lead.job, run=lead.config.run, env_id=lead.config.env.env_id,
+                       num_sources=num_sources, target=target, started=lead.started, logger=logger,
+                       evaluator=evaluator, quiet=lead.quiet, agent_names=agent_names, teams=teams)
 
 
 class Turns(Protocol):
@@ -43,7 +62,7 @@ class Turns(Protocol):
     def summary(self, interrupted: bool) -> dict[str, Any]: ...
 
 
-def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
+def run_lead(lead: LeadContext, coordinator: Coordinator, keeper: Any, turns: Turns, *,
              kept: Callable[[], None] | None = None,
              whole: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The lead's loop, written once for every job: turns until one says the run is
@@ -71,16 +90,16 @@ def run_lead(ctx: Any, coordinator: Coordinator, keeper: Any, turns: Turns, *,
                 if kept is not None:
                     kept()
             summary = turns.summary(signals.received is not None) | saved
-    return finish_lead(ctx, coordinator, summary)
+    return finish_lead(lead, coordinator, summary)
 
 
-def finish_lead(ctx: Any, coordinator: Coordinator, summary: dict[str, Any]) -> dict[str, Any]:
+def finish_lead(lead: LeadContext, coordinator: Coordinator, summary: dict[str, Any]) -> dict[str, Any]:
     coordinator.logger.close()
-    RunDir(ctx.run_dir).write_summary(summary)
+    RunDir(lead.run_dir).write_summary(summary)
     return summary
 
 
-def announce_compile(ctx: Any) -> None:
+def announce_compile(lead: LeadContext) -> None:
     """The replay's compiled kernels (numba) take 10-20 s to build on a machine's
     first run and load from a disk cache after that (``rlpar.buffers.jit``: under
     ``~/.cache/rlpar/numba`` by default): say so instead of going silent."""
@@ -91,8 +110,8 @@ def announce_compile(ctx: Any) -> None:
     # yet but set up their cache).
     source = os.path.join(os.path.dirname(rlpar.buffers.__file__), "tree_kernels.py")
     cache = cache_dir(source)
-    if not glob.glob(os.path.join(cache, "tree_kernels.*.nbi")) and not ctx.quiet:
-        print(f"[{ctx.job}] compiling the replay's kernels (first run on this machine; "
+    if not glob.glob(os.path.join(cache, "tree_kernels.*.nbi")) and not lead.quiet:
+        print(f"[{lead.job}] compiling the replay's kernels (first run on this machine; "
               f"cached in {cache}) ...", file=sys.stderr, flush=True)
 
 
