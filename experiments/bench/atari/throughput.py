@@ -1,7 +1,7 @@
 """Env steps per second on an Atari game, per job, at three depths: the envs alone, with
 acting, with learning. One JSON line each.
 
-    python -m experiments.bench.atari.throughput                      # Pong, every job, ~90 s
+    python -m experiments.bench.atari.throughput                      # Pong, every job
     python -m experiments.bench.atari.throughput --seconds 10 --jobs rlpar-impala,rlpar-ppo
 
 - ``envs``: one protocol env stepped with uniformly random actions in one process:
@@ -10,14 +10,12 @@ acting, with learning. One JSON line each.
   its frames defaults) stepped in one process, each step's actions from the job's
   network on the batch of observations (inference only, one torch thread);
 - ``learning`` (per job): the job itself, ``--serial`` (acting and learning in one
-  process), with ``--max-seconds`` of ``--seconds`` plus :data:`STARTUP_S` (the job's
-  budget counts its start-up); the rates are its env steps and updates over the time
-  after its start-up (``after_startup_s``). The job's own ``startup_s`` differs by
-  program (the synchronous ones count their first rollout in it), so the line keeps
-  every figure. Ape-X starts learning after its
-  default 1,000 env steps, PQN and PPO after their first rollout (PQN's frames
-  default is 128 envs x 32 steps: a 4,096-step rollout, so a short window may hold
-  few updates; the line says how many).
+  process), twice: to :data:`WARMUP_STEPS` env steps and to ``WARMUP_STEPS`` plus the
+  steps its acting rate covers in ``--seconds``; the rate is the difference of the
+  two runs' env steps (and updates) over the difference of their wall-clock, so
+  start-up (imports, the world, a synchronous job's first rollout) cancels out.
+  Ape-X learns from its default 1,000th env step; PQN's frames default rollout is
+  4,096 steps, so its window holds whole rollouts only when ``--seconds`` is long.
 
 Every line has the load average before and after: on a shared machine the numbers
 are depressed by whatever else runs.
@@ -42,7 +40,7 @@ from experiments.bench.tools import wallclock as wc
 from experiments.bench.tools.emit import emit
 
 BENCH = "atari-throughput"
-STARTUP_S = 10.0  # allowance for a serial job's start-up within its --max-seconds
+WARMUP_STEPS = 2_000  # past Ape-X's learning start (1,000) and a PPO rollout (8 x 128)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,12 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             emit({**common, "job": job, "skipped": missing}, results_dir=args.out)
             continue
+        rate = None
         if "acting" in depths:
-            emit({**common, "depth": "acting", "job": job, **measured(lambda job=job: acting(job, args.env_id, args.seconds))},
-                 results_dir=args.out)
+            line = {**common, "depth": "acting", "job": job,
+                    **measured(lambda job=job: acting(job, args.env_id, args.seconds))}
+            rate = line["env_steps_per_s"]
+            emit(line, results_dir=args.out)
         if "learning" in depths:
             emit({**common, "depth": "learning", "job": job,
-                  **measured(lambda job=job: learning(job, args.env_id, args.seconds))}, results_dir=args.out)
+                  **measured(lambda job=job, rate=rate: learning(job, args.env_id, args.seconds, acting_rate=rate))},
+                 results_dir=args.out)
     return 0
 
 
@@ -165,28 +167,36 @@ def acting(job: str, env_id: str, seconds: float) -> dict[str, Any]:
     return {"num_envs": num_envs, "env_steps": steps, "env_steps_per_s": round(steps / elapsed, 1)}
 
 
-def learning(job: str, env_id: str, seconds: float) -> dict[str, Any]:
+def serial_run(job: str, env_id: str, max_env_steps: int) -> dict[str, Any]:
     from experiments.bench.atari import ours
 
     with tempfile.TemporaryDirectory() as log_dir:
         command = [sys.executable, "-m", ours.JOBS[job], "--env-id", env_id, "--serial", "--log-dir", log_dir,
-                   "--max-seconds", str(seconds + STARTUP_S), "--eval-every", str(2**62), "--status-every", "0",
-                   "--checkpoint-every", "0"]
-        # Learning time only: the job's budget counts from its own start, after imports.
-        out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 300)
+                   "--max-env-steps", str(max_env_steps), "--max-seconds", "3600", "--eval-every", str(2**62),
+                   "--status-every", "0", "--checkpoint-every", "0"]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=1800)
         runs = [os.path.join(log_dir, d) for d in os.listdir(log_dir)]
         if out.returncode or not runs:
             tail = " | ".join(out.stderr.strip().splitlines()[-3:])
-            return {"error": f"exit {out.returncode}: {tail}"}
+            raise RuntimeError(f"{job}: exit {out.returncode}: {tail}")
         with open(os.path.join(runs[0], "summary.json")) as f:
-            summary = json.load(f)
-    keys = ("env_steps", "updates", "startup_s", "wall_s")
-    figures = {k: wc.rounded(summary.get(k), 2) for k in keys}
-    after = (summary.get("wall_s") or seconds + STARTUP_S) - (summary.get("startup_s") or 0.0)
-    rates = ({"env_steps_per_s": round(summary["env_steps"] / after, 1),
-              "updates_per_s": round(summary.get("updates", 0) / after, 2)} if after > 0 else {})
-    return {"serial": True, **figures, "after_startup_s": round(after, 2), **rates,
-            "job_env_steps_per_s": wc.rounded(summary.get("env_steps_per_s"), 1)}
+            return json.load(f)
+
+
+def learning(job: str, env_id: str, seconds: float, *, acting_rate: float | None = None) -> dict[str, Any]:
+    window = int(max(1_000, (acting_rate or 500.0) * seconds))
+    try:
+        short = serial_run(job, env_id, WARMUP_STEPS)
+        long = serial_run(job, env_id, WARMUP_STEPS + window)
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    wall = long["wall_s"] - short["wall_s"]
+    steps = long["env_steps"] - short["env_steps"]
+    updates = long.get("updates", 0) - short.get("updates", 0)
+    return {"serial": True, "window_env_steps": steps, "window_updates": updates, "window_s": round(wall, 2),
+            "env_steps_per_s": round(steps / wall, 1) if wall > 0 else None,
+            "updates_per_s": round(updates / wall, 2) if wall > 0 else None,
+            "startup_s": wc.rounded(short.get("startup_s"), 2)}
 
 
 if __name__ == "__main__":
