@@ -1,0 +1,205 @@
+"""The Atari bench: its --quick and --cpu-smoke modes end to end (not measurements), the
+protocol against envs.atari's defaults, CleanRL's script run unedited through its
+hooks (a stand-in script and EnvPool here), flag errors; and each of ours learning a
+few hundred Atari steps from the CLI, with a checkpoint and resume."""
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py")
+
+from experiments.bench.atari import budget as bench_cli  # noqa: E402
+from experiments.bench.atari import cleanrl, protocol  # noqa: E402
+
+KEYS = {"bench", "env_id", "impl", "seed", "device", "budget_s", "protocol", "eval_acting", "eval_episodes",
+        "training_reward_clip", "score", "reached_score_at_s", "reached_score_at_steps", "best_eval", "final_eval",
+        "best_by_s", "env_steps", "env_steps_per_s", "updates", "updates_per_s", "eval_cpu_s",
+        "snapshot_pause_s", "loadavg_start", "loadavg_end", "png", "curve"}
+
+
+def bench(*args, timeout=200):
+    return subprocess.run([sys.executable, "-m", "experiments.bench.atari", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def records(out):
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def check_run(record, impl):
+    assert KEYS <= set(record), KEYS - set(record)
+    assert "error" not in record, record
+    assert record["impl"] == impl and record["protocol"] == protocol.PROTOCOL
+    assert record["env_steps"] >= 300 and record["updates"] >= 1
+    assert record["evaluations"] >= 1 and isinstance(record["final_eval"], float)
+    assert os.path.getsize(record["png"]) > 0
+
+
+@pytest.mark.timeout(240)
+def test_quick_runs_impala_and_skips_what_is_missing(tmp_path):
+    out = records(bench("--quick", "--report-at", "1000", "--out", str(tmp_path)))
+    by_impl = {r["impl"]: r for r in out}
+    assert set(by_impl) == {"rlpar-impala", "sb3-ppo", "cleanrl-ppo"}
+    assert "no --cleanrl-script" in by_impl["cleanrl-ppo"]["skipped"]
+    if importlib.util.find_spec("stable_baselines3") is None:
+        assert "make bench-deps" in by_impl["sb3-ppo"]["skipped"]
+    check_run(by_impl["rlpar-impala"], "rlpar-impala")
+    assert by_impl["rlpar-impala"]["eval_acting"] == protocol.POLICY
+    assert set(by_impl["rlpar-impala"]["best_by_s"]) == {"1000"}
+    with open(tmp_path / "results.jsonl") as f:
+        assert [json.loads(line) for line in f] == out
+
+
+@pytest.mark.timeout(240)
+def test_cpu_smoke_runs_the_gpu_path_on_the_cpu(tmp_path):
+    out = records(bench("--cpu-smoke", "--out", str(tmp_path)))
+    by_impl = {r["impl"]: r for r in out}
+    assert set(by_impl) == set(bench_cli.GPU_IMPLS)
+    if importlib.util.find_spec("rl_games") is None:
+        assert "rl-games" in by_impl["rlgames-ppo"]["skipped"]
+    ours = by_impl["rlpar-impala"]
+    check_run(ours, "rlpar-impala")
+    assert ours["device"] == "cpu" and ours["cpu_smoke"] and not ours["compile"]  # compile: cuda's default
+    assert ours["num_actors"] == 1 and "--num-actors 1" in ours["flags"]
+
+
+def test_the_gpu_run_compiles_where_a_job_can_and_fits_one_call():
+    args = bench_cli.parse(["--device", "cuda"])
+    assert args.impl_list == list(bench_cli.GPU_IMPLS) and args.compile
+    assert "--fast compile" in bench_cli.job_flags("rlpar-impala", args)
+    assert "--fast compile" not in bench_cli.job_flags("rlpar-ppo", args)  # PPO has no compile option
+    assert len(args.impl_list) * (args.budget_s + 30) <= 8 * 60  # two runs and their evaluation tails
+    assert not bench_cli.parse(["--device", "cuda", "--no-compile"]).compile
+    assert not bench_cli.parse([]).compile
+
+
+def test_the_protocol_is_envs_atari_s_defaults():
+    from envs.atari import AtariEnv
+
+    defaults = {name: p.default for name, p in inspect.signature(AtariEnv.__init__).parameters.items()}
+    assert {name: defaults[name] for name in protocol.ENV_OPTIONS} == protocol.ENV_OPTIONS
+    env = protocol.make_env("ALE/Pong-v5", clip_rewards=True)
+    assert env.observation_space.shape == (4, 84, 84) and env.action_space.n == 6  # the minimal set
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    assert env.unwrapped.ale.getInt("max_num_frames_per_episode") == 108_000
+    env.close()
+
+
+FAKE_SCRIPT = '''
+import envpool
+import numpy as np
+import torch
+from torch import nn
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        self.network = nn.Sequential(nn.Flatten(), nn.Linear(4 * 84 * 84, 8), nn.ReLU())
+        self.actor = nn.Linear(8, envs.single_action_space.n)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--env-id")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--total-timesteps", type=int)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--update-epochs", type=int, default=4)
+    args = parser.parse_args()
+    envs = envpool.make(args.env_id, env_type="gym", num_envs=args.num_envs, episodic_life=True,
+                        reward_clip=True)
+    agent = Agent(types_ns(envs.action_space.n))
+    optimizer = torch.optim.Adam(agent.parameters())
+    obs = envs.reset()
+    for iteration in range(1, 10**9):
+        for step in range(args.num_steps):
+            obs, reward, done, info = envs.step(np.zeros(args.num_envs, dtype=int))
+        loss = agent.actor(agent.network(torch.as_tensor(obs).float() / 255.0)).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+class FakeEnvPool:
+    """The old gym vector API of EnvPool's ``env_type="gym"``, on the protocol env."""
+
+    def __init__(self, n, kwargs):
+        self.kwargs = kwargs
+        self.envs = [protocol.make_env("ALE/Pong-v5") for _ in range(n)]
+
+    def reset(self):
+        return np.stack([env.reset(seed=i)[0] for i, env in enumerate(self.envs)])
+
+    def step(self, actions):
+        out = [env.step(int(a)) for env, a in zip(self.envs, actions)]
+        return np.stack([o[0] for o in out]), np.array([o[1] for o in out]), np.zeros(len(out), bool), {}
+
+
+def test_cleanrl_script_runs_unedited_under_the_protocol_budget_and_snapshots(tmp_path, monkeypatch):
+    script = tmp_path / "ppo_atari_envpool.py"
+    script.write_text(textwrap.dedent(FAKE_SCRIPT).replace(
+        "types_ns(envs.action_space.n)", "__import__('types').SimpleNamespace(single_action_space="
+        "__import__('types').SimpleNamespace(n=6))"))
+    made = []
+    fake = types.ModuleType("envpool")
+
+    def make(task_id, **kwargs):
+        made.append((task_id, kwargs))
+        return FakeEnvPool(kwargs["num_envs"], kwargs)
+
+    fake.make = make
+    monkeypatch.setitem(sys.modules, "envpool", fake)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    import time
+
+    figures = cleanrl.train(str(script), "ALE/Pong-v5", run_dir=str(run_dir), seed=3, started=time.time(),
+                            budget_s=120.0, max_env_steps=96, eval_every=32, quick=True)
+    (task_id, kwargs), = made
+    assert task_id == "Pong-v5"
+    # The protocol overrides the script's episodic_life=True; the seed is the run's.
+    assert {**kwargs} == {"env_type": "gym", "num_envs": 2, **cleanrl.ENVPOOL_PROTOCOL, "seed": 3}
+    assert figures["env_steps"] == 96 and figures["updates"] == 2  # stopped at the cap mid-rollout 3
+    snaps = sorted(os.listdir(run_dir / "snapshots"))
+    assert snaps == ["snap-000000000032.pt", "snap-000000000064.pt", "snap-000000000096-final.pt",
+                     "snap-000000000096.pt"]
+    monkeypatch.setattr(sys, "argv", sys.argv)
+    load, scores = cleanrl.policy(str(script), "ALE/Pong-v5")
+    import torch
+
+    load(torch.load(run_dir / "snapshots" / snaps[-2], weights_only=True)["state"])
+    assert scores(np.zeros((3, 4, 84, 84), np.uint8)).shape == (3, 6)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--impls", "rlpar-apex,dopamine"], "dopamine"),
+    (["--env-id", "PongNoFrameskip-v4"], "ALE v5"),
+    (["--env-id", "ALE/NoSuchGame-v5"], "no_such_game"),
+    (["--flags", "sb3-ppo=--lr 1"], "sb3-ppo"),
+    (["--flags", "rlpar-impala=--no-such-flag"], "--no-such-flag"),
+    (["--report-at", "60,-1"], "--report-at"),
+    (["--quick", "--cpu-smoke"], "--cpu-smoke"),
+    (["--eval-episodes", "0"], "--eval-episodes"),
+])
+def test_bad_selection_exits_2_naming_it(tmp_path, capsys, args, named):
+    with pytest.raises(SystemExit) as exit_:
+        bench_cli.main([*args, "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "results.jsonl").exists()
