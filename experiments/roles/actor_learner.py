@@ -25,7 +25,6 @@ server; ``REPLAY``: the replay shards) and how often an actor reports.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +42,7 @@ from experiments.roles.program import (
     role_names,
     role_of,
 )
-from experiments.runtime.job import Job, StopSignals
+from experiments.runtime.job import Job, StopSignals, launcher
 from experiments.runtime.lead import announce_compile, run_lead, start_lead
 
 __all__ = ["PARAMS", "REPLAY", "LearnerLoop", "Program", "Setup", "load_policy", "make_job", "rank_main",
@@ -61,8 +60,8 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     setup = Setup.of(program, ctx)
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
     placement = setup.replay.replay_placement if setup.replay is not None else None
-    learner_ranks = {str(k) for k in range(setup.learners)}
-    if placement in ("actors", "replay-ranks") or (placement and os.environ.get("RANK") in learner_ranks):
+    found = launcher()
+    if placement in ("actors", "replay-ranks") or (placement and found is not None and found.rank < setup.learners):
         warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
     world = World.from_env(rpc_timeout=setup.run.rpc_timeout,
                            listen_address=setup.run.resolved_listen_address())

@@ -121,15 +121,20 @@ class Arrival:
         return not self.missing
 
 
+def lost_key(rank: int) -> str:
+    return f"world/lost/{rank}"
+
+
 def wait_for(store, keys: Mapping[int, str], *, timeout: float, lost_after: float = LOST_S,
              known_lost: set[int] | None = None, clock: Callable[[], float] = time.monotonic) -> Arrival:
     """Wait until the key of every rank in ``keys`` (rank -> store key) is set, or
     every rank still missing is lost (:class:`Watch`, after ``lost_after``; never
     waiting for the dead longer than that), or ``timeout`` passes. ``known_lost``:
     ranks an earlier wait found lost, not waited for again (a rank found lost is
-    added). Store errors are raised (its host is gone). Polls: a blocking
-    ``store.wait`` would hold the store client's lock, stalling this process's other
-    store calls (RPC threads' lookups)."""
+    added). A rank found lost is also flagged in the store (:func:`lost_key`), so the
+    other ranks' waits need not watch it for ``lost_after`` again. Store errors are
+    raised (its host is gone). Polls: a blocking ``store.wait`` would hold the store
+    client's lock, stalling this process's other store calls (RPC threads' lookups)."""
     known = set() if known_lost is None else known_lost
     everyone = list(keys.values())
     deadline = clock() + timeout
@@ -147,7 +152,11 @@ def wait_for(store, keys: Mapping[int, str], *, timeout: float, lost_after: floa
             if watch is None:  # silence counts from here: the wait's start
                 watch = Watch(store, missing, lost_after=min(lost_after, timeout), clock=clock)
             watch.poll(every=0.0)
-            lost = sorted(set(watch.lost(among=missing)) | (known & set(missing)))
+            flagged = {rank for rank in missing if rank not in known and store.check([lost_key(rank)])}
+            seen = set(watch.lost(among=missing))
+            for rank in seen - known - flagged:
+                store.set(lost_key(rank), "1")
+            lost = sorted(seen | flagged | (known & set(missing)))
             if len(lost) == len(missing) or now > deadline:
                 known.update(lost)
                 return Arrival(missing, lost)

@@ -488,13 +488,19 @@ class World:
         if stopping:
             timeout = min(timeout, stops.LEAVE_S)
         try:
-            if graceful and self.unreachable:
-                log.warning("%r: peers %s are unreachable; shutting down without waiting",
+            broken = bool(self.unreachable)
+            if graceful and broken:
+                log.warning("%r: peers %s are unreachable; shutting down without waiting for them",
                             self.name, sorted(self.unreachable))
-                graceful = False
+                # A static world's broken peer is gone: lost unless it reached shutdown.
+                # In a rejoinable one it may be a replacement (only its old connection broke).
+                if self.rejoinable:
+                    graceful = False
+                else:
+                    self._known_lost.update(self.names.index(n) for n in self.unreachable if n in self.names)
             # Every rank meets the others in the store first: torch's graceful shutdown
             # neither says who is missing nor stops waiting for a rank that is gone.
-            if graceful and self._meet(timeout) and not (self.rejoinable or stopping):
+            if graceful and self._meet(timeout) and not (self.rejoinable or stopping or broken):
                 try:
                     rpc.shutdown(graceful=True, timeout=timeout)
                 except Exception as exc:  # dead peer or timeout: the local agent is finalized anyway
@@ -543,7 +549,8 @@ class World:
             return True
         self.lost_ranks = arrival.lost
         late = [r for r in arrival.missing if r not in arrival.lost]
-        self._hold_store(timeout, present=[r for r in range(self.world_size) if r not in arrival.missing])
+        if arrival.lost:
+            self._leave_in_order(timeout, present=[r for r in range(self.world_size) if r not in arrival.missing])
         if arrival.lost:
             log.warning("%r: ranks %s (%s) are lost: no heartbeat for %g s; leaving without them",
                         self.name, arrival.lost, ", ".join(self._name_of(r) for r in arrival.lost),
@@ -553,17 +560,23 @@ class World:
                         self.name, late, timeout)
         return False
 
-    def _hold_store(self, timeout: float, present: list[int]) -> None:
-        """A meeting that ended without every rank: rank 0, when it hosts the store
-        (outside torchrun's agent), keeps it until the ranks that came have ended
-        theirs (each is still deciding that the missing ones are lost)."""
+    def _leave_in_order(self, timeout: float, present: list[int]) -> None:
+        """A meeting that found ranks lost: rank 0 leaves first, with its verdict, and
+        the others after it (each waits, up to ``timeout``, while rank 0 is neither
+        gone nor lost). Under a launcher a rank that ends with the lost ones' exit
+        status makes torchrun stop its node's other ranks: so no rank makes it stop
+        the lead before the lead has ended. Rank 0, when it hosts the store (outside
+        torchrun's agent), keeps it until the others have seen it go."""
         key = "world/gone/{}".format
         try:
             self.store.set(key(self.rank), "1")
-            if self.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-                wait_for(self.store, {r: key(r) for r in present}, timeout=timeout)
+            if self.rank != 0:
+                if 0 not in self._known_lost:
+                    wait_for(self.store, {0: key(0)}, timeout=timeout, known_lost=self._known_lost)
+            elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+                wait_for(self.store, {r: key(r) for r in present}, timeout=timeout, known_lost=set())
         except (RuntimeError, OSError):
-            pass
+            pass  # the store went with rank 0, which has left
 
     def _name_of(self, rank: int) -> str:
         names = getattr(self, "names", None)
