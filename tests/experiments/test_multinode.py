@@ -42,7 +42,7 @@ def nodes():
         two.destroy()
 
 
-def _start(nodes, tmp_path, module, args, *, nproc, static=True, rpc_timeout=None):
+def _start(nodes, tmp_path, module, args, *, nproc, static=True, rpc_timeout=None, listen=None):
     """torchrun on both nodes (node 0 hosts the rendezvous); the two processes and logs."""
     port = free_port()  # every port is free in a fresh namespace; any number will do
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, ROOT]), PYTHONUNBUFFERED="1",
@@ -60,7 +60,8 @@ def _start(nodes, tmp_path, module, args, *, nproc, static=True, rpc_timeout=Non
             argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{nodes.address[0]}:{port}",
                      "--rdzv-id", "multinode", "--rdzv-conf", f"is_host={int(node == 0)}",
                      "--local-addr", nodes.address[node]]
-        argv += ["-m", module, "--listen-address", nodes.address[node], "--log-dir", str(tmp_path / "runs"), *args]
+        argv += ["-m", module, "--listen-address", listen or nodes.address[node], "--log-dir", str(tmp_path / "runs"),
+                 *args]
         if rpc_timeout is not None:
             argv += ["--rpc-timeout", str(rpc_timeout)]
         logs.append(str(tmp_path / f"node{node}.log"))
@@ -98,10 +99,13 @@ def test_ppo_runs_across_two_nodes_after_a_c10d_rendezvous(nodes, tmp_path):
     procs, logs = _start(nodes, tmp_path, "experiments.ppo",
                          ["--num-envs", "2", "--n-steps", "16", "--minibatches", "2", "--epochs", "2",
                           "--hidden", "16", "--eval-every", "100000", "--status-every", "0",
-                          "--max-env-steps", "400", "--max-seconds", "60"], nproc=1, static=False)
+                          "--max-env-steps", "400", "--max-seconds", "60"], nproc=1, static=False,
+                         listen="auto")  # each node's own address: the one it reaches MASTER_ADDR from
     assert _wait(procs, 120) == [0, 0], _read(logs[0])[-3000:] + _read(logs[1])[-3000:]
     both = _read(logs[0]) + _read(logs[1])
     assert "PPO" in both and "members            2 x 2 envs" in both, both[-3000:]
+    for node in (0, 1):
+        assert f"listens on {nodes.address[node]}" in _read(logs[node])
 
 
 @pytest.mark.timeout(200)

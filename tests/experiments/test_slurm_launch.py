@@ -63,3 +63,18 @@ def test_a_step_of_one_task_runs_its_own_local_world_and_a_bad_variable_is_named
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-")
     with pytest.raises(ValueError, match="SLURM_JOB_NODELIST"):
         launcher()
+
+
+def test_listen_address_auto_is_the_address_toward_the_store(monkeypatch):
+    from experiments.runtime.config import RunConfig
+    from rlpar.distributed.netif import address_toward
+
+    for key in LAUNCHERS:
+        monkeypatch.delenv(key, raising=False)
+    assert RunConfig(listen_address="auto").resolved_listen_address() == "127.0.0.1"  # no launcher
+    monkeypatch.setenv("RLPAR_LISTEN_ADDRESS", "auto")
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    assert RunConfig().resolved_listen_address() == "127.0.0.1"
+    RunConfig().validate()
+    assert address_toward("127.0.0.1") == "127.0.0.1"
