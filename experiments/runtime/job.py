@@ -260,7 +260,7 @@ def _as_rank(job: Job, ctx: JobContext) -> dict[str, Any]:
     if not world.lost_ranks and not world.store_lost:
         return summary
     lost = world.lost_ranks
-    what = [f"ranks {lost} ({', '.join(world._name_of(r) for r in lost)}) were lost"] if lost else []
+    what = [f"ranks {lost} ({', '.join(world.name_of(r) for r in lost)}) were lost"] if lost else []
     if world.store_lost:
         what.append(f"the world's store at {world.master_addr}:{world.master_port} went away with its host")
     if summary:

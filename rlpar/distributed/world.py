@@ -18,7 +18,6 @@ finds nothing in the store to read, join or call, and its RPC messages are refus
 from __future__ import annotations
 
 import atexit
-import contextlib
 import ipaddress
 import logging
 import os
@@ -37,6 +36,7 @@ from rlpar.distributed.netif import AUTO, address_toward, interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
 from rlpar.distributed.rendezvous import (
     attempt_store,
+    bounded_rpc_group,
     connect_store,
     rejoin_backend,
     restart_count,
@@ -74,25 +74,6 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-@contextlib.contextmanager
-def _bounded_rpc_group(seconds: float):
-    """Inside ``init_rpc`` torch builds a gloo group over every rank with its constant
-    DEFAULT_PROCESS_GROUP_TIMEOUT (2**31 ms: 25 days), read at that call; a rank lost
-    there would hold the others that long. Bound it by the world's RPC timeout."""
-    from torch.distributed.rpc import constants
-
-    with _rpc_group_lock:
-        before = constants.DEFAULT_PROCESS_GROUP_TIMEOUT
-        constants.DEFAULT_PROCESS_GROUP_TIMEOUT = timedelta(seconds=seconds)
-        try:
-            yield
-        finally:
-            constants.DEFAULT_PROCESS_GROUP_TIMEOUT = before
-
-
-_rpc_group_lock = threading.Lock()
 
 
 def _note(exc: BaseException, text: str) -> None:
@@ -357,7 +338,7 @@ class World:
         self._heartbeat.watch = Watch(self._beats, [r for r in range(self.world_size) if r != self.rank],
                                       lost_after=min(LOST_S, self.rpc_timeout))
         try:
-            with warnings.catch_warnings(), _bounded_rpc_group(self.rpc_timeout):
+            with warnings.catch_warnings(), bounded_rpc_group(self.rpc_timeout):
                 # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
                 warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
                 rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
@@ -549,15 +530,14 @@ class World:
             return True
         self.lost_ranks = arrival.lost
         late = [r for r in arrival.missing if r not in arrival.lost]
-        if arrival.lost:
-            self._leave_in_order(timeout, present=[r for r in range(self.world_size) if r not in arrival.missing])
-        if arrival.lost:
-            log.warning("%r: ranks %s (%s) are lost: no heartbeat for %g s; leaving without them",
-                        self.name, arrival.lost, ", ".join(self._name_of(r) for r in arrival.lost),
-                        min(LOST_S, timeout))
         if late:
             log.warning("%r: ranks %s did not reach shutdown within %g s; leaving anyway",
                         self.name, late, timeout)
+        if arrival.lost:
+            log.warning("%r: ranks %s (%s) are lost: no heartbeat for %g s; leaving without them",
+                        self.name, arrival.lost, ", ".join(self.name_of(r) for r in arrival.lost),
+                        min(LOST_S, timeout))
+            self._leave_in_order(timeout, present=[r for r in range(self.world_size) if r not in arrival.missing])
         return False
 
     def _leave_in_order(self, timeout: float, present: list[int]) -> None:
@@ -578,7 +558,8 @@ class World:
         except (RuntimeError, OSError):
             pass  # the store went with rank 0, which has left
 
-    def _name_of(self, rank: int) -> str:
+    def name_of(self, rank: int) -> str:
+        """The world name of ``rank`` (``rank<N>`` before the names are known)."""
         names = getattr(self, "names", None)
         return names[rank] if names and rank < len(names) else f"rank{rank}"
 
