@@ -20,21 +20,21 @@ LAUNCHERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADD
 
 
 @pytest.mark.timeout(150)
-def test_three_srun_tasks_form_one_apex_world(tmp_path):
+def test_two_srun_tasks_form_one_apex_world(tmp_path):
     base = {k: v for k, v in os.environ.items() if k not in LAUNCHERS and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
     # What srun gives each task; the store's host is the step's first node (localhost
     # here), its port MASTER_PORT (the default from SLURM_JOB_ID is not a free port).
-    base.update(SLURM_NTASKS="3", SLURM_STEP_ID="0", SLURM_JOB_ID="777", SLURM_NODEID="0",
-                SLURM_JOB_NODELIST="localhost,node[2-3]", SLURM_STEP_TASKS_PER_NODE="3",
+    base.update(SLURM_NTASKS="2", SLURM_STEP_ID="0", SLURM_JOB_ID="777", SLURM_NODEID="0",
+                SLURM_JOB_NODELIST="localhost,node[2-3]", SLURM_STEP_TASKS_PER_NODE="2",
                 MASTER_PORT=str(free_port()), RLPAR_RUN_SECRET=secrets.token_hex(16), OMP_NUM_THREADS="1",
                 PYTHONPATH=os.pathsep.join([HERE, ROOT]))
     args = ["--num-envs", "2", "--learning-starts", "200", "--batch-size", "32", "--hidden", "32",
-            "--eval-every", "100000", "--status-every", "0", "--max-env-steps", "600", "--max-seconds", "60",
+            "--eval-every", "100000", "--status-every", "0", "--max-env-steps", "500", "--max-seconds", "60",
             "--rpc-timeout", "30", "--log-dir", str(tmp_path / "runs")]
     procs = [subprocess.Popen([sys.executable, "-m", "experiments.apex", *args], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               env=dict(base, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank)))
-             for rank in range(3)]
+             for rank in range(2)]
     try:
         outs = [p.communicate(timeout=120)[0] for p in procs]
     finally:
@@ -42,12 +42,12 @@ def test_three_srun_tasks_form_one_apex_world(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(o[-2000:] for o in outs)
-    # One world: rank 0 is its learner with two actors, and the only one with a summary.
-    assert "Ape-X DQN on CartPole-v1" in outs[0] and "actors             2 " in outs[0], outs[0][-2000:]
-    assert not any("Ape-X DQN on" in out for out in outs[1:])
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
+    # One world: rank 0 is its learner, rank 1 its actor; only the learner has a summary.
+    assert "Ape-X DQN on CartPole-v1" in outs[0] and "actors             1 " in outs[0], outs[0][-2000:]
+    assert "Ape-X DQN on" not in outs[1]
     (run,) = os.listdir(tmp_path / "runs")
-    assert json.loads((tmp_path / "runs" / run / "summary.json").read_text())["env_steps"] >= 600
+    assert json.loads((tmp_path / "runs" / run / "summary.json").read_text())["env_steps"] >= 500
 
 
 def test_a_step_of_one_task_runs_its_own_local_world_and_a_bad_variable_is_named(monkeypatch):
