@@ -37,9 +37,9 @@ class LauncherEnv:
 def from_environ(environ: Mapping[str, str] | None = None) -> LauncherEnv | None:
     """The launcher's description of this process, None when no launcher started it.
     ValueError naming the variable for a value that cannot be right; RuntimeError
-    listing torchrun's variables that are missing when only some are set."""
+    listing torchrun's variables that are missing when RANK and WORLD_SIZE are set."""
     env = os.environ if environ is None else environ
-    if "RANK" in env or "WORLD_SIZE" in env:
+    if "RANK" in env and "WORLD_SIZE" in env:
         missing = [k for k in TORCHRUN if k not in env]
         if missing:
             raise RuntimeError(f"environment variables {missing} are not set (run under torchrun, "

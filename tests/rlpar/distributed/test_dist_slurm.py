@@ -99,3 +99,4 @@ def test_an_srun_task_with_a_bad_variable_is_refused_naming_it(change, error, ma
 def test_torchrun_with_variables_missing_says_which():
     with pytest.raises(RuntimeError, match=r"\['MASTER_ADDR', 'MASTER_PORT'\] are not set"):
         from_environ({"RANK": "0", "WORLD_SIZE": "2"})
+    assert from_environ({"RANK": "0"}) is None  # not a launcher's: RANK alone may mean anything
