@@ -108,3 +108,14 @@ class NonFiniteGradients(RlparError, FloatingPointError):
 
 class QueueClosed(RlparError):
     """A closed queue cannot hand out the items asked for (fewer are left)."""
+
+
+class RanksLost(PeerUnavailable):
+    """Ranks of a launched world were lost (no heartbeat, or the world's store went
+    away) before it ended. ``ranks``: those named lost; ``summary``: the lead's
+    summary when this process is the lead (it finished with the survivors)."""
+
+    def __init__(self, message: str, *, ranks: list[int], summary: dict | None = None) -> None:
+        super().__init__(message)
+        self.ranks = list(ranks)
+        self.summary = summary or {}

@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +46,7 @@ from experiments.roles.program import (
     role_names,
     role_of,
 )
-from experiments.runtime.job import Job, StopSignals
+from experiments.runtime.job import Job, StopSignals, launcher
 from experiments.runtime.lead import announce_compile, run_lead, start_lead
 from experiments.runtime.parts import tell_filled
 
@@ -65,8 +64,8 @@ def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
 
     setup = Setup.of(program, ctx)  # the job context's last reader here: the roles take typed parts
     torch.set_num_threads(1)  # actors and replay ranks: tiny ops; the learner raises it
-    rank = os.environ.get("RANK")
-    if setup.path.hosts_data(int(rank) if rank is not None else None, learners=setup.learners):
+    found = launcher()
+    if setup.path.hosts_data(found.rank if found is not None else None, learners=setup.learners):
         warm_in_background()  # this rank hosts replay: overlap the kernels' load with rendezvous
     world = World.from_env(rpc_timeout=setup.run.rpc_timeout,
                            listen_address=setup.run.resolved_listen_address())

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import time
 import warnings
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from experiments.roles.sync_member import (
     make_builder,
 )
 from experiments.runtime.cli import flag
-from experiments.runtime.job import STOP_CALL_S, Job, StopSignals, last_call
+from experiments.runtime.job import STOP_CALL_S, Job, StopSignals, last_call, launcher
 from experiments.runtime.parts import tell_filled
 
 STATE = "sync/state"
@@ -61,7 +60,8 @@ def rank_main(program: SyncProgram, ctx: Any) -> dict[str, Any]:
     world = World.from_env(rpc_timeout=setup.run.rpc_timeout, listen_address=setup.run.resolved_listen_address())
     rank, size = world.rank, world.world_size
     rpc = world.create_rpc_group(program.name, world.names)
-    backend = backend_for(resolve_device(setup.run.device), int(os.environ.get("LOCAL_WORLD_SIZE", size)))
+    found = launcher()
+    backend = backend_for(resolve_device(setup.run.device), found.local_world_size if found is not None else size)
     # Its timeout also bounds how long the others wait for the lead's evaluations.
     group = (world.create_learner_group(program.name, range(size), backend=backend, timeout=setup.run.rpc_timeout)
              if size > 1 else None)

@@ -45,8 +45,9 @@ class RunConfig:
         "(flags given here override it; what shapes the checkpoint, e.g. the networks, may not "
         "change); never saved in a config.json, so --config of a run always starts a new one"))
     listen_address: str = field("", help=(
-        f"address RPC and the store listen on (empty: ${LISTEN_ENV}, else 127.0.0.1); "
-        "anything but loopback only on a trusted network"))
+        f"address RPC and the store listen on (empty: ${LISTEN_ENV}, else 127.0.0.1; auto: the one "
+        "this machine reaches the launcher's MASTER_ADDR from); anything but loopback only on a "
+        "trusted network"))
 
     def validate(self) -> None:
         _at_least(self, "max_env_steps", 1)
@@ -85,7 +86,17 @@ class RunConfig:
             raise ValueError(f"{exc} (taken from ${LISTEN_ENV})") from None
 
     def resolved_listen_address(self) -> str:
-        return self.listen_address or os.environ.get(LISTEN_ENV, "") or "127.0.0.1"
+        """The address to listen on; "auto": the one this machine reaches the world's
+        store from (``rlpar.distributed.netif.address_toward``), loopback without a
+        launcher."""
+        address = self.listen_address or os.environ.get(LISTEN_ENV, "") or "127.0.0.1"
+        if address != "auto":
+            return address
+        from experiments.runtime.job import launcher
+        from rlpar.distributed.netif import address_toward
+
+        found = launcher()
+        return "127.0.0.1" if found is None else address_toward(found.master_addr)
 
     def files(self) -> bool:
         return self.log_dir.lower() != "none"

@@ -30,6 +30,7 @@ import dataclasses
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,6 +71,9 @@ STOP_CALL_S = 5.0
 # A stop by signal: a rank hosting a replay shard serves it at most this long for the
 # lead's final checkpoint.
 STOP_HOLD_S = 15.0
+# The exit status of a rank of a launched world (torchrun, srun) that finished while
+# ranks of its world were lost (rlpar.distributed.liveness.LOST_S without a heartbeat).
+LOST_EXIT = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +127,27 @@ class JobContext:
     env_fn: Callable[[], Any] | None = None
 
 
+def launcher():
+    """This process's place in a launcher's world (``rlpar.distributed.launcher_env``:
+    torchrun's environment, else an ``srun`` task's), None when it runs on its own. A
+    step of one srun task is on its own: it spawns its local world as outside Slurm.
+    ValueError naming the variable for a launcher's value that cannot be right."""
+    from rlpar.distributed.launcher_env import from_environ
+
+    found = from_environ()
+    if found is not None and found.launcher == "srun" and found.world_size == 1:
+        return None
+    return found
+
+
 def under_launcher() -> bool:
-    """True when a launcher (torchrun) has set this process's rank and world size."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """True when a launcher (torchrun, srun) has set this process's rank and world size."""
+    return launcher() is not None
+
+
+def rank_label() -> str:
+    found = launcher()
+    return "?" if found is None else str(found.rank)
 
 
 def run_job(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = False,
@@ -150,11 +172,11 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     as it is: a resumed run's is its saved one with the changes wanted
     (``cli.parse_config``, :func:`run_job`)."""
     parts = parts or Parts()
-    launched = under_launcher()
-    config, nprocs = checked(job, config, parts=parts,
-                             world_size=int(os.environ["WORLD_SIZE"]) if launched else None)
+    found = launcher()
+    launched = found is not None
+    config, nprocs = checked(job, config, parts=parts, world_size=found.world_size if launched else None)
     env_fn = job.env_fn(config, parts) if job.env_fn is not None else None
-    lead = not launched or os.environ.get("RANK") == "0"
+    lead = found is None or found.rank == 0
     elastic_id = os.environ.get("TORCHELASTIC_RUN_ID") if launched else None
     if config.run.resume:  # the same directory: curves, checkpoints and summary go on there
         run_dir = RunDir(config.run.resume if lead else None)
@@ -218,7 +240,7 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
     if ctx.config.run.serial:
         return _serial(job, ctx)
     if under_launcher():
-        return job.rank_main(ctx)
+        return _as_rank(job, ctx)
     from rlpar.distributed import launch
     from rlpar.errors import ChildDied, RankKeepsDying
 
@@ -248,6 +270,34 @@ def execute(job: Job, ctx: JobContext) -> dict[str, Any]:
         summary["restarts"] = restarts
         RunDir(ctx.run_dir).write_summary(summary)
     return summary
+
+
+def _as_rank(job: Job, ctx: JobContext) -> dict[str, Any]:
+    """This process is one rank of a launcher's world. It leaves the world here, not
+    at exit, to know before it ends whether ranks were lost (its world names them,
+    ``rlpar.distributed.liveness``): then it raises RanksLost, so that the process
+    exits with LOST_EXIT and torchrun or Slurm end the job instead of waiting on the
+    dead (torchrun's agent waits up to 300 s for every node after a success)."""
+    from rlpar.distributed import current
+    from rlpar.errors import RanksLost
+
+    summary = job.rank_main(ctx)
+    world = current.get()
+    if world is None:
+        return summary
+    world.shutdown()
+    if not world.lost_ranks and not world.store_lost:
+        return summary
+    lost = world.lost_ranks
+    what = [f"ranks {lost} ({', '.join(world.name_of(r) for r in lost)}) were lost"] if lost else []
+    if world.store_lost:
+        what.append(f"the world's store at {world.master_addr}:{world.master_port} went away with its host")
+    if summary:
+        summary["lost_ranks"] = lost
+        RunDir(ctx.run_dir).write_summary(summary)
+    raise RanksLost(f"rank {world.rank}: {' and '.join(what)} before the run ended (no heartbeat: their "
+                    "process or machine is gone, or cut off); this rank finished without them",
+                    ranks=lost, summary=summary)
 
 
 def _restarted(job: Job, ctx: JobContext) -> JobContext:
@@ -343,7 +393,7 @@ def last_call(signalled: bool, send: Callable[[], None]) -> None:
     try:
         send()
     except Exception as exc:
-        print(f"[rank {os.environ.get('RANK', '?')}] stopping: the lead did not take its final report "
+        print(f"[rank {rank_label()}] stopping: the lead did not take its final report "
               f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
 
@@ -357,7 +407,15 @@ def main_for(job: Job | Callable[[], Job], config_cls: type, format_summary: Cal
     # launch asks the ranks at once, serial mode's StopSignals picks it up). Not under
     # torchrun: there a rank's SIGTERM before its role handles stops still kills it,
     # since a world that has not started has nothing to save and may wait on a dead peer.
-    noted = {} if under_launcher() else stops.record((signal.SIGINT, signal.SIGTERM))
+    from rlpar.errors import RanksLost
+
+    try:
+        launched = under_launcher()
+    except (ValueError, RuntimeError) as exc:  # a launcher's variable that cannot be right
+        print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
+        return 2
+    noted = {} if launched else stops.record((signal.SIGINT, signal.SIGTERM))
+    status = 0
     try:
         job = job if isinstance(job, Job) else job()
         config = parse_config(config_cls, argv)
@@ -366,10 +424,19 @@ def main_for(job: Job | Callable[[], Job], config_cls: type, format_summary: Cal
         except ValueError as exc:  # a check that needed the env: same form as a flag error
             print(f"{os.path.basename(sys.argv[0])}: error: {exc}", file=sys.stderr)
             return 2
-        summary = execute(job, ctx)
+        try:
+            summary = execute(job, ctx)
+        except RanksLost as exc:
+            summary, status = exc.summary, LOST_EXIT
+            # What is left is to print and exit: torchrun's SIGTERM, sent to every rank
+            # of the node once one of them exits with this status, must not cut it short.
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print(f"[{job.name}] {exc}; exit status {LOST_EXIT}, so that torchrun and Slurm end the job "
+                  "(see docs/cluster.md)", file=sys.stderr, flush=True)
     finally:
         if noted:
             stops.restore(noted)  # called in-process (tests): as it was before
     if summary:
         print(format_summary(summary), flush=True)
-    return 0
+    return status

@@ -35,3 +35,24 @@ def interface_for_address(address: str) -> str | None:
             if _ipv4_of(sock, iface) == wanted:
                 return iface
     return None
+
+
+AUTO = "auto"
+
+
+def address_toward(host: str) -> str:
+    """The IPv4 address this machine sends from to reach ``host``: on a cluster, the
+    address of the interface that carries the job's traffic to the world's store, so
+    every node can pass the same ``--listen-address auto`` (an sbatch script, a TorchX
+    component). Connecting a UDP socket picks the route and sends nothing."""
+    try:
+        target = socket.gethostbyname(host)
+    except OSError as exc:
+        raise ValueError(f"listen address {AUTO!r}: cannot resolve the store's host {host!r}: {exc}") from None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((target, 9))  # the discard port; no packet leaves
+        except OSError as exc:
+            raise ValueError(f"listen address {AUTO!r}: no route from this machine to the store's host "
+                             f"{host!r} ({target}): {exc}") from None
+        return sock.getsockname()[0]

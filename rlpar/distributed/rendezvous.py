@@ -39,6 +39,7 @@ broken connection), so only ranks that nobody calls may be restarted this way.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -150,3 +151,22 @@ def rejoin_backend():
         if not backend_registry.backend_registered(_REJOIN):
             backend_registry.register_backend(_REJOIN, _rejoin_options, _rejoin_agent)
     return backend_registry.BackendType[_REJOIN]
+
+
+@contextlib.contextmanager
+def bounded_rpc_group(seconds: float):
+    """Inside ``init_rpc`` torch builds a gloo group over every rank with its constant
+    DEFAULT_PROCESS_GROUP_TIMEOUT (2**31 ms: 25 days), read at that call; a rank lost
+    there would hold the others that long. Bound it by the world's RPC timeout."""
+    from torch.distributed.rpc import constants
+
+    with _rpc_group_lock:
+        before = constants.DEFAULT_PROCESS_GROUP_TIMEOUT
+        constants.DEFAULT_PROCESS_GROUP_TIMEOUT = timedelta(seconds=seconds)
+        try:
+            yield
+        finally:
+            constants.DEFAULT_PROCESS_GROUP_TIMEOUT = before
+
+
+_rpc_group_lock = threading.Lock()

@@ -315,26 +315,29 @@ class RpcGroup:
     # --------------------------------------------------------------- sync
 
     def barrier(self, timeout: float | None = None) -> None:
-        """Block until every member reached this barrier (PeerUnavailable on timeout)."""
+        """Block until every member reached this barrier; PeerUnavailable naming the
+        members missing on timeout, or sooner once every missing member is lost (no
+        heartbeat for ``liveness.LOST_S``: its process or machine is gone)."""
+        from rlpar.distributed.liveness import LOST_S, wait_for
+
         self._require_member("barrier")
         seconds = self._timeout(timeout)
         with _table_lock:
             round_ = _barrier_rounds.get(self.name, 0)
             _barrier_rounds[self.name] = round_ + 1
         store = self._world.store
-        key = f"barrier/{self.name}/{round_}"
-        if store.add(key, 1) == self.size:
-            store.set(key + "/done", "1")
-        # Poll instead of store.wait: a blocking wait holds the store client's lock and
-        # would stall every service lookup made meanwhile by this process's RPC threads.
-        deadline = time.monotonic() + seconds
-        pause = 0.0005
-        while not store.check([key + "/done"]):
-            if time.monotonic() > deadline:
-                arrived = store.add(key, 0)
-                raise PeerUnavailable(
-                    f"barrier of group {self.name!r}: only {arrived}/{self.size} members "
-                    f"arrived within {seconds} s"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+        key = f"barrier/{self.name}/{round_}/"
+        store.set(key + self.current_member, "1")
+        names = self._world.names
+        arrival = wait_for(store, {names.index(m): key + m for m in self.members}, timeout=seconds,
+                           known_lost=self._world._known_lost)
+        if arrival.complete:
+            return
+        missing = [names[r] for r in arrival.missing]
+        lost = [names[r] for r in arrival.lost]
+        if len(lost) == len(missing):
+            raise PeerUnavailable(f"barrier of group {self.name!r}: members {lost} are lost (no heartbeat "
+                                  f"for {min(LOST_S, seconds):g} s)")
+        raise PeerUnavailable(
+            f"barrier of group {self.name!r}: only {self.size - len(missing)}/{self.size} members "
+            f"arrived within {seconds} s; missing {missing}" + (f" ({lost} lost)" if lost else ""))

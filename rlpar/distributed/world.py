@@ -22,7 +22,6 @@ import ipaddress
 import logging
 import os
 import threading
-import time
 import warnings
 from collections.abc import Sequence
 from datetime import timedelta
@@ -32,10 +31,12 @@ import torch.distributed.rpc as rpc
 
 from rlpar.distributed import current, stops
 from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
-from rlpar.distributed.netif import interface_for_address
+from rlpar.distributed.liveness import LOST_S, Heartbeat, Watch, wait_for
+from rlpar.distributed.netif import AUTO, address_toward, interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
 from rlpar.distributed.rendezvous import (
     attempt_store,
+    bounded_rpc_group,
     connect_store,
     rejoin_backend,
     restart_count,
@@ -44,6 +45,7 @@ from rlpar.distributed.rendezvous import (
 from rlpar.distributed.sealed import SealedStore, seal_rpc
 from rlpar.distributed.secret import SECRET_ENV, check_secret, secret_from_env
 from rlpar.distributed.timeouts import _check_timeout
+from rlpar.errors import PeerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,8 @@ class World:
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"name must be a non-empty string without '/', got {name!r}")
         secret = secret_from_env() if secret is None else check_secret(secret, origin="secret")
+        if listen_address == AUTO:
+            listen_address = address_toward(master_addr)
 
         self.rank = rank
         self.world_size = world_size
@@ -186,6 +190,11 @@ class World:
         # Peers whose connection broke (seen by RpcGroup calls); a graceful shutdown
         # would only wait for them until its timeout.
         self.unreachable: set[str] = set()
+        # Ranks found lost (no heartbeat, rlpar.distributed.liveness) by shutdown:
+        # they never reached it. ``store_lost``: the world's store went away first.
+        self.lost_ranks: list[int] = []
+        self.store_lost = False
+        self._known_lost: set[int] = set()  # found lost by any wait (barriers too): not waited for again
 
         current.join(self)
         try:
@@ -205,35 +214,39 @@ class World:
         process_group_backend: str | None = None,
         device_maps: dict[str, dict] | None = None,
     ) -> World:
-        """Join the world described by torchrun's (or :func:`launch`'s) environment.
-
-        Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, RLPAR_RUN_SECRET
-        (the run's secret: :func:`launch` makes one, under torchrun the user sets it on
+        """Join the world described by the launcher's environment
+        (:mod:`rlpar.distributed.launcher_env`): torchrun's (or :func:`launch`'s) RANK,
+        WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; else, in a task of an ``srun``
+        step, Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the step's first node
+        (MASTER_ADDR/MASTER_PORT override them). Also RLPAR_RUN_SECRET (the run's
+        secret: :func:`launch` makes one, under torchrun or srun the user sets it on
         every node), and :func:`launch`'s RLPAR_RANK_RESTARTS (this rank was restarted:
         rejoin) and RLPAR_REJOINABLE.
         ``listen_address`` defaults to $RLPAR_LISTEN_ADDRESS, else 127.0.0.1 (multi-node
-        runs must set one).
+        runs must set one; "auto": see :func:`rlpar.distributed.netif.address_toward`).
         """
-        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-                   if k not in os.environ]
-        if missing:
+        from rlpar.distributed.launcher_env import from_environ
+
+        found = from_environ()
+        if found is None:
             raise RuntimeError(
-                f"World.from_env: environment variables {missing} are not set "
-                "(run under torchrun or rlpar.distributed.launch)"
+                "World.from_env: environment variables ['RANK', 'WORLD_SIZE', 'MASTER_ADDR', "
+                "'MASTER_PORT'] are not set, nor is this a task of an srun step (SLURM_PROCID, "
+                "SLURM_NTASKS, SLURM_STEP_ID): run under torchrun, srun or rlpar.distributed.launch"
             )
         if listen_address is None:
             listen_address = os.environ.get("RLPAR_LISTEN_ADDRESS", "127.0.0.1")
         return cls(
-            rank=int(os.environ["RANK"]),
-            world_size=int(os.environ["WORLD_SIZE"]),
+            rank=found.rank,
+            world_size=found.world_size,
             name=name,
-            master_addr=os.environ["MASTER_ADDR"],
-            master_port=int(os.environ["MASTER_PORT"]),
+            master_addr=found.master_addr,
+            master_port=found.master_port,
             rpc_timeout=rpc_timeout,
             listen_address=listen_address,
             num_worker_threads=num_worker_threads,
             process_group_backend=process_group_backend,
-            local_rank=int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+            local_rank=found.local_rank,
             device_maps=device_maps,
             rank_restarts=int(os.environ.get(RESTARTS_ENV, "0")),
             rejoinable=bool(os.environ.get(REJOINABLE_ENV)),
@@ -249,33 +262,22 @@ class World:
         if secret is not None:
             # Everything below, RPC's and gloo's rendezvous included, uses this store.
             raw = SealedStore(raw, secret)
-        options = rpc.TensorPipeRpcBackendOptions(
-            init_method=rpc_init_method(raw, self.rank, self.world_size),
-            rpc_timeout=self.rpc_timeout,
-            num_worker_threads=num_worker_threads,
-            device_maps=self._device_maps,
-            _transports=list(TRANSPORTS),
-        )
-        seal_rpc(secret)
+        # Service names live in the rendezvous store, not in a registry of our own.
+        self.store = dist.PrefixStore("rlpar/", raw)
+        # Its own connection (clone): a beat never queues behind this process's calls.
+        self._beats = dist.PrefixStore("rlpar/", raw.clone())
+        self._heartbeat = Heartbeat(self._beats, self.rank)
         try:
-            with warnings.catch_warnings():
-                # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
-                warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
-                rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
-                             rpc_backend_options=options,
-                             **({"backend": rejoin_backend()} if self.rejoined else {}))
-        except BaseException as exc:
-            seal_rpc(None)
-            if "timeout" in str(exc).lower() or "timed out" in str(exc).lower():
-                _note(exc, f"(ranks whose {SECRET_ENV} differ never meet: every rank of the world "
-                           f"needs the same one)")
+            if not self.rejoined:  # a replacement joins a world that is already running
+                self._check_in()
+            self._init_rpc(raw, num_worker_threads, secret)
+        except BaseException:
+            self._heartbeat.stop()
             raise
         self._alive = True
         # A script that never calls shutdown (run under torchrun) still leaves cleanly.
         atexit.register(self._shutdown_at_exit)
         try:
-            # Service names live in the rendezvous store, not in a registry of our own.
-            self.store = dist.PrefixStore("rlpar/", raw)
             self.store.set(f"world/name/{self.rank}", self.name)
             self.names = [self.store.get(f"world/name/{r}").decode() for r in range(self.world_size)]
             if self._process_group_backend is not None and not dist.is_initialized():
@@ -291,6 +293,7 @@ class World:
                 )
         except BaseException:
             self._alive = False
+            self._heartbeat.stop()
             rpc.shutdown(graceful=False)
             seal_rpc(None)
             raise
@@ -298,6 +301,60 @@ class World:
         if self.rejoinable and marks:
             # For the launcher: this rank may now be replaced (rejoin) if it dies.
             open(os.path.join(marks, JOINED_FILE.format(rank=self.rank)), "w").close()
+
+    def _check_in(self) -> None:
+        """Wait (``rpc_timeout``) until every rank reached the store, naming those that
+        did not: torch's start-up (below) would wait weeks for a rank lost before it."""
+        key = "world/joined/{}".format
+        self.store.set(key(self.rank), "1")
+        try:
+            arrival = wait_for(self.store, {r: key(r) for r in range(self.world_size)}, timeout=self.rpc_timeout)
+        except (RuntimeError, OSError) as exc:
+            raise PeerUnavailable(
+                f"{self.name}: the world's store at {self.master_addr}:{self.master_port} went away while "
+                f"every rank was joining: its host (rank 0) failed to start or was lost ({exc})") from None
+        if arrival.complete:
+            return
+        absent = [r for r in arrival.missing if r not in arrival.lost]
+        raise PeerUnavailable(
+            f"{self.name}: ranks {arrival.missing} did not join the world within {self.rpc_timeout:g} s "
+            "(rpc_timeout, --rpc-timeout)"
+            + (f"; ranks {arrival.lost} reached its store and stopped beating: lost" if arrival.lost else "")
+            + (f"; ranks {absent} never reached its store at {self.master_addr}:{self.master_port}: "
+               f"still starting, lost before, or holding another {SECRET_ENV} (every rank needs "
+               "the same one)" if absent else "")
+        )
+
+    def _init_rpc(self, raw, num_worker_threads: int, secret: str | None) -> None:
+        options = rpc.TensorPipeRpcBackendOptions(
+            init_method=rpc_init_method(raw, self.rank, self.world_size),
+            rpc_timeout=self.rpc_timeout,
+            num_worker_threads=num_worker_threads,
+            device_maps=self._device_maps,
+            _transports=list(TRANSPORTS),
+        )
+        seal_rpc(secret)
+        # Ranks lost from here on are named by their beats (init_rpc blocks in C++).
+        self._heartbeat.watch = Watch(self._beats, [r for r in range(self.world_size) if r != self.rank],
+                                      lost_after=min(LOST_S, self.rpc_timeout))
+        try:
+            with warnings.catch_warnings(), bounded_rpc_group(self.rpc_timeout):
+                # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
+                warnings.filterwarnings("ignore", message="You are using a Backend", category=UserWarning)
+                rpc.init_rpc(self.name, rank=self.rank, world_size=self.world_size,
+                             rpc_backend_options=options,
+                             **({"backend": rejoin_backend()} if self.rejoined else {}))
+        except BaseException as exc:
+            seal_rpc(None)
+            lost = self._heartbeat.watch.lost()
+            if lost:
+                _note(exc, f"(ranks {lost} stopped beating during RPC start-up: lost)")
+            elif "timeout" in str(exc).lower() or "timed out" in str(exc).lower():
+                _note(exc, f"(ranks whose {SECRET_ENV} differ never meet: every rank of the world "
+                           f"needs the same one)")
+            raise
+        finally:
+            self._heartbeat.watch = None
 
     def _pin_interfaces(self) -> None:
         # TensorPipe's uv transport and gloo pick their listening interface from these
@@ -399,10 +456,13 @@ class World:
     def shutdown(self, *, graceful: bool = True, timeout: float | None = None) -> None:
         """Leave the world. Graceful waits (up to ``timeout``, default ``rpc_timeout``;
         at most ``stops.LEAVE_S`` once this process was asked to stop, see
-        :mod:`rlpar.distributed.stops`) for every rank to shut down too, so ranks should agree on when to stop first
-        (e.g. a group barrier): a rank that leaves early stops serving its services.
-        On a timeout or a dead peer it falls back to a local shutdown, never hangs.
-        Also runs at interpreter exit if the program did not call it."""
+        :mod:`rlpar.distributed.stops`) for every rank to shut down too, so ranks should
+        agree on when to stop first (e.g. a group barrier): a rank that leaves early
+        stops serving its services. It does not wait for a lost rank (no heartbeat for
+        ``liveness.LOST_S``, at most ``timeout``): those end up in :attr:`lost_ranks`,
+        named in a warning. On a timeout, a lost or dead peer it falls back to a local
+        shutdown, never hangs. Also runs at interpreter exit if the program did not
+        call it."""
         if not self._alive:
             return
         self._alive = False
@@ -414,14 +474,19 @@ class World:
         if stopping:
             timeout = min(timeout, stops.LEAVE_S)
         try:
-            if graceful and self.unreachable:
-                log.warning("%r: peers %s are unreachable; shutting down without waiting",
+            broken = bool(self.unreachable)
+            if graceful and broken:
+                log.warning("%r: peers %s are unreachable; shutting down without waiting for them",
                             self.name, sorted(self.unreachable))
-                graceful = False
-            if graceful and (self.rejoinable or stopping):
-                self._leave_through_store(timeout)
-                rpc.shutdown(graceful=False)
-            elif graceful:
+                # A static world's broken peer is gone: lost unless it reached shutdown.
+                # In a rejoinable one it may be a replacement (only its old connection broke).
+                if self.rejoinable:
+                    graceful = False
+                else:
+                    self._known_lost.update(self.names.index(n) for n in self.unreachable if n in self.names)
+            # Every rank meets the others in the store first: torch's graceful shutdown
+            # neither says who is missing nor stops waiting for a rank that is gone.
+            if graceful and self._meet(timeout) and not (self.rejoinable or stopping or broken):
                 try:
                     rpc.shutdown(graceful=True, timeout=timeout)
                 except Exception as exc:  # dead peer or timeout: the local agent is finalized anyway
@@ -429,6 +494,7 @@ class World:
             else:
                 rpc.shutdown(graceful=False)
         finally:
+            self._heartbeat.stop()
             for group in self._learner_groups:
                 group.destroy()
             self._learner_groups.clear()
@@ -444,25 +510,63 @@ class World:
             current.leave(self)
             atexit.unregister(self._shutdown_at_exit)
 
-    def _leave_through_store(self, timeout: float) -> None:
-        """Wait (up to ``timeout``) until every rank reached its shutdown: the graceful
-        shutdown of a world whose ranks may have been replaced. Every rank's own calls
-        are answered by then, since each waits for its calls before leaving."""
-        keys = [f"world/left/{r}" for r in range(self.world_size)]
-        deadline = time.monotonic() + timeout
-        pause = 0.0005
+    def _meet(self, timeout: float) -> bool:
+        """Wait (up to ``timeout``) until every rank reached its shutdown, or every rank
+        that has not is lost; True if every rank came. Every rank's own calls are
+        answered by then, since each waits for its calls before leaving."""
+        key = "world/left/{}".format
         try:
-            self.store.set(keys[self.rank], "1")
-            while not self.store.check(keys):
-                if time.monotonic() > deadline:
-                    log.warning("%r: not every rank reached shutdown within %s s; leaving anyway",
-                                self.name, timeout)
-                    return
-                time.sleep(pause)
-                pause = min(pause * 2, 0.01)
+            self.store.set(key(self.rank), "1")
+            arrival = wait_for(self.store, {r: key(r) for r in range(self.world_size)}, timeout=timeout,
+                               known_lost=self._known_lost)
+        except (RuntimeError, OSError) as exc:
+            if self.rejoinable:
+                return False  # the store's host (rank 0) has left: it saw every rank arrive, or died
+            # In a static world the store's host leaves only once every rank has arrived
+            # (rank 0 waits in torch's graceful shutdown, torchrun's agent in its exit
+            # barrier): it is gone.
+            self.store_lost = True
+            self.lost_ranks = sorted(self._known_lost)
+            log.warning("%r: the world's store at %s:%s is gone (%s): its host (rank 0, or torchrun's "
+                        "agent on the rendezvous host) was lost; leaving without waiting",
+                        self.name, self.master_addr, self.master_port, exc)
+            return False
+        if arrival.complete:
+            return True
+        self.lost_ranks = arrival.lost
+        late = [r for r in arrival.missing if r not in arrival.lost]
+        if late:
+            log.warning("%r: ranks %s did not reach shutdown within %g s; leaving anyway",
+                        self.name, late, timeout)
+        if arrival.lost:
+            log.warning("%r: ranks %s (%s) are lost: no heartbeat for %g s; leaving without them",
+                        self.name, arrival.lost, ", ".join(self.name_of(r) for r in arrival.lost),
+                        min(LOST_S, timeout))
+            self._leave_in_order(timeout, present=[r for r in range(self.world_size) if r not in arrival.missing])
+        return False
+
+    def _leave_in_order(self, timeout: float, present: list[int]) -> None:
+        """A meeting that found ranks lost: rank 0 leaves first, with its verdict, and
+        the others after it (each waits, up to ``timeout``, while rank 0 is neither
+        gone nor lost). Under a launcher a rank that ends with the lost ones' exit
+        status makes torchrun stop its node's other ranks: so no rank makes it stop
+        the lead before the lead has ended. Rank 0, when it hosts the store (outside
+        torchrun's agent), keeps it until the others have seen it go."""
+        key = "world/gone/{}".format
+        try:
+            self.store.set(key(self.rank), "1")
+            if self.rank != 0:
+                if 0 not in self._known_lost:
+                    wait_for(self.store, {0: key(0)}, timeout=timeout, known_lost=self._known_lost)
+            elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+                wait_for(self.store, {r: key(r) for r in present}, timeout=timeout, known_lost=set())
         except (RuntimeError, OSError):
-            # The store's host (rank 0) has left: it saw every rank arrive, or died.
-            return
+            pass  # the store went with rank 0, which has left
+
+    def name_of(self, rank: int) -> str:
+        """The world name of ``rank`` (``rank<N>`` before the names are known)."""
+        names = getattr(self, "names", None)
+        return names[rank] if names and rank < len(names) else f"rank{rank}"
 
     def _shutdown_at_exit(self) -> None:
         try:

@@ -1,0 +1,129 @@
+"""Lost ranks (rlpar.distributed.liveness): survivors of a rank that died, or never
+came, stop waiting for it within LOST_S (or the timeout) and name it."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+import subprocess
+import sys
+
+import cloudpickle
+import dist_liveness_programs as programs
+import pytest
+
+from rlpar.distributed import free_port
+from rlpar.distributed.liveness import LOST_S, Watch, beat_key, wait_for
+
+
+class _Store:
+    """The part of a c10d store the liveness code uses, in memory."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, int | bytes] = {}
+
+    def add(self, key, amount):
+        self.data[key] = int(self.data.get(key, 0)) + amount
+        return self.data[key]
+
+    def set(self, key, value):
+        self.data[key] = value
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_rank_is_lost_once_its_beat_stops_for_lost_after_and_one_that_never_beat_is_not():
+    store, clock = _Store(), _Clock()
+    store.add(beat_key(1), 5)
+    store.add(beat_key(2), 7)
+    watch = Watch(store, [1, 2, 3], lost_after=10.0, clock=clock)
+    for _ in range(12):
+        watch.poll(every=0.0)
+        store.add(beat_key(2), 1)  # rank 2 beats on, rank 1 stopped, rank 3 never beat
+        clock.now += 1.0
+    assert watch.lost() == [1]
+    assert watch.lost(among=[2, 3]) == []
+
+
+def test_wait_for_stops_early_only_when_every_missing_rank_is_lost(monkeypatch):
+    monkeypatch.setattr("rlpar.distributed.liveness.time.sleep", lambda s: None)
+    store, clock = _Store(), _Clock()
+    store.set("in/0", b"1")
+    store.add(beat_key(1), 3)  # rank 1 beat once and stopped: lost after LOST_S
+
+    def tick(s):
+        clock.now += 0.5
+
+    monkeypatch.setattr("rlpar.distributed.liveness.time.sleep", tick)
+    arrival = wait_for(store, {0: "in/0", 1: "in/1"}, timeout=60.0, clock=clock)
+    assert (arrival.missing, arrival.lost) == ([1], [1])
+    assert LOST_S <= clock.now - 100.0 < LOST_S + 2
+    # A rank that never beat (still starting) is waited for until the timeout.
+    clock.now = 100.0
+    arrival = wait_for(store, {0: "in/0", 2: "in/2"}, timeout=30.0, clock=clock)
+    assert (arrival.missing, arrival.lost) == ([2], [])
+    assert clock.now - 100.0 >= 30.0
+
+
+def _run(tmp_path, entry, args, *, nprocs, world_size, timeout):
+    """Start ``nprocs`` ranks of a world of ``world_size`` (the rest never start), without
+    a launcher's supervision; each rank's outcome, or its exit code if it wrote none."""
+    payload = tmp_path / "entry.pkl"
+    with open(payload, "wb") as f:
+        pickle.dump(list(sys.path), f)
+        cloudpickle.dump((entry, args), f)
+    env = dict(os.environ, WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", RLPAR_RUN_SECRET=secrets.token_hex(16))
+    zygote = subprocess.Popen([sys.executable, "-m", "rlpar.distributed._zygote", str(payload),
+                               str(tmp_path), str(nprocs), "torch"], env=env)
+    try:
+        zygote.wait(timeout=timeout)
+    finally:
+        if zygote.poll() is None:
+            zygote.terminate()  # kills and reaps the ranks
+            zygote.wait()
+    out = []
+    for rank in range(nprocs):
+        try:
+            with open(tmp_path / f"result{rank}.pkl", "rb") as f:
+                status, value = pickle.load(f)
+            assert status == "ok", value
+            out.append(value)
+        except FileNotFoundError:
+            out.append(int((tmp_path / f"exit{rank}").read_text().split()[0]))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_survivors_of_a_killed_rank_name_it_and_stop_waiting_within_lost_s(tmp_path):
+    # rpc_timeout 60: torch's graceful shutdown (before) waited all of it for the dead rank.
+    results = _run(tmp_path, programs.lose_a_rank, (2, 60.0), nprocs=3, world_size=3, timeout=100)
+    assert results[2] == -9
+    for barrier, barrier_s, shutdown_s, lost in results[:2]:
+        assert "['rank2'] are lost" in barrier, barrier
+        assert barrier_s < LOST_S + 10
+        assert lost == [2]
+        assert shutdown_s < LOST_S + 10
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_that_never_joins_is_named_within_the_rpc_timeout(tmp_path):
+    # Before, a world short of a rank waited in torch's init_rpc (its gloo group: 25 days).
+    results = _run(tmp_path, programs.join_short, (8.0,), nprocs=2, world_size=3, timeout=80)
+    (text, elapsed), (other, other_s) = results
+    assert "ranks [2] did not join the world within 8 s" in text, text
+    assert "never reached its store" in text
+    # Rank 1 says the same, or that the store went with rank 0, its host, if rank 0
+    # gave up first.
+    assert "ranks [2] did not join" in other or "went away while every rank was joining" in other, other
+    assert max(elapsed, other_s) < 8.0 + 10
