@@ -25,11 +25,10 @@ import sys
 from typing import Any, ClassVar
 
 from algorithms.impala.config import BY_FAMILY, IMPALAConfig
-from experiments.roles.program import Program, check_learners, describe_learners, validate_learners
+from experiments.roles.program import Program, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
-from experiments.runtime.config import usable_cores
 from experiments.runtime.data import QueueConfig
-from experiments.runtime.entry import JobEntry, job_env_fn
+from experiments.runtime.entry import JobEntry, describe_actor_learner, job_env_fn, resolve_actors
 from experiments.runtime.envs import RUN_BUDGET, check_env, fill_by_family
 
 # By observation family (the rule that picks the default network), for the fields left
@@ -50,10 +49,6 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4, "entropy_coef": 0.01},
     "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
 }
-
-
-def default_actors() -> int:
-    return max(2, usable_cores())
 
 
 def LearnConfig(**values: Any) -> IMPALAConfig:  # noqa: N802 (the name the job's section had)
@@ -98,17 +93,7 @@ def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
 
 def resolve(config: ImpalaJobConfig, world_size: int | None) -> int:
     """Fill ``--num-actors 0``; the number of ranks (learners + actors)."""
-    learners = config.learners
-    if world_size is None:
-        config.num_actors = config.num_actors or default_actors()
-        check_learners(learners, config.num_actors, own_data=True)
-        return learners + config.num_actors
-    if world_size < learners + 1:
-        raise ValueError(f"a world of {world_size} ranks has no actor with --learners {learners}: IMPALA "
-                         f"needs at least {learners + 1} ranks")
-    check_learners(learners, world_size - learners, own_data=True)
-    config.num_actors = world_size - learners
-    return world_size
+    return resolve_actors(config, world_size)
 
 
 def check(config: ImpalaJobConfig, parts: Parts) -> None:
@@ -128,13 +113,7 @@ def env_defaults(config: ImpalaJobConfig, parts: Parts) -> None:
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
-    return [
-        f"actors             {summary['num_actors']} (batch {summary['batch_size']} unrolls)",
-        f"learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for unrolls)",
-        f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
-        f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
-        *describe_learners(summary),
-    ]
+    return describe_actor_learner(summary, batch=f"batch {summary['batch_size']} unrolls", waits_for="unrolls")
 
 
 def extra_ranks(config: ImpalaJobConfig) -> int:

@@ -140,7 +140,7 @@ def build_parser(config_cls: type, *, description: str = "") -> argparse.Argumen
             parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **common)
             continue
         if _is_sizes(kind):  # "64,64"; STR as it was when jobs kept the text
-            parser.add_argument(flag(f.name), type=_sizes_parser(f.name), metavar="STR", **common)
+            parser.add_argument(flag(f.name), type=_sizes_parser(f.name, optional), metavar="STR", **common)
             continue
         choices = None
         if typing.get_origin(kind) is typing.Literal:
@@ -333,8 +333,10 @@ def _sizes(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _sizes_parser(name: str):
-    def parse(text: str) -> tuple[int, ...]:
+def _sizes_parser(name: str, optional: bool):
+    def parse(text: str) -> tuple[int, ...] | None:
+        if optional and text.lower() == "none":  # filled by the job, as if not given
+            return None
         try:
             return layer_sizes(text, name=name)
         except ValueError as exc:
