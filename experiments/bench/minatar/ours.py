@@ -210,7 +210,7 @@ def a3c_agent(flags: str, game: str, *, variant: str = "paper") -> A2C:
     fill_defaults(config, factory)  # the job's own fill: the same net as the run's
     env = factory()
     agent = A2C(observation_space=env.observation_space, action_space=env.action_space,
-                config=config.learn.a2c_config(), device="cpu")
+                config=config.learn, device="cpu")
     env.close()
     return agent
 
