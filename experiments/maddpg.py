@@ -41,12 +41,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from experiments.roles.maddpg_parts import env_factory, evaluate, teams_of  # noqa: F401  (public, for scripts)
-from experiments.runtime import Parts, RunConfig, field, flag, layer_sizes, section
+from algorithms.maddpg.spec import MADDPGConfig
+from experiments.roles.maddpg_parts import describe, env_factory, evaluate, teams_of  # noqa: F401  (public)
+from experiments.runtime import RunConfig, field, flag, section
 from experiments.runtime.config import DEFAULT_ENV_STEP_TIMEOUT, check_step_timeout
-from experiments.runtime.job import main_for, run_job
-
-Mode = Literal["auto", "jit_fork", "threads", "batched", "loop"]
+from experiments.runtime.entry import JobEntry
 
 
 def _at_least(config: Any, names: Sequence[str], low: int) -> None:
@@ -106,77 +105,6 @@ class ReplayConfig:
 
 
 @dataclasses.dataclass
-class LearnConfig:
-    """MADDPG hyperparameters (defaults: the paper's appendix)."""
-
-    lr: float = field(1e-2, help="Adam learning rate of actors and critics")
-    actor_lr: float | None = field(None, help="actor learning rate (none: --lr)")
-    critic_lr: float | None = field(None, help="critic learning rate (none: --lr)")
-    gamma: float = field(0.95, help="discount")
-    tau: float = field(0.01, help="Polyak coefficient of the target networks")
-    batch_size: int = field(1024, help="batch size of each update")
-    learning_starts: int = field(25_600, help="env steps before learning starts")
-    # The paper's 1 per 100 env steps for its 1.5M-step runs. In a 30k-step budget on
-    # simple_spread one update per 8 env steps scored -59.3 (seed 0) and one per 4
-    # -63.2, also with lower actor lr (-60.0 at 1e-3, -63.5 at 3e-3): more updates did
-    # not help (experiments/bench/multiagent/maddpg_spread.py docstring has the commands).
-    updates_per_step: float = field(0.01, help=(
-        "updates per env step (all copies together); above 1/--num-envs several per vector step"))
-    hidden: str = field("64,64", help="MLP hidden sizes of actors and critics, comma separated")
-    grad_clip: float | None = field(0.5, help="gradient-norm clip (none: no clipping)")
-    grad_clip_scope: Literal["network", "role"] = field("network", help=(
-        "network: clip each agent's network alone; role: one norm over all actors (critics)"))
-    noise: Literal["gaussian", "ou"] = field("gaussian", help="exploration noise of continuous actions")
-    noise_scale: float = field(0.1, help="exploration noise scale (continuous actions)")
-    actor_reg: float = field(1e-3, help="penalty on the actors' raw outputs")
-    gumbel_temperature: float = field(1.0, help="Gumbel-softmax temperature (discrete actions)")
-    ensemble_size: int = field(1, help="sub-policies per agent (policy ensembles, paper section 4.3)")
-    actor_objective: Literal["own", "team"] = field("own", help=(
-        "own: the paper's (actor i ascends Q_i, others' actions from replay); "
-        "team: every actor ascends the sum of all critics on current actions"))
-    critic_observes: Literal["all", "team"] = field("all", help=(
-        "all: every critic sees every agent's observation and action (the paper); team: a critic "
-        "sees only its own team's agents (teams: agent names up to the last _<digits>)"))
-    mode: Mode = field("auto", help=(
-        "how the agents' networks run: auto, jit_fork, threads, batched (stacked), loop"))
-
-    def validate(self) -> None:
-        _at_least(self, ("batch_size", "ensemble_size"), 1)
-        _at_least(self, ("learning_starts",), 0)
-        for name in ("lr", "actor_lr", "critic_lr", "updates_per_step", "gumbel_temperature", "grad_clip"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{flag(name)} must be > 0, got {value}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"{flag('gamma')} must be in [0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"{flag('tau')} must be in (0, 1], got {self.tau}")
-        for name in ("noise_scale", "actor_reg"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{flag(name)} must be >= 0, got {getattr(self, name)}")
-        if self.actor_objective == "team" and self.ensemble_size > 1:
-            raise ValueError(f"{flag('actor_objective')} team needs {flag('ensemble_size')} 1 (a team "
-                             "objective over sub-policies drawn per episode is not defined)")
-        self.hidden_sizes()
-
-    def hidden_sizes(self) -> tuple[int, ...]:
-        return layer_sizes(self.hidden, name="hidden")
-
-    def algo_config(self, *, seed: int | None = None, ensemble_buffers: str = "shared"):
-        from algorithms.maddpg import MADDPGConfig
-
-        return MADDPGConfig(gamma=self.gamma, tau=self.tau,
-                            actor_lr=self.lr if self.actor_lr is None else self.actor_lr,
-                            critic_lr=self.lr if self.critic_lr is None else self.critic_lr,
-                            hidden=self.hidden_sizes(), grad_clip=self.grad_clip,
-                            grad_clip_scope=self.grad_clip_scope, noise=self.noise,
-                            actor_reg=self.actor_reg, gumbel_temperature=self.gumbel_temperature,
-                            noise_scale=self.noise_scale, ensemble_size=self.ensemble_size,
-                            ensemble_buffers=ensemble_buffers, actor_objective=self.actor_objective,
-                            mode=self.mode, seed=seed)
-
-
-@dataclasses.dataclass
 class MADDPGJobConfig:
     """MADDPG (Lowe et al. 2017) on a PettingZoo parallel env, in one process."""
 
@@ -193,45 +121,21 @@ class MADDPGJobConfig:
                                                eval_episodes=10, device="cpu"))
     env: MultiAgentEnvConfig = section(MultiAgentEnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
-    learn: LearnConfig = section(LearnConfig)
+    learn: MADDPGConfig = section(MADDPGConfig)
 
     def validate(self) -> None:
         if self.learn.batch_size > self.replay.replay_capacity:
             raise ValueError(f"{flag('batch_size')} {self.learn.batch_size} exceeds "
                              f"{flag('replay_capacity')} {self.replay.replay_capacity}")
 
-    def algo_config(self):
-        """The algorithm's config (``algorithms.maddpg.spec.MADDPGConfig``)."""
-        return self.learn.algo_config(seed=self.run.seed, ensemble_buffers=self.replay.ensemble_buffers)
+    def algo_config(self) -> MADDPGConfig:
+        """The algorithm's config: ``learn`` with the run's seed and the replay's layout."""
+        return dataclasses.replace(self.learn, seed=self.run.seed, ensemble_buffers=self.replay.ensemble_buffers)
 
 
-def job():
-    from experiments.roles import maddpg as roles
-
-    return roles.JOB
-
-
-def run(config: MADDPGJobConfig, *, parts: Parts | None = None, quiet: bool = False,
-        started: float | None = None) -> dict[str, Any]:
-    """Run the job in this process; returns its summary (also in the run
-    directory's ``summary.json``). ValueError naming a flag, or TypeError naming a
-    part, before anything starts. With ``config.run.resume = DIR`` the run in DIR goes
-    on with its saved config; each field of ``config`` that differs from
-    ``MADDPGJobConfig()`` overrides it (``experiments.runtime.resume``)."""
-    return run_job(job(), config, parts=parts, quiet=quiet, started=started)
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    from experiments.roles import maddpg as roles
-    from experiments.runtime.summary import format_summary as box
-
-    return box(summary, roles.describe(summary), title="MADDPG")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    # The job itself, not job(): its roles import torch, and a Ctrl-C then is a stop too.
-    return main_for(job, MADDPGJobConfig, format_summary, list(argv) if argv is not None else None)
-
+LearnConfig = MADDPGConfig  # the name the job's section had
+ENTRY = JobEntry(title="MADDPG", config_cls=MADDPGJobConfig, roles="experiments.roles.maddpg", describe=describe)
+job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -34,6 +34,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator, Sequence
@@ -194,11 +195,12 @@ def validate(config: Any) -> None:
         if check is not None:
             try:
                 check()
-            except ValueError as exc:  # an algorithm's config names its field: say the flag
+            except ValueError as exc:  # an algorithm's config names its fields: say the flags
+                names = {f.name for f in dataclasses.fields(sub)}
                 first = str(exc).split(maxsplit=1)[0] if str(exc) else ""
-                if first.rstrip(":,") in {f.name for f in dataclasses.fields(sub)}:
-                    raise ValueError(flag(first) + str(exc)[len(first):]) from None
-                raise
+                if first.rstrip(":,") not in names:
+                    raise
+                raise ValueError(flag(first) + _flags_in(str(exc)[len(first):], names)) from None
 
 
 def changed_fields(config: Any, reference: Any) -> dict[str, Any]:
@@ -311,6 +313,11 @@ def _sections(config: Any) -> Iterator[Any]:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             yield from _sections(value)
     yield config
+
+
+def _flags_in(text: str, names: set[str]) -> str:
+    """``text`` with the snake_case ``names`` in it spelled as flags (not prose words)."""
+    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", lambda m: flag(m.group()) if m.group() in names else m.group(), text)
 
 
 def _show(value: Any) -> str:
