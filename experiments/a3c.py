@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, ClassVar, Literal
+from typing import ClassVar
 
 from algorithms.a2c.config import BY_FAMILY, A2CConfig
-from experiments.roles.a3c_parts import describe, fill_defaults  # noqa: F401  (public: the defaults a run fills)
+from experiments.roles.a3c_parts import ServerConfig, describe, fill_defaults  # noqa: F401  (fill_defaults: public)
 from experiments.runtime import FamilyEnvConfig, RunConfig, field, flag, section
-from experiments.runtime.entry import JobEntry
+from experiments.runtime.entry import JobEntry, unset_by_family
 
 
 @dataclasses.dataclass
@@ -54,37 +54,7 @@ class A3CEnvConfig(FamilyEnvConfig):
         "env copies stepped by each worker (none: by observation family, 8 for vectors, 16 for images)"))
 
 
-def LearnConfig(**values: Any) -> A2CConfig:  # noqa: N802 (the name the job's section had)
-    """The job's ``learn`` section: an :class:`A2CConfig` whose fields left None are
-    filled by observation family (``algorithms.a2c.config.DEFAULTS_BY_FAMILY``)."""
-    return A2CConfig(**{**dict.fromkeys(BY_FAMILY), **values})
-
-
-@dataclasses.dataclass
-class ServerConfig:
-    """The gradient server and the workers' reports."""
-
-    max_staleness: int | None = field(None, help=(
-        "server drops/down-weights gradients older than this many versions ('none': accept all)"))
-    staleness_policy: Literal["drop", "downweight"] = field("drop", help=(
-        "what the server does with a gradient beyond --max-staleness"))
-    # Evaluations start when the reported env steps pass --eval-every: at 0.5 s a
-    # remote worker's steps arrived up to ~1,000 steps late. One small RPC per 0.1 s.
-    report_every: float = field(0.1, help="seconds between a remote worker's progress reports to rank 0")
-    # A dead worker's restart takes seconds; a round that waited this long for it
-    # closes without it, and later rounds do not wait for it until it pushes again
-    # (rlpar.servers.rounds). Rank 0's own evaluation delays its gradient too: past
-    # this bound the round goes on without rank 0 instead of idling every worker.
-    round_timeout: float = field(5.0, help=(
-        "--sync: seconds a round waits for a missing worker's gradient before stepping without it"))
-
-    def validate(self) -> None:
-        if not self.round_timeout > 0:
-            raise ValueError(f"{flag('round_timeout')} must be > 0, got {self.round_timeout}")
-        if self.max_staleness is not None and self.max_staleness < 0:
-            raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
-        if not self.report_every > 0:
-            raise ValueError(f"{flag('report_every')} must be > 0, got {self.report_every}")
+LearnConfig = unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass

@@ -29,7 +29,6 @@ Multi-node: ``torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from typing import Any, ClassVar, Literal
 
@@ -38,14 +37,16 @@ from algorithms.td3.config import ContinuousConfig
 from experiments.roles.program import Program, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
 from experiments.runtime.data import ReplayConfig
-from experiments.runtime.entry import JobEntry, describe_actor_learner, job_env_fn, resolve_actors
+from experiments.runtime.entry import (
+    JobEntry,
+    describe_actor_learner,
+    job_env_fn,
+    resolve_actors,
+    unset_by_family,
+)
 from experiments.runtime.envs import check_env
 
-
-def LearnConfig(**values: Any) -> ApexConfig:  # noqa: N802 (the name the job's section had)
-    """The job's ``learn`` section: an :class:`ApexConfig` whose fields left None are
-    filled by algorithm and observation family (:func:`fill_learn`)."""
-    return ApexConfig(**{**dict.fromkeys(BY_FAMILY), **values})
+LearnConfig = unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -55,7 +56,7 @@ class ApexJobConfig:
 
     # What the checkpoint's state is shaped by: --resume may not change these
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
-    # against the checkpoint's parts instead (check_resume).
+    # against the checkpoint's parts instead (ReplayConfig.check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
         "env_id", "algorithm", "hidden", "dueling", "critic_layer_norm", "replay_capacity", "replay_placement",
         "share_frames", "learners")
@@ -79,20 +80,10 @@ class ApexJobConfig:
         if self.num_actors < 0:
             raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
         validate_learners(self)
-        batch, capacity = self.learn.batch_size, self.replay.replay_capacity
         if self.learners > 1 and self.learn.recycle_every:
             raise ValueError(f"{flag('recycle_every')} needs --learners 1: each learner would recycle other "
                              "units (by its own batch) and their parameters would part")
-        if batch is not None and batch > capacity:
-            raise ValueError(f"{flag('batch_size')} {batch} exceeds {flag('replay_capacity')} {capacity}")
-        shard = capacity // max(1, self.learners)
-        if self.learners > 1 and self.replay.replay_placement == "learner" and batch is not None and batch > shard:
-            # A shard that never holds a batch would hold every learner back for good.
-            raise ValueError(f"{flag('batch_size')} {batch} exceeds a learner's replay shard: "
-                             f"{flag('replay_capacity')} {capacity} / --learners {self.learners} = {shard}")
-        if self.run.serial and self.replay.replay_placement != "learner":
-            raise ValueError(f"{flag('serial')} keeps the replay in its one process: "
-                             "use --replay-placement learner")
+        self.replay.check_batches(self.learn.batch_size, learners=self.learners, serial=self.run.serial)
 
 
 # ------------------------------------------------------------ the job's hooks
@@ -151,22 +142,7 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
     parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base,
                 why=f"the job runs {flag('algorithm')} {name} for {env}, whose action space is {act_space}")
     if config.run.resume:
-        check_resume(config)
-
-
-def check_resume(config: ApexJobConfig) -> None:
-    """Before any process starts: the run to resume has a complete checkpoint for this
-    replay layout (CheckpointMismatch for shards of another count)."""
-    from experiments.runtime.rundir import RunDir
-    from rlpar.buffers.distributed import shard_part_names
-    from rlpar.checkpoint import latest_checkpoint
-
-    directory = RunDir(config.run.resume).checkpoints
-    split = config.learners if config.learners > 1 else 0  # a replay split over the learners
-    shards = {"actors": config.num_actors, "replay-ranks": config.replay.replay_ranks,
-              "learner": split}[config.replay.replay_placement]
-    if shards and directory and os.path.isdir(directory):  # not on a node without the run dir
-        latest_checkpoint(directory, parts=shard_part_names(shards))
+        config.replay.check_resume(config.run.resume, learners=config.learners, num_actors=config.num_actors)
 
 
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:

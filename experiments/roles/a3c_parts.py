@@ -1,13 +1,14 @@
-"""What the A3C roles build, the same in every rank and in serial mode: the env
-and the A2C agent (the user's network and subclass); and the job's
-resolve/check/describe hooks for the runtime."""
+"""The A3C job's gradient server section; what its roles build, the same in every
+rank and in serial mode: the env and the A2C agent (the user's network and
+subclass); and the job's resolve/check/describe hooks for the runtime."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Literal
 
 from algorithms.a2c.config import DEFAULTS_BY_FAMILY
-from experiments.runtime.cli import flag
+from experiments.runtime.cli import field, flag
 from experiments.runtime.entry import job_env_fn
 from experiments.runtime.envs import check_env, env_spaces, fill_by_family, target_return
 from experiments.runtime.group import default_members
@@ -29,6 +30,33 @@ ENV_DEFAULTS_BY_FAMILY: dict[str, dict[str, int]] = {
     "frames": {"num_envs": 16},
     "other": {"num_envs": 8},
 }
+
+
+@dataclasses.dataclass
+class ServerConfig:
+    """The gradient server and the workers' reports."""
+
+    max_staleness: int | None = field(None, help=(
+        "server drops/down-weights gradients older than this many versions ('none': accept all)"))
+    staleness_policy: Literal["drop", "downweight"] = field("drop", help=(
+        "what the server does with a gradient beyond --max-staleness"))
+    # Evaluations start when the reported env steps pass --eval-every: at 0.5 s a
+    # remote worker's steps arrived up to ~1,000 steps late. One small RPC per 0.1 s.
+    report_every: float = field(0.1, help="seconds between a remote worker's progress reports to rank 0")
+    # A dead worker's restart takes seconds; a round that waited this long for it
+    # closes without it, and later rounds do not wait for it until it pushes again
+    # (rlpar.servers.rounds). Rank 0's own evaluation delays its gradient too: past
+    # this bound the round goes on without rank 0 instead of idling every worker.
+    round_timeout: float = field(5.0, help=(
+        "--sync: seconds a round waits for a missing worker's gradient before stepping without it"))
+
+    def validate(self) -> None:
+        if not self.round_timeout > 0:
+            raise ValueError(f"{flag('round_timeout')} must be > 0, got {self.round_timeout}")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
+        if not self.report_every > 0:
+            raise ValueError(f"{flag('report_every')} must be > 0, got {self.report_every}")
 
 
 def env_fn(ctx: Any):

@@ -18,6 +18,16 @@ def job_env_fn(config: Any, parts: Parts):
     return env_factory(config.env.env_id, parts.env)
 
 
+def unset_by_family(config_cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
+    """The factory of a job's ``learn`` section: an algorithm's ``config_cls`` with the
+    fields ``names`` None, which the job fills by the env's observation family."""
+    def section(**values: Any) -> Any:
+        return config_cls(**{**dict.fromkeys(names), **values})
+
+    section.__name__ = section.__qualname__ = "LearnConfig"
+    return section
+
+
 def default_actors() -> int:
     """An actor-learner job's actors: one per core this process may use, at least 2 (the
     learner shares a core; actors throttle to its pace)."""
@@ -45,6 +55,13 @@ def resolve_actors(config: Any, world_size: int | None, *, extra: int = 0, own_d
     check_learners(learners, actors, own_data=own_data)
     config.num_actors = actors
     return world_size
+
+
+def describe_members(summary: dict[str, Any]) -> list[str]:
+    """A synchronous data-parallel job's summary lines (its learner group's members)."""
+    from experiments.roles.sync_lead import describe_members as lines
+
+    return lines(summary)
 
 
 def describe_actor_learner(summary: dict[str, Any], *, batch: str, waits_for: str) -> list[str]:
