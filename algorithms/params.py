@@ -17,6 +17,11 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+# A family default meaning the run's own ``--max-env-steps`` (``lr_anneal_steps``: the
+# rate reaches 0 as the run ends, as CleanRL anneals over its total_timesteps); the job
+# (``experiments.runtime.envs.fill_by_family``) replaces it, so it never reaches a learner.
+RUN_BUDGET = -1
+
 
 def param(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING,
           allow_inf: bool = False) -> Any:

@@ -24,42 +24,20 @@ import dataclasses
 import sys
 from typing import Any, ClassVar
 
-from algorithms.impala.config import BY_FAMILY, IMPALAConfig
-from experiments.roles.program import Program, check_learners, describe_learners, validate_learners
+from algorithms.impala.config import BY_FAMILY, DEFAULTS_BY_FAMILY, IMPALAConfig
+from experiments.roles.program import Program, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
-from experiments.runtime.config import usable_cores
 from experiments.runtime.data import QueueConfig
-from experiments.runtime.entry import JobEntry, job_env_fn
-from experiments.runtime.envs import RUN_BUDGET, check_env, fill_by_family
+from experiments.runtime.entry import (
+    JobEntry,
+    describe_actor_learner,
+    job_env_fn,
+    resolve_actors,
+    unset_by_family,
+)
+from experiments.runtime.envs import check_env, fill_by_family
 
-# By observation family (the rule that picks the default network), for the fields left
-# unset. Measured in one process (algorithms/impala/impala.py's learner, 4 actors x 4 envs x
-# unrolls of 20 per batch, greedy evaluation of 20 episodes every 2,500 env steps; the
-# V-trace/IMPALA issue's notes): CartPole-v1 with RMSProp 2e-3 solved in a median 9.0K
-# env steps over 8 seeds (the paper's 6e-4: 33.9K, two seeds over 85K; Adam 3e-3:
-# 13.9K); MinAtar Breakout (one seed, 180 s) greedy 11.4 at 2e-3 against 5.2 at 6e-4.
-# MinAtar's unrolls of 5 (A3C's n-step there, 4x the updates per env step of 20), an
-# entropy bonus of 0.05 (Breakout left its plateau 8x sooner) and the rate annealed to 0
-# over the run's --max-env-steps (the paper's linear decay; SpaceInvaders' epsilon-0.1
-# return rose past SB3 PPO's): experiments/tuning.md ("IMPALA on MinAtar").
-DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
-    "vector": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
-    "small_image": {"lr": 2e-3, "lr_anneal_steps": RUN_BUDGET, "unroll_length": 5, "batch_size": 2,
-                    "entropy_coef": 0.05},
-    # the paper's; not measured here
-    "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 4, "entropy_coef": 0.01},
-    "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
-}
-
-
-def default_actors() -> int:
-    return max(2, usable_cores())
-
-
-def LearnConfig(**values: Any) -> IMPALAConfig:  # noqa: N802 (the name the job's section had)
-    """The job's ``learn`` section: an :class:`IMPALAConfig` whose fields left None are
-    filled by observation family."""
-    return IMPALAConfig(**{**dict.fromkeys(BY_FAMILY), **values})
+LearnConfig = unset_by_family(IMPALAConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -98,17 +76,7 @@ def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
 
 def resolve(config: ImpalaJobConfig, world_size: int | None) -> int:
     """Fill ``--num-actors 0``; the number of ranks (learners + actors)."""
-    learners = config.learners
-    if world_size is None:
-        config.num_actors = config.num_actors or default_actors()
-        check_learners(learners, config.num_actors, own_data=True)
-        return learners + config.num_actors
-    if world_size < learners + 1:
-        raise ValueError(f"a world of {world_size} ranks has no actor with --learners {learners}: IMPALA "
-                         f"needs at least {learners + 1} ranks")
-    check_learners(learners, world_size - learners, own_data=True)
-    config.num_actors = world_size - learners
-    return world_size
+    return resolve_actors(config, world_size)
 
 
 def check(config: ImpalaJobConfig, parts: Parts) -> None:
@@ -128,13 +96,7 @@ def env_defaults(config: ImpalaJobConfig, parts: Parts) -> None:
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
-    return [
-        f"actors             {summary['num_actors']} (batch {summary['batch_size']} unrolls)",
-        f"learner waiting    {100 * summary['wait_fraction']:.1f}% of its time (for unrolls)",
-        f"learner CPU        {summary['learner_cpu_ms_per_update']:.2f} ms per update "
-        f"(its thread had the CPU {100 * summary['learner_cpu_share']:.0f}% of the time)",
-        *describe_learners(summary),
-    ]
+    return describe_actor_learner(summary, batch=f"batch {summary['batch_size']} unrolls", waits_for="unrolls")
 
 
 def extra_ranks(config: ImpalaJobConfig) -> int:

@@ -26,28 +26,13 @@ import dataclasses
 import sys
 from typing import Any, ClassVar
 
-from algorithms.ppo.config import PPOConfig
+from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PPOConfig
 from experiments.roles.sync_member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import JobEntry, job_env_fn
-from experiments.runtime.envs import RUN_BUDGET, check_env, fill_by_family
+from experiments.runtime.entry import JobEntry, describe_members, job_env_fn, unset_by_family
+from experiments.runtime.envs import check_env, fill_by_family
 from experiments.runtime.group import GroupConfig
 
-# By observation family, for the fields left unset. Measured in one process
-# (experiments/bench/learning/ppo_single.py, 8 envs x 128 steps, 2 shared cores): CartPole-v1
-# with lr 1e-3 constant solved (greedy 475) in a median 16.7K env steps / 1.4 s over 20
-# seeds, against 27.2K / 2.1 s with CleanRL's 2.5e-4 annealed. MinAtar: experiments/tuning.md
-# ("PPO on MinAtar": 7e-4 annealed over the run's budget, from 30-minute runs of
-# Breakout and SpaceInvaders against 1e-3 over 2M or 5M and 5e-4 over 5M; 32 envs and an
-# entropy bonus of 0.05, which left Breakout's plateau at seeds where 8 envs and 0.01
-# stayed on it, and step faster). Frames:
-# CleanRL's Atari settings, annealed over the run as CleanRL does (not measured).
-DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
-    "vector": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
-    "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.05},
-    "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.01},
-    "other": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
-}
 ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 8}, "small_image": {"num_envs": 32},
                           "frames": {"num_envs": 8}, "other": {"num_envs": 8}}
 
@@ -59,10 +44,7 @@ class PPOEnvConfig(FamilyEnvConfig):
     num_envs: int | None = field(None, help="env copies per member (none: by observation family, 8; 32 for MinAtar)")
 
 
-def LearnConfig(**values: Any) -> PPOConfig:  # noqa: N802 (the name the job's section had)
-    """The job's ``learn`` section: a :class:`PPOConfig` whose fields left None are
-    filled by observation family."""
-    return PPOConfig(**{**dict.fromkeys(DEFAULTS_BY_FAMILY["vector"]), **values})
+LearnConfig = unset_by_family(PPOConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -105,15 +87,9 @@ def env_defaults(config: PPOJobConfig, parts: Parts) -> None:
     fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, env_fn)
 
 
-def describe(summary: dict[str, Any]) -> list[str]:
-    from experiments.roles.sync_lead import describe_members
-
-    return describe_members(summary)
-
-
 PROGRAM = SyncProgram(name="ppo", builder=builder)
 ENTRY = JobEntry(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, roles="experiments.roles.sync",
-                 describe=describe, hooks={"check": check, "env_defaults": env_defaults})
+                 describe=describe_members, hooks={"check": check, "env_defaults": env_defaults})
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -18,34 +18,13 @@ import dataclasses
 import sys
 from typing import Any, ClassVar
 
-from algorithms.pqn.config import BY_FAMILY, PQNConfig
+from algorithms.pqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PQNConfig
 from experiments.roles.sync_member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import JobEntry, job_env_fn
+from experiments.runtime.entry import JobEntry, describe_members, job_env_fn, unset_by_family
 from experiments.runtime.envs import check_env, fill_by_family
 from experiments.runtime.group import GroupConfig
 
-# By observation family, for the fields left unset: the authors' settings (purejaxql),
-# measured in one process (experiments/bench/learning/pqn_single.py, 2 shared cores):
-# - vector (pqn_cartpole): 32 envs x 64 steps, 4 epochs x 16 minibatches, RAdam 1e-4
-#   decaying over 500K env steps, epsilon 1 -> 0.2 over 100K, rewards x 0.1, lambda
-#   0.95, 256-256 MLP: CartPole-v1 solved at 61-82K env steps in 6.5-9 s (seeds 0-3);
-# - small_image (pqn_minatar): 128 envs x 32 steps, 2 epochs x 32 minibatches, RAdam
-#   5e-4, lambda 0.65, epsilon 1 -> 0.05 over 1M: Breakout training return 8.8 at 1.0M
-#   env steps, 20 at 1.5M, about 30 from 3M, 11.2K env steps/s;
-# - frames: the MinAtar settings at lr 2.5e-4 (not measured here).
-DEFAULTS_BY_FAMILY: dict[str, dict[str, Any]] = {
-    "vector": {"n_steps": 64, "lr": 1e-4, "lr_decay_steps": 500_000, "epochs": 4, "minibatches": 16,
-               "lam": 0.95, "reward_scale": 0.1, "epsilon_end": 0.2, "epsilon_decay_steps": 100_000,
-               "hidden": (256, 256)},
-    "small_image": {"n_steps": 32, "lr": 5e-4, "lr_decay_steps": 0, "epochs": 2, "minibatches": 32,
-                    "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 1_000_000,
-                    "hidden": (128, 128)},
-    "frames": {"n_steps": 32, "lr": 2.5e-4, "lr_decay_steps": 0, "epochs": 2, "minibatches": 32,
-               "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 1_000_000,
-               "hidden": (128, 128)},
-}
-DEFAULTS_BY_FAMILY["other"] = DEFAULTS_BY_FAMILY["vector"]
 ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 32}, "small_image": {"num_envs": 128},
                           "frames": {"num_envs": 128}, "other": {"num_envs": 32}}
 
@@ -57,10 +36,7 @@ class PQNEnvConfig(FamilyEnvConfig):
     num_envs: int | None = field(None, help="env copies per member (none: by observation family, 32 for vectors, 128 for images)")
 
 
-def LearnConfig(**values: Any) -> PQNConfig:  # noqa: N802 (the name the job's section had)
-    """The job's ``learn`` section: a :class:`PQNConfig` whose fields left None are
-    filled by observation family."""
-    return PQNConfig(**{**dict.fromkeys(BY_FAMILY), **values})
+LearnConfig = unset_by_family(PQNConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -100,15 +76,9 @@ def env_defaults(config: PQNJobConfig, parts: Parts) -> None:
     fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, factory)
 
 
-def describe(summary: dict[str, Any]) -> list[str]:
-    from experiments.roles.sync_lead import describe_members
-
-    return describe_members(summary)
-
-
 PROGRAM = SyncProgram(name="pqn", builder=builder)
 ENTRY = JobEntry(title="PQN", config_cls=PQNJobConfig, program=PROGRAM, roles="experiments.roles.sync",
-                 describe=describe, hooks={"check": check, "env_defaults": env_defaults})
+                 describe=describe_members, hooks={"check": check, "env_defaults": env_defaults})
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.a2c.config import A2CConfig
+from algorithms.a2c.config import BY_FAMILY, A2CConfig
 from algorithms.actor_critic import (
     ActorCritic,
     PolicyHead,
@@ -39,6 +39,7 @@ from algorithms.actor_critic import (
 )
 from algorithms.base import Algorithm
 from algorithms.optim import EagerAdam, EagerRMSprop
+from algorithms.params import require
 from algorithms.returns import gae, n_step_returns
 from rlpar.state import StatePath, integer, mapping, module_state, torch_loader
 
@@ -48,6 +49,7 @@ __all__ = ["A2C", "A2CConfig", "make_optimizer"]
 def make_optimizer(params: Any, config: A2CConfig) -> torch.optim.Optimizer:
     """The optimizer ``config`` names; A3C's gradient server builds the same one
     (there its statistics are shared by all workers: the paper's shared RMSProp)."""
+    require(config, ("lr",))
     params = list(params)
     if config.optimizer == "rmsprop":
         return EagerRMSprop(params, lr=config.lr, alpha=config.rmsprop_alpha,
@@ -79,6 +81,7 @@ class A2C(Algorithm):
         self.config = A2CConfig() if config is None else config
         if not isinstance(self.config, A2CConfig):
             raise TypeError(f"config must be an A2CConfig, got {type(self.config).__name__}")
+        require(self.config, BY_FAMILY)  # the A3C job fills them by the env's observations
         self.device = torch.device(device if device is not None else
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
         self.observation_space, self.action_space = observation_space, action_space

@@ -30,6 +30,7 @@ import torch
 
 from algorithms.actor_learner import Actor, Learner
 from algorithms.adders import NStepAdder, one_step_transitions
+from algorithms.dqn.config import ApexConfig
 from algorithms.dqn.dqn import DQN
 from algorithms.pacing import Pacing
 from algorithms.rollout import evaluate as evaluate_policy
@@ -58,36 +59,6 @@ def exploration_rates(index: int, num_actors: int, num_envs: int, *, eps: float 
     actor_epsilon(index, num_actors)  # validates index
     return np.array([actor_epsilon(index * num_envs + k, total, eps=eps, alpha=alpha)
                      for k in range(num_envs)])
-
-
-@dataclasses.dataclass
-class ApexConfig:
-    """Ape-X hyperparameters besides the DQN ones (see :class:`~algorithms.dqn.DQNConfig`)."""
-
-    n_step: int = 3
-    batch_size: int = 128
-    learning_starts: int = 1000  # replay size before the learner starts
-    push_every: int = 8  # learner updates between parameter publications
-    pull_every: int = 64  # actor env steps between parameter pulls
-    add_every: int = 16  # actor vector steps buffered before one add (with priorities)
-    eps: float = 0.4
-    eps_alpha: float = 7.0
-    # Spread the eps_i schedule over every env copy (actor i's env k is "actor"
-    # i * envs_per_actor + k) rather than over actor processes: the paper's actors
-    # step one env each, and with few vectorized actors (2 on a small box) a
-    # per-process schedule leaves only eps = 0.4 and eps ~ 0.0007.
-    eps_per_env: bool = True
-
-    def validate(self) -> None:
-        for name in ("n_step", "batch_size", "push_every", "pull_every", "add_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
-        if not 0.0 <= self.eps <= 1.0:
-            raise ValueError(f"eps must be in [0, 1], got {self.eps}")
-        if self.eps_alpha < 0:
-            raise ValueError(f"eps_alpha must be >= 0, got {self.eps_alpha}")
 
 
 class ApexActor(Actor):

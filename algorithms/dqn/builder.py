@@ -1,16 +1,18 @@
 """Ape-X DQN as a builder (Horgan et al. 2018, "Distributed Prioritized Experience
 Replay", ICLR, arXiv:1803.00933): epsilon-greedy actors at rates eps_i, n-step
 transitions with initial priorities into a prioritized replay, a DQN learner whose new
-priorities go back to it. The hyperparameters are the Ape-X job's ``learn`` section
-(:class:`experiments.apex.LearnConfig`)."""
+priorities go back to it. The hyperparameters are the Ape-X job's ``learn`` section, an
+:class:`~algorithms.dqn.config.ApexConfig`; the DQN's own are derived from it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from algorithms.builder import Builder, EnvSpec, Flow
-from algorithms.dqn.apex import ApexActor, ApexConfig, ApexLearner
-from algorithms.dqn.dqn import DQN
+from algorithms.dqn.apex import ApexActor, ApexLearner
+from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, DQN_DEFAULTS, ApexConfig
+from algorithms.dqn.dqn import DQN, DQNConfig
+from algorithms.params import require
 
 
 class DQNBuilder(Builder):
@@ -20,26 +22,35 @@ class DQNBuilder(Builder):
     algorithm_base, actor_base, learner_base = DQN, ApexActor, ApexLearner
     state_key = "dqn"  # what Ape-X checkpoints have always called it
 
-    def __init__(self, *, learn: Any, spec: EnvSpec, network: Any = None, algorithm: type | None = None,
+    def __init__(self, *, learn: ApexConfig, spec: EnvSpec, network: Any = None, algorithm: type | None = None,
                  actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
-        self.learn, self.apex, self.dqn = learn, learn.apex_config(), learn.dqn_config()
+        require(learn, BY_FAMILY)
+        self.learn = self.apex = learn
+        self.dqn = DQNConfig(gamma=learn.gamma, lr=learn.lr, double_q=learn.double_q,
+                             target_update_interval=learn.target_update, tau=learn.tau, adam_eps=learn.adam_eps,
+                             recycle_every=learn.recycle_every, recycle_tau=learn.recycle_tau, fast=learn.fast)
         if algorithm is None and self.dqn.distributional and self.algorithm_cls is DQN:
             from algorithms.dqn.c51 import CategoricalDQN
 
             self.algorithm_cls = CategoricalDQN  # C51's hooks; a subclass of the user's stays theirs
+
+    @staticmethod
+    def defaults(family: str) -> dict[str, Any]:
+        """The values of the fields the Ape-X job leaves unset, for observations of ``family``."""
+        return {**DEFAULTS_BY_FAMILY[family], **DQN_DEFAULTS}
 
     @property
     def flow(self) -> Flow:
         return self.flow_of(self.learn)
 
     @staticmethod
-    def flow_of(learn: Any) -> Flow:
-        """The flow of the Ape-X job's ``learn`` section (``--n-step`` and
-        ``--updates-per-step`` filled: by family defaults, or given)."""
-        add_every = ApexConfig.add_every  # the job has no flag for it
+    def flow_of(learn: ApexConfig) -> Flow:
+        """The flow of the Ape-X job's ``learn`` section (TD3/DDPG's too; its fields the job
+        fills by family given)."""
+        require(learn, ("n_step", "updates_per_step", "batch_size"))
         return Flow(data="replay", batch_size=learn.batch_size, push_every=learn.push_every,
-                    pull_every=learn.pull_every, held_steps=add_every + learn.n_step,
+                    pull_every=learn.pull_every, held_steps=learn.add_every + learn.n_step,
                     learning_starts=learn.learning_starts, updates_per_step=learn.updates_per_step,
                     n_step=learn.n_step)
 
@@ -54,7 +65,7 @@ class DQNBuilder(Builder):
             net = self.network(obs_space, act_space)
         else:
             dqn = self.dqn
-            net = q_network(obs_space.shape, int(act_space.n), hidden=self.learn.hidden_sizes(),
+            net = q_network(obs_space.shape, int(act_space.n), hidden=self.learn.hidden,
                             dueling=self.learn.dueling, n_atoms=dqn.n_atoms if dqn.distributional else 1,
                             noisy=dqn.noisy, noisy_sigma0=dqn.noisy_sigma0)
         return self.algorithm_cls(network=net, num_actions=int(act_space.n), config=self.dqn, device=device,

@@ -125,9 +125,10 @@ class MADDPG(Algorithm):
         # elementwise, so this equals per-agent optimizers, in a few multi-tensor kernels.
         self._actor_leaves = self.actor_eval.stacked_leaves
         self._critic_leaves = self.critic_eval.stacked_leaves
-        self.actor_opt = _adam(self._actor_leaves or [p for ps in self.actor_params for p in ps], lr=config.actor_lr)
+        self.actor_opt = _adam(self._actor_leaves or [p for ps in self.actor_params for p in ps],
+                              lr=config.lrs()[0])
         self.critic_opt = _adam(self._critic_leaves or [p for ps in self.critic_params for p in ps],
-                                lr=config.critic_lr)
+                                lr=config.lrs()[1])
         sources, targets = [], []
         for online, target, params, nets in (
                 (self.actor_eval, self.target_actor_eval, self.actor_params, self.target_actors),

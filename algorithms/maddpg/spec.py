@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from algorithms.agent_parallel import MODES, BatchedImpl, EvalMode
+from algorithms.params import internal, param
 
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
 
@@ -89,44 +90,78 @@ class MADDPGConfig:
     ``grad_clip_scope="role"`` wins, are in ``experiments/bench/multiagent/maddpg_spread.py``.
     """
 
-    gamma: float = 0.95
-    tau: float = 0.01  # 0.05: -59.9
-    actor_lr: float = 1e-2  # both 3e-3 with 2 updates per 8 steps: -69.2; both 2e-2: -62.5
-    critic_lr: float = 1e-2
-    hidden: tuple[int, ...] = (64, 64)
-    grad_clip: float | None = 0.5  # None: -57.9 on seed 0 but -64.6 on seed 1
-    # "network": each agent's actor and critic clipped alone; "role": one norm over all
-    # agents' actors (critics), as clip_grad_norm_ over their joint parameters does.
-    grad_clip_scope: Literal["network", "role"] = "network"
-    gumbel_temperature: float = 1.0
-    actor_reg: float = 1e-3  # 0 (no penalty on raw outputs): -62.8
-    noise: Literal["gaussian", "ou"] = "gaussian"
-    noise_scale: float = 0.1  # 0.2: -60.7
-    ensemble_size: int = 1
-    ensemble_buffers: Literal["shared", "separate"] = "shared"
+    # The MADDPG job's flags (its ``learn`` section), in its --help order.
+    lr: float = param(1e-2, help="Adam learning rate of actors and critics")
+    # both 3e-3 with 2 updates per 8 steps: -69.2; both 2e-2: -62.5
+    actor_lr: float | None = param(None, help="actor learning rate (none: --lr)")
+    critic_lr: float | None = param(None, help="critic learning rate (none: --lr)")
+    gamma: float = param(0.95, help="discount")
+    tau: float = param(0.01, help="Polyak coefficient of the target networks")  # 0.05: -59.9
+    batch_size: int = param(1024, help="batch size of each update")
+    learning_starts: int = param(25_600, help="env steps before learning starts")
+    # The paper's 1 per 100 env steps for its 1.5M-step runs. In a 30k-step budget on
+    # simple_spread one update per 8 env steps scored -59.3 (seed 0) and one per 4
+    # -63.2, also with lower actor lr (-60.0 at 1e-3, -63.5 at 3e-3): more updates did
+    # not help (experiments/bench/multiagent/maddpg_spread.py docstring has the commands).
+    updates_per_step: float = param(0.01, help=(
+        "updates per env step (all copies together); above 1/--num-envs several per vector step"))
+    hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes of actors and critics, comma separated")
+    # None: -57.9 on seed 0 but -64.6 on seed 1. "network": each agent's actor and critic
+    # clipped alone; "role": one norm over all agents' actors (critics), as
+    # clip_grad_norm_ over their joint parameters does.
+    grad_clip: float | None = param(0.5, help="gradient-norm clip (none: no clipping)")
+    grad_clip_scope: Literal["network", "role"] = param("network", help=(
+        "network: clip each agent's network alone; role: one norm over all actors (critics)"))
+    noise: Literal["gaussian", "ou"] = param("gaussian", help="exploration noise of continuous actions")
+    noise_scale: float = param(0.1, help="exploration noise scale (continuous actions)")  # 0.2: -60.7
+    # 0 (no penalty on raw outputs): -62.8
+    actor_reg: float = param(1e-3, help="penalty on the actors' raw outputs")
+    gumbel_temperature: float = param(1.0, help="Gumbel-softmax temperature (discrete actions)")
+    ensemble_size: int = param(1, help="sub-policies per agent (policy ensembles, paper section 4.3)")
     # "own" (the paper): actor i ascends Q_i with the other agents' actions from the
     # replay buffer. "team" (cooperative tasks): every critic sees every agent's
     # current action and each actor ascends the sum of all critics, as TorchRL's
     # multi-agent DDPG loss does.
-    actor_objective: Literal["own", "team"] = "own"
-    mode: EvalMode = "auto"
-    batched_impl: BatchedImpl = "bmm"
-    seed: int | None = None
+    actor_objective: Literal["own", "team"] = param("own", help=(
+        "own: the paper's (actor i ascends Q_i, others' actions from replay); "
+        "team: every actor ascends the sum of all critics on current actions"))
+    critic_observes: Literal["all", "team"] = param("all", help=(
+        "all: every critic sees every agent's observation and action (the paper); team: a critic "
+        "sees only its own team's agents (teams: agent names up to the last _<digits>)"))
+    mode: EvalMode = param("auto", help=(
+        "how the agents' networks run: auto, jit_fork, threads, batched (stacked), loop"))
+    # The library's only (the job sets ensemble_buffers from its replay section, seed
+    # from its run's).
+    ensemble_buffers: Literal["shared", "separate"] = internal("shared")
+    batched_impl: BatchedImpl = internal("bmm")
+    seed: int | None = internal(None)
+
+    def lrs(self) -> tuple[float, float]:
+        """The actors' and the critics' learning rates (``lr`` where unset)."""
+        return (self.lr if self.actor_lr is None else self.actor_lr,
+                self.lr if self.critic_lr is None else self.critic_lr)
 
     def validate(self) -> None:
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        for name in ("actor_lr", "critic_lr", "gumbel_temperature"):
-            if not getattr(self, name) > 0:
+        for name in ("lr", "actor_lr", "critic_lr", "gumbel_temperature", "updates_per_step"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if self.critic_observes not in ("all", "team"):
+            raise ValueError(f"critic_observes must be 'all' or 'team', got {self.critic_observes!r}")
         if not self.hidden or any(h <= 0 for h in self.hidden):
             raise ValueError(f"hidden sizes must be positive, got {self.hidden}")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
-        if self.actor_reg < 0 or self.noise_scale < 0:
-            raise ValueError(f"actor_reg and noise_scale must be >= 0, got {self.actor_reg}, {self.noise_scale}")
+        for name in ("actor_reg", "noise_scale"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.noise not in ("gaussian", "ou"):
             raise ValueError(f"noise must be 'gaussian' or 'ou', got {self.noise!r}")
         if self.ensemble_size < 1:
@@ -138,8 +173,8 @@ class MADDPGConfig:
         if self.actor_objective not in ("own", "team"):
             raise ValueError(f"actor_objective must be 'own' or 'team', got {self.actor_objective!r}")
         if self.actor_objective == "team" and self.ensemble_size > 1:
-            raise ValueError("actor_objective='team' needs ensemble_size=1: a team objective over "
-                             "sub-policies drawn per episode is not defined")
+            raise ValueError("actor_objective team needs ensemble_size 1 (a team objective over "
+                             "sub-policies drawn per episode is not defined)")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.batched_impl not in ("bmm", "vmap"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from algorithms.params import internal, param
 
@@ -81,3 +81,26 @@ class PQNConfig:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)}")
         if not self.hidden or any(not isinstance(h, int) or h < 1 for h in self.hidden):
             raise ValueError(f"hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+
+
+# By observation family, for the fields left unset: the authors' settings (purejaxql),
+# measured in one process (experiments/bench/learning/pqn_single.py, 2 shared cores):
+# - vector (pqn_cartpole): 32 envs x 64 steps, 4 epochs x 16 minibatches, RAdam 1e-4
+#   decaying over 500K env steps, epsilon 1 -> 0.2 over 100K, rewards x 0.1, lambda
+#   0.95, 256-256 MLP: CartPole-v1 solved at 61-82K env steps in 6.5-9 s (seeds 0-3);
+# - small_image (pqn_minatar): 128 envs x 32 steps, 2 epochs x 32 minibatches, RAdam
+#   5e-4, lambda 0.65, epsilon 1 -> 0.05 over 1M: Breakout training return 8.8 at 1.0M
+#   env steps, 20 at 1.5M, about 30 from 3M, 11.2K env steps/s;
+# - frames: the MinAtar settings at lr 2.5e-4 (not measured here).
+DEFAULTS_BY_FAMILY: dict[str, dict[str, Any]] = {
+    "vector": {"n_steps": 64, "lr": 1e-4, "lr_decay_steps": 500_000, "epochs": 4, "minibatches": 16,
+               "lam": 0.95, "reward_scale": 0.1, "epsilon_end": 0.2, "epsilon_decay_steps": 100_000,
+               "hidden": (256, 256)},
+    "small_image": {"n_steps": 32, "lr": 5e-4, "lr_decay_steps": 0, "epochs": 2, "minibatches": 32,
+                    "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 1_000_000,
+                    "hidden": (128, 128)},
+    "frames": {"n_steps": 32, "lr": 2.5e-4, "lr_decay_steps": 0, "epochs": 2, "minibatches": 32,
+               "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 1_000_000,
+               "hidden": (128, 128)},
+}
+DEFAULTS_BY_FAMILY["other"] = DEFAULTS_BY_FAMILY["vector"]

@@ -7,9 +7,11 @@ sigma_i spread over every env copy, send transitions (one-step by default, TD3's
 targets; ``--n-step`` gives Ape-X's uncorrected n-step returns) with initial priorities
 from their own critic; the learner's priorities are the critics' TD errors.
 
-The hyperparameters are the Ape-X job's ``learn`` section (the fields it shares: lr,
-gamma, n-step, batch size, tau, hidden sizes, replay ratio) and ``continuous``
-section (:class:`experiments.apex.ContinuousConfig`).
+The hyperparameters are the Ape-X job's ``learn`` section (an
+:class:`~algorithms.dqn.config.ApexConfig`, of which TD3/DDPG use the fields they
+share with DQN: lr, gamma, n-step, batch size, tau, hidden sizes, replay ratio, the
+actors' and learner's pace) and ``continuous`` section
+(:class:`~algorithms.td3.config.ContinuousConfig`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from typing import Any
 
 from algorithms.actor_learner import Learner
 from algorithms.builder import Builder, EnvSpec, Flow
-from algorithms.dqn.apex import ApexConfig, ApexDPGActor
+from algorithms.dqn.apex import ApexDPGActor
+from algorithms.dqn.builder import DQNBuilder
+from algorithms.dqn.config import ApexConfig
+from algorithms.params import require
+from algorithms.td3.config import CONTINUOUS_DEFAULTS, ContinuousConfig
 from algorithms.td3.ddpg import DDPG
 
 
@@ -29,8 +35,9 @@ class TD3Builder(Builder):
 
     algorithm_base, actor_base, learner_base = DDPG, ApexDPGActor, Learner
 
-    def __init__(self, *, algorithm_name: str, learn: Any, continuous: Any, spec: EnvSpec, network: Any = None,
-                 algorithm: type | None = None, actor: type | None = None, learner: type | None = None) -> None:
+    def __init__(self, *, algorithm_name: str, learn: ApexConfig, continuous: ContinuousConfig, spec: EnvSpec,
+                 network: Any = None, algorithm: type | None = None, actor: type | None = None,
+                 learner: type | None = None) -> None:
         from gymnasium import spaces
 
         if algorithm_name not in ("td3", "ddpg"):
@@ -38,10 +45,8 @@ class TD3Builder(Builder):
         if not isinstance(spec.action_space, spaces.Box):
             raise ValueError(f"{algorithm_name} needs a Box action space, got {spec.action_space}")
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
-        self.name, self.learn, self.continuous = algorithm_name, learn, continuous
-        self.apex = ApexConfig(n_step=learn.n_step, batch_size=learn.batch_size,
-                               learning_starts=learn.learning_starts, push_every=learn.push_every,
-                               pull_every=learn.pull_every, eps_per_env=learn.eps_per_env)
+        require(learn, tuple(CONTINUOUS_DEFAULTS))
+        self.name, self.learn, self.apex, self.continuous = algorithm_name, learn, learn, continuous
         from algorithms.td3.td3 import TD3
 
         if algorithm is None and algorithm_name == "td3" and self.algorithm_cls is DDPG:
@@ -53,13 +58,14 @@ class TD3Builder(Builder):
                              f"{cls.__module__}.{cls.__qualname__} is {'a' if fits == 'td3' else 'not a'} TD3: "
                              f"algorithm_name={fits!r} (--algorithm {fits} in the Ape-X job) runs it")
 
+    @staticmethod
+    def defaults(family: str) -> dict[str, Any]:
+        """The values of the fields of ``learn`` the Ape-X job leaves unset (every family's)."""
+        return dict(CONTINUOUS_DEFAULTS)
+
     @property
     def flow(self) -> Flow:
-        learn = self.learn
-        return Flow(data="replay", batch_size=learn.batch_size, push_every=learn.push_every,
-                    pull_every=learn.pull_every, held_steps=self.apex.add_every + learn.n_step,
-                    learning_starts=learn.learning_starts, updates_per_step=learn.updates_per_step,
-                    n_step=learn.n_step)
+        return DQNBuilder.flow_of(self.learn)
 
     def config(self, seed: int) -> Any:
         from algorithms.td3.ddpg import DDPGConfig
@@ -68,7 +74,7 @@ class TD3Builder(Builder):
         learn, cont = self.learn, self.continuous
         common = {"gamma": learn.gamma, "tau": learn.tau, "actor_lr": learn.lr,
                   "critic_lr": cont.critic_lr if cont.critic_lr is not None else learn.lr,
-                  "hidden": learn.hidden_sizes(), "critic_layer_norm": cont.critic_layer_norm, "noise": cont.noise,
+                  "hidden": learn.hidden, "critic_layer_norm": cont.critic_layer_norm, "noise": cont.noise,
                   "noise_scale": cont.sigma, "seed": seed, "fast": learn.fast}
         if self.name == "ddpg":  # __init__ checked that the class agrees with the name
             return DDPGConfig(**common)

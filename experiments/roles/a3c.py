@@ -263,7 +263,7 @@ class Lead:
         self.eval_agent = build_agent(ctx, device=resolve_device(config.run.device))
         self.model = copy.deepcopy(self.eval_agent.model)
         self.initial = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        self.optimizer_factory = functools.partial(make_optimizer, config=config.learn.a2c_config())
+        self.optimizer_factory = functools.partial(make_optimizer, config=config.learn)
         self.coordinator = start_lead(ctx, num_sources=num_workers, target=target(ctx), evaluator=None)
 
     def server_args(self, *, round_timeout: bool) -> dict[str, Any]:

@@ -1,18 +1,20 @@
-"""What the MADDPG job builds: the env by ``--env-id`` (or the user's factory) with
-the env flags it takes, the agents' teams, the MADDPG (the user's subclass and
+"""What the MADDPG job builds: its env and replay sections, the env by ``--env-id``
+(or the user's factory) with the env flags it takes, the agents' teams, the MADDPG (the user's subclass and
 actor networks), the greedy evaluation; and the job's resolve/check/describe hooks
 for the runtime."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from experiments.runtime.cli import flag
+from experiments.runtime.cli import field, flag
+from experiments.runtime.config import DEFAULT_ENV_STEP_TIMEOUT, check_step_timeout
 from experiments.runtime.envs import env_name
 
 # Env flag -> the keyword names an env factory may take it by, in order of preference.
@@ -24,6 +26,62 @@ ENV_KWARGS = {
 
 
 # ------------------------------------------------------------------------ env
+
+
+def _at_least(config: Any, names: Sequence[str], low: int) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and value < low:
+            raise ValueError(f"{flag(name)} must be >= {low}, got {value}")
+
+
+@dataclasses.dataclass
+class MultiAgentEnvConfig:
+    """The PettingZoo parallel env, as copies stepped side by side."""
+
+    env_id: str = field("simple_spread", help=(
+        "PettingZoo parallel env: an mpe2 scenario by short name (simple_spread, simple_adversary, "
+        "simple_tag, simple_push, simple_reference, simple_speaker_listener, ...), 'module:factory' "
+        "(a callable returning a ParallelEnv), or the built-in cooperative / cooperative_hetero"))
+    num_envs: int = field(8, help="env copies stepped side by side (one batched forward per step)")
+    env_workers: int = field(2, help=(
+        "subprocesses stepping the env copies, each a share of them (at most one per copy); 0: in this "
+        "process. A worker killed by a signal (e.g. the OOM killer) is replaced, the episodes it cut "
+        "dropped (dropped_episodes), and counted (env_worker_restarts), at most --max-restarts times "
+        "per worker; an env that raises or hangs ends the run naming it"))
+    env_step_timeout: float | None = field(None, allow_inf=True, help=(
+        "seconds an env step or reset may take in an env worker before the run stops with an error "
+        f"naming the env and its worker; none: {DEFAULT_ENV_STEP_TIMEOUT:g} with --env-workers >= 1; "
+        "inf: no limit. An env in this process (--env-workers 0) cannot be interrupted"))
+    n_agents: int | None = field(None, help=(
+        "number of agents, for envs that take N (simple_spread, simple_adversary) or n_agents "
+        "(cooperative); none: the env's default"))
+    episode_steps: int | None = field(None, help=(
+        "episode length, for envs that take max_cycles (MPE) or max_steps (cooperative); "
+        "none: the env's default"))
+    continuous: bool | None = field(None, help=(
+        "continuous (Box) actions, for envs that take continuous_actions (MPE) or continuous; "
+        "unset: the env's default"))
+
+    def validate(self) -> None:
+        _at_least(self, ("num_envs", "n_agents", "episode_steps"), 1)
+        _at_least(self, ("env_workers",), 0)
+        check_step_timeout(self.env_step_timeout, self.env_workers)
+        if not self.env_id.strip():
+            raise ValueError(f"{flag('env_id')} may not be empty")
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    """The uniform replay (one buffer, or one per agent and sub-policy)."""
+
+    replay_capacity: int = field(1_000_000, help="replay capacity (transitions)")
+    ensemble_buffers: Literal["shared", "separate"] = field("shared", help=(
+        "with --ensemble-size > 1: one buffer for all sub-policies, or one per (agent, sub-policy) "
+        "as in the paper"))
+
+    def validate(self) -> None:
+        _at_least(self, ("replay_capacity",), 1)
 
 
 def env_factory(env: Any, user_env: Callable[[], Any] | None = None):

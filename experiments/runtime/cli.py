@@ -34,6 +34,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator, Sequence
@@ -140,7 +141,7 @@ def build_parser(config_cls: type, *, description: str = "") -> argparse.Argumen
             parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, **common)
             continue
         if _is_sizes(kind):  # "64,64"; STR as it was when jobs kept the text
-            parser.add_argument(flag(f.name), type=_sizes_parser(f.name), metavar="STR", **common)
+            parser.add_argument(flag(f.name), type=_sizes_parser(f.name, optional), metavar="STR", **common)
             continue
         choices = None
         if typing.get_origin(kind) is typing.Literal:
@@ -194,11 +195,12 @@ def validate(config: Any) -> None:
         if check is not None:
             try:
                 check()
-            except ValueError as exc:  # an algorithm's config names its field: say the flag
+            except ValueError as exc:  # an algorithm's config names its fields: say the flags
+                names = {f.name for f in dataclasses.fields(sub)}
                 first = str(exc).split(maxsplit=1)[0] if str(exc) else ""
-                if first.rstrip(":,") in {f.name for f in dataclasses.fields(sub)}:
-                    raise ValueError(flag(first) + str(exc)[len(first):]) from None
-                raise
+                if first.rstrip(":,") not in names:
+                    raise
+                raise ValueError(flag(first) + _flags_in(str(exc)[len(first):], names)) from None
 
 
 def changed_fields(config: Any, reference: Any) -> dict[str, Any]:
@@ -313,6 +315,11 @@ def _sections(config: Any) -> Iterator[Any]:
     yield config
 
 
+def _flags_in(text: str, names: set[str]) -> str:
+    """``text`` with the snake_case ``names`` in it spelled as flags (not prose words)."""
+    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", lambda m: flag(m.group()) if m.group() in names else m.group(), text)
+
+
 def _show(value: Any) -> str:
     if isinstance(value, tuple):
         return ",".join(map(str, value))
@@ -333,8 +340,10 @@ def _sizes(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _sizes_parser(name: str):
-    def parse(text: str) -> tuple[int, ...]:
+def _sizes_parser(name: str, optional: bool):
+    def parse(text: str) -> tuple[int, ...] | None:
+        if optional and text.lower() == "none":  # filled by the job, as if not given
+            return None
         try:
             return layer_sizes(text, name=name)
         except ValueError as exc:

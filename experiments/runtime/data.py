@@ -74,6 +74,35 @@ class ReplayConfig:
     def extra_ranks(self) -> int:
         return self.replay_ranks if self.replay_placement == "replay-ranks" else 0
 
+    def check_batches(self, batch_size: int | None, *, learners: int, serial: bool) -> None:
+        """ValueError naming the flags where the replay could never give a learner a batch
+        of ``batch_size`` (None: not filled yet), or where ``--serial`` cannot hold it."""
+        capacity = self.replay_capacity
+        if batch_size is not None and batch_size > capacity:
+            raise ValueError(f"{flag('batch_size')} {batch_size} exceeds {flag('replay_capacity')} {capacity}")
+        shard = capacity // max(1, learners)
+        if learners > 1 and self.replay_placement == "learner" and batch_size is not None and batch_size > shard:
+            # A shard that never holds a batch would hold every learner back for good.
+            raise ValueError(f"{flag('batch_size')} {batch_size} exceeds a learner's replay shard: "
+                             f"{flag('replay_capacity')} {capacity} / --learners {learners} = {shard}")
+        if serial and self.replay_placement != "learner":
+            raise ValueError(f"{flag('serial')} keeps the replay in its one process: use --replay-placement learner")
+
+    def check_resume(self, run_dir: str, *, learners: int, num_actors: int) -> None:
+        """Before any process starts: the run to resume has a complete checkpoint for this
+        replay's shards (CheckpointMismatch for shards of another count)."""
+        import os
+
+        from experiments.runtime.rundir import RunDir
+        from rlpar.buffers.distributed import shard_part_names
+        from rlpar.checkpoint import latest_checkpoint
+
+        directory = RunDir(run_dir).checkpoints
+        split = learners if learners > 1 else 0  # a replay split over the learners
+        shards = {"actors": num_actors, "replay-ranks": self.replay_ranks, "learner": split}[self.replay_placement]
+        if shards and directory and os.path.isdir(directory):  # not on a node without the run dir
+            latest_checkpoint(directory, parts=shard_part_names(shards))
+
     def prefetch_depth(self) -> int:
         """``--prefetch`` resolved: a replay in the learner process samples with a local
         call (tens of microseconds with the compiled sum tree), where a prefetch thread

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from algorithms.params import RUN_BUDGET  # the sentinel a family default may be (re-exported)
 from experiments.runtime.cli import flag
 
 
@@ -160,12 +161,6 @@ def target_return(given: float | None, factory: Callable[[], Any]) -> float:
         return float(given)
     threshold = _spaces(factory)[2]
     return math.inf if threshold is None else float(threshold)
-
-
-# A family default meaning the run's own ``--max-env-steps`` (``lr_anneal_steps``: the
-# rate reaches 0 as the run ends, as CleanRL anneals over its total_timesteps);
-# :func:`fill_by_family` replaces it, so it never reaches a learner.
-RUN_BUDGET = -1
 
 
 def fill_by_family(section: Any, defaults: Mapping[str, Mapping[str, Any]],

@@ -54,8 +54,13 @@ def check_fixed(config: Any) -> None:
         if ours[name] != saved[name]:
             raise ValueError(
                 f"{flag(name)} cannot change when resuming: {run_dir!r} was run with "
-                f"{saved[name]!r}, not {ours[name]!r}, and its checkpoint holds state made with it "
+                f"{_spelled(saved[name])!r}, not {_spelled(ours[name])!r}, and its checkpoint holds state made with it "
                 f"(leave {flag(name)} out to go on with the run's, or start a new run)")
+
+
+def _spelled(value: Any) -> Any:
+    """A value as its flag and config.json spell it (layer sizes: ``"64,64"``)."""
+    return ",".join(map(str, value)) if isinstance(value, tuple) else value
 
 
 def _values(config: Any) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def test_the_option_reaches_the_algorithms_from_the_job_configs():
     from algorithms.td3 import TD3Builder
     from experiments.apex import ApexJobConfig, LearnConfig, fill_learn
     from experiments.impala import LearnConfig as ImpalaLearn
-    from experiments.runtime.cli import parse_config
+    from experiments.runtime.cli import parse_config, validate
 
     config = parse_config(ApexJobConfig, ["--fast", "off"])
     assert config.learn.fast == "off"
@@ -213,8 +213,10 @@ def test_the_option_reaches_the_algorithms_from_the_job_configs():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             parse_config(ApexJobConfig, ["--fast", "fastest"])
+    bad = ApexJobConfig()
+    bad.learn.fast = "fastest"
     with pytest.raises(ValueError, match="--fast must be one of"):
-        LearnConfig(fast="fastest").validate()
+        validate(bad)
     continuous = fill_learn(dataclasses.replace(LearnConfig(), fast="eager"), algorithm="td3", family="vector")
     td3 = TD3Builder(algorithm_name="td3", learn=continuous, continuous=config.continuous,
                      spec=EnvSpec(spaces.Box(-1, 1, (3,)), spaces.Box(-1, 1, (1,))))

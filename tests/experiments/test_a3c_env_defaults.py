@@ -9,13 +9,10 @@ import os
 import gymnasium as gym
 import pytest
 
-from experiments.a3c import (
-    DEFAULTS_BY_FAMILY,
-    ENV_DEFAULTS_BY_FAMILY,
-    A3CEnvConfig,
-    A3CLearnConfig,
-    run,
-)
+from algorithms.a2c.config import DEFAULTS_BY_FAMILY
+from experiments.a3c import A3CEnvConfig, run
+from experiments.a3c import LearnConfig as A3CLearnConfig
+from experiments.roles.a3c_parts import ENV_DEFAULTS_BY_FAMILY
 from experiments.runtime.envs import fill_by_family
 from tests.experiments.jobs import a3c_config
 
@@ -46,13 +43,18 @@ def test_given_fields_are_kept_and_only_the_unset_ones_filled(tmp_path):
 
 
 def test_unresolved_fields_are_a_clear_error_and_bad_values_are_caught_before_any_env():
+    from gymnasium import spaces
+
+    from algorithms.a2c import A2C
+    from experiments.runtime.cli import validate
+
     with pytest.raises(ValueError, match="--n-steps, --lr, --entropy-coef, --value-coef, --normalize-advantages unset"):
-        A3CLearnConfig().a2c_config()
+        A2C(observation_space=spaces.Box(-1, 1, (4,)), action_space=spaces.Discrete(2), config=A3CLearnConfig())
     A3CLearnConfig().validate()  # unset is fine until the job fills it
     with pytest.raises(ValueError, match="--n-steps must be >= 1"):
-        A3CLearnConfig(n_steps=0).validate()
+        validate(a3c_config(n_steps=0))
     with pytest.raises(ValueError, match="--lr"):
-        A3CLearnConfig(lr=-1.0).validate()
+        validate(a3c_config(lr=-1.0))
     A3CEnvConfig().validate()
     with pytest.raises(ValueError, match="--num-envs must be >= 1"):
         A3CEnvConfig(num_envs=0).validate()

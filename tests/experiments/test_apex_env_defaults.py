@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from experiments import apex
 from experiments.apex import DEFAULTS_BY_FAMILY, LearnConfig, run
 from tests.experiments.jobs import apex_config
 
@@ -40,23 +41,18 @@ def test_every_family_has_every_default():
 
 
 def test_unresolved_family_defaults_are_a_clear_error():
-    with pytest.raises(ValueError, match="--lr is unset"):
-        LearnConfig().dqn_config()
-    with pytest.raises(ValueError, match="--tau is unset"):
-        LearnConfig(lr=1e-3).dqn_config()
-    assert LearnConfig(lr=1e-3, tau=1.0).dqn_config().lr == 1e-3
-    with pytest.raises(ValueError, match="--eps-alpha is unset"):
-        LearnConfig().apex_config()
-    with pytest.raises(ValueError, match="--n-step is unset"):
-        LearnConfig(eps_alpha=3.0).apex_config()
-    with pytest.raises(ValueError, match="--batch-size is unset"):
-        LearnConfig(eps_alpha=3.0, n_step=1).apex_config()
-    assert LearnConfig(eps_alpha=3.0, n_step=1, batch_size=32).apex_config().eps_alpha == 3.0
-    with pytest.raises(ValueError, match="--eps-alpha must be >= 0"):
-        LearnConfig(eps_alpha=-1.0).validate()
-    assert LearnConfig(lr=1e-3, tau=1.0, adam_eps=1.5e-4).dqn_config().adam_eps == 1.5e-4
-    with pytest.raises(ValueError, match="--adam-eps must be > 0"):
-        LearnConfig(adam_eps=0.0).validate()
+    from algorithms.dqn import DQNBuilder
+    from experiments.runtime.cli import validate
+
+    with pytest.raises(ValueError, match="--lr, --n-step, --batch-size, --tau, --hidden, --updates-per-step, "
+                                         "--eps-alpha unset"):
+        DQNBuilder(learn=LearnConfig(), spec=None)
+    filled = apex.fill_learn(LearnConfig(adam_eps=1.5e-4), algorithm="dqn", family="vector")
+    assert DQNBuilder(learn=filled, spec=None).dqn.adam_eps == 1.5e-4
+    for over, message in (({"eps_alpha": -1.0}, "--eps-alpha must be >= 0"),
+                          ({"adam_eps": 0.0}, "--adam-eps must be > 0")):
+        with pytest.raises(ValueError, match=message):
+            validate(apex_config(**over))
 
 
 def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
@@ -83,3 +79,13 @@ def test_pacing_needs_the_filled_family_defaults():
         pacing(config)
     config.learn.batch_size = 128
     assert pacing(config).updates_per_step == 0.5
+
+
+def test_hidden_is_sizes_and_none_leaves_it_to_the_algorithm():
+    from experiments.apex import ApexJobConfig
+    from experiments.runtime.cli import parse_config
+
+    assert parse_config(ApexJobConfig, ["--hidden", "64,32"]).learn.hidden == (64, 32)
+    assert parse_config(ApexJobConfig, ["--hidden", "none"]).learn.hidden is None
+    td3 = apex.fill_learn(LearnConfig(), algorithm="td3", family="vector")
+    assert (td3.hidden, td3.batch_size, td3.n_step) == ((256, 256), 256, 1)

@@ -23,9 +23,13 @@ def test_distributed_learner_recycles_and_logs_it(tmp_path):
 
 
 def test_recycle_flags_are_checked_and_reach_the_dqn():
-    config = LearnConfig(lr=1e-3, tau=1.0, recycle_every=1000, recycle_tau=0.05).dqn_config()
+    from algorithms.dqn import DQNBuilder
+    from experiments.runtime.cli import validate
+
+    learn = apex.fill_learn(LearnConfig(recycle_every=1000, recycle_tau=0.05), algorithm="dqn", family="vector")
+    config = DQNBuilder(learn=learn, spec=None).dqn
     assert (config.recycle_every, config.recycle_tau) == (1000, 0.05)
     with pytest.raises(ValueError, match=r"--recycle-every must be >= 0 \(0 = off\)"):
-        LearnConfig(recycle_every=-1).validate()
+        validate(apex_config(recycle_every=-1))
     with pytest.raises(ValueError, match=r"--recycle-tau must be in \[0, 1\)"):
-        LearnConfig(recycle_tau=1.0).validate()
+        validate(apex_config(recycle_tau=1.0))

@@ -277,11 +277,14 @@ def test_status_every_0_prints_no_status_line(capsys):
 
 def test_actor_and_critic_learning_rates_override_lr():
     algo_config = parse_config(MADDPGJobConfig, ["--lr", "1e-2", "--critic-lr", "3e-3"]).algo_config()
-    assert (algo_config.actor_lr, algo_config.critic_lr) == (1e-2, 3e-3)
+    assert algo_config.lrs() == (1e-2, 3e-3)
     config = MADDPGJobConfig()
     config.learn.actor_reg, config.learn.gumbel_temperature = 0.0, 0.5
+    config.replay.ensemble_buffers, config.run.seed = "separate", 7
     algo_config = config.algo_config()
-    assert (algo_config.actor_lr, algo_config.actor_reg, algo_config.gumbel_temperature) == (1e-2, 0.0, 0.5)
+    assert (algo_config.lrs()[0], algo_config.actor_reg, algo_config.gumbel_temperature) == (1e-2, 0.0, 0.5)
+    assert (algo_config.ensemble_buffers, algo_config.seed) == ("separate", 7)
+    assert config.learn.ensemble_buffers == "shared"  # the job's learn section (its config.json) keeps no copy
 
 
 @pytest.mark.timeout(90)

@@ -107,7 +107,7 @@ def test_bad_learner_flags_are_named():
     # A torchrun world too small for K learners and an actor.
     with pytest.raises(ValueError, match="a world of 2 ranks leaves no actor with --learners 2"):
         apex.resolve(apex_config(learners=2), 2)
-    with pytest.raises(ValueError, match="a world of 3 ranks has no actor with --learners 3"):
+    with pytest.raises(ValueError, match="a world of 3 ranks leaves no actor with --learners 3"):
         impala.resolve(impala_config(learners=3), 3)
     with pytest.raises(ValueError, match="--learners 2 needs at least 2 actors, got 1"):
         impala.resolve(impala_config(learners=2), 3)

@@ -207,14 +207,14 @@ def test_members_by_default_one_per_gpu_when_learning_on_cuda(monkeypatch):
 def test_actor_defaults_follow_the_cores_the_job_may_use(monkeypatch):
     """Ape-X and IMPALA default to one actor per core this process may run on: under
     taskset or a cgroup's cpuset that is the affinity mask, not the host's count."""
-    from experiments import apex, impala
     from experiments.runtime import config
+    from experiments.runtime.entry import default_actors
 
     monkeypatch.setattr(config.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {4, 5, 6}, raising=False)
-    assert apex.default_actors() == impala.default_actors() == 3
+    assert default_actors() == 3
     monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {7}, raising=False)
-    assert apex.default_actors() == impala.default_actors() == 2  # never fewer than two
+    assert default_actors() == 2  # never fewer than two
 
 
 def test_a_builders_algorithm_or_runner_of_the_wrong_type_is_named_by_its_method():

@@ -3,7 +3,7 @@ rate, and an actor's env steps per CPU-second, per ``fast`` mode (:mod:`algorith
 
 For each game's observations (``MinAtar/<Game>-v0``: 10x10xC booleans, C = 4..10) the
 learner's DQN is built as the Ape-X job builds it (``q_network(..., dueling=True)``,
-``fill_learn(LearnConfig(fast=...), algorithm="dqn", family=...).dqn_config()``: double Q,
+``DQNBuilder(learn=fill_learn(LearnConfig(fast=...), algorithm="dqn", family=...)).dqn``: double Q,
 Huber, clipping, EagerAdam) and fed replay-shaped batches. Per (game, batch size,
 intra-op threads) the ``--fast`` modes' learners take turns, 6 blocks each, and each
 mode's line has its median block: CPU ms (``time.process_time``, all threads) and wall
@@ -127,6 +127,13 @@ _RELU = {"aten::relu", "aten::relu_", "aten::clamp_min", "aten::threshold_backwa
 _CLIP = {"aten::_foreach_norm", "aten::_foreach_mul_"}
 
 
+def learner_config(learn):
+    """The learner DQN's config, as the Ape-X job's builder derives it from ``learn``."""
+    from algorithms.dqn import DQNBuilder
+
+    return DQNBuilder(learn=learn, spec=None).dqn
+
+
 def dqn_config(shape: tuple[int, ...], fast: str | None):
     """The Ape-X job's DQN config for observations of ``shape`` (``fast`` as given;
     None: a tree without the option, which the ``before`` numbers were taken on)."""
@@ -148,7 +155,7 @@ def build_learner(game: str, *, seed: int = 0, fast: str | None = None
     shape, dtype, n = tuple(env.observation_space.shape), env.observation_space.dtype, int(env.action_space.n)
     env.close()
     torch.manual_seed(seed)
-    config = dqn_config(shape, fast).dqn_config()
+    config = learner_config(dqn_config(shape, fast))
     dqn = DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=config, seed=seed)
     return dqn, shape, dtype, n
 
@@ -299,12 +306,12 @@ def actor_rates(game: str, steps: int, modes: list[str | None], num_envs: int = 
 
         def make_dqn(shape: tuple[int, ...] = shape, n: int = n, learn: Any = learn) -> DQN:
             torch.manual_seed(0)
-            return DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=learn.dqn_config(), seed=0)
+            return DQN(network=q_network(shape, n, dueling=True), num_actions=n, config=learner_config(learn), seed=0)
 
         params = ModelStore()
         params.push(make_dqn().policy_state(), version=0)
         actors[mode] = ApexActor(dqn=make_dqn(), env=env, buffer=PrioritizedReplayBuffer(capacity=100_000, seed=0),
-                                 params=params, index=0, num_actors=2, config=learn.apex_config(), seed=0)
+                                 params=params, index=0, num_actors=2, config=learn, seed=0)
         actors[mode].sync()
         for _ in range(32):  # warm-up: the first add and pull
             actors[mode].step()

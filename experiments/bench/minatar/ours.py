@@ -186,7 +186,7 @@ def apex_network(flags: str, game: str, *, variant: str = "paper"):
     config = apex_config(flags)
     env = EnvFactory.from_id(env_id(game, variant))()
     fill_learn(config.learn, algorithm="dqn", family=observation_family(env.observation_space.shape))
-    net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden_sizes(),
+    net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden,
                     dueling=config.learn.dueling)
     env.close()
     return net
@@ -210,7 +210,7 @@ def a3c_agent(flags: str, game: str, *, variant: str = "paper") -> A2C:
     fill_defaults(config, factory)  # the job's own fill: the same net as the run's
     env = factory()
     agent = A2C(observation_space=env.observation_space, action_space=env.action_space,
-                config=config.learn.a2c_config(), device="cpu")
+                config=config.learn, device="cpu")
     env.close()
     return agent
 

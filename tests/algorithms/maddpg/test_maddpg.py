@@ -116,7 +116,7 @@ def test_all_modes_give_identical_actions_and_updates(spec):
     results = {}
     for mode in ["loop", "threads", "jit_fork", "batched"]:
         algo = make(3, spec=spec, mode=mode)
-        lr = max(algo.config.actor_lr, algo.config.critic_lr)
+        lr = max(algo.config.lrs())
         obs = np.random.default_rng(1).standard_normal((5, 3, 4)).astype(np.float32)
         greedy = algo.act(obs, explore=False)
         before = flat(algo)
@@ -347,7 +347,7 @@ def test_team_objective_on_per_agent_batches_and_discrete_actions():
 
 
 def test_team_objective_rejects_ensembles():
-    with pytest.raises(ValueError, match="actor_objective='team' needs ensemble_size=1"):
+    with pytest.raises(ValueError, match="actor_objective team needs ensemble_size 1"):
         make(2, actor_objective="team", ensemble_size=2)
     with pytest.raises(ValueError, match="actor_objective"):
         make(2, actor_objective="everyone")
