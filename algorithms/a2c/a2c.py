@@ -35,6 +35,8 @@ from algorithms.actor_critic import (
     PolicyHead,
     build_actor_critic,
     make_head,
+    model_observations,
+    observation_tensor,
     successor_values,
 )
 from algorithms.base import Algorithm
@@ -115,7 +117,7 @@ class A2C(Algorithm):
         return self.head.to_env(self.head.mode(out))
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        return observation_tensor(self.model, obs, self.device)
 
     # ----------------------------------------------------------------- learning
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
@@ -149,6 +151,8 @@ class A2C(Algorithm):
                 data[key] = data[key].bool()
         if "valid" not in data:
             data["valid"] = torch.ones_like(data["terminated"])
+        for key in ("obs", "next_obs"):  # acting's rule: the network sees the same values
+            data[key] = model_observations(self.model, data[key])
         if data["rewards"].dim() != 2:
             raise ValueError(f"rollout rewards must be (T, N), got {tuple(data['rewards'].shape)}")
         data["rewards"] = data["rewards"].float() * self.config.reward_scale
