@@ -17,7 +17,8 @@ observations of truncated steps) is :mod:`algorithms.impala.unroll`'s.
 ``compute_targets`` (``forward`` + ``vtrace``) -> ``compute_loss`` -> ``optimize``
 -> ``postprocess``. The networks and policy heads are A2C's
 (:mod:`algorithms.actor_critic`): categorical for ``Discrete`` actions, Gaussian for
-``Box``; MLPs for vectors, the MinAtar conv torso for small images.
+``Box``; MLPs for vectors, the MinAtar conv torso for small images, the Nature CNN
+for ``(C, 84, 84)`` frames.
 """
 
 from __future__ import annotations

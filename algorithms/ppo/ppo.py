@@ -98,7 +98,8 @@ class PPO(Algorithm):
 
     The model is A2C's (:func:`algorithms.actor_critic.build_actor_critic`): a user
     ``model`` (``forward(obs) -> (policy_out, value)``), ``actor`` and ``critic``, or
-    the default networks for the observations (MLPs, or MinAtar's conv torso).
+    the default networks for the observations (MLPs, MinAtar's conv torso, or the
+    Nature CNN for frames).
     ``seed`` seeds the default networks' initialisation (members of a learner group
     pass the same one); ``sample_seed`` seeds :attr:`generator`, the stream of action
     samples and minibatch shuffles (members pass different ones). None: drawn from
