@@ -62,7 +62,9 @@ class A2C(Algorithm):
 
     Pass ``model`` (any ``nn.Module`` whose ``forward(obs)`` returns
     ``(policy_out, value)``), or ``actor`` and ``critic`` modules (obs -> policy
-    output, obs -> value), or neither for MLPs built from ``config``. The policy
+    output, obs -> value), or neither for the default networks
+    (:func:`algorithms.actor_critic.default_actor_critic`: MLPs built from ``config``,
+    the MinAtar conv torso, or the Nature CNN for frames). The policy
     output is logits (Discrete), the mean (Box, state-independent log-std) or
     mean and log-std concatenated (Box with ``config.state_dependent_std``).
     """
