@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from algorithms.nets import MINATAR_FEATURES, is_small_image, minatar_conv, mlp
+from algorithms.nets import MINATAR_FEATURES, default_torso, minatar_conv, mlp, observation_family
 
 if TYPE_CHECKING:
     from algorithms.a2c.config import A2CConfig
@@ -34,7 +34,14 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 class ActorCritic(nn.Module):
-    """``forward(obs) -> (policy_out, value)`` with ``value`` of shape ``(B,)``."""
+    """``forward(obs) -> (policy_out, value)`` with ``value`` of shape ``(B,)``.
+
+    ``byte_observations``: the network takes uint8 observations as they are and
+    scales them itself (the Nature CNN's :class:`~algorithms.nets.ScaleBytes`), so
+    acting and updates hand it uint8 frames unconverted (:func:`observation_tensor`,
+    :func:`model_observations`); float input it takes as already scaled. Otherwise
+    every observation reaches it as float32 values, as always.
+    """
 
     def __init__(
         self,
@@ -43,12 +50,14 @@ class ActorCritic(nn.Module):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         log_std: nn.Parameter | None = None,
+        byte_observations: bool = False,
     ) -> None:
         super().__init__()
         if (shared is None) == (actor is None or critic is None):
             raise ValueError("ActorCritic needs either shared=, or both actor= and critic=")
         self.shared, self.actor, self.critic = shared, actor, critic
         self.log_std = log_std
+        self.byte_observations = bool(byte_observations)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.shared is not None:
@@ -65,6 +74,24 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return _flat_value(self.critic(obs), obs) if self.shared is None else self.forward(obs)[1]
+
+
+def model_observations(model: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """``obs`` as ``model`` takes them: uint8 left as bytes where the model scales them
+    itself (``byte_observations``), else float32 values. Acting and every update pass
+    observations through this one rule, so both feed the network the same pixels."""
+    if obs.dtype == torch.uint8 and getattr(model, "byte_observations", False):
+        return obs
+    return obs.float()
+
+
+def observation_tensor(model: nn.Module, obs: Any, device: torch.device) -> torch.Tensor:
+    """An acting batch (arrays, lists) as a tensor on ``device`` by
+    :func:`model_observations`' rule."""
+    array = np.asarray(obs)
+    if array.dtype == np.uint8 and getattr(model, "byte_observations", False):
+        return torch.as_tensor(array, device=device)
+    return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
 
 
 class ActingForward:
@@ -151,18 +178,31 @@ def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, confi
     sqrt(2), the policy layer with 0.01 (a near-uniform initial policy), the value
     layer with 1, as in the A2C baselines.
 
-    Small channels-last images (:func:`algorithms.nets.is_small_image`, e.g. MinAtar's
-    10x10xC booleans) get the MinAtar conv torso (Young & Tian 2019) shared by the
-    policy and value layers, as the paper's actor-critic and the A3C paper's Atari
-    nets share theirs; ``hidden``, ``activation`` and ``shared_network`` apply to the
-    MLPs built for every other Box.
+    The torso goes by :func:`algorithms.nets.observation_family`:
+
+    * ``(C, 84, 84)`` stacked frames: the Nature CNN torso (Mnih et al. 2015; conv
+      32-8-4, 64-4-2, 64-3-1, dense 512, ReLU; :func:`algorithms.nets.default_torso`,
+      Ape-X's and PQN's) shared by the policy and value layers, CleanRL's
+      ``ppo_atari`` network. uint8 frames reach it as bytes and are scaled by 1/255
+      inside (``byte_observations``);
+    * small channels-last images (:func:`algorithms.nets.is_small_image`, e.g.
+      MinAtar's 10x10xC booleans): the MinAtar conv torso (Young & Tian 2019), shared
+      as the paper's actor-critic and the A3C paper's Atari nets share theirs;
+    * every other Box: MLPs, the only networks ``hidden``, ``activation`` and
+      ``shared_network`` apply to.
     """
     if not isinstance(observation_space, gym.spaces.Box):
         raise TypeError(
             f"the default networks need a Box observation space, got {observation_space}; "
             "pass model= or actor=/critic= for other spaces"
         )
-    if is_small_image(observation_space.shape):
+    family = observation_family(observation_space.shape)
+    if family == "frames":
+        torso, features = default_torso(observation_space.shape)
+        net = SharedBody(body=torso, features=features, policy_dim=policy_dim)
+        _orthogonal(net.body), _orthogonal(net.policy_layer, 0.01), _orthogonal(net.value_layer, 1.0)
+        return ActorCritic(shared=net, log_std=log_std, byte_observations=True)
+    if family == "small_image":
         height, width, channels = observation_space.shape
         net = SharedBody(body=minatar_conv(channels, height=height, width=width), features=MINATAR_FEATURES,
                          policy_dim=policy_dim)

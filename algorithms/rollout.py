@@ -83,7 +83,11 @@ class RolloutCollector:
         if not (isinstance(min_steps, int) and 1 <= min_steps <= self.n_steps):
             raise ValueError(f"min_steps must be an int in [1, n_steps={self.n_steps}], got {min_steps!r}")
         steps, n = self.n_steps, self.num_envs
-        obs_buf = np.empty((steps, *self._obs.shape), dtype=np.float32)
+        # uint8 frames stay bytes (a quarter of float32's memory) for networks that
+        # scale them themselves; the algorithms' preprocess casts anything else by the
+        # rule they act by (algorithms.actor_critic.model_observations).
+        obs_dtype = np.uint8 if self._obs.dtype == np.uint8 else np.float32
+        obs_buf = np.empty((steps, *self._obs.shape), dtype=obs_dtype)
         next_buf = np.empty_like(obs_buf)
         rewards = np.empty((steps, n), dtype=np.float32)
         terminated = np.empty((steps, n), dtype=bool)

@@ -35,6 +35,8 @@ from algorithms.actor_critic import (
     PolicyHead,
     build_actor_critic,
     make_head,
+    model_observations,
+    observation_tensor,
     successor_values,
 )
 from algorithms.base import Algorithm
@@ -62,7 +64,9 @@ class A2C(Algorithm):
 
     Pass ``model`` (any ``nn.Module`` whose ``forward(obs)`` returns
     ``(policy_out, value)``), or ``actor`` and ``critic`` modules (obs -> policy
-    output, obs -> value), or neither for MLPs built from ``config``. The policy
+    output, obs -> value), or neither for the default networks
+    (:func:`algorithms.actor_critic.default_actor_critic`: MLPs built from ``config``,
+    the MinAtar conv torso, or the Nature CNN for frames). The policy
     output is logits (Discrete), the mean (Box, state-independent log-std) or
     mean and log-std concatenated (Box with ``config.state_dependent_std``).
     """
@@ -118,7 +122,7 @@ class A2C(Algorithm):
         return self.head.to_env(self.head.mode(out))
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        return observation_tensor(self.model, obs, self.device)
 
     # ----------------------------------------------------------------- learning
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
@@ -152,6 +156,8 @@ class A2C(Algorithm):
                 data[key] = data[key].bool()
         if "valid" not in data:
             data["valid"] = torch.ones_like(data["terminated"])
+        for key in ("obs", "next_obs"):  # acting's rule: the network sees the same values
+            data[key] = model_observations(self.model, data[key])
         if data["rewards"].dim() != 2:
             raise ValueError(f"rollout rewards must be (T, N), got {tuple(data['rewards'].shape)}")
         data["rewards"] = data["rewards"].float() * self.config.reward_scale

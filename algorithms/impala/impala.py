@@ -17,7 +17,8 @@ observations of truncated steps) is :mod:`algorithms.impala.unroll`'s.
 ``compute_targets`` (``forward`` + ``vtrace``) -> ``compute_loss`` -> ``optimize``
 -> ``postprocess``. The networks and policy heads are A2C's
 (:mod:`algorithms.actor_critic`): categorical for ``Discrete`` actions, Gaussian for
-``Box``; MLPs for vectors, the MinAtar conv torso for small images.
+``Box``; MLPs for vectors, the MinAtar conv torso for small images, the Nature CNN
+for ``(C, 84, 84)`` frames.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from algorithms.actor_critic import (
     PolicyHead,
     default_actor_critic,
     make_head,
+    model_observations,
+    observation_tensor,
 )
 from algorithms.base import Algorithm, GradHook, reduce_gradients
 from algorithms.fast import flush_denormals, resolve_fast
@@ -135,8 +138,8 @@ class IMPALA(Algorithm):
             return self.head.to_env(self.head.mode(self.policy_out(self._obs_tensor(obs))))
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
-        # float32 here and in preprocess: both paths feed the network the same values.
-        return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        # One rule here and in preprocess: both paths feed the network the same values.
+        return observation_tensor(self.model, obs, self.device)
 
     # ----------------------------------------------------------------- learning
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
@@ -162,12 +165,13 @@ class IMPALA(Algorithm):
 
     def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Hook: check the batch (names what is missing or misshapen), then tensors on
-        the device: float32 observations, bool flags, rewards clipped if configured."""
+        the device: observations as the model takes them (float32, or uint8 frames for
+        a network that scales its own bytes), bool flags, rewards clipped if configured."""
         check_batch(batch, observation_space=self.observation_space, action_space=self.action_space)
         data = super().preprocess(batch)
         for key in ("obs", "next_obs_last", "final_obs"):
             if key in data:
-                data[key] = data[key].float()
+                data[key] = model_observations(self.model, data[key])
         for key in ("terminated", "truncated"):
             data[key] = data[key].bool()
         data["reward"] = data["reward"].float()

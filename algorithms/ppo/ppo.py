@@ -50,6 +50,8 @@ from algorithms.actor_critic import (
     ActorCritic,
     build_actor_critic,
     make_head,
+    model_observations,
+    observation_tensor,
     successor_values,
 )
 from algorithms.base import Algorithm
@@ -96,7 +98,8 @@ class PPO(Algorithm):
 
     The model is A2C's (:func:`algorithms.actor_critic.build_actor_critic`): a user
     ``model`` (``forward(obs) -> (policy_out, value)``), ``actor`` and ``critic``, or
-    the default networks for the observations (MLPs, or MinAtar's conv torso).
+    the default networks for the observations (MLPs, MinAtar's conv torso, or the
+    Nature CNN for frames).
     ``seed`` seeds the default networks' initialisation (members of a learner group
     pass the same one); ``sample_seed`` seeds :attr:`generator`, the stream of action
     samples and minibatch shuffles (members pass different ones). None: drawn from
@@ -166,7 +169,7 @@ class PPO(Algorithm):
             return self.head.to_env(self.head.mode(self._acting.policy(self._obs_tensor(obs))))
 
     def _obs_tensor(self, obs: Any) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        return observation_tensor(self.model, obs, self.device)
 
     # ----------------------------------------------------------------- learning
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
@@ -222,8 +225,10 @@ class PPO(Algorithm):
                 data[key] = data[key].bool()
         data.setdefault("valid", torch.ones_like(data["terminated"]))
         data["rewards"] = data["rewards"].float() * self.config.reward_scale
-        for key in ("obs", "next_obs", "values", "log_probs"):  # e.g. MinAtar's bool images
+        for key in ("values", "log_probs"):
             data[key] = data[key].float()
+        for key in ("obs", "next_obs"):  # e.g. MinAtar's bool images; acting's rule
+            data[key] = model_observations(self.model, data[key])
         return data
 
     @torch.no_grad()
