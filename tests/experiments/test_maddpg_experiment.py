@@ -216,8 +216,8 @@ def test_envs_that_cannot_run_exit_2_naming_the_flag(argv, message, capsys):
 
 
 def test_a_launcher_world_of_more_than_one_rank_is_refused(monkeypatch, capsys):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)  # torchrun's environment, whole
     with pytest.raises(ValueError, match="MADDPG runs in one process; use torchrun --nproc-per-node 1"):
         run(small_config())
     assert main(["--env-id", "cooperative", "--log-dir", "none"]) == 2

@@ -86,8 +86,8 @@ def test_a_launcher_world_without_a_good_run_secret_exits_2_before_its_run_direc
         main, secret, message, capsys, monkeypatch):
     monkeypatch.setattr("experiments.runtime.rundir.RunDir.create", _no_run_dir)
     monkeypatch.setattr("experiments.runtime.rundir.RunDir.for_elastic", _no_run_dir)
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)  # torchrun's environment, whole
     monkeypatch.delenv("RLPAR_ALLOW_NO_SECRET", raising=False)
     if secret is None:
         monkeypatch.delenv("RLPAR_RUN_SECRET", raising=False)
