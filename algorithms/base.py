@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from algorithms.optim import clip_grad_norm
+
 
 class Learned(NamedTuple):
     """What one learning step gives back: scalar ``metrics`` for logging and, for an
@@ -42,6 +44,20 @@ def reduce_gradients(hook: GradHook | None, params: Sequence[torch.Tensor]) -> N
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     hook(params)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: Sequence[torch.Tensor], *,
+                   grad_hook: GradHook | None, max_norm: float | None) -> None:
+    """One step of ``optimizer`` on ``loss``: backward, ``grad_hook`` (a learner group's
+    average, :func:`reduce_gradients`), the gradient clipped to ``max_norm`` (None: not
+    clipped), the step. The off-policy actor-critics' (DDPG, TD3, SAC) every step."""
+    params = list(params)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    reduce_gradients(grad_hook, params)
+    if max_norm is not None:
+        clip_grad_norm([p.grad for p in params if p.grad is not None], max_norm)
+    optimizer.step()
 
 
 class Algorithm(abc.ABC):

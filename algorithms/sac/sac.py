@@ -39,10 +39,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.base import Algorithm, GradHook, Learned, as_tensor, no_grad_for, reduce_gradients
+from algorithms.base import Algorithm, GradHook, Learned, as_tensor, no_grad_for, optimizer_step
 from algorithms.fast import flush_denormals, resolve_fast
 from algorithms.nets import mlp
-from algorithms.optim import clip_grad_norm
 from algorithms.sac.config import SACConfig
 from algorithms.sac.squashed import bounded_log_std, squashed_sample
 from algorithms.td3.continuous import (
@@ -257,13 +256,7 @@ class SAC(Algorithm):
     def optimize(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                  params: Iterable[torch.Tensor]) -> None:
         """Hook: backward, ``grad_hook`` (a learner group's average), clip, one step."""
-        params = list(params)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        reduce_gradients(self.grad_hook, params)
-        if self.config.grad_clip is not None:
-            clip_grad_norm([p.grad for p in params if p.grad is not None], self.config.grad_clip)
-        optimizer.step()
+        optimizer_step(optimizer, loss, params, grad_hook=self.grad_hook, max_norm=self.config.grad_clip)
 
     def soft_update(self) -> None:
         polyak_update(self.target_critic.parameters(), self.critic.parameters(), self.config.tau)
