@@ -76,7 +76,7 @@ from experiments.bench.tools.emit import emit
 BENCH = "minatar"
 IMPLS = ("rlpar-apex", "sb3-dqn", "rlpar-a3c", "sb3-a2c", "sb3-ppo", "rlpar-impala", "rlpar-ppo", "rlpar-pqn")
 LEGACY_FLAGS = {"ours_flags": "rlpar-apex", "a3c_flags": "rlpar-a3c"}  # --ours-flags, --a3c-flags
-QUICK = {"games": "Breakout", "impls": "rlpar-apex,sb3-dqn", "budget_s": 9.0, "eval_every": 1_000,
+QUICK = {"games": "Breakout", "impls": "rlpar-apex,sb3-dqn", "budget_s": 20.0, "eval_every": 1_000,
          "eval_episodes": 5}
 
 
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ours-flags", default="", help="extra experiments.apex flags for rlpar-apex")
     parser.add_argument("--a3c-flags", default="", help="extra experiments.a3c flags for rlpar-a3c")
     parser.add_argument("--quick", action="store_true", help=(
-        "smoke test: Breakout, 9 s, rlpar-apex and sb3-dqn, tiny replay, 5 episodes"))
+        "smoke test: Breakout, 20 s, rlpar-apex and sb3-dqn, tiny replay, 5 episodes"))
     for hidden in ("--worker", "--evaluator", "--game", "--run-dir"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--started", type=float, default=0.0, help=argparse.SUPPRESS)

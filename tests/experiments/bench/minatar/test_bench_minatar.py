@@ -36,7 +36,7 @@ def bench(*args, timeout=60):
 
 @pytest.mark.timeout(240)
 def test_quick_mode_writes_one_line_per_impl_and_the_png(tmp_path):
-    # Ape-X in one process (--serial): a local world's start can outlast the 9 s on a
+    # Ape-X in one process (--serial): a local world's start can outlast the 20 s on a
     # loaded 2-core machine, and the bench's plumbing is what this tests.
     out = bench("--quick", "--flags", "rlpar-apex=--serial", "--report-at", "5,1000", "--out", str(tmp_path),
                 timeout=230)
