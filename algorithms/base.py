@@ -60,6 +60,23 @@ def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params:
     optimizer.step()
 
 
+def flat_state(modules: Mapping[str, torch.nn.Module]) -> dict[str, torch.Tensor]:
+    """One flat state dict of several modules (``<name>.<key>``): an acting copy's
+    policy state."""
+    return {f"{prefix}.{key}": value for prefix, module in modules.items()
+            for key, value in module.state_dict().items()}
+
+
+def load_flat_state(modules: Mapping[str, torch.nn.Module], state: Mapping[str, Any]) -> None:
+    """Load a :func:`flat_state` into ``modules``; KeyError naming entries of no module."""
+    unknown = {key.split(".", 1)[0] for key in state} - set(modules)
+    if unknown:
+        raise KeyError(f"policy state has entries for {sorted(unknown)}, not among {sorted(modules)}")
+    for prefix, module in modules.items():
+        module.load_state_dict({key[len(prefix) + 1:]: value for key, value in state.items()
+                                if key.startswith(prefix + ".")})
+
+
 class Algorithm(abc.ABC):
     """Base class. Subclasses set ``self.device`` and implement the abstract methods.
 

@@ -43,7 +43,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms.base import Algorithm, GradHook, Learned, as_tensor, no_grad_for, optimizer_step
+from algorithms.base import (
+    Algorithm,
+    GradHook,
+    Learned,
+    as_tensor,
+    flat_state,
+    load_flat_state,
+    no_grad_for,
+    optimizer_step,
+)
 from algorithms.fast import check_fast, flush_denormals, resolve_fast
 from algorithms.nets import mlp
 from algorithms.noise import ActionNoise, make_noise
@@ -332,17 +341,10 @@ class DDPG(Algorithm):
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         """A flat state dict of :meth:`acting_modules` (``actor.<name>``, ``critic.<name>``)."""
-        return {f"{prefix}.{key}": value for prefix, module in self.acting_modules().items()
-                for key, value in module.state_dict().items()}
+        return flat_state(self.acting_modules())
 
     def load_policy_state(self, state: Mapping[str, Any]) -> None:
-        modules = self.acting_modules()
-        unknown = {key.split(".", 1)[0] for key in state} - set(modules)
-        if unknown:
-            raise KeyError(f"policy state has entries for {sorted(unknown)}, not among {sorted(modules)}")
-        for prefix, module in modules.items():
-            module.load_state_dict({key[len(prefix) + 1:]: value for key, value in state.items()
-                                    if key.startswith(prefix + ".")})
+        load_flat_state(self.acting_modules(), state)
 
     def state_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name).state_dict() for name in self.state_modules} | {
