@@ -19,8 +19,10 @@ process. Under ``torchrun`` every rank takes a role by this rule
 Evaluation (greedy, ``--eval-episodes`` envs, each env's first episode) runs on the
 last actor, the least exploring one, after it pulls the newest parameters: the
 learner never stalls for it. The ``learn`` section is an
-:class:`algorithms.dqn.ApexConfig` (DQN's, and the fields TD3/DDPG share), the
-``continuous`` one TD3/DDPG's own (:mod:`algorithms.td3.config`).
+:class:`algorithms.dqn.ApexConfig` (DQN's, and the fields TD3/DDPG/SAC share), the
+``continuous`` one TD3/DDPG's own (:mod:`algorithms.td3.config`, of which SAC takes
+``critic_lr``, ``critic_layer_norm`` and ``random_start``), the ``sac`` one SAC's own
+:class:`algorithms.sac.SACConfig` (its flags: temperature, target entropy, log-std bounds).
 
 Multi-node: ``torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d
 --rdzv-endpoint HOST:PORT -m experiments.apex --listen-address <this node's IP>``.
@@ -33,6 +35,7 @@ import sys
 from typing import Any, ClassVar, Literal
 
 from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ApexConfig  # noqa: F401 (the job's tables)
+from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
 from experiments.roles.program import Program, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
@@ -52,7 +55,7 @@ LearnConfig = unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
 @dataclasses.dataclass
 class ApexJobConfig:
     """Ape-X (Horgan et al. 2018) on one machine or, under torchrun, a cluster: DQN for
-    discrete actions, TD3 (or DDPG) for continuous ones."""
+    discrete actions, TD3 (or DDPG, or SAC) for continuous ones."""
 
     # What the checkpoint's state is shaped by: --resume may not change these
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
@@ -66,8 +69,9 @@ class ApexJobConfig:
     replay: ReplayConfig = section(ReplayConfig)
     learn: ApexConfig = section(LearnConfig)
     continuous: ContinuousConfig = section(ContinuousConfig)
-    algorithm: Literal["auto", "dqn", "td3", "ddpg"] = field("auto", help=(
-        "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3 or ddpg"))
+    sac: SACConfig = section(SACConfig)
+    algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac"] = field("auto", help=(
+        "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg or sac"))
     num_actors: int = field(0, help=(
         "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
         "world size decides"))
@@ -100,11 +104,13 @@ def algorithm_of(config: ApexJobConfig, action_space: Any) -> str:
 
 def builder_class(algorithm: str) -> type:
     from algorithms.dqn import DQNBuilder
+    from algorithms.sac import SACBuilder
     from algorithms.td3 import TD3Builder
 
-    if algorithm not in ("dqn", "td3", "ddpg"):
-        raise ValueError(f"{flag('algorithm')} must be resolved to dqn, td3 or ddpg, got {algorithm!r}")
-    return DQNBuilder if algorithm == "dqn" else TD3Builder
+    builders = {"dqn": DQNBuilder, "td3": TD3Builder, "ddpg": TD3Builder, "sac": SACBuilder}
+    if algorithm not in builders:
+        raise ValueError(f"{flag('algorithm')} must be resolved to one of {sorted(builders)}, got {algorithm!r}")
+    return builders[algorithm]
 
 
 def builder(config: ApexJobConfig, parts: Parts, spec: Any):
@@ -113,6 +119,9 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
     user = {"network": parts.network, "algorithm": parts.algorithm, "actor": parts.actor, "learner": parts.learner}
     if name == "dqn":
         return builder_class(name)(learn=config.learn, spec=spec, **user)
+    if name == "sac":
+        return builder_class(name)(learn=config.learn, continuous=config.continuous, sac=config.sac, spec=spec,
+                                   **user)
     return builder_class(name)(algorithm_name=name, learn=config.learn, continuous=config.continuous, spec=spec,
                                **user)
 

@@ -14,48 +14,46 @@ import dataclasses
 import math
 
 from algorithms.fast import check_fast
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+from algorithms.params import internal, param
 
 
 @dataclasses.dataclass
 class SACConfig:
-    """Hyperparameters of :class:`algorithms.sac.SAC` (module docstring: the defaults)."""
+    """Hyperparameters of :class:`algorithms.sac.SAC` (module docstring: the defaults),
+    also the Ape-X job's ``sac`` section: the fields with help are SAC's own flags there;
+    the :func:`~algorithms.params.internal` ones the job derives from its ``learn`` and
+    ``continuous`` sections (:class:`algorithms.sac.SACBuilder`), which already declare them."""
 
-    gamma: float = dataclasses.field(default=0.99, metadata=_help(
-        "discount per step (an n-step batch carries its own gamma**k as `discount`)"))
-    tau: float = dataclasses.field(default=0.005, metadata=_help(
-        "Polyak coefficient of the target critics, per update"))
-    actor_lr: float = dataclasses.field(default=3e-4, metadata=_help("the actor's Adam learning rate"))
-    critic_lr: float = dataclasses.field(default=3e-4, metadata=_help("the critics' Adam learning rate"))
-    alpha_lr: float = dataclasses.field(default=3e-4, metadata=_help(
-        "the temperature's Adam learning rate (autotune)"))
-    batch_size: int = dataclasses.field(default=256, metadata=_help("transitions per update"))
-    hidden: tuple[int, ...] = dataclasses.field(default=(256, 256), metadata=_help(
-        "hidden layer sizes of the default actor and critics"))
-    autotune: bool = dataclasses.field(default=True, metadata=_help(
-        "learn the temperature alpha toward the target entropy (else alpha stays fixed)"))
-    alpha: float = dataclasses.field(default=1.0, metadata=_help(
-        "the temperature: its start with autotune, its fixed value without"))
-    target_entropy: float | None = dataclasses.field(default=None, metadata=_help(
-        "the policy entropy autotune aims at; None = -dim(A)"))
-    log_std_min: float = dataclasses.field(default=-5.0, metadata=_help(
-        "the smallest log standard deviation of the pre-tanh Gaussian"))
-    log_std_max: float = dataclasses.field(default=2.0, metadata=_help(
-        "the largest log standard deviation of the pre-tanh Gaussian"))
-    noise_scale: float = dataclasses.field(default=1.0, metadata=_help(
-        "exploration: the sampled action's standard deviation times this (0 = tanh(mean)); "
-        "an Ape-X actor sets one per env copy"))
-    grad_clip: float | None = dataclasses.field(default=None, metadata=_help(
-        "clip each step's gradient norm to this (None = no clipping)"))
-    priority_eps: float = dataclasses.field(default=1e-6, metadata=_help(
-        "added to |TD error| so that no priority is exactly zero"))
-    seed: int | None = dataclasses.field(default=None, metadata=_help(
-        "seeds the networks and the sampling noise (each actor its own)"))
-    fast: str = dataclasses.field(default="auto", metadata=_help(
-        "how updates and acting run on CPU (algorithms.fast): auto, off, eager, compile"))
+    # Derived by the Ape-X job (learn: gamma, tau, lr, batch_size, hidden, fast;
+    # continuous: critic_lr): a discount per step (an n-step batch carries its own
+    # gamma**k as ``discount``), the target critics' Polyak coefficient per update, the
+    # Adam learning rates, the transitions per update, the default MLPs' hidden sizes.
+    gamma: float = internal(0.99)
+    tau: float = internal(0.005)
+    actor_lr: float = internal(3e-4)
+    critic_lr: float = internal(3e-4)
+    alpha_lr: float = param(3e-4, help="SAC: the temperature's Adam learning rate (with --autotune)")
+    batch_size: int = internal(256)
+    hidden: tuple[int, ...] = internal((256, 256))
+    autotune: bool = param(True, help=(
+        "SAC: learn the temperature alpha toward --target-entropy (Haarnoja et al. 2018, eq. 18); "
+        "--no-autotune keeps it at --alpha"))
+    alpha: float = param(1.0, help="SAC: the temperature: its start with --autotune, its fixed value without")
+    target_entropy: float | None = param(None, help=(
+        "SAC: the policy entropy --autotune aims at (none: -dim(A))"))
+    log_std_min: float = param(-5.0, help="SAC: the smallest log standard deviation of the pre-tanh Gaussian")
+    log_std_max: float = param(2.0, help="SAC: the largest log standard deviation of the pre-tanh Gaussian")
+    # Exploration: the sampled action's standard deviation times this (0 = tanh(mean));
+    # an Ape-X actor sets one per env copy (the job's: 1, the policy's own).
+    noise_scale: float = internal(1.0)
+    # Clip each step's gradient norm to this (None = no clipping).
+    grad_clip: float | None = internal(None)
+    # Added to |TD error| so that no priority is exactly zero.
+    priority_eps: float = internal(1e-6)
+    # Seeds the networks and the sampling noise (each actor its own; the job: by rank).
+    seed: int | None = internal(None)
+    # How updates and acting run on CPU (algorithms.fast): auto, off, eager, compile.
+    fast: str = internal("auto")
 
     def validate(self) -> None:
         check_fast(self.fast)

@@ -259,10 +259,14 @@ def test_invalid_config_rejected(kwargs, match):
         SACConfig(**kwargs).validate()
 
 
-def test_every_config_field_has_help():
+def test_every_flag_of_the_config_has_help():
     import dataclasses
 
-    assert all(f.metadata.get("help") for f in dataclasses.fields(SACConfig))
+    from algorithms.params import is_flag
+
+    flags = [f for f in dataclasses.fields(SACConfig) if is_flag(f)]
+    assert {f.name for f in flags} >= {"alpha", "autotune", "target_entropy"}
+    assert all(f.metadata.get("help", "").startswith("SAC: ") for f in flags)
 
 
 def _reach_return(policy, episodes=64, horizon=10):
