@@ -34,7 +34,8 @@ import dataclasses
 import sys
 from typing import Any, ClassVar, Literal
 
-from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ApexConfig  # noqa: F401 (the job's tables)
+from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, NOISY_DEFAULTS, ApexConfig  # noqa: F401 (the job's tables)
+from algorithms.dqn.dqn import DQNConfig
 from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
 from experiments.roles.program import Program, validate_learners
@@ -61,13 +62,14 @@ class ApexJobConfig:
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
     # against the checkpoint's parts instead (ReplayConfig.check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "algorithm", "hidden", "dueling", "critic_layer_norm", "replay_capacity", "replay_placement",
-        "share_frames", "learners")
+        "env_id", "algorithm", "hidden", "dueling", "distributional", "n_atoms", "noisy", "critic_layer_norm",
+        "replay_capacity", "replay_placement", "share_frames", "learners")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
     learn: ApexConfig = section(LearnConfig)
+    dqn: DQNConfig = section(DQNConfig)
     continuous: ContinuousConfig = section(ContinuousConfig)
     sac: SACConfig = section(SACConfig)
     algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac"] = field("auto", help=(
@@ -118,7 +120,7 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
     name = algorithm_of(config, spec.action_space)
     user = {"network": parts.network, "algorithm": parts.algorithm, "actor": parts.actor, "learner": parts.learner}
     if name == "dqn":
-        return builder_class(name)(learn=config.learn, spec=spec, **user)
+        return builder_class(name)(learn=config.learn, dqn=config.dqn, spec=spec, **user)
     if name == "sac":
         return builder_class(name)(learn=config.learn, continuous=config.continuous, sac=config.sac, spec=spec,
                                    **user)
@@ -156,13 +158,17 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     """``--algorithm auto`` resolved by the action space, then every ``learn`` field left
-    unset filled by :func:`fill_learn`. The config saved in the run directory holds the
-    results."""
+    unset filled by :func:`fill_learn` (DQN with ``--noisy``: ``--eps`` 0 first, the
+    noisy layers explore). The config saved in the run directory holds the results."""
     from algorithms.nets import observation_family
     from experiments.runtime.envs import env_spaces
 
     obs_space, act_space = env_spaces(job_env_fn(config, parts))
     config.algorithm = algorithm_of(config, act_space)
+    if config.algorithm == "dqn" and config.dqn.noisy:
+        for name, value in NOISY_DEFAULTS.items():
+            if getattr(config.learn, name) is None:
+                setattr(config.learn, name, value)
     fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
 
 

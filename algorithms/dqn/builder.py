@@ -2,10 +2,14 @@
 Replay", ICLR, arXiv:1803.00933): epsilon-greedy actors at rates eps_i, n-step
 transitions with initial priorities into a prioritized replay, a DQN learner whose new
 priorities go back to it. The hyperparameters are the Ape-X job's ``learn`` section, an
-:class:`~algorithms.dqn.config.ApexConfig`; the DQN's own are derived from it."""
+:class:`~algorithms.dqn.config.ApexConfig`, and its ``dqn`` section, the
+:class:`~algorithms.dqn.DQNConfig` whose flags are Rainbow's C51 and noisy nets
+(Hessel et al. 2018: with double Q, dueling, n-step and priorities); its other fields
+are derived from ``learn``."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from algorithms.builder import Builder, EnvSpec, Flow
@@ -22,14 +26,15 @@ class DQNBuilder(Builder):
     algorithm_base, actor_base, learner_base = DQN, ApexActor, ApexLearner
     state_key = "dqn"  # what Ape-X checkpoints have always called it
 
-    def __init__(self, *, learn: ApexConfig, spec: EnvSpec, network: Any = None, algorithm: type | None = None,
-                 actor: type | None = None, learner: type | None = None) -> None:
+    def __init__(self, *, learn: ApexConfig, spec: EnvSpec, dqn: DQNConfig | None = None, network: Any = None,
+                 algorithm: type | None = None, actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
         require(learn, BY_FAMILY)
         self.learn = self.apex = learn
-        self.dqn = DQNConfig(gamma=learn.gamma, lr=learn.lr, double_q=learn.double_q,
-                             target_update_interval=learn.target_update, tau=learn.tau, adam_eps=learn.adam_eps,
-                             recycle_every=learn.recycle_every, recycle_tau=learn.recycle_tau, fast=learn.fast)
+        self.dqn = dataclasses.replace(
+            dqn if dqn is not None else DQNConfig(), gamma=learn.gamma, lr=learn.lr, double_q=learn.double_q,
+            target_update_interval=learn.target_update, tau=learn.tau, adam_eps=learn.adam_eps,
+            recycle_every=learn.recycle_every, recycle_tau=learn.recycle_tau, fast=learn.fast)
         if algorithm is None and self.dqn.distributional and self.algorithm_cls is DQN:
             from algorithms.dqn.c51 import CategoricalDQN
 

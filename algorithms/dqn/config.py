@@ -19,9 +19,12 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "frames": {"lr": 6.25e-5, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
     "other": {"lr": 2.5e-3, "eps_alpha": 7.0, "n_step": 3, "updates_per_step": 0.25},
 }
-DQN_DEFAULTS: dict[str, float | int | tuple[int, ...]] = {"tau": 1.0, "hidden": (128, 128), "batch_size": 128}
+DQN_DEFAULTS: dict[str, float | int | tuple[int, ...]] = {"tau": 1.0, "hidden": (128, 128), "batch_size": 128,
+                                                          "eps": 0.4}
+# With --noisy, the noisy layers explore: epsilon-greedy is off unless --eps is given.
+NOISY_DEFAULTS: dict[str, float] = {"eps": 0.0}
 # The fields filled by algorithm (and, for DQN, observation family): None in the job's section.
-BY_FAMILY = ("lr", "n_step", "batch_size", "tau", "hidden", "updates_per_step", "eps_alpha")
+BY_FAMILY = ("lr", "n_step", "batch_size", "tau", "hidden", "updates_per_step", "eps_alpha", "eps")
 
 
 @dataclass
@@ -74,7 +77,8 @@ class ApexConfig:
     learning_starts: int = param(1000, help="env steps before learning starts")
     push_every: int = param(8, help="learner updates between parameter publications")
     pull_every: int = param(64, help="actor env steps between parameter pulls")
-    eps: float = param(0.4, help="DQN: Ape-X base exploration rate")
+    eps: float | None = param(0.4, help=(
+        "DQN: Ape-X base exploration rate (none: 0.4, or 0 with --noisy, whose layers explore)"))
     eps_alpha: float | None = param(7.0, help=(
         "Ape-X exploration exponent (none: by observation family, 3 for MinAtar-size images, "
         "the paper's 7 otherwise)"))
@@ -100,7 +104,7 @@ class ApexConfig:
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("gamma", "eps"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
+            if getattr(self, name) is not None and not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.tau is not None and not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")

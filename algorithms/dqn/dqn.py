@@ -50,51 +50,56 @@ from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_grad
 from algorithms.fast import FastForward, check_fast, flush_denormals, resolve_fast
 from algorithms.noisy import noise_off, noisy_layers, reset_noise
 from algorithms.optim import EagerAdam, clip_grad_norm
+from algorithms.params import internal, param
 from algorithms.recycling import DormantRecycler
 from rlpar.state import StatePath, integer, mapping, number, torch_loader
 
 
 @dataclasses.dataclass
 class DQNConfig:
-    """Hyperparameters of :class:`DQN` (defaults tuned for CartPole-v1)."""
+    """Hyperparameters of :class:`DQN` (defaults tuned for CartPole-v1), also the Ape-X
+    job's ``dqn`` section: the fields with help (C51's and the noisy nets') are its
+    flags there; the :func:`~algorithms.params.internal` ones the job derives from its
+    ``learn`` section (:class:`algorithms.dqn.DQNBuilder`) or leaves at these values."""
 
-    gamma: float = 0.99
-    lr: float = 1e-3
-    double_q: bool = True
+    gamma: float = internal(0.99)
+    lr: float = internal(1e-3)
+    double_q: bool = internal(True)
     # Huber loss threshold (Mnih et al. clip the TD error at 1); None = squared error.
-    huber_delta: float | None = 1.0
+    huber_delta: float | None = internal(1.0)
     # Target network update every `target_update_interval` updates, with Polyak
     # coefficient `tau` (1.0 = hard copy).
-    target_update_interval: int = 500
-    tau: float = 1.0
-    max_grad_norm: float | None = 10.0
-    adam_eps: float = 1e-8
+    target_update_interval: int = internal(500)
+    tau: float = internal(1.0)
+    max_grad_norm: float | None = internal(10.0)
+    adam_eps: float = internal(1e-8)
     # Added to |TD error| so no transition's priority is ever exactly zero.
-    priority_eps: float = 1e-6
+    priority_eps: float = internal(1e-6)
     # ReDo: updates between recyclings of dormant ReLU units (0 = never), and the
     # dormancy threshold on a unit's activation relative to its layer's mean (the
     # paper's DQN setting: every 1,000 updates, tau 0.1).
-    recycle_every: int = 0
-    recycle_tau: float = 0.1
+    recycle_every: int = internal(0)
+    recycle_tau: float = internal(0.1)
     # How forwards and updates run on this CPU (algorithms.fast): auto (= eager: denormals
     # flushed, leaner forwards), off (plain eager), eager, compile (torch.compile; falls
     # back to eager without a C++ compiler).
-    fast: str = "auto"
+    fast: str = internal("auto")
     # Rainbow's two parts beside double Q, dueling, n-step and priorities; both off
     # leaves DQN as it was. The distributional one is a DQN subclass with its own hooks
     # (algorithms.dqn.c51.CategoricalDQN); the noisy one a property of the network.
-    distributional: bool = dataclasses.field(default=False, metadata={"help": (
-        "C51 (Bellemare et al. 2017): learn a categorical return distribution over n_atoms "
-        "atoms on [v_min, v_max] (needs algorithms.dqn.CategoricalDQN and a network of "
-        "(B, actions, n_atoms) logits)")})
-    n_atoms: int = dataclasses.field(default=51, metadata={"help": "atoms of the C51 support"})
-    v_min: float = dataclasses.field(default=-10.0, metadata={"help": "the C51 support's lowest return"})
-    v_max: float = dataclasses.field(default=10.0, metadata={"help": "the C51 support's highest return"})
-    noisy: bool = dataclasses.field(default=False, metadata={"help": (
-        "noisy nets (Fortunato et al. 2018): the network's NoisyLinear layers explore, their "
-        "noise redrawn every act and every update (epsilon can be 0); greedy acting uses the means")})
-    noisy_sigma0: float = dataclasses.field(default=0.5, metadata={"help": (
-        "initial noise scale of the noisy layers: sigma = sigma0 / sqrt(fan in)")})
+    distributional: bool = param(False, help=(
+        "DQN: C51 (Bellemare et al. 2017): learn a categorical return distribution over --n-atoms "
+        "atoms on [--v-min, --v-max] (algorithms.dqn.CategoricalDQN; a user's network gives "
+        "(B, actions, n_atoms) logits); priorities are the KL of target to prediction"))
+    n_atoms: int = param(51, help="DQN: atoms of the C51 support")
+    v_min: float = param(-10.0, help="DQN: the C51 support's lowest return")
+    v_max: float = param(10.0, help="DQN: the C51 support's highest return")
+    noisy: bool = param(False, help=(
+        "DQN: noisy nets (Fortunato et al. 2018): the network's NoisyLinear layers explore, their "
+        "noise redrawn every act (each actor its own stream) and every update; greedy acting uses "
+        "the means; the Ape-X job's --eps then defaults to 0"))
+    noisy_sigma0: float = param(0.5, help=(
+        "DQN: initial noise scale of the noisy layers: sigma = sigma0 / sqrt(fan in)"))
 
     def validate(self) -> None:
         check_fast(self.fast)

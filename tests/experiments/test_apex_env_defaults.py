@@ -45,7 +45,7 @@ def test_unresolved_family_defaults_are_a_clear_error():
     from experiments.runtime.cli import validate
 
     with pytest.raises(ValueError, match="--lr, --n-step, --batch-size, --tau, --hidden, --updates-per-step, "
-                                         "--eps-alpha unset"):
+                                         "--eps-alpha, --eps unset"):
         DQNBuilder(learn=LearnConfig(), spec=None)
     filled = apex.fill_learn(LearnConfig(adam_eps=1.5e-4), algorithm="dqn", family="vector")
     assert DQNBuilder(learn=filled, spec=None).dqn.adam_eps == 1.5e-4
@@ -53,6 +53,17 @@ def test_unresolved_family_defaults_are_a_clear_error():
                           ({"adam_eps": 0.0}, "--adam-eps must be > 0")):
         with pytest.raises(ValueError, match=message):
             validate(apex_config(**over))
+
+
+def test_noisy_nets_turn_epsilon_off_unless_it_is_given():
+    from experiments.runtime import Parts
+
+    def eps(**over):
+        config = apex_config(**over)
+        apex.env_defaults(config, Parts())
+        return config.learn.eps
+
+    assert (eps(), eps(noisy=True), eps(noisy=True, eps=0.2)) == (0.4, 0.0, 0.2)
 
 
 def test_minatar_runs_through_serial_apex_with_its_family_defaults(tmp_path):
