@@ -109,3 +109,27 @@ def test_ou_noise_is_an_option_and_restarts_with_each_episode():
     assert np.all(states[3] != 0)
     summary = apex.run(td3_config(serial=True, noise="ou", max_env_steps=800), quiet=True)
     assert summary["updates"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_serial_sac_learns_with_n_step_returns_resumes_and_evaluates(tmp_path):
+    summary = apex.run(td3_config(str(tmp_path), serial=True, algorithm="sac", alpha=0.5), quiet=True)
+    assert summary["algorithm"] == "algorithms.sac.sac.SAC" and summary["updates"] > 100
+    run_dir = summary["run_dir"]
+    saved = json.load(open(os.path.join(run_dir, "config.json")))
+    assert saved["learn"]["n_step"] == 3 and saved["learn"]["updates_per_step"] == 0.125  # SAC_DEFAULTS
+    assert saved["sac"]["alpha"] == 0.5 and "gamma" not in saved["sac"]  # derived from learn, not saved twice
+    resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2400), quiet=True)
+    assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
+    out = evaluate.evaluate_run(run_dir, which="best")
+    assert out["matches_recorded"], out
+
+
+@pytest.mark.timeout(150)
+def test_two_sac_learners_learn_in_step_in_a_local_world():
+    from test_multi_learner import in_step
+
+    summary = apex.run(td3_config(algorithm="sac", learners=2, max_env_steps=1200, eval_every=100_000),
+                       quiet=True)
+    assert summary["algorithm"] == "algorithms.sac.sac.SAC" and summary["stop_reason"] == "env step budget"
+    in_step(summary)  # every gradient (the temperature's too) averaged: bitwise-identical parameters
