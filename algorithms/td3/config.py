@@ -1,5 +1,6 @@
 """Ape-X TD3/DDPG's settings besides those shared with DQN in
-:class:`~algorithms.dqn.config.ApexConfig`: the Ape-X job's ``continuous`` section."""
+:class:`~algorithms.dqn.config.ApexConfig`: the Ape-X job's ``continuous`` section (of which
+SAC, :mod:`algorithms.sac.builder`, reads ``critic_lr``, ``critic_layer_norm``, ``random_start``)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ CONTINUOUS_DEFAULTS: dict[str, float | int | tuple[int, ...]] = {
 class ContinuousConfig:
     """Ape-X for continuous actions: TD3 (and DDPG) settings besides ``learn``'s."""
 
-    critic_lr: float | None = param(None, help="TD3/DDPG: the critics' learning rate (none: --lr)")
+    critic_lr: float | None = param(None, help="TD3/DDPG/SAC: the critics' learning rate (none: --lr)")
     policy_delay: int = param(2, help="TD3: critic updates per actor and target update")
     critic_layer_norm: bool = param(False, help=(
-        "TD3/DDPG: a LayerNorm before each hidden activation of the critics (RLPD, Ball et al. 2023)"))
+        "TD3/DDPG/SAC: a LayerNorm before each hidden activation of the critics (RLPD, Ball et al. 2023)"))
     target_noise: float = param(0.2, help=(
         "TD3: std of the target policy's smoothing noise, in actions normalized to [-1, 1]"))
     target_noise_clip: float = param(0.5, help="TD3: the smoothing noise is clipped to +-this")
@@ -43,7 +44,7 @@ class ContinuousConfig:
         "hundreds of steps)"))
     sigma_alpha: float = param(3.0, help="TD3/DDPG: the exponent of that schedule (0: every copy at sigma)")
     random_start: bool = param(True, help=(
-        "TD3/DDPG: actors act uniformly at random until they pull the learner's first trained "
+        "TD3/DDPG/SAC: actors act uniformly at random until they pull the learner's first trained "
         "parameters (learning starts after --learning-starts env steps), as the TD3 reference and SB3 "
         "start; --no-random-start: by the fresh policy plus exploration noise from the first step"))
 

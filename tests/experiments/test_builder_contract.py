@@ -173,7 +173,7 @@ def test_a_builder_method_that_makes_its_own_class_instead_of_the_given_part_is_
 def test_a_users_builder_is_told_which_learn_fields_the_job_filled():
     with pytest.warns(UserWarning, match=r"Parts\(builder=forwarding\) gets config.learn with the apex job's "
                                          r"defaults for its --algorithm dqn on this env in the fields left unset: "
-                                         r"lr=0.0025, n_step=3, tau=1.0, updates_per_step=0.25, eps_alpha=7.0; "
+                                         r"lr=0.0025, n_step=3, tau=1.0, updates_per_step=0.25, eps=0.4, eps_alpha=7.0; "
                                          r"set them in config.learn"):
         prepare(apex.job(), apex_config(serial=True), parts=Parts(builder=forwarding))
     with warnings.catch_warnings():  # the job's own builder, or every field given: nothing to tell
