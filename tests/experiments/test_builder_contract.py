@@ -180,4 +180,4 @@ def test_a_users_builder_is_told_which_learn_fields_the_job_filled():
         warnings.simplefilter("error")
         prepare(apex.job(), apex_config(serial=True))
         prepare(apex.job(), apex_config(serial=True, lr=1e-3, n_step=1, tau=0.5, hidden="32",
-                                        updates_per_step=0.5, eps_alpha=3.0), parts=Parts(builder=forwarding))
+                                        updates_per_step=0.5, eps_alpha=3.0, eps=0.3), parts=Parts(builder=forwarding))
