@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Sequence
 from typing import ClassVar
 
 from algorithms.a2c.config import BY_FAMILY, A2CConfig
@@ -78,22 +79,35 @@ class A3CJobConfig:
         "the world size decides"))
     server_acts: bool = field(True, help="rank 0 is a worker too, besides hosting the gradient server")
     sync: bool = field(False, help=(
-        "synchronous A2C: the server averages one gradient of every worker per step (reduce mode), "
-        "and each worker waits for that step before its next rollout"))
+        "synchronous A2C: runs python -m experiments.a2c (the synchronous data-parallel program) with "
+        "the other flags"))
 
     def validate(self) -> None:
         if self.num_workers < 0:
             raise ValueError(f"{flag('num_workers')} must be >= 0, got {self.num_workers}")
-        if self.sync and self.server.max_staleness is not None:
-            raise ValueError(f"{flag('max_staleness')} does not apply to {flag('sync')}: a round only "
-                             "averages gradients of its own version (staleness 0)")
-        if self.sync and not self.server.round_timeout < self.run.rpc_timeout:
-            raise ValueError(f"{flag('round_timeout')} ({self.server.round_timeout}) must be below "
-                             f"{flag('rpc_timeout')} ({self.run.rpc_timeout}): a worker's push waits for its round")
+        if self.sync:
+            raise ValueError(SYNC_MOVED)
 
+
+SYNC_MOVED = ("synchronous A2C is the job experiments.a2c (python -m experiments.a2c, config "
+              "experiments.a2c.A2CJobConfig): its members all-reduce their gradients, no gradient server; "
+              "python -m experiments.a3c --sync runs it with the other flags")
 
 ENTRY = JobEntry(title="A3C", config_cls=A3CJobConfig, roles="experiments.roles.a3c", describe=describe)
-job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
+job, run, format_summary = ENTRY.job, ENTRY.run, ENTRY.format_summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m experiments.a3c``; with ``--sync``, ``python -m experiments.a2c`` with
+    the other flags (synchronous A2C is a job of the synchronous program)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--sync" in args:
+        from experiments import a2c
+
+        print("--sync: running python -m experiments.a2c (synchronous A2C, the synchronous data-parallel "
+              "program)", file=sys.stderr)
+        return a2c.main([a for a in args if a != "--sync"])
+    return ENTRY.main(args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,29 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from algorithms.a2c.config import DEFAULTS_BY_FAMILY
+from algorithms.a2c.config import DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY  # noqa: F401  (public here before)
 from experiments.runtime.cli import field, flag
 from experiments.runtime.entry import job_env_fn
 from experiments.runtime.envs import check_env, env_spaces, fill_by_family, target_return
 from experiments.runtime.group import default_members
-
-# Env copies per worker, by observation family (``--num-envs`` when not given):
-# - vector: 8, the CartPole measurement in algorithms.a2c.config.A2CConfig (16 envs:
-#   19.2k env steps to solve against 7.7k).
-# - small_image: 16, measured on SpaceInvaders-v0 (bench minatar, one in-process
-#   worker, 5 steps, 360 s each, one seed, 2-core machine, nothing else running):
-#   8 envs ran 8.8K env steps/s at 219 updates/s and ended at 18.6 / 39.4
-#   (epsilon-0.1 / greedy, best 45.7); 16 envs ran 13.3K env steps/s at 166
-#   updates/s, reached the DQN paper's 45 at 121 s and ended at 71.6 / 120.6 (its
-#   best). Each acting forward and each gradient pays a fixed cost that 16 envs
-#   spread over twice the samples; SB3's A2C also steps 16 envs on Atari.
-# - frames: 16, as OpenAI Baselines' and SB3's A2C on Atari (not measured here).
-ENV_DEFAULTS_BY_FAMILY: dict[str, dict[str, int]] = {
-    "vector": {"num_envs": 8},
-    "small_image": {"num_envs": 16},
-    "frames": {"num_envs": 16},
-    "other": {"num_envs": 8},
-}
 
 
 @dataclasses.dataclass
@@ -43,16 +25,16 @@ class ServerConfig:
     # Evaluations start when the reported env steps pass --eval-every: at 0.5 s a
     # remote worker's steps arrived up to ~1,000 steps late. One small RPC per 0.1 s.
     report_every: float = field(0.1, help="seconds between a remote worker's progress reports to rank 0")
-    # A dead worker's restart takes seconds; a round that waited this long for it
-    # closes without it, and later rounds do not wait for it until it pushes again
-    # (rlpar.servers.rounds). Rank 0's own evaluation delays its gradient too: past
-    # this bound the round goes on without rank 0 instead of idling every worker.
-    round_timeout: float = field(5.0, help=(
-        "--sync: seconds a round waits for a missing worker's gradient before stepping without it"))
+    # Retired with the reduce rounds: synchronous A2C (experiments.a2c) all-reduces.
+    round_timeout: float | None = field(None, help=(
+        "retired: --sync is now experiments.a2c, whose learner group all-reduces every gradient (no round "
+        "waits; a member's death restarts the world from its checkpoint)"))
 
     def validate(self) -> None:
-        if not self.round_timeout > 0:
-            raise ValueError(f"{flag('round_timeout')} must be > 0, got {self.round_timeout}")
+        if self.round_timeout is not None:
+            raise ValueError(f"{flag('round_timeout')} is retired: synchronous A2C is python -m experiments.a2c "
+                             "(--sync points there), whose members all-reduce their gradients and wait for no "
+                             "round; a member's death restarts the world from the newest checkpoint")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
         if not self.report_every > 0:
