@@ -19,11 +19,16 @@ here imports transport: the server reaches the roles through small protocols.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from algorithms.a2c.a2c import A2C
+from algorithms.a2c.a2c import A2C, make_optimizer
+from algorithms.a2c.a3c import A3C
 from algorithms.a2c.config import BY_FAMILY, A2CConfig
-from algorithms.builder import EnvSpec
+from algorithms.actor_learner import Actor, Learner
+from algorithms.builder import Builder, EnvSpec, Flow
 from algorithms.params import require
 from algorithms.sync import Hook, SyncBuilder, SyncRunner
 
@@ -82,3 +87,200 @@ class A2CBuilder(SyncBuilder):
 
     def network_of(self, algorithm: A2C) -> Any:
         return algorithm.model
+
+
+class GradientHost(Protocol):
+    """What the ``gradients`` data path gives learner 0 (the program's, transport
+    included): ``host(model=, optimizer_factory=, ready=, **server_args)`` makes the
+    gradient server (:class:`rlpar.servers.GradServer`'s keywords; a
+    :class:`~rlpar.protocols.GradientSink` with ``version``, ``metrics()``,
+    ``state_dict()`` and ``load_state_dict()``) where the actors reach it, and returns
+    it; ``ready()`` then tells the program's loop when the learner has a step to take."""
+
+    def host(self, *, model: Any, optimizer_factory: Callable[[Any], Any], ready: Callable[[], bool],
+             **server_args: Any) -> Any: ...
+
+
+class A3CActor(Actor):
+    """One A3C worker (Mnih et al. 2016, Algorithm S3) as an actor of the program: a
+    :meth:`step` collects a rollout of ``n_steps`` vector steps with the acting copy,
+    pushes its gradient to ``sink`` (the gradient server) and loads the newest
+    parameters (:class:`~algorithms.a2c.a3c.A3C`). Every reported step is in a pushed
+    gradient, so an actor that dies loses none. The loss metrics are summed for the
+    actor's reports (:meth:`drain_metrics`)."""
+
+    def __init__(self, *, acting: A2C, env: Any, sink: Any, n_steps: int, seed: int | None = None) -> None:
+        from algorithms.rollout import RolloutCollector
+
+        # No Actor.__init__: the collector steps the env (and resets it), no adder.
+        self.acting, self.env, self.sink, self.params = acting, env, sink, sink
+        self.worker = A3C(agent=acting, sink=sink)
+        self.collector = RolloutCollector(env=env, sample_actions=self.worker.sample_actions, n_steps=n_steps,
+                                          seed=seed)
+        self.version = -1
+        self.env_steps = self.transitions_added = 0
+        self.finished_episodes: list[tuple[float, int]] = []
+        self._sums: dict[str, float] = {}
+        self._count = 0
+
+    @property
+    def waiting(self) -> bool:
+        return False
+
+    def step(self) -> int:
+        """One rollout, its gradient pushed, the newest parameters pulled; the env
+        steps it took."""
+        metrics = self.worker.update(self.collector.collect())
+        for key, value in metrics.items():
+            self._sums[key] = self._sums.get(key, 0.0) + value
+        self._count += 1
+        self.version = self.worker.version
+        steps = self.collector.env_steps - self.env_steps
+        self.env_steps, self.transitions_added = self.collector.env_steps, self.transitions_added + steps
+        returns, lengths = self.collector.drain_episodes()
+        self.finished_episodes.extend((float(r), int(n)) for r, n in zip(returns, lengths))
+        return steps
+
+    def sync(self) -> bool:
+        loaded = self.worker.sync()
+        self.version = self.worker.version
+        return loaded
+
+    def flush(self) -> None:
+        """Nothing is held back: each gradient was pushed whole."""
+
+    def drain_metrics(self) -> tuple[dict[str, float], int]:
+        """The sums of the rollouts' metrics since the last call, and how many."""
+        sums, count, self._sums, self._count = self._sums, self._count, {}, 0
+        return sums, count
+
+
+class A3CLearner(Learner):
+    """Learner 0 of A3C: it hosts the gradient server (``source.host``) on a copy of
+    its algorithm's network with the optimizer the config names (its statistics shared
+    by every actor's gradients: the paper's shared RMSProp), and samples nothing. Its
+    algorithm follows the server: a :meth:`step`, whenever the server made a new version
+    (at most every ``follow_s`` seconds), loads the server's state, so the checkpoint,
+    ``policy.pt`` and the summary hold what the server holds (model, optimizer, version
+    as ``updates``). A restored algorithm is pushed to the server (:meth:`publish`)."""
+
+    def __init__(self, *, algorithm: A2C, source: GradientHost, server_args: Mapping[str, Any],
+                 num_envs: int, follow_s: float = 0.0) -> None:
+        import copy
+
+        self.algorithm, self.source, self.num_envs, self.follow_s = algorithm, source, num_envs, follow_s
+        self.params = None
+        self.batch_size, self.push_every, self.weighted = 1, 1, False
+        self.sample_seconds = self.update_seconds = 0.0
+        self.priorities_sent = 0
+        self.initial = {k: v.detach().clone() for k, v in algorithm.model.state_dict().items()}
+        model = copy.deepcopy(algorithm.model)
+        config = algorithm.config
+        self.server = source.host(model=model, optimizer_factory=lambda params: make_optimizer(params, config),
+                                  ready=self.ready, **server_args)
+        self._last = 0.0  # when the algorithm last followed the server
+
+    @property
+    def updates(self) -> int:
+        return self.algorithm.updates
+
+    def ready(self) -> bool:
+        """Whether the server has a version the algorithm has not followed yet."""
+        return (self.server.version > self.algorithm.updates
+                and time.monotonic() - self._last >= self.follow_s)
+
+    def step(self) -> dict[str, float]:
+        """Follow the server: its state into the algorithm (no sampling, no update here)."""
+        t0 = time.perf_counter()
+        self.follow()
+        self.update_seconds += time.perf_counter() - t0
+        return {}
+
+    def follow(self) -> None:
+        state = self.server.state_dict()
+        self.algorithm.load_state_dict({"model": state["model"], "optimizer": state["optimizer"],
+                                        "updates": int(state["counters"]["version"])})
+        self._last = time.monotonic()
+
+    def publish(self) -> int:
+        """A restored algorithm (a resumed run) into the server: its model, optimizer
+        statistics and version."""
+        state = self.server.state_dict()
+        algorithm = self.algorithm
+        state["model"] = algorithm.model.state_dict()
+        state["optimizer"] = algorithm.optimizer.state_dict()
+        state["counters"]["version"] = algorithm.updates
+        self.server.load_state_dict(state)
+        return algorithm.updates
+
+    def scalars(self) -> dict[str, float]:
+        """The server's curves (``server/...``)."""
+        server = self.server.metrics()
+        return {"server/staleness_mean": server["mean_staleness"], "server/applied": server["applied"],
+                "server/dropped": server["dropped"]}
+
+    def settle(self) -> None:
+        """Follow the server's last version (the actors have stopped pushing)."""
+        if self.server.version != self.algorithm.updates:
+            self.follow()
+
+    def figures(self) -> dict[str, Any]:
+        """The summary's server figures (of the version the algorithm followed last)."""
+        server = self.server.metrics()
+        final = self.algorithm.model.state_dict()
+        change = math.sqrt(sum(float((final[k].cpu() - v.cpu()).float().pow(2).sum())
+                               for k, v in self.initial.items()))
+        return {"applied": int(server["applied"]), "dropped": int(server["dropped"]),
+                "received": int(server["received"]), "version": int(server["version"]),
+                "mean_staleness": float(server["mean_staleness"]), "pending": int(server["pending"]),
+                "param_change": change, "num_envs": self.num_envs}
+
+
+class A3CBuilder(Builder):
+    """A3C on the actor-learner program's ``gradients`` data path (see the module
+    docstring); ``network(observation_space, action_space)`` gives the actor-critic
+    model (default: by observation family). ``server_args``: the gradient server's
+    staleness rule (``max_staleness``, ``staleness_policy``); ``follow_s``: how often at
+    most learner 0's algorithm follows the server."""
+
+    algorithm_base, actor_base, learner_base = A2C, A3CActor, A3CLearner
+
+    def __init__(self, *, learn: A2CConfig, num_envs: int, spec: EnvSpec, server_args: Mapping[str, Any],
+                 follow_s: float = 0.0, network: Any = None, algorithm: type | None = None,
+                 actor: type | None = None, learner: type | None = None) -> None:
+        super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
+        require(learn, BY_FAMILY)
+        self.learn, self.num_envs = learn, num_envs
+        self.server_args, self.follow_s = dict(server_args), follow_s
+
+    @property
+    def flow(self) -> Flow:
+        n_steps = int(self.learn.n_steps)
+        return Flow(data="gradients", batch_size=1, push_every=1, pull_every=n_steps * self.num_envs,
+                    held_steps=n_steps)
+
+    def make_algorithm(self, *, device: Any, seed: int) -> A2C:
+        import torch
+
+        # The acting copy samples from torch's global generator: an actor's own
+        # stream (as IMPALA's; the learner's copy never samples).
+        torch.manual_seed(seed)
+        return _make_a2c(self.algorithm_cls, self.spec, self.network, self.learn, device=device, seed=seed)
+
+    def make_actor(self, algorithm: A2C, *, env: Any, sink: Any, params: Any, index: int, num_actors: int,
+                   seed: int) -> Actor:
+        return self.actor_cls(acting=algorithm, env=env, sink=sink, n_steps=int(self.learn.n_steps), seed=seed)
+
+    def make_learner(self, algorithm: A2C, *, source: Any, params: Any) -> Learner:
+        return self.learner_cls(algorithm=algorithm, source=source, server_args=self.server_args,
+                                num_envs=self.num_envs, follow_s=self.follow_s)
+
+    def network_of(self, algorithm: A2C) -> Any:
+        return algorithm.model
+
+    def algorithm_calls(self) -> dict[str, str]:
+        calls = {k: v for k, v in super().algorithm_calls().items() if k != "learn"}
+        calls["compute_gradients"] = ("compute_gradients(rollout) -> (grads, metrics): each actor's gradient "
+                                      "(algorithms.a2c.A3C)")
+        calls["sample_actions"] = "sample_actions(obs) -> (actions, env_actions): each actor's rollouts"
+        return calls

@@ -57,4 +57,4 @@ def test_a3c_under_torchrun_is_one_world_of_workers(tmp_path):
                     "--status-every", "0")
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("A3C on CartPole-v1") == 1  # one summary: rank 0's
-    assert "2 x 2 envs" in out.stdout
+    assert "actors             1 x 2 envs" in out.stdout  # rank 0 is the learner
