@@ -136,9 +136,9 @@ class A3CJobConfig:
 
 # ------------------------------------------------------------ the job's hooks
 
-# Seconds between two times learner 0's algorithm follows the gradient server (a copy
-# of the network and optimizer each): its checkpoints lag the server by at most this.
-# Serial mode follows every version (repeatable for a seed).
+# Seconds between two times learner 0's algorithm follows the gradient server in a
+# world (a copy of the network and optimizer each, under the server's lock): its
+# checkpoints lag the server by at most this. Serial mode shares them (no copy).
 FOLLOW_S = 0.05
 
 
@@ -148,7 +148,7 @@ def builder(config: A3CJobConfig, parts: Parts, spec: Any):
     server = {"mode": "async", "max_staleness": config.server.max_staleness,
               "staleness_policy": config.server.staleness_policy}
     return A3CBuilder(learn=config.learn, num_envs=config.env.num_envs, spec=spec, server_args=server,
-                      follow_s=0.0 if config.run.serial else FOLLOW_S, network=parts.network,
+                      serial=config.run.serial, follow_s=FOLLOW_S, network=parts.network,
                       algorithm=parts.algorithm, actor=parts.actor, learner=parts.learner)
 
 

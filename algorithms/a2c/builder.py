@@ -156,28 +156,39 @@ class A3CActor(Actor):
 
 
 class A3CLearner(Learner):
-    """Learner 0 of A3C: it hosts the gradient server (``source.host``) on a copy of
-    its algorithm's network with the optimizer the config names (its statistics shared
-    by every actor's gradients: the paper's shared RMSProp), and samples nothing. Its
-    algorithm follows the server: a :meth:`step`, whenever the server made a new version
-    (at most every ``follow_s`` seconds), loads the server's state, so the checkpoint,
-    ``policy.pt`` and the summary hold what the server holds (model, optimizer, version
-    as ``updates``). A restored algorithm is pushed to the server (:meth:`publish`)."""
+    """Learner 0 of A3C: it hosts the gradient server (``source.host``), which owns a
+    network and the optimizer the config names (its statistics shared by every actor's
+    gradients: the paper's shared RMSProp), and samples nothing. Its algorithm holds
+    what the server holds (model, optimizer, version as ``updates``), so checkpoints,
+    ``policy.pt`` and the summary do too:
+
+    - ``serial`` (every actor in this thread, pushing in turn): the server owns the
+      algorithm's own network and optimizer; a :meth:`step` takes its version;
+    - otherwise the server applies gradients on RPC threads, so it owns a copy, and a
+      :meth:`step` (when the server made a new version, at most every ``follow_s``
+      seconds) loads the server's state taken under its lock: a checkpoint never holds
+      a half-applied step.
+
+    A restored algorithm (a resumed run) is pushed to the server (:meth:`publish`)."""
 
     def __init__(self, *, algorithm: A2C, source: GradientHost, server_args: Mapping[str, Any],
-                 num_envs: int, follow_s: float = 0.0) -> None:
+                 num_envs: int, serial: bool = False, follow_s: float = 0.05) -> None:
         import copy
 
-        self.algorithm, self.source, self.num_envs, self.follow_s = algorithm, source, num_envs, follow_s
+        self.algorithm, self.source, self.num_envs = algorithm, source, num_envs
+        self.serial, self.follow_s = serial, 0.0 if serial else follow_s
         self.params = None
         self.batch_size, self.push_every, self.weighted = 1, 1, False
         self.sample_seconds = self.update_seconds = 0.0
         self.priorities_sent = 0
         self.initial = {k: v.detach().clone() for k, v in algorithm.model.state_dict().items()}
-        model = copy.deepcopy(algorithm.model)
         config = algorithm.config
-        self.server = source.host(model=model, optimizer_factory=lambda params: make_optimizer(params, config),
-                                  ready=self.ready, **server_args)
+        if serial:
+            model, optimizer_factory = algorithm.model, (lambda params: algorithm.optimizer)
+        else:
+            model, optimizer_factory = copy.deepcopy(algorithm.model), (lambda params: make_optimizer(params, config))
+        self.server = source.host(model=model, optimizer_factory=optimizer_factory, ready=self.ready,
+                                  **server_args)
         self._last = 0.0  # when the algorithm last followed the server
 
     @property
@@ -197,6 +208,9 @@ class A3CLearner(Learner):
         return {}
 
     def follow(self) -> None:
+        if self.serial:  # the server's network and optimizer are the algorithm's
+            self.algorithm.updates = self.server.version
+            return
         state = self.server.state_dict()
         self.algorithm.load_state_dict({"model": state["model"], "optimizer": state["optimizer"],
                                         "updates": int(state["counters"]["version"])})
@@ -240,18 +254,19 @@ class A3CBuilder(Builder):
     """A3C on the actor-learner program's ``gradients`` data path (see the module
     docstring); ``network(observation_space, action_space)`` gives the actor-critic
     model (default: by observation family). ``server_args``: the gradient server's
-    staleness rule (``max_staleness``, ``staleness_policy``); ``follow_s``: how often at
-    most learner 0's algorithm follows the server."""
+    staleness rule (``max_staleness``, ``staleness_policy``); ``serial``: every role in
+    one thread (:class:`A3CLearner`'s server then owns the learner's own network);
+    ``follow_s``: otherwise, how often at most learner 0's algorithm follows the server."""
 
     algorithm_base, actor_base, learner_base = A2C, A3CActor, A3CLearner
 
     def __init__(self, *, learn: A2CConfig, num_envs: int, spec: EnvSpec, server_args: Mapping[str, Any],
-                 follow_s: float = 0.0, network: Any = None, algorithm: type | None = None,
+                 serial: bool = False, follow_s: float = 0.05, network: Any = None, algorithm: type | None = None,
                  actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
         require(learn, BY_FAMILY)
         self.learn, self.num_envs = learn, num_envs
-        self.server_args, self.follow_s = dict(server_args), follow_s
+        self.server_args, self.serial, self.follow_s = dict(server_args), serial, follow_s
 
     @property
     def flow(self) -> Flow:
@@ -273,7 +288,7 @@ class A3CBuilder(Builder):
 
     def make_learner(self, algorithm: A2C, *, source: Any, params: Any) -> Learner:
         return self.learner_cls(algorithm=algorithm, source=source, server_args=self.server_args,
-                                num_envs=self.num_envs, follow_s=self.follow_s)
+                                num_envs=self.num_envs, serial=self.serial, follow_s=self.follow_s)
 
     def network_of(self, algorithm: A2C) -> Any:
         return algorithm.model
