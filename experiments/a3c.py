@@ -46,6 +46,15 @@ from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, 
 from experiments.runtime.entry import JobEntry, job_env_fn, unset_by_family
 from experiments.runtime.envs import check_env, fill_by_family
 
+# Flags of the job before issue 47 that no longer apply, and what replaced each.
+RETIRED = {
+    "--server-acts": "rank 0 is the learner, which hosts the gradient server and never acts; --num-workers "
+                     "counts the actor ranks besides it",
+    "--report-every": "A3C's actors report as every actor-learner job's do (experiments.roles.program.report_every)",
+    "--round-timeout": "synchronous A2C is python -m experiments.a2c (--sync points there), whose members "
+                       "all-reduce their gradients and wait for no round; a member's death restarts the world "
+                       "from the newest checkpoint",
+}
 SYNC_MOVED = ("synchronous A2C is the job experiments.a2c (python -m experiments.a2c, config "
               "experiments.a2c.A2CJobConfig): its members all-reduce their gradients, no gradient server; "
               "python -m experiments.a3c --sync runs it with the other flags")
@@ -68,7 +77,9 @@ class ServerConfig:
         "server drops/down-weights gradients older than this many versions ('none': accept all)"))
     staleness_policy: Literal["drop", "downweight"] = field("drop", help=(
         "what the server does with a gradient beyond --max-staleness"))
-    # Retired with the worker shells and the reduce rounds; each names its replacement.
+    # Retired with the worker shells and the reduce rounds (issue 47): kept so that an
+    # older run's config.json still loads (experiments.evaluate plays its policy); as
+    # flags they are refused, naming their replacement (RETIRED, main).
     report_every: float | None = field(None, help=(
         "retired: actors report as in every actor-learner job (experiments.roles.program.report_every)"))
     round_timeout: float | None = field(None, help=(
@@ -78,13 +89,6 @@ class ServerConfig:
     def validate(self) -> None:
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
-        if self.report_every is not None:
-            raise ValueError(f"{flag('report_every')} is retired: A3C's actors report as every actor-learner "
-                             "job's do (experiments.roles.program.report_every); drop the flag")
-        if self.round_timeout is not None:
-            raise ValueError(f"{flag('round_timeout')} is retired: synchronous A2C is python -m experiments.a2c "
-                             "(--sync points there), whose members all-reduce their gradients and wait for no "
-                             "round; a member's death restarts the world from the newest checkpoint")
 
 
 LearnConfig = unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
@@ -127,9 +131,6 @@ class A3CJobConfig:
     def validate(self) -> None:
         if self.num_workers < 0:
             raise ValueError(f"{flag('num_workers')} must be >= 0, got {self.num_workers}")
-        if self.server_acts:
-            raise ValueError(f"{flag('server_acts')} is retired: rank 0 is the learner, which hosts the gradient "
-                             f"server and never acts; {flag('num_workers')} counts the actor ranks besides it")
         if self.sync:
             raise ValueError(SYNC_MOVED)
 
@@ -221,6 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m experiments.a3c``; with ``--sync``, ``python -m experiments.a2c`` with
     the other flags (synchronous A2C is a job of the synchronous program)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    retired = [a for a in args if a.split("=")[0] in RETIRED]
+    if retired:
+        name = retired[0].split("=")[0]
+        print(f"a3c.py: error: {name} is retired: {RETIRED[name]}", file=sys.stderr)
+        return 2
     if "--sync" in args:
         from experiments import a2c
 

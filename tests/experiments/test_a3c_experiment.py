@@ -76,3 +76,13 @@ def test_workers_learn_on_cpu_unless_a_device_is_given():
 
     assert parse_config(A3CJobConfig, []).run.device == "cpu"
     assert parse_config(A3CJobConfig, ["--device", "auto"]).run.device == "auto"
+
+
+def test_a_config_saved_before_the_fold_still_loads():
+    """Its retired fields are kept (experiments.evaluate plays such a run's policy);
+    only as flags are they refused (test_runtime_errors)."""
+    from experiments.runtime.cli import from_dict, validate
+
+    config = from_dict(A3CJobConfig, {"server_acts": True, "server": {"report_every": 0.1, "round_timeout": 5.0}},
+                       where="config.json")
+    validate(config)
