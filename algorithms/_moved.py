@@ -36,6 +36,9 @@ MOVED: dict[str, str] = {
     "experiments.builders.impala": "algorithms.impala.builder",
     "experiments.builders.ppo": "algorithms.ppo.builder",
     "experiments.builders.pqn": "algorithms.pqn.builder",
+    # A3C's own roles, folded into the actor-learner program (its gradients data path).
+    "experiments.roles.a3c": "experiments.roles.actor_learner",
+    "experiments.roles.a3c_parts": "experiments.a3c",
 }
 MOVED_NAMES: dict[tuple[str, str], str] = {
     ("algorithms.adders", "UnrollItems"): "algorithms.impala.unroll",
@@ -49,8 +52,9 @@ class MovedFinder:
     def find_spec(name: str, path: Any = None, target: Any = None) -> None:
         new = MOVED.get(name)
         if new is not None:
-            raise ModuleNotFoundError(f"{name} has moved to {new} (each agent's code now lives in "
-                                      f"algorithms/<agent>/; docs/layout.md)", name=name)
+            why = ("A3C is the actor-learner program's gradients data path, algorithms.a2c.builder.A3CBuilder"
+                   if name.startswith("experiments.roles.") else "each agent's code now lives in algorithms/<agent>/")
+            raise ModuleNotFoundError(f"{name} has moved to {new} ({why}; docs/layout.md)", name=name)
 
 
 def install() -> None:

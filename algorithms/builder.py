@@ -47,8 +47,10 @@ class EnvSpec:
 class Flow:
     """How data moves between an algorithm's roles.
 
-    ``data``: ``"replay"`` (prioritized transitions, sampled many times) or
-    ``"queue"`` (unrolls, each used once, in order). ``batch_size``: what one update
+    ``data``: ``"replay"`` (prioritized transitions, sampled many times),
+    ``"queue"`` (unrolls, each used once, in order) or ``"gradients"`` (A3C's: actors
+    push gradients to a server in learner 0's process, which applies them; nothing to
+    sample). ``batch_size``: what one update
     takes (transitions, or unrolls). ``learning_starts``: transitions the replay holds
     before the first update (0 for a queue). ``updates_per_step``: the replay ratio
     the program paces actors and learner to (None for a queue, whose bound paces).
@@ -58,7 +60,7 @@ class Flow:
     steps between pulls. ``n_step``: how many steps a transition's ``next_obs`` is
     after its ``obs`` (a replay of frame stacks stores their overlap once)."""
 
-    data: Literal["replay", "queue"]
+    data: Literal["replay", "queue", "gradients"]
     batch_size: int
     push_every: int
     pull_every: int
@@ -68,8 +70,8 @@ class Flow:
     n_step: int = 1
 
     def __post_init__(self) -> None:
-        if self.data not in ("replay", "queue"):
-            raise ValueError(f"data must be 'replay' or 'queue', got {self.data!r}")
+        if self.data not in ("replay", "queue", "gradients"):
+            raise ValueError(f"data must be 'replay', 'queue' or 'gradients', got {self.data!r}")
         for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -50,7 +50,7 @@ PYTHON = {"python", "py"}
 README_MAX_LINES = 200  # the README is the entrance; the manual is docs/
 
 # python -m experiments.<job>: the module and its config class (what its main() parses).
-JOBS = {"apex": "ApexJobConfig", "impala": "ImpalaJobConfig", "a3c": "A3CJobConfig",
+JOBS = {"apex": "ApexJobConfig", "impala": "ImpalaJobConfig", "a3c": "A3CJobConfig", "a2c": "A2CJobConfig",
         "ppo": "PPOJobConfig", "pqn": "PQNJobConfig", "maddpg": "MADDPGJobConfig"}
 RUN = "runs/<run>"
 NODE_IP = "<this node's IP>"

@@ -31,7 +31,7 @@ def test_top_level_packages_import():
     from rlpar.protocols import Buffer, ParameterStore, Sample  # noqa: F401
 
 
-JOBS = ("apex", "a3c", "maddpg", "impala", "ppo", "pqn")
+JOBS = ("apex", "a3c", "a2c", "maddpg", "impala", "ppo", "pqn")
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -56,7 +56,7 @@ def test_every_job_is_a_config_a_run_and_roles_on_the_shared_runtime(job):
 
 
 def test_experiments_hold_only_job_entry_points():
-    allowed = {"__init__.py", "apex.py", "a3c.py", "maddpg.py", "impala.py", "ppo.py", "pqn.py", "evaluate.py"}
+    allowed = {"__init__.py", "apex.py", "a3c.py", "a2c.py", "maddpg.py", "impala.py", "ppo.py", "pqn.py", "evaluate.py"}
     modules = {p.name for p in (ROOT / "experiments").glob("*.py")}
     assert modules <= allowed, f"shared job machinery belongs in experiments/runtime: {modules - allowed}"
 

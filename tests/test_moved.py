@@ -41,6 +41,9 @@ OLD_NAMES = {
     "experiments.builders.ppo": ["PPOBuilder"],
     "experiments.builders.pqn": ["PQNBuilder"],  # and its PQNRunner, now PQNSyncRunner
     "experiments.builders.td3": ["TD3Builder"],
+    "experiments.roles.a3c": ["restartable", "rank_main", "serial_main"],
+    "experiments.roles.a3c_parts": ["ENV_DEFAULTS_BY_FAMILY", "ServerConfig", "fill_defaults", "describe", "resolve",
+                                    "check", "env_defaults"],
 }
 
 

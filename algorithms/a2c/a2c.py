@@ -39,7 +39,7 @@ from algorithms.actor_critic import (
     observation_tensor,
     successor_values,
 )
-from algorithms.base import Algorithm
+from algorithms.base import Algorithm, GradHook, reduce_gradients
 from algorithms.optim import EagerAdam, EagerRMSprop
 from algorithms.params import require
 from algorithms.returns import gae, n_step_returns
@@ -81,6 +81,7 @@ class A2C(Algorithm):
         actor: nn.Module | None = None,
         critic: nn.Module | None = None,
         device: torch.device | str | None = None,
+        grad_hook: GradHook | None = None,
     ) -> None:
         self.config = A2CConfig() if config is None else config
         if not isinstance(self.config, A2CConfig):
@@ -94,6 +95,9 @@ class A2C(Algorithm):
             self.observation_space, head=self.head, config=self.config, model=model, actor=actor,
             critic=critic).to(self.device)
         self._optimizer: torch.optim.Optimizer | None = None
+        # A learner group's gradient average (synchronous A2C, algorithms.a2c.builder):
+        # called between backward and clipping, as PPO's.
+        self.grad_hook = grad_hook
         self.updates = 0
         self._state_tensors: dict[str, torch.Tensor] | None = None
 
@@ -214,9 +218,11 @@ class A2C(Algorithm):
         return loss, metrics
 
     def backward(self, loss: torch.Tensor) -> dict[str, float]:
-        """Hook: fresh gradients of ``loss`` in ``.grad``, clipped to ``max_grad_norm``."""
+        """Hook: fresh gradients of ``loss`` in ``.grad`` (averaged over a learner group
+        by ``grad_hook``, if any), clipped to ``max_grad_norm``."""
         self.model.zero_grad(set_to_none=True)  # the optimizer's params are the model's
         loss.backward()
+        reduce_gradients(self.grad_hook, list(self.model.parameters()))
         if self.config.max_grad_norm is None:
             return {}
         norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm,

@@ -66,9 +66,11 @@ class ActorShell:
         episodes = [Episode(ret=r, length=n) for r, n in actor.finished_episodes]
         actor.finished_episodes = []
         env_restarts = getattr(self.env, "crash_count", 0)
+        # An actor that learns (A3C's) sums its metrics for the curves (losses/...).
+        sums, count = actor.drain_metrics() if hasattr(actor, "drain_metrics") else ({}, 0)
         report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
                         transitions=actor.transitions_added - self._transitions, episodes=episodes,
-                        version=actor.version, final=final,
+                        version=actor.version, final=final, metric_sums=sums, metric_count=count,
                         env_worker_restarts=env_restarts - self._env_restarts)
         self._steps, self._transitions = actor.env_steps, actor.transitions_added
         self._env_restarts = env_restarts

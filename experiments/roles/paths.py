@@ -10,7 +10,9 @@ queue: :mod:`experiments.roles.data`).
 - :class:`ActorShards` (``actors``): a shard on every actor, dropped from sampling
   when its actor dies and rehosted by the learner for the replacement;
 - :class:`ReplayRanks` (``replay-ranks``): shards on dedicated replay ranks, never
-  dropped (a dead one restarts the world).
+  dropped (a dead one restarts the world);
+- :class:`Gradients`: A3C's gradient server in learner 0's process, to which actors
+  push gradients (:mod:`experiments.roles.gradients`).
 """
 
 from __future__ import annotations
@@ -211,12 +213,39 @@ class ReplayRanks(_Shards):
         self.extra_ranks = replay.replay_ranks
 
 
+class Gradients(DataPath):
+    """A3C's gradient server in learner 0's process (``section``: the job's ``server``
+    section, whose staleness flags reach the server through the builder's
+    ``server_args``): actors push gradients and pull parameters, nothing is sampled."""
+
+    data, noun, unit = "gradients", "gradient server", "gradients"
+
+    def __init__(self, section: Any) -> None:
+        self.section = section
+
+    def learner_data(self, setup: Any, group: Any | None, shards: list[str], *, learner: int = 0) -> LearnerData:
+        from experiments.roles.gradients import GradientData, GradientHost
+
+        if learner:
+            raise ValueError("A3C's gradient server has one learner: --learners 1")
+        return GradientData(setup.flow, source=GradientHost(group))
+
+    def actor_sink(self, setup: Any, group: Any, shards: list[str], *, index: int, rehosted: bool = False) -> Any:
+        from experiments.roles.gradients import GRADS
+        from rlpar.servers import PushPullGradServer
+
+        return PushPullGradServer.connect(group, GRADS, timeout=setup.run.rpc_timeout)
+
+
 PLACEMENTS = {"learner": LearnerReplay, "actors": ActorShards, "replay-ranks": ReplayRanks}
 
 
 def data_path(data: str, section: Any) -> DataPath:
-    """The data path a flow's ``data`` names, from the config's section of that name
-    (a QueueConfig, or a ReplayConfig whose ``--replay-placement`` picks the class)."""
+    """The data path a flow's ``data`` names, from the config's section for it
+    (a QueueConfig, a ReplayConfig whose ``--replay-placement`` picks the class, or A3C's
+    server section)."""
     if data == "queue":
         return UnrollQueue(section)
+    if data == "gradients":
+        return Gradients(section)
     return PLACEMENTS[section.replay_placement](section)

@@ -34,6 +34,9 @@ from experiments.runtime.lead import LeadContext
 if TYPE_CHECKING:
     from experiments.roles.paths import DataPath
 
+# The config section each flow's data path is made from (A3C's gradient server: ``server``).
+SECTIONS = {"replay": "replay", "queue": "queue", "gradients": "server"}
+
 REPORT_EVERY_S = 0.02
 # The most reports per second the actors send together. Each is an RPC that the
 # learner's process serves, 0.2-0.3 ms of its CPU (the coordinator's own handler is
@@ -84,9 +87,10 @@ class Setup:
         # The user's algorithm, or the job's.
         builder = ctx.parts.make_builder(program.builder, config, EnvSpec(obs_space, act_space), Builder)
         flow = builder.flow
-        section = getattr(config, flow.data, None) if flow.data in ("replay", "queue") else None
+        name = SECTIONS.get(flow.data)
+        section = getattr(config, name, None) if name is not None else None
         if section is None:
-            raise TypeError(f"{type(config).__name__} has no {flow.data} section, which "
+            raise TypeError(f"{type(config).__name__} has no {name or flow.data} section, which "
                             f"{type(builder).__name__}'s flow needs")
         path = data_path(flow.data, section)
         return cls(lead=LeadContext.of(ctx), parts=ctx.parts, builder=builder, flow=flow, run=config.run,

@@ -37,7 +37,7 @@ def a3c_config(log_dir: str = "none", **over):
     apply_overrides(config, {
         "num_workers": 1, "num_envs": 2, "n_steps": 4, "max_env_steps": 800, "eval_every": 300,
         "eval_episodes": 2, "target_return": 1e9, "max_seconds": 60.0, "log_dir": log_dir,
-        "status_every": 0.0, "rpc_timeout": 30.0, "report_every": 0.05, **over})
+        "status_every": 0.0, "rpc_timeout": 30.0, **over})
     return config
 
 

@@ -9,10 +9,9 @@ import os
 import gymnasium as gym
 import pytest
 
-from algorithms.a2c.config import DEFAULTS_BY_FAMILY
+from algorithms.a2c.config import DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY
 from experiments.a3c import A3CEnvConfig, run
 from experiments.a3c import LearnConfig as A3CLearnConfig
-from experiments.roles.a3c_parts import ENV_DEFAULTS_BY_FAMILY
 from experiments.runtime.envs import fill_by_family
 from tests.experiments.jobs import a3c_config
 

@@ -71,7 +71,7 @@ class DiesOnceA2C(A2C):
 @pytest.mark.timeout(150)
 def test_a_killed_worker_is_restarted_alone_and_rejoins(tmp_path, monkeypatch):
     monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
-    monkeypatch.setenv("DIE_RANK", "1")  # worker 1; rank 0 hosts the server and is worker 0
+    monkeypatch.setenv("DIE_RANK", "1")  # actor 0; rank 0 is the learner (the gradient server)
     monkeypatch.setenv("DIE_AFTER", "100")  # 800 of its env steps: after many gradients
     monkeypatch.setenv("LOADS", str(tmp_path / "loads"))
     config = a3c_config(str(tmp_path / "runs"), num_workers=2, max_env_steps=12_000, eval_every=4000,
@@ -91,6 +91,9 @@ def test_a_killed_worker_is_restarted_alone_and_rejoins(tmp_path, monkeypatch):
     assert len(after) >= 2 and after[0] != initial
     curves = scalars(summary["run_dir"])
     assert max(value for _, value in curves["actors/restarts"]) == 1
+    # The server's curves (learner 0) and the actors' gradient metrics, as before the fold.
+    assert {"server/staleness_mean", "server/applied", "server/dropped", "losses/loss",
+            "losses/entropy"} <= set(curves)
 
 
 class AlwaysDiesA2C(A2C):

@@ -58,3 +58,32 @@ def test_a_setup_holds_typed_parts_not_the_job_context(make, path, tmp_path):
     assert setup.lead == LeadContext(job="job", config=config, run_dir=str(tmp_path), started=1.5, quiet=True)
     assert isinstance(setup.path, path) and setup.parts is ctx.parts
     assert setup.env_options["num_workers"] == config.env.env_workers
+
+
+def test_the_gradients_path_has_its_server_made_by_the_learner():
+    """A3C's: nothing hosted before the learner makes the server (its network and
+    optimizer), no shards, nothing held; the loop steps when the learner says so."""
+    import torch
+
+    from algorithms.builder import Flow
+    from experiments.a3c import ServerConfig
+    from experiments.roles.paths import Gradients
+
+    path = data_path("gradients", ServerConfig())
+    assert isinstance(path, Gradients) and path.data == "gradients" and not path.kernels
+    assert path.shard_members(NAMES, _roles(0)) == [] and not path.hosts_data(0, learners=1)
+
+    class Setup:
+        flow, learners = Flow(data="gradients", batch_size=1, push_every=1, pull_every=8, held_steps=4), 1
+
+    data = path.learner_data(Setup, None, [])
+    with pytest.raises(RuntimeError, match="made by the learner"):
+        data.sink  # noqa: B018
+    steps = [False, True]
+    model = torch.nn.Linear(2, 1)
+    server = data.source.host(model=model, optimizer_factory=lambda p: torch.optim.SGD(p, lr=0.1),
+                              ready=lambda: steps.pop(0), mode="async", max_staleness=1)
+    assert data.sink is server and server.config.max_staleness == 1
+    assert [data.ready(0), data.ready(0)] == [False, True] and data.held(reported=5) == 0
+    with pytest.raises(ValueError, match="one learner"):
+        path.learner_data(Setup, None, [], learner=1)

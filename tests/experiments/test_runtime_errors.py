@@ -50,6 +50,10 @@ def test_apex_specific_errors(argv, message, capsys):
     (["--env-id", "CarRacing-v3"], "--env-id 'CarRacing-v3'"),  # needs box2d: not installed
     (["--optimizer", "sgd"], "invalid choice"),
     (["--max-staleness", "-1"], "--max-staleness must be >= 0"),
+    # Retired with the fold into the actor-learner program (issue 47): each names its replacement.
+    (["--server-acts"], "--server-acts is retired: rank 0 is the learner"),
+    (["--round-timeout", "5"], "--round-timeout is retired: synchronous A2C is python -m experiments.a2c"),
+    (["--report-every", "0.1"], "--report-every is retired"),
 ])
 def test_a3c_specific_errors(argv, message, capsys):
     code = _exit_code(a3c.main, argv)

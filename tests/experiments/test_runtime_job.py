@@ -25,7 +25,7 @@ def test_the_preloaded_modules_start_no_thread_so_the_ranks_fork_safely():
     """The zygote forks every rank after importing these: a thread started by one of
     them would be missing in every rank (and any lock it held, held forever)."""
     jobs = ["experiments.apex", "experiments.impala", "experiments.a3c", "experiments.ppo",
-            "experiments.pqn", "experiments.maddpg"]
+            "experiments.pqn", "experiments.maddpg", "experiments.a2c"]
     out = subprocess.run([sys.executable, "-c", PROBE, *RANK_PRELOAD, *jobs], capture_output=True,
                          text=True, timeout=50)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -167,8 +167,8 @@ def impala_gpu_learner(cpu: bool) -> dict[str, Any]:
 
 
 def a3c_gpu_workers(cpu: bool) -> dict[str, Any]:
-    """A3C with its workers' gradients computed on the GPU (two workers sharing it),
-    pushed to and pulled from the lead's gradient server."""
+    """A3C with its learner's gradient server on the GPU (its optimizer steps there),
+    two actor ranks computing gradients on CPU and pushing them to it."""
     where = (["--device", "cpu", "--serial", "--max-env-steps", "400"] if cpu
              else ["--device", "cuda", "--num-workers", "2", "--max-env-steps", "4000", "--max-seconds", "30"])
     return _updated(run_job("experiments.a3c", ["--num-envs", "2", "--hidden", "32", "--eval-every", "100000",
