@@ -36,13 +36,12 @@ class ActorShell:
         from gymnasium.vector import AutoresetMode
 
         from algorithms.actor_learner import Actor
-        from envs import make_vector_env
 
         # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
         self.seed = actor_seed(setup.run.seed, index, restarts)
         self.index = index
         # A dead env worker is replaced inside the vector env; the actor drops what it cut.
-        self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
+        self.env = setup.builder.make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
                                    **setup.env_options)
         builder, parts = setup.builder, setup.parts
@@ -63,7 +62,8 @@ class ActorShell:
 
     def report(self, *, final: bool = False) -> Report:
         actor = self.actor
-        episodes = [Episode(ret=r, length=n) for r, n in actor.finished_episodes]
+        # (return, length), and a multi-agent actor's per-agent returns after them
+        episodes = [Episode(*episode) for episode in actor.finished_episodes]
         actor.finished_episodes = []
         env_restarts = getattr(self.env, "crash_count", 0)
         report = Report(source=self.index, env_steps=actor.env_steps - self._steps,

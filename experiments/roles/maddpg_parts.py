@@ -71,19 +71,6 @@ class MultiAgentEnvConfig:
             raise ValueError(f"{flag('env_id')} may not be empty")
 
 
-@dataclasses.dataclass
-class ReplayConfig:
-    """The uniform replay (one buffer, or one per agent and sub-policy)."""
-
-    replay_capacity: int = field(1_000_000, help="replay capacity (transitions)")
-    ensemble_buffers: Literal["shared", "separate"] = field("shared", help=(
-        "with --ensemble-size > 1: one buffer for all sub-policies, or one per (agent, sub-policy) "
-        "as in the paper"))
-
-    def validate(self) -> None:
-        _at_least(self, ("replay_capacity",), 1)
-
-
 def env_factory(env: Any, user_env: Callable[[], Any] | None = None):
     """A picklable zero-argument factory of the job's ParallelEnv: ``env`` is the
     config's env section. The env flags that are set go to the factory under the
@@ -140,28 +127,6 @@ def agent_specs(agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Se
     from algorithms.maddpg import AgentSpec
 
     return [AgentSpec.from_spaces(o, a, name=name) for name, o, a in zip(agents, obs_spaces, act_spaces)]
-
-
-# ------------------------------------------------------------------ algorithm
-
-
-def build_maddpg(ctx: Any, *, agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Sequence[Any],
-                 device: Any):
-    """The MADDPG (or the user's subclass) for these agents; the user's ``network``
-    builds each agent's actors (one per sub-policy)."""
-    import torch
-
-    from algorithms.maddpg import MADDPG
-
-    config = ctx.config
-    actors = None
-    if ctx.parts.network is not None:
-        torch.manual_seed(config.run.seed)
-        actors = [ctx.parts.network(o, a) for o, a in zip(obs_spaces, act_spaces)
-                  for _ in range(config.learn.ensemble_size)]
-    cls = ctx.parts.algorithm or MADDPG
-    return cls(agents=agent_specs(agents, obs_spaces, act_spaces), config=config.algo_config(),
-               critic_sees=critic_sees(agents, config.learn.critic_observes), actors=actors, device=device)
 
 
 # ----------------------------------------------------------------- evaluation
@@ -264,27 +229,15 @@ MEASURES = ("landmark_distance", "collisions_per_episode", "tags_per_episode")
 # --------------------------------------------------------------- runtime hooks
 
 
-def resolve(config: Any, world_size: int | None) -> int:
-    """MADDPG is one process: it runs serially here, and a launcher's world of more
-    than one rank is refused (never N duplicate jobs)."""
-    if world_size is not None and world_size > 1:
-        raise ValueError(f"MADDPG runs in one process; use torchrun --nproc-per-node 1 or no launcher "
-                         f"(this world has WORLD_SIZE={world_size})")
-    config.run.serial = True  # the env copies step in --env-workers subprocesses
-    return 1
-
-
 def check(config: Any, parts: Any) -> None:
     """The user's parts fit, the env id resolves, the env flags reach it, and the
     env it builds is a ParallelEnv whose agents MADDPG can drive."""
     from algorithms.maddpg import MADDPG
+    from algorithms.maddpg.builder import MADDPGActor, MADDPGLearner
     from envs.multiagent import ParallelEnvAdapter
     from envs.multiagent.registry import NotParallelEnv
 
-    parts.check(algorithm=MADDPG, builders=False)
-    if parts.actor is not None or parts.learner is not None:
-        raise TypeError("MADDPG has no actor or learner role class to replace: subclass the algorithm "
-                        "(Parts(algorithm=...)) instead")
+    parts.check(algorithm=MADDPG, actor=MADDPGActor, learner=MADDPGLearner)
     factory = env_factory(config.env, parts.env)
     try:
         env = factory()
@@ -305,31 +258,27 @@ def check(config: Any, parts: Any) -> None:
         env.close()
 
 
-def target(config: Any) -> float:
-    """``--target-return``, else never (PettingZoo envs carry no reward threshold)."""
-    given = config.run.target_return
-    return math.inf if given is None else float(given)
-
-
 def _num(value: Any, fmt: str) -> str:
     return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
+    from experiments.runtime.entry import describe_actor_learner
+
     teams = summary["teams"]
     lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
              f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
     for team, members in teams.items():
         value = summary["team_return_last100"].get(team)
         lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
-    if math.isfinite(summary["landmark_distance"]) or math.isfinite(summary["collisions_per_episode"]):
+    if math.isfinite(summary.get("landmark_distance", math.nan)) or \
+            math.isfinite(summary.get("collisions_per_episode", math.nan)):
         lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
                      f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
     if math.isfinite(summary.get("tags_per_episode", math.nan)):
         lines.append(f"last eval          {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
     lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
                  f"replay {summary['replay_size']:,} transitions)")
-    if summary.get("actor_restarts"):
-        lines.append(f"env workers        {summary['actor_restarts']} restart(s), "
-                     f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
-    return lines
+    if summary.get("env_worker_restarts"):
+        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), their cut episodes dropped")
+    return lines + describe_actor_learner(summary, waits_for="data", batch=f"{summary['num_actors']} vector env(s)")

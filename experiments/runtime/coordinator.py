@@ -103,6 +103,7 @@ class Coordinator:
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
         self._window: list[Any] = []  # episodes since the last tick
         self._recent: deque[float] = deque(maxlen=100)
+        self._recent_agents: deque[tuple[float, ...]] = deque(maxlen=100)  # multi-agent jobs' per-agent returns
         self._metric_sums: dict[str, float] = {}
         self._metric_count = 0
         self._finished: set[int] = set()
@@ -147,6 +148,7 @@ class Coordinator:
             self.env_worker_restarts += report.env_worker_restarts
             self._window.extend(report.episodes)
             self._recent.extend(e.ret for e in report.episodes)
+            self._recent_agents.extend(e.agent_returns for e in report.episodes if e.agent_returns)
             for key, value in report.metric_sums.items():
                 self._metric_sums[key] = self._metric_sums.get(key, 0.0) + value
             self._metric_count += report.metric_count
@@ -467,8 +469,21 @@ class Coordinator:
                 "actor_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
                 "env_worker_restarts": self.env_worker_restarts,
                 "silent_sources": sorted(self._silent),
-                "run_dir": run_dir, **extra,
+                "run_dir": run_dir, **self._agents_summary(), **extra,
             }
+
+    def _agents_summary(self) -> dict[str, Any]:
+        """A multi-agent job's agents and teams (names), and their mean returns over the
+        last 100 episodes (a team's: the sum over its members; NaN before any)."""
+        if not self.agent_names:
+            return {}
+        names = self.agent_names
+        recent = np.asarray(self._recent_agents, dtype=np.float64) if self._recent_agents else None
+        team_returns = {team: float(recent[:, list(members)].sum(axis=1).mean()) if recent is not None
+                        else float("nan") for team, members in self.teams.items()}
+        return {"agents": names, "teams": {team: [names[i] for i in m] for team, m in self.teams.items()},
+                "team_return_last100": team_returns,
+                "agent_return_last100": recent.mean(axis=0).round(3).tolist() if recent is not None else None}
 
 
 _COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
