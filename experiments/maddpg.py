@@ -43,6 +43,7 @@ paper's sub-buffers D_i^(k), drawn from the one replay; see
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from typing import Any, ClassVar, Literal
 
@@ -53,6 +54,7 @@ from experiments.roles.maddpg_parts import (  # noqa: F401  (public, for scripts
     describe,
     env_factory,
     evaluate,
+    final_measures,
     teams_of,
 )
 from experiments.roles.program import Program, validate_learners
@@ -138,7 +140,10 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
     return MADDPGBuilder(config=config.algo_config(), agents=agents, observation_spaces=obs_spaces,
                          action_spaces=act_spaces, spec=joint,
                          critic_sees=critic_sees(agents, config.learn.critic_observes), teams=teams_of(agents),
-                         num_envs=config.env.num_envs, network=parts.network, algorithm=parts.algorithm,
+                         num_envs=config.env.num_envs,
+                         measures=functools.partial(final_measures, job_env_fn(config, parts),
+                                                    episodes=config.run.eval_episodes, seed=config.run.seed + 10_000),
+                         network=parts.network, algorithm=parts.algorithm,
                          actor=parts.actor, learner=parts.learner)
 
 

@@ -185,8 +185,9 @@ class MADDPGBuilder(Builder):
     """MADDPG for ``agents`` (names) with their observation and action spaces.
     ``network(observation_space, action_space) -> nn.Module`` builds one agent's actor
     (one per sub-policy); ``critic_sees``: each critic's agents (None: all).
-    ``env_options``: what the multi-agent vector env takes besides the program's
-    options. ``pull_every``: an actor's env steps between pulls."""
+    ``num_envs``: each actor's env copies (it pulls once per vector step).
+    options. ``measures(maddpg) -> dict``: the job's measures of a trained MADDPG
+    (e.g. a greedy evaluation's landmark distance), added to the summary."""
 
     algorithm_base, actor_base, learner_base = MADDPG, MADDPGActor, MADDPGLearner
     state_key = "maddpg"
@@ -194,6 +195,7 @@ class MADDPGBuilder(Builder):
     def __init__(self, *, config: MADDPGConfig, agents: Sequence[str], observation_spaces: Sequence[Any],
                  action_spaces: Sequence[Any], spec: EnvSpec, critic_sees: Sequence[Sequence[int]] | None = None,
                  teams: Mapping[str, Sequence[int]] | None = None, num_envs: int = 1,
+                 measures: Callable[[MADDPG], Mapping[str, float]] | None = None,
                  network: Callable[[Any, Any], Any] | None = None, algorithm: type | None = None,
                  actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
@@ -203,6 +205,7 @@ class MADDPGBuilder(Builder):
         self.specs = [AgentSpec.from_spaces(o, a, name=name)
                       for name, o, a in zip(self.agents, self.observation_spaces, self.action_spaces)]
         self.critic_sees, self.teams, self.num_envs = critic_sees, dict(teams or {}), num_envs
+        self.measures = measures
 
     @property
     def flow(self) -> Flow:
@@ -273,4 +276,4 @@ class MADDPGBuilder(Builder):
     def summary(self, algorithm: MADDPG) -> dict[str, Any]:
         return {"critic_observes": "all" if self.critic_sees is None else "team",
                 "critic_inputs": [algorithm.critic_input_dim(i) for i in range(algorithm.n_agents)],
-                "mode": algorithm.mode}
+                "mode": algorithm.mode, **(self.measures(algorithm) if self.measures is not None else {})}

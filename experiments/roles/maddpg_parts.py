@@ -9,7 +9,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -222,8 +222,15 @@ def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: 
             "tags_per_episode": tags / episodes if tagged else float("nan")}
 
 
-# The evaluation's measures besides the returns (see evaluate): curves and summary.
+# The evaluation's measures besides the returns (see evaluate): the summary's.
 MEASURES = ("landmark_distance", "collisions_per_episode", "tags_per_episode")
+
+
+def final_measures(env_fn: Callable[[], Any], algo: Any, *, episodes: int, seed: int) -> dict[str, float]:
+    """The summary's :data:`MEASURES` of the trained ``algo``: a greedy evaluation of
+    ``episodes`` episodes (fixed seeds, as every run's: the numbers compare runs)."""
+    result = evaluate(algo, env_fn, episodes=episodes, seed=seed)
+    return {key: result[key] for key in MEASURES}
 
 
 # --------------------------------------------------------------- runtime hooks

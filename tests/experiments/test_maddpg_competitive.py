@@ -33,7 +33,8 @@ class Kept(MADDPG):
 
 def tag_config(observes: str) -> MADDPGJobConfig:
     return MADDPGJobConfig(
-        run=RunConfig(max_env_steps=300, eval_every=150, eval_episodes=2, status_every=0.0, log_dir="none"),
+        run=RunConfig(max_env_steps=300, eval_every=150, eval_episodes=2, status_every=0.0, log_dir="none",
+                      serial=True),
         env=MultiAgentEnvConfig(env_id="simple_tag", num_envs=4, env_workers=0, continuous=True, episode_steps=25),
         replay=ReplayConfig(replay_capacity=1000),
         learn=LearnConfig(batch_size=16, learning_starts=100, updates_per_step=0.05, critic_observes=observes))
