@@ -36,6 +36,9 @@ MOVED: dict[str, str] = {
     "experiments.builders.impala": "algorithms.impala.builder",
     "experiments.builders.ppo": "algorithms.ppo.builder",
     "experiments.builders.pqn": "algorithms.pqn.builder",
+    # MADDPG runs on the actor-learner program (its builder: algorithms.maddpg.builder)
+    "experiments.roles.maddpg": "experiments.roles.actor_learner",
+    "experiments.roles.maddpg_parts": "experiments.runtime.multiagent",
 }
 MOVED_NAMES: dict[tuple[str, str], str] = {
     ("algorithms.adders", "UnrollItems"): "algorithms.impala.unroll",

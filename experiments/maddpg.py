@@ -44,23 +44,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import sys
 from typing import Any, ClassVar, Literal
 
 from algorithms.maddpg.spec import MADDPGConfig
-from experiments.roles.maddpg_parts import (  # noqa: F401  (public, for scripts)
+from experiments.roles.program import Program, validate_learners
+from experiments.runtime import RunConfig, field, flag, section
+from experiments.runtime.data import ReplayConfig as ProgramReplayConfig
+from experiments.runtime.entry import JobEntry, describe_actor_learner, resolve_actors
+from experiments.runtime.envs import env_name
+from experiments.runtime.multiagent import (  # noqa: F401  (public, for scripts)
     MultiAgentEnvConfig,
-    check,
-    describe,
+    agent_specs,
+    critic_sees,
     env_factory,
     evaluate,
     final_measures,
     teams_of,
 )
-from experiments.roles.program import Program, validate_learners
-from experiments.runtime import RunConfig, field, flag, section
-from experiments.runtime.data import ReplayConfig as ProgramReplayConfig
-from experiments.runtime.entry import JobEntry, resolve_actors
 
 
 @dataclasses.dataclass
@@ -129,7 +131,6 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
     from algorithms.builder import EnvSpec
     from algorithms.maddpg.builder import MADDPGBuilder
     from envs.multiagent import ParallelEnvAdapter
-    from experiments.roles.maddpg_parts import critic_sees
 
     env = ParallelEnvAdapter(job_env_fn(config, parts)())
     try:
@@ -154,6 +155,59 @@ def resolve(config: MADDPGJobConfig, world_size: int | None) -> int:
 
 def extra_ranks(config: MADDPGJobConfig) -> int:
     return config.replay.extra_ranks()
+
+
+def check(config: Any, parts: Any) -> None:
+    """The user's parts fit, the env id resolves, the env flags reach it, and the
+    env it builds is a ParallelEnv whose agents MADDPG can drive."""
+    from algorithms.maddpg import MADDPG
+    from algorithms.maddpg.builder import MADDPGActor, MADDPGLearner
+    from envs.multiagent import ParallelEnvAdapter
+    from envs.multiagent.registry import NotParallelEnv
+
+    parts.check(algorithm=MADDPG, actor=MADDPGActor, learner=MADDPGLearner)
+    factory = env_factory(config.env, parts.env)
+    try:
+        env = factory()
+    except NotParallelEnv as exc:  # the message names where the env came from
+        if parts.env is not None:
+            raise
+        raise ValueError(str(exc)) from None
+    except TypeError as exc:  # e.g. a module:factory that needs arguments
+        if parts.env is not None:
+            raise
+        raise ValueError(f"{flag('env_id')} {config.env.env_id!r}: calling its factory failed: {exc}") from None
+    try:
+        adapter = ParallelEnvAdapter(env)
+        agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{env_name(config.env.env_id, parts.env)}: {exc}") from None
+    finally:
+        env.close()
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def describe(summary: dict[str, Any]) -> list[str]:
+    teams = summary["teams"]
+    lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
+             f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
+    for team, members in teams.items():
+        value = summary["team_return_last100"].get(team)
+        lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
+    if math.isfinite(summary.get("landmark_distance", math.nan)) or \
+            math.isfinite(summary.get("collisions_per_episode", math.nan)):
+        lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
+                     f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
+    if math.isfinite(summary.get("tags_per_episode", math.nan)):
+        lines.append(f"last eval          {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
+    lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
+                 f"replay {summary['replay_size']:,} transitions)")
+    if summary.get("env_worker_restarts"):
+        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), their cut episodes dropped")
+    return lines + describe_actor_learner(summary, waits_for="data", batch=f"{summary['num_actors']} vector env(s)")
 
 
 def play(ctx: Any, policy: Any, *, episodes: int, seed: int) -> list[float]:

@@ -41,6 +41,11 @@ OLD_NAMES = {
     "experiments.builders.ppo": ["PPOBuilder"],
     "experiments.builders.pqn": ["PQNBuilder"],  # and its PQNRunner, now PQNSyncRunner
     "experiments.builders.td3": ["TD3Builder"],
+    # MADDPG's own program, folded into the actor-learner program (its check and
+    # describe hooks went to experiments.maddpg, its ReplayConfig and Trainer are gone)
+    "experiments.roles.maddpg": ["load_policy", "rank_main", "serial_main"],
+    "experiments.roles.maddpg_parts": ["MultiAgentEnvConfig", "env_factory", "team_of", "teams_of", "critic_sees",
+                                       "agent_specs", "evaluate", "MEASURES"],
 }
 
 

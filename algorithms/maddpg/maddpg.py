@@ -25,7 +25,7 @@ agent, the target of the sub-policy recorded in the transition. Replay: with
 ``ensemble_buffers="shared"`` all sub-policies learn from one buffer on every
 update; with ``"separate"`` (the paper's D_i^(k)) the caller keeps one sub-buffer
 per (agent, sub-policy), passes per-agent batches and ``sub_policies`` naming the
-sub-policy each agent trains on this step (``experiments/roles/maddpg.py`` does this).
+sub-policy each agent trains on this step (``algorithms.maddpg.builder.MADDPGLearner`` does this).
 
 All per-agent forward passes run through ``ParallelModules`` in the configured
 mode. Per-agent losses are summed and back-propagated once (the losses touch

@@ -78,7 +78,7 @@ def test_simple_tag_critics_see_what_critic_observes_says(observes, widths):
 ])
 def test_each_env_gets_the_evaluation_measures_that_fit_it(env_id, finite):
     pytest.importorskip("mpe2")
-    from experiments.roles.maddpg_parts import MEASURES, env_factory, evaluate
+    from experiments.runtime.multiagent import MEASURES, env_factory, evaluate
 
     env_fn = env_factory(MultiAgentEnvConfig(env_id=env_id, episode_steps=10), None)
     agents = len(env_fn().possible_agents)

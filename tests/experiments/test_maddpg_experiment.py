@@ -26,9 +26,9 @@ from experiments.maddpg import (
     main,
     run,
 )
-from experiments.roles.maddpg_parts import critic_sees, env_factory, evaluate, teams_of
 from experiments.runtime import Parts, RunConfig
 from experiments.runtime.cli import parse_config
+from experiments.runtime.multiagent import critic_sees, env_factory, evaluate, teams_of
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
-"""What the MADDPG job builds: its env and replay sections, the env by ``--env-id``
-(or the user's factory) with the env flags it takes, the agents' teams, the MADDPG (the user's subclass and
-actor networks), the greedy evaluation; and the job's resolve/check/describe hooks
-for the runtime."""
+"""A multi-agent job's env (MADDPG's): its env section, the PettingZoo env by
+``--env-id`` (or the user's factory) with the env flags it takes, the agents' teams
+and what each critic sees, and the greedy evaluation with the MPE measures of the
+MADDPG paper. (Was ``experiments.roles.maddpg_parts``; the job's check and describe
+hooks are in ``experiments.maddpg``.)"""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -231,61 +231,3 @@ def final_measures(env_fn: Callable[[], Any], algo: Any, *, episodes: int, seed:
     ``episodes`` episodes (fixed seeds, as every run's: the numbers compare runs)."""
     result = evaluate(algo, env_fn, episodes=episodes, seed=seed)
     return {key: result[key] for key in MEASURES}
-
-
-# --------------------------------------------------------------- runtime hooks
-
-
-def check(config: Any, parts: Any) -> None:
-    """The user's parts fit, the env id resolves, the env flags reach it, and the
-    env it builds is a ParallelEnv whose agents MADDPG can drive."""
-    from algorithms.maddpg import MADDPG
-    from algorithms.maddpg.builder import MADDPGActor, MADDPGLearner
-    from envs.multiagent import ParallelEnvAdapter
-    from envs.multiagent.registry import NotParallelEnv
-
-    parts.check(algorithm=MADDPG, actor=MADDPGActor, learner=MADDPGLearner)
-    factory = env_factory(config.env, parts.env)
-    try:
-        env = factory()
-    except NotParallelEnv as exc:  # the message names where the env came from
-        if parts.env is not None:
-            raise
-        raise ValueError(str(exc)) from None
-    except TypeError as exc:  # e.g. a module:factory that needs arguments
-        if parts.env is not None:
-            raise
-        raise ValueError(f"{flag('env_id')} {config.env.env_id!r}: calling its factory failed: {exc}") from None
-    try:
-        adapter = ParallelEnvAdapter(env)
-        agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{env_name(config.env.env_id, parts.env)}: {exc}") from None
-    finally:
-        env.close()
-
-
-def _num(value: Any, fmt: str) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
-
-
-def describe(summary: dict[str, Any]) -> list[str]:
-    from experiments.runtime.entry import describe_actor_learner
-
-    teams = summary["teams"]
-    lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
-             f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
-    for team, members in teams.items():
-        value = summary["team_return_last100"].get(team)
-        lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
-    if math.isfinite(summary.get("landmark_distance", math.nan)) or \
-            math.isfinite(summary.get("collisions_per_episode", math.nan)):
-        lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
-                     f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
-    if math.isfinite(summary.get("tags_per_episode", math.nan)):
-        lines.append(f"last eval          {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
-    lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
-                 f"replay {summary['replay_size']:,} transitions)")
-    if summary.get("env_worker_restarts"):
-        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), their cut episodes dropped")
-    return lines + describe_actor_learner(summary, waits_for="data", batch=f"{summary['num_actors']} vector env(s)")
