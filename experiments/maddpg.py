@@ -206,7 +206,8 @@ def describe(summary: dict[str, Any]) -> list[str]:
     lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
                  f"replay {summary['replay_size']:,} transitions)")
     if summary.get("env_worker_restarts"):
-        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), their cut episodes dropped")
+        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), "
+                     f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
     return lines + describe_actor_learner(summary, waits_for="data", batch=f"{summary['num_actors']} vector env(s)")
 
 

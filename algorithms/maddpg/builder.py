@@ -108,6 +108,7 @@ class MADDPGActor(Actor):
         if live.size:
             next_obs = _final(reset_obs, infos, done & ~cut)
             self._pending.append(transitions(obs, actions, reward, next_obs, terminated, live, policy))
+        self.dropped_episodes += int(np.count_nonzero(cut & (self._lengths > 0)))
         self._returns[live] += reward[live]
         self._lengths[live] += 1
         for row in np.flatnonzero(done & ~cut):

@@ -51,7 +51,7 @@ class ActorShell:
                                                 num_actors=setup.num_actors, seed=self.seed),
                              Actor, builder.make_actor, given=parts.actor, part="actor")
         self.actor.sync()
-        self._steps = self._transitions = self._env_restarts = 0
+        self._steps = self._transitions = self._env_restarts = self._dropped = 0
 
     @property
     def acting(self) -> Any:
@@ -69,9 +69,10 @@ class ActorShell:
         report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
                         transitions=actor.transitions_added - self._transitions, episodes=episodes,
                         version=actor.version, final=final,
-                        env_worker_restarts=env_restarts - self._env_restarts)
+                        env_worker_restarts=env_restarts - self._env_restarts,
+                        dropped_episodes=actor.dropped_episodes - self._dropped)
         self._steps, self._transitions = actor.env_steps, actor.transitions_added
-        self._env_restarts = env_restarts
+        self._env_restarts, self._dropped = env_restarts, actor.dropped_episodes
         return report
 
     def close(self) -> None:

@@ -99,6 +99,7 @@ class Coordinator:
         # a dead process's replay shard: the replay no longer holds them (held_transitions).
         self.added_lost = 0
         self.env_worker_restarts = 0
+        self.dropped_episodes = 0  # episodes cut by env worker restarts (never reported)
         self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
         self._window: list[Any] = []  # episodes since the last tick
@@ -146,6 +147,7 @@ class Coordinator:
                     self._silent.discard(report.source)
                     self._say(f"actor {report.source} reports again")
             self.env_worker_restarts += report.env_worker_restarts
+            self.dropped_episodes += report.dropped_episodes
             self._window.extend(report.episodes)
             self._recent.extend(e.ret for e in report.episodes)
             self._recent_agents.extend(e.agent_returns for e in report.episodes if e.agent_returns)
@@ -369,6 +371,7 @@ class Coordinator:
         log.scalar("actors/restarts", self.source_restarts, step)
         log.scalar("actors/lost_transitions", self.lost_transitions, step)
         log.scalar("actors/env_worker_restarts", self.env_worker_restarts, step)
+        log.scalar("actors/dropped_episodes", self.dropped_episodes, step)
         live = [v for v in versions if v >= 0]
         lag = updates - min(live) if live else 0
         if live:
@@ -412,7 +415,8 @@ class Coordinator:
                     "solved": list(self.solved) if self.solved else [],
                     "elapsed_s": time.time() - self.started,
                     "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
-                    "added_lost": self.added_lost, "env_worker_restarts": self.env_worker_restarts}
+                    "added_lost": self.added_lost, "env_worker_restarts": self.env_worker_restarts,
+                    "dropped_episodes": self.dropped_episodes}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint: the time budget counts the earlier run's time.
@@ -429,6 +433,7 @@ class Coordinator:
             self.started = time.time() - loaded["elapsed_s"]
             self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
             self.env_worker_restarts, self.added_lost = loaded["env_worker_restarts"], loaded["added_lost"]
+            self.dropped_episodes = loaded["dropped_episodes"]
         if loaded["elapsed_s"] >= self.run.max_seconds:
             self._say(f"the run has already spent its time budget ({loaded['elapsed_s']:.0f} s of "
                       f"--max-seconds {self.run.max_seconds:g}): it stops at once; give a larger "
@@ -467,7 +472,7 @@ class Coordinator:
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,
                 "actor_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
-                "env_worker_restarts": self.env_worker_restarts,
+                "env_worker_restarts": self.env_worker_restarts, "dropped_episodes": self.dropped_episodes,
                 "silent_sources": sorted(self._silent),
                 "run_dir": run_dir, **self._agents_summary(), **extra,
             }
@@ -489,8 +494,8 @@ class Coordinator:
 _COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
 # Checkpoints from before sources could rejoin have neither; from before env workers
 # were restarted, no count of those; from before the replay's size left out lost shards,
-# no added_lost.
-_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts", "added_lost")
+# no added_lost; from before cut episodes were counted, no dropped_episodes.
+_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts", "added_lost", "dropped_episodes")
 
 
 def _checked_progress(state: Any, where: StatePath) -> dict[str, Any]:

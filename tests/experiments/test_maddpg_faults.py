@@ -92,10 +92,12 @@ def test_a_killed_actor_and_a_killed_env_worker_are_replaced_and_a_resume_goes_o
     # The actor alone was restarted (the world was not), and the env worker inside its actor.
     assert summary["restarts"] == 0 and summary["resumed_from_step"] is None
     assert summary["actor_restarts"] == 1 and summary["silent_sources"] == []
-    assert summary["env_worker_restarts"] == 1
+    # Both envs of the killed worker were 4 steps into an episode: two episodes dropped.
+    assert summary["env_worker_restarts"] == 1 and summary["dropped_episodes"] == 2
     curves = scalars(summary["run_dir"])
     assert max(value for _, value in curves["actors/restarts"]) == 1
     assert max(value for _, value in curves["actors/env_worker_restarts"]) == 1
+    assert max(value for _, value in curves["actors/dropped_episodes"]) == 2
     # Every reported episode is whole (cut ones are dropped), per agent too.
     lengths = [value for _, value in curves["charts/episodic_length"]]
     assert lengths and all(length == 25 for length in lengths)
@@ -110,7 +112,7 @@ def test_a_killed_actor_and_a_killed_env_worker_are_replaced_and_a_resume_goes_o
                quiet=True)
     assert more["resumed_from_step"] == summary["env_steps"] and more["env_steps"] >= 2000
     assert more["updates"] > summary["updates"]
-    assert more["actor_restarts"] == 1 and more["env_worker_restarts"] == 1
+    assert more["actor_restarts"] == 1 and more["env_worker_restarts"] == 1 and more["dropped_episodes"] == 2
 
 
 @pytest.mark.timeout(120)
