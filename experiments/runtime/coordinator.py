@@ -381,6 +381,10 @@ class Coordinator:
                              "ups": round(self._updates_rate.rate()), "return100": recent})
         if silent or self.source_restarts:
             self._status.update({"silent": len(silent), "restarts": self.source_restarts})
+        if len(self.teams) > 1:  # several teams (competitive envs): each team's last-100 mean
+            with self._lock:
+                teams = self._agents_summary()["team_return_last100"]
+            self._status.update({f"{team}100": round(value, 2) for team, value in teams.items()})
         for key, value in (status or {}).items():  # None: the entry is gone
             if value is None:
                 self._status.pop(key, None)
