@@ -149,8 +149,9 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
 
 
 def resolve(config: MADDPGJobConfig, world_size: int | None) -> int:
-    """Fill ``--num-actors 0``; the number of ranks (learners + actors)."""
-    return resolve_actors(config, world_size, own_data=False)
+    """Fill ``--num-actors 0``; the number of ranks (learners + replay ranks + actors)."""
+    return resolve_actors(config, world_size, extra=config.replay.extra_ranks(),
+                          own_data=config.replay.replay_placement == "learner")
 
 
 def extra_ranks(config: MADDPGJobConfig) -> int:

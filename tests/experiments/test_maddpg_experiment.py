@@ -226,8 +226,10 @@ def test_a_launcher_world_is_the_learner_and_actors():
     config.run.serial = False
     assert maddpg.resolve(config, 3) == 3 and config.num_actors == 2
     assert maddpg.job().roles(config, 3) == ["learner", "actor 0", "actor 1"]
-    config.learners = 2
-    assert maddpg.resolve(config, 3) == 3 and config.num_actors == 1
+    config.learners = 2  # each learner samples its own replay shard, fed by actors i mod 2
+    assert maddpg.resolve(config, 4) == 4 and config.num_actors == 2
+    with pytest.raises(ValueError, match="--learners 2 needs at least 2 actors"):
+        maddpg.resolve(config, 3)
 
 
 def test_mpe_simple_spread_is_the_default():
