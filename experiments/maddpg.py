@@ -200,16 +200,16 @@ def describe(summary: dict[str, Any]) -> list[str]:
         lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
     if math.isfinite(summary.get("landmark_distance", math.nan)) or \
             math.isfinite(summary.get("collisions_per_episode", math.nan)):
-        lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
+        lines.append(f"final eval         landmark distance {_num(summary['landmark_distance'], '.3f')}, "
                      f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
     if math.isfinite(summary.get("tags_per_episode", math.nan)):
-        lines.append(f"last eval          {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
-    lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
-                 f"replay {summary['replay_size']:,} transitions)")
+        lines.append(f"final eval         {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
+    lines.append(f"networks           {summary['mode']}")
     if summary.get("env_worker_restarts"):
         lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), "
                      f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
-    return lines + describe_actor_learner(summary, waits_for="data", batch=f"{summary['num_actors']} vector env(s)")
+    return lines + describe_actor_learner(summary, waits_for="data", batch=(
+        f"batch {summary['batch_size']}, replay {summary['replay_size']:,} transitions"))
 
 
 def play(ctx: Any, policy: Any, *, episodes: int, seed: int) -> list[float]:
