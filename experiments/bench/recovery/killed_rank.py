@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="all", help=f"comma-separated: {', '.join(CASES)} (or all)")
     parser.add_argument("--seconds", type=float, default=None,
-                        help="wall-clock budget of each run, from its launch (default 60, --quick 11)")
+                        help="wall-clock budget of each run, from its launch (default 60, --quick 14)")
     parser.add_argument("--kill-at", type=float, default=None,
                         help="seconds after the killed process's first step (update) that it dies "
                              "(default 20, --quick 3)")
@@ -245,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill_at is None:
         args.kill_at = 3.0 if args.quick else 20.0
     if args.seconds is None:
-        args.seconds = 11.0 if args.quick else 60.0
+        # --quick: a local world's start (MADDPG's: ranks, then each actor's env workers)
+        # took 5-8 s of it on 2 loaded cores, and the death comes --kill-at after the first step.
+        args.seconds = 14.0 if args.quick else 60.0
     if not 0 < args.kill_at < args.seconds:
         parser.error(f"--kill-at must be in (0, --seconds {args.seconds:g}), got {args.kill_at:g}")
     if args.checkpoint_every is None:
