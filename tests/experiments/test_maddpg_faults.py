@@ -120,5 +120,5 @@ def test_an_env_worker_that_keeps_dying_ends_the_job_naming_it(tmp_path):
     env = functools.partial(KillsItsWorker, after=3, marker=None)
     with pytest.raises(ChildDied, match=r"env worker \d \(envs \d\.\.\d\) keeps dying: killed by signal "
                                         r"SIGKILL, after 1 restart \(max_restarts=1\)"):
-        run(config(str(tmp_path / "runs"), max_env_steps=10**6, max_restarts=1, serial=True, num_actors=1, num_envs=4,
-                   env_workers=2), parts=Parts(env=env), quiet=True)
+        run(config(str(tmp_path / "runs"), max_env_steps=10**6, max_restarts=1, serial=True, num_actors=1),
+            parts=Parts(env=env), quiet=True)
