@@ -39,6 +39,9 @@ MOVED: dict[str, str] = {
     # A3C's own roles, folded into the actor-learner program (its gradients data path).
     "experiments.roles.a3c": "experiments.roles.actor_learner",
     "experiments.roles.a3c_parts": "experiments.a3c",
+    # MADDPG runs on the actor-learner program (its builder: algorithms.maddpg.builder)
+    "experiments.roles.maddpg": "experiments.roles.actor_learner",
+    "experiments.roles.maddpg_parts": "experiments.runtime.multiagent",
 }
 MOVED_NAMES: dict[tuple[str, str], str] = {
     ("algorithms.adders", "UnrollItems"): "algorithms.impala.unroll",

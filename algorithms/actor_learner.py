@@ -90,6 +90,7 @@ class Actor:
         self.env_steps = 0
         self.transitions_added = 0  # rows sent to the sink (transitions, or unroll steps)
         self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by callers
+        self.dropped_episodes = 0  # episodes cut by env worker restarts (never finished)
         self._pending: list[Batch] = []
         self._steps_since_pull = 0
         self._obs, _ = env.reset(seed=seed)
@@ -141,6 +142,7 @@ class Actor:
         self._returns += reward
         self._lengths += 1
         if cut is not None:  # a cut episode is dropped: its return was never made
+            self.dropped_episodes += int(np.count_nonzero(cut & (self._lengths > 1)))
             done = done & ~cut
             self._returns[cut], self._lengths[cut] = 0.0, 0
         for i in np.flatnonzero(done):

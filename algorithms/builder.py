@@ -144,6 +144,32 @@ class Builder(abc.ABC):
         """The evaluation policy: ``act(obs batch) -> actions`` without exploration."""
         return functools.partial(algorithm.act, explore=False)
 
+    def make_vector_env(self, env_fn: Callable[[], Any], **options: Any) -> Any:
+        """The vector env an actor steps and the evaluator plays (``options``:
+        ``envs.make_vector_env``'s keywords: ``num_envs``, ``num_workers``,
+        ``autoreset_mode``, ``seed``, the restart and timeout options). An algorithm
+        whose env is not a gymnasium one (MADDPG's PettingZoo envs) makes its own here."""
+        from envs import make_vector_env
+
+        return make_vector_env(env_fn, **options)
+
+    def play(self, act: Callable[[Any], Any], envs: Any, *, episodes: int, seed: int) -> np.ndarray:
+        """The returns of ``episodes`` episodes of ``act`` (:meth:`greedy`'s) on ``envs``
+        (one env per episode, each env's first episode counts)."""
+        from algorithms.rollout import evaluate
+
+        return evaluate(act, envs, episodes=episodes, seed=seed)
+
+    def episode_layout(self) -> dict[str, Any]:
+        """What the coordinator is told of the episodes' returns besides their sum:
+        ``agent_names`` and ``teams`` (team -> agent indices) for per-agent and
+        per-team curves of a multi-agent algorithm (none here)."""
+        return {}
+
+    def summary(self, algorithm: Any) -> dict[str, Any]:
+        """The job summary's entries of the learner's ``algorithm`` (none here)."""
+        return {}
+
     def network_of(self, algorithm: Any) -> Any:
         """The module the evaluation policy runs (its ReLUs are watched for dead units)."""
         return algorithm.network

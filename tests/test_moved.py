@@ -44,6 +44,11 @@ OLD_NAMES = {
     "experiments.roles.a3c": ["restartable", "rank_main", "serial_main"],
     "experiments.roles.a3c_parts": ["ENV_DEFAULTS_BY_FAMILY", "ServerConfig", "fill_defaults", "describe", "resolve",
                                     "check", "env_defaults"],
+    # MADDPG's own program, folded into the actor-learner program (its check and
+    # describe hooks went to experiments.maddpg, its ReplayConfig and Trainer are gone)
+    "experiments.roles.maddpg": ["load_policy", "rank_main", "serial_main"],
+    "experiments.roles.maddpg_parts": ["MultiAgentEnvConfig", "env_factory", "team_of", "teams_of", "critic_sees",
+                                       "agent_specs", "evaluate", "MEASURES"],
 }
 
 

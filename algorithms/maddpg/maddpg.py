@@ -25,7 +25,7 @@ agent, the target of the sub-policy recorded in the transition. Replay: with
 ``ensemble_buffers="shared"`` all sub-policies learn from one buffer on every
 update; with ``"separate"`` (the paper's D_i^(k)) the caller keeps one sub-buffer
 per (agent, sub-policy), passes per-agent batches and ``sub_policies`` naming the
-sub-policy each agent trains on this step (``experiments/roles/maddpg.py`` does this).
+sub-policy each agent trains on this step (``algorithms.maddpg.builder.MADDPGLearner`` does this).
 
 All per-agent forward passes run through ``ParallelModules`` in the configured
 mode. Per-agent losses are summed and back-propagated once (the losses touch
@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from algorithms.agent_parallel import ParallelModules
-from algorithms.base import Algorithm, as_tensor, no_grad_for
+from algorithms.base import Algorithm, GradHook, as_tensor, no_grad_for, reduce_gradients
 from algorithms.maddpg.gumbel import gumbel_softmax
 from algorithms.maddpg.spec import FIELDS, AgentSpec, MADDPGConfig, check_critic_sees, split_agents
 from algorithms.maddpg.stacked import can_stack, is_stacked_batch, stacked_act, stacked_update
@@ -147,6 +147,7 @@ class MADDPG(Algorithm):
         self.noise: list[ActionNoise | None] = [None] * n
         self.active_policies: np.ndarray | None = None  # (num_envs, n_agents) sub-policy per env copy
         self.updates = 0
+        self.grad_hook: GradHook | None = None  # set by a learner group (algorithms.base.GradHook)
         # Fixed-op-count path for homogeneous agents (see maddpg_stacked); set False
         # to force the per-agent path.
         self.use_stacked_path = can_stack(self, MADDPG)
@@ -407,6 +408,8 @@ class MADDPG(Algorithm):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         leaves = self._stacked_leaves_of(optimizer)
+        # A learner group's mean (--learners K): before clipping, so every member clips alike.
+        reduce_gradients(self.grad_hook, leaves if leaves is not None else [p for ps in param_groups for p in ps])
         clip, per_network = self.config.grad_clip, self.config.grad_clip_scope == "network"
         if leaves is not None:  # every agent trains (no ensembles here): clip per row
             if clip is not None:
@@ -448,7 +451,24 @@ class MADDPG(Algorithm):
         for ev in (self.actor_eval, self.target_actor_eval, self.critic_eval, self.target_critic_eval):
             ev.refresh()
 
+    def initial_priorities(self, batch: Mapping[str, Any]) -> np.ndarray:
+        """Priority 1 for every new transition: MADDPG samples its replay uniformly
+        (with priority exponent 0 the priorities are never read)."""
+        return np.ones(len(batch["reward"]), dtype=np.float64)
+
     # ----- state --------------------------------------------------------------------
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The acting networks as one flat dict of tensors (``actor<slot>.<param>``): what
+        the learner publishes to the actors and ``policy.pt`` holds."""
+        return {f"actor{i}.{k}": v for i, actor in enumerate(self.actors) for k, v in actor.state_dict().items()}
+
+    def load_policy_state(self, state: Mapping[str, Any]) -> None:
+        """Load :meth:`policy_state` into the actors (an actor's pull, a saved policy)."""
+        for i, actor in enumerate(self.actors):
+            prefix = f"actor{i}."
+            actor.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+        self.refresh()
+
     def state_dict(self) -> dict[str, Any]:
         nets = {name: [m.state_dict() for m in getattr(self, name)]
                 for name in ("actors", "critics", "target_actors", "target_critics")}

@@ -36,13 +36,12 @@ class ActorShell:
         from gymnasium.vector import AutoresetMode
 
         from algorithms.actor_learner import Actor
-        from envs import make_vector_env
 
         # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
         self.seed = actor_seed(setup.run.seed, index, restarts)
         self.index = index
         # A dead env worker is replaced inside the vector env; the actor drops what it cut.
-        self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
+        self.env = setup.builder.make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
                                    autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
                                    **setup.env_options)
         builder, parts = setup.builder, setup.parts
@@ -52,7 +51,7 @@ class ActorShell:
                                                 num_actors=setup.num_actors, seed=self.seed),
                              Actor, builder.make_actor, given=parts.actor, part="actor")
         self.actor.sync()
-        self._steps = self._transitions = self._env_restarts = 0
+        self._steps = self._transitions = self._env_restarts = self._dropped = 0
 
     @property
     def acting(self) -> Any:
@@ -63,7 +62,8 @@ class ActorShell:
 
     def report(self, *, final: bool = False) -> Report:
         actor = self.actor
-        episodes = [Episode(ret=r, length=n) for r, n in actor.finished_episodes]
+        # (return, length), and a multi-agent actor's per-agent returns after them
+        episodes = [Episode(*episode) for episode in actor.finished_episodes]
         actor.finished_episodes = []
         env_restarts = getattr(self.env, "crash_count", 0)
         # An actor that learns (A3C's) sums its metrics for the curves (losses/...).
@@ -71,9 +71,10 @@ class ActorShell:
         report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
                         transitions=actor.transitions_added - self._transitions, episodes=episodes,
                         version=actor.version, final=final, metric_sums=sums, metric_count=count,
-                        env_worker_restarts=env_restarts - self._env_restarts)
+                        env_worker_restarts=env_restarts - self._env_restarts,
+                        dropped_episodes=actor.dropped_episodes - self._dropped)
         self._steps, self._transitions = actor.env_steps, actor.transitions_added
-        self._env_restarts = env_restarts
+        self._env_restarts, self._dropped = env_restarts, actor.dropped_episodes
         return report
 
     def close(self) -> None:

@@ -106,7 +106,8 @@ def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
     if setup.path.kernels:
         announce_compile(setup.lead)
     data, params = setup.path.learner_data(setup, None, []), ModelStore()
-    coordinator = start_lead(setup.lead, num_sources=setup.num_actors, target=target(setup), evaluator=None)
+    coordinator = start_lead(setup.lead, num_sources=setup.num_actors, target=target(setup), evaluator=None,
+                             **setup.builder.episode_layout())
     learner = _learner(setup, data.source, params)
     shells = [ActorShell(setup, index=i, sink=data.sink, params=params) for i in range(setup.num_actors)]
     paced = pacing(setup.flow, num_actors=setup.num_actors, num_envs=setup.env.num_envs)
@@ -200,12 +201,15 @@ def load_policy(program: Program, ctx: Any, state: dict[str, Any]):
 
 
 def make_job(program: Program, *, resolve: Callable, check: Callable, describe: Callable,
-             env_fn: Callable, env_defaults: Callable | None, extra_ranks: Callable[[Any], int]) -> Job:
+             env_fn: Callable, env_defaults: Callable | None, extra_ranks: Callable[[Any], int],
+             play: Callable | None = None) -> Job:
     """The runtime's :class:`~experiments.runtime.job.Job` of an actor-learner
-    ``program`` with the job's own hooks (``extra_ranks(config)``: its replay ranks)."""
+    ``program`` with the job's own hooks (``extra_ranks(config)``: its replay ranks;
+    ``play``: how ``experiments.evaluate`` plays a loaded policy, where gymnasium's
+    vector env cannot)."""
     return Job(name=program.name, rank_main=functools.partial(rank_main, program),
                serial_main=functools.partial(serial_main, program), resolve=resolve, check=check,
-               describe=describe, env_fn=env_fn, load_policy=functools.partial(load_policy, program),
+               describe=describe, env_fn=env_fn, load_policy=functools.partial(load_policy, program), play=play,
                restartable=functools.partial(restartable, extra_ranks),
                env_defaults=functools.partial(_fill_and_probe, program, env_defaults, env_fn),
                roles=functools.partial(_role_names, extra_ranks))

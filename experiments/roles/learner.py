@@ -118,7 +118,8 @@ class LearnerLoop:
             process_cpu_ms_per_update=1e3 * (time.process_time() - self.process_started) / updates
             if self.started else 0.0,
             sample_ms_per_update=1e3 * learner.sample_seconds / updates,
-            update_ms_per_update=1e3 * learner.update_seconds / updates, **own)
+            update_ms_per_update=1e3 * learner.update_seconds / updates, **own,
+            **setup.builder.summary(learner.algorithm))
 
 
 def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = None) -> dict[str, Any]:
@@ -134,7 +135,8 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
         announce_compile(lead)
     data = setup.path.learner_data(setup, group, shards)
     params = PushPullModelServer.host(group, PARAMS)
-    coordinator = start_lead(lead, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1)
+    coordinator = start_lead(lead, num_sources=num_actors, target=target(setup), evaluator=num_actors - 1,
+                             **setup.builder.episode_layout())
     lockstep = Lockstep(members) if members is not None else None
     learner = make_learner(setup, data.source, params, lockstep=lockstep)
     keeper = run_keeper(setup, coordinator, learner, data, group=group)

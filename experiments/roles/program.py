@@ -199,9 +199,7 @@ def actor_seed(run_seed: int, index: int, restarts: int = 0) -> int:
 
 def eval_env(setup: Setup, *, seed: int):
     """Greedy evaluation envs: one per episode, each env's first episode counts."""
-    from envs import make_vector_env
-
-    return make_vector_env(setup.env_fn, num_envs=setup.run.eval_episodes, num_workers=0, seed=seed)
+    return setup.builder.make_vector_env(setup.env_fn, num_envs=setup.run.eval_episodes, num_workers=0, seed=seed)
 
 
 def evaluate(setup: Setup, algorithm: Any, envs: Any, *, env_steps: int, version: int):
@@ -211,11 +209,10 @@ def evaluate(setup: Setup, algorithm: Any, envs: Any, *, env_steps: int, version
     network that scored and ``experiments.evaluate`` can replay it."""
     import functools
 
-    from algorithms.rollout import evaluate as play
     from experiments.runtime.evaluation import evaluation
 
     builder = setup.builder
     seed, episodes = setup.run.seed + 7 + env_steps, setup.run.eval_episodes
     return evaluation(builder.network_of(algorithm),
-                      functools.partial(play, builder.greedy(algorithm), envs, episodes=episodes, seed=seed),
+                      functools.partial(builder.play, builder.greedy(algorithm), envs, episodes=episodes, seed=seed),
                       env_steps=env_steps, version=version, policy=algorithm.policy_state(), seed=seed)

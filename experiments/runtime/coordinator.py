@@ -99,10 +99,12 @@ class Coordinator:
         # a dead process's replay shard: the replay no longer holds them (held_transitions).
         self.added_lost = 0
         self.env_worker_restarts = 0
+        self.dropped_episodes = 0  # episodes cut by env worker restarts (never reported)
         self._meters = [RateMeter(window=5.0) for _ in range(num_sources)]
         self._steps_rate, self._updates_rate = RateMeter(window=5.0), RateMeter(window=5.0)
         self._window: list[Any] = []  # episodes since the last tick
         self._recent: deque[float] = deque(maxlen=100)
+        self._recent_agents: deque[tuple[float, ...]] = deque(maxlen=100)  # multi-agent jobs' per-agent returns
         self._metric_sums: dict[str, float] = {}
         self._metric_count = 0
         self._finished: set[int] = set()
@@ -145,8 +147,10 @@ class Coordinator:
                     self._silent.discard(report.source)
                     self._say(f"actor {report.source} reports again")
             self.env_worker_restarts += report.env_worker_restarts
+            self.dropped_episodes += report.dropped_episodes
             self._window.extend(report.episodes)
             self._recent.extend(e.ret for e in report.episodes)
+            self._recent_agents.extend(e.agent_returns for e in report.episodes if e.agent_returns)
             for key, value in report.metric_sums.items():
                 self._metric_sums[key] = self._metric_sums.get(key, 0.0) + value
             self._metric_count += report.metric_count
@@ -367,6 +371,7 @@ class Coordinator:
         log.scalar("actors/restarts", self.source_restarts, step)
         log.scalar("actors/lost_transitions", self.lost_transitions, step)
         log.scalar("actors/env_worker_restarts", self.env_worker_restarts, step)
+        log.scalar("actors/dropped_episodes", self.dropped_episodes, step)
         live = [v for v in versions if v >= 0]
         lag = updates - min(live) if live else 0
         if live:
@@ -376,6 +381,10 @@ class Coordinator:
                              "ups": round(self._updates_rate.rate()), "return100": recent})
         if silent or self.source_restarts:
             self._status.update({"silent": len(silent), "restarts": self.source_restarts})
+        if len(self.teams) > 1:  # several teams (competitive envs): each team's last-100 mean
+            with self._lock:
+                teams = self._agents_summary()["team_return_last100"]
+            self._status.update({f"{team}100": round(value, 2) for team, value in teams.items()})
         for key, value in (status or {}).items():  # None: the entry is gone
             if value is None:
                 self._status.pop(key, None)
@@ -410,7 +419,8 @@ class Coordinator:
                     "solved": list(self.solved) if self.solved else [],
                     "elapsed_s": time.time() - self.started,
                     "source_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
-                    "added_lost": self.added_lost, "env_worker_restarts": self.env_worker_restarts}
+                    "added_lost": self.added_lost, "env_worker_restarts": self.env_worker_restarts,
+                    "dropped_episodes": self.dropped_episodes}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint: the time budget counts the earlier run's time.
@@ -427,6 +437,7 @@ class Coordinator:
             self.started = time.time() - loaded["elapsed_s"]
             self.source_restarts, self.lost_transitions = loaded["source_restarts"], loaded["lost_transitions"]
             self.env_worker_restarts, self.added_lost = loaded["env_worker_restarts"], loaded["added_lost"]
+            self.dropped_episodes = loaded["dropped_episodes"]
         if loaded["elapsed_s"] >= self.run.max_seconds:
             self._say(f"the run has already spent its time budget ({loaded['elapsed_s']:.0f} s of "
                       f"--max-seconds {self.run.max_seconds:g}): it stops at once; give a larger "
@@ -465,17 +476,30 @@ class Coordinator:
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,
                 "actor_restarts": self.source_restarts, "lost_transitions": self.lost_transitions,
-                "env_worker_restarts": self.env_worker_restarts,
+                "env_worker_restarts": self.env_worker_restarts, "dropped_episodes": self.dropped_episodes,
                 "silent_sources": sorted(self._silent),
-                "run_dir": run_dir, **extra,
+                "run_dir": run_dir, **self._agents_summary(), **extra,
             }
+
+    def _agents_summary(self) -> dict[str, Any]:
+        """A multi-agent job's agents and teams (names), and their mean returns over the
+        last 100 episodes (a team's: the sum over its members; NaN before any)."""
+        if not self.agent_names:
+            return {}
+        names = self.agent_names
+        recent = np.asarray(self._recent_agents, dtype=np.float64) if self._recent_agents else None
+        team_returns = {team: float(recent[:, list(members)].sum(axis=1).mean()) if recent is not None
+                        else float("nan") for team, members in self.teams.items()}
+        return {"agents": names, "teams": {team: [names[i] for i in m] for team, m in self.teams.items()},
+                "team_return_last100": team_returns,
+                "agent_return_last100": recent.mean(axis=0).round(3).tolist() if recent is not None else None}
 
 
 _COUNTS = ("env_steps", "transitions", "episodes", "updates", "next_eval")
 # Checkpoints from before sources could rejoin have neither; from before env workers
 # were restarted, no count of those; from before the replay's size left out lost shards,
-# no added_lost.
-_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts", "added_lost")
+# no added_lost; from before cut episodes were counted, no dropped_episodes.
+_REJOIN_COUNTS = ("source_restarts", "lost_transitions", "env_worker_restarts", "added_lost", "dropped_episodes")
 
 
 def _checked_progress(state: Any, where: StatePath) -> dict[str, Any]:

@@ -33,6 +33,7 @@ class Report:
     metric_count: int = 0
     final: bool = False
     env_worker_restarts: int = 0  # env worker processes replaced since the previous report
+    dropped_episodes: int = 0  # episodes those replacements cut (not reported), since the previous report
 
 
 @dataclasses.dataclass

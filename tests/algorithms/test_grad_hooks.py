@@ -96,3 +96,31 @@ def test_impala_hook_gets_the_model_parameters_and_a_parameter_without_gradient_
     unreached = torch.nn.Parameter(torch.ones(2))
     reduce_gradients(lambda ps: None, [unreached])
     assert torch.equal(unreached.grad, torch.zeros(2))
+
+
+@pytest.mark.parametrize("ensemble", [1, 2])
+def test_maddpg_averages_its_critic_and_actor_steps_every_update(ensemble):
+    """MADDPG's learners in step (``--learners K``): the critics' and the actors' steps
+    each go through the hook, stacked leaves or every agent's own parameters; a hook
+    that zeroes every gradient leaves the networks as they were."""
+    from algorithms.maddpg import MADDPG, AgentSpec, MADDPGConfig
+
+    spec = AgentSpec(obs_dim=4, action_dim=3, discrete=True)
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.standard_normal((16, 2, 4)).astype(np.float32),
+             "next_obs": rng.standard_normal((16, 2, 4)).astype(np.float32),
+             "action": rng.integers(0, 3, (16, 2)), "reward": rng.standard_normal((16, 2)).astype(np.float32),
+             "terminated": np.zeros((16, 2), np.float32), "policy_index": rng.integers(0, ensemble, (16, 2))}
+    algo = MADDPG(agents=[spec] * 2, config=MADDPGConfig(seed=0, ensemble_size=ensemble, grad_clip=None))
+    algo.grad_hook = Recorder(0.0)
+    before = copy.deepcopy(algo.state_dict())
+    algo.update(batch)
+    assert len(algo.grad_hook.calls) == 2  # the critics' step, then the actors'
+    critics, actors = ({id(p) for p in params} for params in algo.grad_hook.calls)
+    assert critics == {id(p) for p in (algo.critic_eval.stacked_leaves or
+                                       [p for ps in algo.critic_params for p in ps])}
+    assert actors <= {id(p) for p in (algo.actor_eval.stacked_leaves or
+                                      [p for ps in algo.actor_params for p in ps])}
+    for name in ("actors", "critics"):
+        for saved, module in zip(before[name], getattr(algo, name)):
+            assert all(torch.equal(saved[k], v) for k, v in module.state_dict().items())

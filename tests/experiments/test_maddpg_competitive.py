@@ -33,7 +33,8 @@ class Kept(MADDPG):
 
 def tag_config(observes: str) -> MADDPGJobConfig:
     return MADDPGJobConfig(
-        run=RunConfig(max_env_steps=300, eval_every=150, eval_episodes=2, status_every=0.0, log_dir="none"),
+        run=RunConfig(max_env_steps=300, eval_every=150, eval_episodes=2, status_every=0.0, log_dir="none",
+                      serial=True),
         env=MultiAgentEnvConfig(env_id="simple_tag", num_envs=4, env_workers=0, continuous=True, episode_steps=25),
         replay=ReplayConfig(replay_capacity=1000),
         learn=LearnConfig(batch_size=16, learning_starts=100, updates_per_step=0.05, critic_observes=observes))
@@ -77,7 +78,7 @@ def test_simple_tag_critics_see_what_critic_observes_says(observes, widths):
 ])
 def test_each_env_gets_the_evaluation_measures_that_fit_it(env_id, finite):
     pytest.importorskip("mpe2")
-    from experiments.roles.maddpg_parts import MEASURES, env_factory, evaluate
+    from experiments.runtime.multiagent import MEASURES, env_factory, evaluate
 
     env_fn = env_factory(MultiAgentEnvConfig(env_id=env_id, episode_steps=10), None)
     agents = len(env_fn().possible_agents)

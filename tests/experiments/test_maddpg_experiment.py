@@ -1,7 +1,7 @@
 """experiments.maddpg on the job runtime: learns the built-in cooperative task; any
 PettingZoo parallel env by id (mpe2 short names, module:factory, the user's
 factory) with per-agent and per-team curves; team critics; the user's subclass and
-actor networks; CLI errors; one process only."""
+actor networks; CLI errors; a launcher's world of learner and actors."""
 
 import functools
 import glob
@@ -26,15 +26,15 @@ from experiments.maddpg import (
     main,
     run,
 )
-from experiments.roles.maddpg_parts import critic_sees, env_factory, evaluate, teams_of
 from experiments.runtime import Parts, RunConfig
 from experiments.runtime.cli import parse_config
+from experiments.runtime.multiagent import critic_sees, env_factory, evaluate, teams_of
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--max-env-steps", "400", "--num-envs", "4", "--env-workers", "0", "--batch-size", "16",
          "--learning-starts", "100", "--updates-per-step", "0.05", "--eval-every", "200",
-         "--eval-episodes", "2", "--status-every", "0"]
+         "--eval-episodes", "2", "--status-every", "0", "--serial"]
 
 
 class Kept(MADDPG):
@@ -49,7 +49,8 @@ class Kept(MADDPG):
 
 def small_config(env_id="cooperative", *, steps=400, log_dir="none", **env):
     return MADDPGJobConfig(
-        run=RunConfig(max_env_steps=steps, eval_every=200, eval_episodes=2, status_every=0.0, log_dir=log_dir),
+        run=RunConfig(max_env_steps=steps, eval_every=200, eval_episodes=2, status_every=0.0, log_dir=log_dir,
+                      serial=True),
         env=MultiAgentEnvConfig(env_id=env_id, num_envs=4, env_workers=0, **env),
         replay=ReplayConfig(replay_capacity=5000),
         learn=LearnConfig(batch_size=16, learning_starts=100, updates_per_step=0.05))
@@ -174,13 +175,14 @@ def test_user_subclass_and_actor_networks_run():
     summary = run(config, parts=Parts(algorithm=RecordingMADDPG, network=actor), quiet=True)
     assert summary["algorithm"].endswith("RecordingMADDPG")
     assert len(RecordingMADDPG.calls) == summary["updates"] > 0 and set(RecordingMADDPG.calls) == {2}
-    assert built == [(8, 5), (8, 5)]  # 2 agents: position, 2 landmarks, 1 other agent
+    # 2 agents (position, 2 landmarks, 1 other agent), in the learner's and the actor's copy
+    assert built == [(8, 5), (8, 5)] * 2
 
 
 def test_parts_that_do_not_fit_are_refused():
     with pytest.raises(TypeError, match="subclass of algorithms.maddpg.maddpg.MADDPG"):
         run(small_config(), parts=Parts(algorithm=dict))
-    with pytest.raises(TypeError, match="no actor class"):
+    with pytest.raises(TypeError, match="actor must be a subclass of algorithms.maddpg.builder.MADDPGActor"):
         run(small_config(), parts=Parts(actor=object))
     with pytest.raises(TypeError, match="not a PettingZoo ParallelEnv"):
         run(small_config(), parts=Parts(env=lambda: object()))
@@ -215,13 +217,19 @@ def test_envs_that_cannot_run_exit_2_naming_the_flag(argv, message, capsys):
             assert name in err
 
 
-def test_a_launcher_world_of_more_than_one_rank_is_refused(monkeypatch, capsys):
-    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
-        monkeypatch.setenv(name, value)  # torchrun's environment, whole
-    with pytest.raises(ValueError, match="MADDPG runs in one process; use torchrun --nproc-per-node 1"):
-        run(small_config())
-    assert main(["--env-id", "cooperative", "--log-dir", "none"]) == 2
-    assert "WORLD_SIZE=2" in capsys.readouterr().err
+def test_a_launcher_world_is_the_learner_and_actors():
+    """Under torchrun MADDPG is the actor-learner program's world: rank 0 the learner,
+    the others actors (it was one process, refusing a larger world)."""
+    from experiments import maddpg
+
+    config = small_config()
+    config.run.serial = False
+    assert maddpg.resolve(config, 3) == 3 and config.num_actors == 2
+    assert maddpg.job().roles(config, 3) == ["learner", "actor 0", "actor 1"]
+    config.learners = 2  # each learner samples its own replay shard, fed by actors i mod 2
+    assert maddpg.resolve(config, 4) == 4 and config.num_actors == 2
+    with pytest.raises(ValueError, match="--learners 2 needs at least 2 actors"):
+        maddpg.resolve(config, 3)
 
 
 def test_mpe_simple_spread_is_the_default():

@@ -176,7 +176,7 @@ def a3c_gpu_workers(cpu: bool) -> dict[str, Any]:
 
 
 def maddpg_gpu(cpu: bool) -> dict[str, Any]:
-    """MADDPG (one process, env copies stepped in subprocesses) learning on the GPU."""
+    """MADDPG (a learner and one actor, its env copies stepped in subprocesses) learning on the GPU."""
     argv = ["--env-id", "cooperative", "--num-envs", "4", "--batch-size", "32", "--hidden", "32",
             "--learning-starts", "100", "--eval-every", "100000", "--device", "cpu" if cpu else "cuda",
             "--max-env-steps", "400" if cpu else "4000", "--max-seconds", "30"]

@@ -143,15 +143,16 @@ def run_rlpar(*, env: str, seed: int, steps: int, num_envs: int, learning_starts
     config = ours_config(ours_flags)
     config.env = MultiAgentEnvConfig(env_id=env, num_envs=num_envs, env_workers=1, episode_steps=EPISODE_STEPS,
                                      continuous=True)
+    # --serial: the learner and its actor in this process, which evaluates the learner's MADDPG.
     config.run = RunConfig(seed=seed, max_env_steps=steps, max_seconds=math.inf, eval_every=steps,
-                           status_every=0.0, device="cpu", log_dir="none", torch_threads=1)
+                           status_every=0.0, device="cpu", log_dir="none", torch_threads=1, serial=True)
     config.replay.replay_capacity = max(steps, batch_size)
     config.learn.batch_size, config.learn.learning_starts = batch_size, learning_starts
     config.learn.updates_per_step = 1.0 / update_every
     start = time.perf_counter()
     summary = run(config, parts=Parts(algorithm=KeptMADDPG), quiet=True)
     wall = time.perf_counter() - start
-    algo, KeptMADDPG.newest = KeptMADDPG.newest, None
+    algo, KeptMADDPG.learner = KeptMADDPG.learner, None
 
     def policy(obs: list[np.ndarray]) -> list[np.ndarray]:
         return algo.act(obs, explore=False)

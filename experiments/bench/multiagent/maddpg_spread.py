@@ -99,14 +99,16 @@ def spread_env(*, continuous: bool) -> MultiAgentEnvConfig:
 
 
 class KeptMADDPG(MADDPG):
-    """MADDPG that keeps its newest instance: the job runs in this process, and the
+    """MADDPG that keeps the first instance a run makes, the learner's (``--serial``
+    makes it before the actor's acting copy): the job runs in this process, and the
     bench evaluates what it trained with the same code as the peer's policy."""
 
-    newest: MADDPG | None = None
+    learner: MADDPG | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        KeptMADDPG.newest = self
+        if KeptMADDPG.learner is None:
+            KeptMADDPG.learner = self
 
 
 def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learning_starts: int,
@@ -115,15 +117,16 @@ def run_rlpar(*, seed: int, steps: int, continuous: bool, num_envs: int, learnin
     config.env = dataclasses.replace(spread_env(continuous=continuous), num_envs=num_envs, env_workers=1)
     # No evaluation inside the run (eval_every = the budget: the stop comes first);
     # the bench evaluates the final policy below.
+    # --serial: the learner and its actor in this process, which evaluates the learner's MADDPG.
     config.run = RunConfig(seed=seed, max_env_steps=steps, max_seconds=math.inf, eval_every=steps,
-                           status_every=0.0, device="cpu", log_dir="none", torch_threads=1)
+                           status_every=0.0, device="cpu", log_dir="none", torch_threads=1, serial=True)
     config.replay.replay_capacity = max(steps, batch_size)
     config.learn.batch_size, config.learn.learning_starts = batch_size, learning_starts
     config.learn.updates_per_step = 1.0 / update_every
     start = time.perf_counter()
     summary = run(config, parts=Parts(algorithm=KeptMADDPG), quiet=True)
     wall = time.perf_counter() - start
-    algo, KeptMADDPG.newest = KeptMADDPG.newest, None
+    algo, KeptMADDPG.learner = KeptMADDPG.learner, None
     result = evaluate(algo, env_factory(config.env), episodes=eval_episodes)
     result.pop("returns")
     return result | {"train_wall_s": round(wall, 1), "updates": summary["updates"], "mode": summary["mode"]}

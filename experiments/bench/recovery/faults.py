@@ -97,11 +97,15 @@ class KillOnceLearner(ApexLearner):
 
 class KillOnceWorkerEnv(CooperativeEnv):
     """The cooperative multi-agent env, killing the env worker subprocess it lives in
-    once (``env-worker:<pid>``: any process but the job's own, ``pid``)."""
+    once (``env-worker:<pid>``: an env worker, never a rank: an evaluation's envs step
+    in the evaluating actor's process)."""
 
     def step(self, actions: dict[str, Any]):
+        import multiprocessing
+
         target = os.environ.get(KILL, "")
-        if target.startswith("env-worker:") and target != f"env-worker:{os.getpid()}" and _due(target):
+        worker = multiprocessing.current_process().name.startswith("rlpar-env-worker")
+        if target.startswith("env-worker:") and worker and _due(target):
             die()
         return super().step(actions)
 

@@ -14,8 +14,8 @@ stepped (the learner: first updated), so throughput is steady by then (see
 - ``apex-shard-learner``: the learner of that layout: the world restarts from a sharded
   checkpoint (the learner's file and every shard's part);
 - ``a3c-worker``: an A3C worker rank (not rank 0, the gradient server), restarted alone;
-- ``maddpg-env-worker``: one of MADDPG's env worker subprocesses, restarted by its
-  vector env (the episodes it cut are dropped).
+- ``maddpg-env-worker``: one of MADDPG's env worker subprocesses (of its actor),
+  restarted by its vector env (the episodes it cut are dropped).
 
 From the run's TensorBoard events (the coordinator's once-a-second ticks, stamped with
 wall time, so times have about 1 s resolution) one JSON line per case:
@@ -25,8 +25,9 @@ tick from which the next 2 s of env steps run at >= 90% of the rate over the 5 s
 the death, ``rate_before``; ``rate_min_after``: the slowest tick-to-tick rate until
 then), what was lost (``env_steps_lost``: progress after the newest checkpoint, redone
 after a world restart; ``lost_transitions``: what dead actors or shards took with them;
-``dropped_episodes``: MADDPG's cut episodes), restarts
-(``restarts`` = ``world_restarts`` + ``rank_restarts``), and the checkpoint's cost
+``dropped_episodes``: cut episodes, where a job counts them), restarts
+(``restarts`` = ``world_restarts`` + ``rank_restarts``: ranks and env workers restarted
+alone), and the checkpoint's cost
 (``checkpoint_pause_s``: the lead's pause for its last checkpoint, shard parts
 included; ``checkpoint_bytes``: the newest checkpoint on disk, main file and parts).
 The Atari-frame checkpoint cost (100K transitions) is ``python -m
@@ -138,8 +139,9 @@ def run_case(name: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
                            f"{args.kill_at} s of its first step?); raise --seconds")
     with open(marker) as f:
         death = json.load(f)
-    world = int(summary.get("restarts", 0))  # a serial job (MADDPG) has no world to restart
-    rank = int(summary["actor_restarts"])
+    world = int(summary.get("restarts", 0))
+    # Processes restarted alone: ranks, and env workers (replaced inside their actor).
+    rank = int(summary["actor_restarts"]) + int(summary.get("env_worker_restarts", 0))
     ticks = _ticks(summary["run_dir"])
     resumed = summary["resumed_from_step"]
     line = {"case": name, "job": case.job, "killed": case.kill, "restarts": world + rank,
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="all", help=f"comma-separated: {', '.join(CASES)} (or all)")
     parser.add_argument("--seconds", type=float, default=None,
-                        help="wall-clock budget of each run, from its launch (default 60, --quick 11)")
+                        help="wall-clock budget of each run, from its launch (default 60, --quick 14)")
     parser.add_argument("--kill-at", type=float, default=None,
                         help="seconds after the killed process's first step (update) that it dies "
                              "(default 20, --quick 3)")
@@ -243,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill_at is None:
         args.kill_at = 3.0 if args.quick else 20.0
     if args.seconds is None:
-        args.seconds = 11.0 if args.quick else 60.0
+        # --quick: a local world's start (MADDPG's: ranks, then each actor's env workers)
+        # took 5-8 s of it on 2 loaded cores, and the death comes --kill-at after the first step.
+        args.seconds = 14.0 if args.quick else 60.0
     if not 0 < args.kill_at < args.seconds:
         parser.error(f"--kill-at must be in (0, --seconds {args.seconds:g}), got {args.kill_at:g}")
     if args.checkpoint_every is None:

@@ -1,15 +1,15 @@
-"""What the MADDPG job builds: its env and replay sections, the env by ``--env-id``
-(or the user's factory) with the env flags it takes, the agents' teams, the MADDPG (the user's subclass and
-actor networks), the greedy evaluation; and the job's resolve/check/describe hooks
-for the runtime."""
+"""A multi-agent job's env (MADDPG's): its env section, the PettingZoo env by
+``--env-id`` (or the user's factory) with the env flags it takes, the agents' teams
+and what each critic sees, and the greedy evaluation with the MPE measures of the
+MADDPG paper. (Was ``experiments.roles.maddpg_parts``; the job's check and describe
+hooks are in ``experiments.maddpg``.)"""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -71,19 +71,6 @@ class MultiAgentEnvConfig:
             raise ValueError(f"{flag('env_id')} may not be empty")
 
 
-@dataclasses.dataclass
-class ReplayConfig:
-    """The uniform replay (one buffer, or one per agent and sub-policy)."""
-
-    replay_capacity: int = field(1_000_000, help="replay capacity (transitions)")
-    ensemble_buffers: Literal["shared", "separate"] = field("shared", help=(
-        "with --ensemble-size > 1: one buffer for all sub-policies, or one per (agent, sub-policy) "
-        "as in the paper"))
-
-    def validate(self) -> None:
-        _at_least(self, ("replay_capacity",), 1)
-
-
 def env_factory(env: Any, user_env: Callable[[], Any] | None = None):
     """A picklable zero-argument factory of the job's ParallelEnv: ``env`` is the
     config's env section. The env flags that are set go to the factory under the
@@ -140,28 +127,6 @@ def agent_specs(agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Se
     from algorithms.maddpg import AgentSpec
 
     return [AgentSpec.from_spaces(o, a, name=name) for name, o, a in zip(agents, obs_spaces, act_spaces)]
-
-
-# ------------------------------------------------------------------ algorithm
-
-
-def build_maddpg(ctx: Any, *, agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Sequence[Any],
-                 device: Any):
-    """The MADDPG (or the user's subclass) for these agents; the user's ``network``
-    builds each agent's actors (one per sub-policy)."""
-    import torch
-
-    from algorithms.maddpg import MADDPG
-
-    config = ctx.config
-    actors = None
-    if ctx.parts.network is not None:
-        torch.manual_seed(config.run.seed)
-        actors = [ctx.parts.network(o, a) for o, a in zip(obs_spaces, act_spaces)
-                  for _ in range(config.learn.ensemble_size)]
-    cls = ctx.parts.algorithm or MADDPG
-    return cls(agents=agent_specs(agents, obs_spaces, act_spaces), config=config.algo_config(),
-               critic_sees=critic_sees(agents, config.learn.critic_observes), actors=actors, device=device)
 
 
 # ----------------------------------------------------------------- evaluation
@@ -257,79 +222,12 @@ def evaluate(algo: Any, env_fn: Callable[[], Any], *, episodes: int = 10, seed: 
             "tags_per_episode": tags / episodes if tagged else float("nan")}
 
 
-# The evaluation's measures besides the returns (see evaluate): curves and summary.
+# The evaluation's measures besides the returns (see evaluate): the summary's.
 MEASURES = ("landmark_distance", "collisions_per_episode", "tags_per_episode")
 
 
-# --------------------------------------------------------------- runtime hooks
-
-
-def resolve(config: Any, world_size: int | None) -> int:
-    """MADDPG is one process: it runs serially here, and a launcher's world of more
-    than one rank is refused (never N duplicate jobs)."""
-    if world_size is not None and world_size > 1:
-        raise ValueError(f"MADDPG runs in one process; use torchrun --nproc-per-node 1 or no launcher "
-                         f"(this world has WORLD_SIZE={world_size})")
-    config.run.serial = True  # the env copies step in --env-workers subprocesses
-    return 1
-
-
-def check(config: Any, parts: Any) -> None:
-    """The user's parts fit, the env id resolves, the env flags reach it, and the
-    env it builds is a ParallelEnv whose agents MADDPG can drive."""
-    from algorithms.maddpg import MADDPG
-    from envs.multiagent import ParallelEnvAdapter
-    from envs.multiagent.registry import NotParallelEnv
-
-    parts.check(algorithm=MADDPG, builders=False)
-    if parts.actor is not None or parts.learner is not None:
-        raise TypeError("MADDPG has no actor or learner role class to replace: subclass the algorithm "
-                        "(Parts(algorithm=...)) instead")
-    factory = env_factory(config.env, parts.env)
-    try:
-        env = factory()
-    except NotParallelEnv as exc:  # the message names where the env came from
-        if parts.env is not None:
-            raise
-        raise ValueError(str(exc)) from None
-    except TypeError as exc:  # e.g. a module:factory that needs arguments
-        if parts.env is not None:
-            raise
-        raise ValueError(f"{flag('env_id')} {config.env.env_id!r}: calling its factory failed: {exc}") from None
-    try:
-        adapter = ParallelEnvAdapter(env)
-        agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{env_name(config.env.env_id, parts.env)}: {exc}") from None
-    finally:
-        env.close()
-
-
-def target(config: Any) -> float:
-    """``--target-return``, else never (PettingZoo envs carry no reward threshold)."""
-    given = config.run.target_return
-    return math.inf if given is None else float(given)
-
-
-def _num(value: Any, fmt: str) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
-
-
-def describe(summary: dict[str, Any]) -> list[str]:
-    teams = summary["teams"]
-    lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
-             f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
-    for team, members in teams.items():
-        value = summary["team_return_last100"].get(team)
-        lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
-    if math.isfinite(summary["landmark_distance"]) or math.isfinite(summary["collisions_per_episode"]):
-        lines.append(f"last eval          landmark distance {_num(summary['landmark_distance'], '.3f')}, "
-                     f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
-    if math.isfinite(summary.get("tags_per_episode", math.nan)):
-        lines.append(f"last eval          {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
-    lines.append(f"networks           {summary['mode']} (batch {summary['batch_size']}, "
-                 f"replay {summary['replay_size']:,} transitions)")
-    if summary.get("actor_restarts"):
-        lines.append(f"env workers        {summary['actor_restarts']} restart(s), "
-                     f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
-    return lines
+def final_measures(env_fn: Callable[[], Any], algo: Any, *, episodes: int, seed: int) -> dict[str, float]:
+    """The summary's :data:`MEASURES` of the trained ``algo``: a greedy evaluation of
+    ``episodes`` episodes (fixed seeds, as every run's: the numbers compare runs)."""
+    result = evaluate(algo, env_fn, episodes=episodes, seed=seed)
+    return {key: result[key] for key in MEASURES}
