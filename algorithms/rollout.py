@@ -70,6 +70,7 @@ class RolloutCollector:
         self.episode_returns: list[float] = []
         self.episode_lengths: list[int] = []
         self.env_steps = 0
+        self.dropped_episodes = 0  # episodes an env worker's death cut (never reported)
 
     def collect(self, *, should_stop: Callable[[int], bool] | None = None,
                 min_steps: int | None = None) -> dict[str, np.ndarray]:
@@ -147,6 +148,7 @@ class RolloutCollector:
             self.episode_returns.append(float(self._ep_return[i]))
             self.episode_lengths.append(int(self._ep_length[i]))
             self._ep_return[i], self._ep_length[i] = 0.0, 0
+        self.dropped_episodes += int(np.count_nonzero(cut & (self._ep_length > 0)))
         self._ep_return[cut], self._ep_length[cut] = 0.0, 0  # a cut episode is dropped
 
     def drain_episodes(self) -> tuple[list[float], list[int]]:

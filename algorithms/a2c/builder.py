@@ -124,6 +124,11 @@ class A3CActor(Actor):
         self._count = 0
 
     @property
+    def dropped_episodes(self) -> int:
+        """Episodes cut by an env worker's death (the collector drops them)."""
+        return self.collector.dropped_episodes
+
+    @property
     def waiting(self) -> bool:
         return False
 
