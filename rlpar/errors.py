@@ -69,7 +69,9 @@ class CheckpointMismatch(CheckpointError, ValueError):
 
     def __init__(self, path: str, field: str, expected: object, found: object) -> None:
         super().__init__(
-            f"checkpoint {path} does not match: {field} is {found!r}, expected {expected!r}"
+            f"checkpoint {path} does not match: {field} is {found!r}, expected {expected!r} (it was "
+            "written by another job, layout or version of it: resume it with what wrote it, or start "
+            "a new run)"
         )
         self.path, self.field, self.expected, self.found = path, field, expected, found
 

@@ -407,7 +407,7 @@ def main_for(job: Job | Callable[[], Job], config_cls: type, format_summary: Cal
     # launch asks the ranks at once, serial mode's StopSignals picks it up). Not under
     # torchrun: there a rank's SIGTERM before its role handles stops still kills it,
     # since a world that has not started has nothing to save and may wait on a dead peer.
-    from rlpar.errors import RanksLost
+    from rlpar.errors import CheckpointMismatch, RanksLost
 
     try:
         launched = under_launcher()
@@ -426,6 +426,9 @@ def main_for(job: Job | Callable[[], Job], config_cls: type, format_summary: Cal
             return 2
         try:
             summary = execute(job, ctx)
+        except CheckpointMismatch as exc:  # --resume of a run this job's layout cannot continue
+            print(f"{os.path.basename(sys.argv[0])}: error: cannot resume: {exc}", file=sys.stderr)
+            return 2
         except RanksLost as exc:
             summary, status = exc.summary, LOST_EXIT
             # What is left is to print and exit: torchrun's SIGTERM, sent to every rank

@@ -100,3 +100,18 @@ def test_a_launcher_world_without_a_good_run_secret_exits_2_before_its_run_direc
     assert _exit_code(main, ["--max-env-steps", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert message in err and "export RLPAR_RUN_SECRET=$(python -c" in err
+
+
+def test_a_checkpoint_the_job_cannot_continue_is_a_one_line_error_not_a_traceback(capsys, monkeypatch):
+    # e.g. an A3C run saved before A3C ran on the actor-learner program (its header has
+    # no data path): the loader's CheckpointMismatch, raised once the run starts.
+    from rlpar.errors import CheckpointMismatch
+
+    def execute(job, ctx):
+        raise CheckpointMismatch("run/checkpoints/ckpt-1.pt", "meta['data']", "gradients", "<missing>")
+
+    monkeypatch.setattr("experiments.runtime.job.execute", execute)
+    monkeypatch.setattr("experiments.runtime.job.prepare", lambda job, config, parts=None: None)
+    assert _exit_code(a3c.main, ["--max-env-steps", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot resume" in err[0] and "meta['data'] is '<missing>'" in err[0], err
