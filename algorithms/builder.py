@@ -56,7 +56,10 @@ class Flow:
     (n-step window plus add buffer; an unroll), so pacing leaves room for them.
     ``push_every``: learner updates between publications; ``pull_every``: actor env
     steps between pulls. ``n_step``: how many steps a transition's ``next_obs`` is
-    after its ``obs`` (a replay of frame stacks stores their overlap once)."""
+    after its ``obs`` (a replay of frame stacks stores their overlap once). ``items``:
+    what one replay item is, ``"transitions"`` or ``"sequences"`` (R2D2's: fixed-length
+    stretches of steps, :func:`rlpar.buffers.sequence_spec`); ``batch_size`` and
+    ``learning_starts`` count items."""
 
     data: Literal["replay", "queue"]
     batch_size: int
@@ -66,10 +69,13 @@ class Flow:
     learning_starts: int = 0
     updates_per_step: float | None = None
     n_step: int = 1
+    items: Literal["transitions", "sequences"] = "transitions"
 
     def __post_init__(self) -> None:
         if self.data not in ("replay", "queue"):
             raise ValueError(f"data must be 'replay' or 'queue', got {self.data!r}")
+        if self.items not in ("transitions", "sequences"):
+            raise ValueError(f"items must be 'transitions' or 'sequences', got {self.items!r}")
         for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
