@@ -192,8 +192,9 @@ def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
+    items = "sequences" if summary.get("algorithm", "").endswith(".R2D2") else "transitions"
     return describe_actor_learner(summary, waits_for="data", batch=(
-        f"batch {summary['batch_size']}, replay {summary['replay_size']:,} transitions"))
+        f"batch {summary['batch_size']}, replay {summary['replay_size']:,} {items}"))
 
 
 def pacing(config: ApexJobConfig):

@@ -1,6 +1,6 @@
 """Ape-X R2D2 (``--algorithm r2d2``): recurrent actors add sequences to the
 prioritized replay, in one process and in a local world with the shards on the
-actors, and the job resumes and evaluates (with a greedy policy that keeps its
+actors and two learners in step, and the job resumes and evaluates (with a greedy policy that keeps its
 recurrent state per episode) like Ape-X DQN."""
 
 import json
@@ -36,7 +36,8 @@ def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors():
-    summary = apex.run(r2d2_config(replay_placement="actors", max_env_steps=1200), quiet=True)
+def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_and_two_learners():
+    summary = apex.run(r2d2_config(replay_placement="actors", learners=2, max_env_steps=1200), quiet=True)
     assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["num_actors"] == 2
     assert summary["updates"] > 0 and summary["env_steps"] >= 1200
+    assert summary["learners"] == 2 and summary["learners_identical"]  # R2D2's grad_hook averages
