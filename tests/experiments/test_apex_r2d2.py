@@ -37,7 +37,10 @@ def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_and_two_learners():
-    summary = apex.run(r2d2_config(replay_placement="actors", learners=2, max_env_steps=1200), quiet=True)
+    # learning_starts 1000 env steps: paced actors stop 1000 (the slack) past it until
+    # the learner starts, so the sequences it waits for must come in fewer steps.
+    summary = apex.run(r2d2_config(replay_placement="actors", learners=2, learning_starts=1000,
+                                   max_env_steps=1600), quiet=True)
     assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["num_actors"] == 2
-    assert summary["updates"] > 0 and summary["env_steps"] >= 1200
+    assert summary["updates"] > 0 and summary["env_steps"] >= 1600
     assert summary["learners"] == 2 and summary["learners_identical"]  # R2D2's grad_hook averages

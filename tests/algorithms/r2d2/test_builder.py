@@ -23,7 +23,9 @@ def test_the_flow_is_a_replay_of_sequences_and_the_learner_config_comes_from_lea
     builder = small_builder()
     flow = builder.flow
     assert flow.data == "replay" and flow.items == "sequences" and flow.batch_size == 4
-    assert flow.learning_starts == 10  # 20 env steps, one sequence every period (2) of them
+    # Pacing counts 20 env steps; the learner waits for 5 sequences, which half of
+    # them surely make (one every period, 2, of an episode's steps, or one per shorter episode).
+    assert flow.start_steps == 20 and flow.learning_starts == 5
     assert flow.held_steps == builder.r2d2.sequence_length + 1 == 1 + 3 + 1 + 1
     assert (builder.r2d2.lr, builder.r2d2.n_step, builder.r2d2.hidden, builder.r2d2.gamma) == (1e-3, 1, (8,), 0.99)
 
