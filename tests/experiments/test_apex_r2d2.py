@@ -1,6 +1,6 @@
 """Ape-X R2D2 (``--algorithm r2d2``): recurrent actors add sequences to the
 prioritized replay, in one process and in a local world with the shards on the
-actors and two learners in step, and the job resumes and evaluates (with a greedy policy that keeps its
+actors, two learners in step and a killed actor that rejoins, and the job resumes and evaluates (with a greedy policy that keeps its
 recurrent state per episode) like Ape-X DQN."""
 
 import json
@@ -36,11 +36,17 @@ def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_and_two_learners():
+def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_two_learners_and_an_actor_killed(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KILL_MARKER", str(tmp_path / "killed"))
+    monkeypatch.setenv("KILL_RANK", "3")  # actor 1 (ranks 0-1 are the learners), the evaluator
+    monkeypatch.setenv("KILL_AFTER", "700")  # its env's 700th step: after the first updates
     # learning_starts 1000 env steps: paced actors stop 1000 (the slack) past it until
     # the learner starts, so the sequences it waits for must come in fewer steps.
-    summary = apex.run(r2d2_config(replay_placement="actors", learners=2, learning_starts=1000,
-                                   max_env_steps=1600), quiet=True)
+    summary = apex.run(r2d2_config(env_id="user_envs:KillOnceCounting-v0", replay_placement="actors", learners=2,
+                                   learning_starts=1000, max_env_steps=4000), quiet=True)
     assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["num_actors"] == 2
-    assert summary["updates"] > 0 and summary["env_steps"] >= 1600
+    assert summary["updates"] > 0 and summary["env_steps"] >= 4000
     assert summary["learners"] == 2 and summary["learners_identical"]  # R2D2's grad_hook averages
+    # The killed actor alone was restarted and rejoined (its shard rehosted by the learners).
+    assert (tmp_path / "killed").exists() and summary["actor_restarts"] == 1 and summary["restarts"] == 0
