@@ -58,7 +58,13 @@ class Flow:
     (n-step window plus add buffer; an unroll), so pacing leaves room for them.
     ``push_every``: learner updates between publications; ``pull_every``: actor env
     steps between pulls. ``n_step``: how many steps a transition's ``next_obs`` is
-    after its ``obs`` (a replay of frame stacks stores their overlap once)."""
+    after its ``obs`` (a replay of frame stacks stores their overlap once). ``items``:
+    what one replay item is, ``"transitions"`` or ``"sequences"`` (R2D2's: fixed-length
+    stretches of steps, :func:`rlpar.buffers.sequence_spec`); ``batch_size`` and
+    ``learning_starts`` count items. ``start_steps``: the env steps pacing counts
+    before learning starts (None: ``learning_starts``, one transition per env step);
+    sequences give it in env steps, with ``learning_starts`` items that fewer of
+    them surely make, or the actors would stop, paced, before the learner starts."""
 
     data: Literal["replay", "queue", "gradients"]
     batch_size: int
@@ -68,15 +74,20 @@ class Flow:
     learning_starts: int = 0
     updates_per_step: float | None = None
     n_step: int = 1
+    items: Literal["transitions", "sequences"] = "transitions"
+    start_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.data not in ("replay", "queue", "gradients"):
             raise ValueError(f"data must be 'replay', 'queue' or 'gradients', got {self.data!r}")
+        if self.items not in ("transitions", "sequences"):
+            raise ValueError(f"items must be 'transitions' or 'sequences', got {self.items!r}")
         for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if self.learning_starts < 0 or (self.start_steps or 0) < 0:
+            raise ValueError(f"learning_starts and start_steps must be >= 0, got {self.learning_starts}, "
+                             f"{self.start_steps}")
         if self.data == "replay" and not (self.updates_per_step or 0) > 0:
             raise ValueError(f"a replay needs updates_per_step > 0, got {self.updates_per_step}")
 

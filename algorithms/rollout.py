@@ -172,14 +172,23 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], env: Any, *, episodes: int
              seed: int | None = None) -> np.ndarray:
     """Undiscounted returns of ``episodes`` episodes, one per sub-env of ``env``
     (which must have ``episodes`` envs), counting each env's first episode only so
-    that short episodes are not over-represented. ``act(obs)`` should be greedy."""
+    that short episodes are not over-represented. ``act(obs)`` should be greedy. A
+    policy with memory (R2D2's recurrent one) has ``act.episodes_started(mask)``,
+    called after the reset (every row) and after each step with the envs whose
+    episode ended (their next observation starts one)."""
     if env.num_envs != episodes:
         raise ValueError(f"evaluate needs a vector env with {episodes} envs, got {env.num_envs}")
+    started = getattr(act, "episodes_started", None)
     obs, _ = env.reset(seed=seed)
+    if started is not None:
+        started(np.ones(episodes, dtype=bool))
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
     while running.any():
         obs, reward, terminated, truncated, _ = env.step(act(obs))
         returns += np.asarray(reward, dtype=np.float64) * running
-        running &= ~np.logical_or(terminated, truncated)
+        done = np.logical_or(terminated, truncated)
+        running &= ~done
+        if started is not None and done.any():
+            started(done)
     return returns

@@ -17,6 +17,8 @@ the registrations the user's script made:
   registered with MinAtar's own entry point is left as it is). gymnasium 1.x does not
   load MinAtar's plugin entry point, so nothing else registers them. Both keep MinAtar's
   defaults: sticky actions with probability 0.1, difficulty ramping, no episode cap;
+* ``"rlpar/StatelessCartPole-v1"``: CartPole without its velocities (:mod:`envs.partial`),
+  a partially observed test env for recurrent agents;
 * ``"MinAtar/Breakout-gymnax-v0"`` (and the other four games): MinAtar as gymnax runs
   it (Lange 2022, the JAX ports PQN's authors trained on): the minimal action set,
   ``sticky_action_prob=0``, and a cap of 1,000 steps (Freeway: 2,500, gymnax's, which
@@ -80,7 +82,18 @@ def ensure_registered(env_id: str) -> str:
         _register_ale(env_id)
     elif namespace == "MinAtar":
         _register_minatar(env_id)
+    elif namespace == "rlpar":
+        _register_rlpar(env_id)
     return bare
+
+
+def _register_rlpar(env_id: str) -> None:
+    from envs.partial import IDS
+
+    with _lock:
+        for name, (entry_point, steps, threshold) in IDS.items():
+            if name not in gym.registry:
+                gym.register(id=name, entry_point=entry_point, max_episode_steps=steps, reward_threshold=threshold)
 
 
 def _register_ale(env_id: str) -> None:

@@ -22,7 +22,9 @@ learner never stalls for it. The ``learn`` section is an
 :class:`algorithms.dqn.ApexConfig` (DQN's, and the fields TD3/DDPG/SAC share), the
 ``continuous`` one TD3/DDPG's own (:mod:`algorithms.td3.config`, of which SAC takes
 ``critic_lr``, ``critic_layer_norm`` and ``random_start``), the ``sac`` one SAC's own
-:class:`algorithms.sac.SACConfig` (its flags: temperature, target entropy, log-std bounds).
+:class:`algorithms.sac.SACConfig` (its flags: temperature, target entropy, log-std bounds),
+the ``r2d2`` one R2D2's own :class:`algorithms.r2d2.R2D2Config` (``--algorithm r2d2``,
+Kapturowski et al. 2019: burn-in, unroll, sequence period, LSTM size).
 
 Multi-node: ``torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d
 --rdzv-endpoint HOST:PORT -m experiments.apex --listen-address <this node's IP>``.
@@ -36,6 +38,7 @@ from typing import Any, ClassVar, Literal
 
 from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, NOISY_DEFAULTS, ApexConfig  # noqa: F401 (the job's tables)
 from algorithms.dqn.dqn import DQNConfig
+from algorithms.r2d2.config import R2D2Config
 from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
 from experiments.roles.program import Program, validate_learners
@@ -56,14 +59,14 @@ LearnConfig = unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
 @dataclasses.dataclass
 class ApexJobConfig:
     """Ape-X (Horgan et al. 2018) on one machine or, under torchrun, a cluster: DQN for
-    discrete actions, TD3 (or DDPG, or SAC) for continuous ones."""
+    discrete actions (or R2D2, recurrent), TD3 (or DDPG, or SAC) for continuous ones."""
 
     # What the checkpoint's state is shaped by: --resume may not change these
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
     # against the checkpoint's parts instead (ReplayConfig.check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
         "env_id", "algorithm", "hidden", "dueling", "distributional", "n_atoms", "noisy", "critic_layer_norm",
-        "replay_capacity", "replay_placement", "share_frames", "learners")
+        "replay_capacity", "replay_placement", "share_frames", "learners", "lstm_size", "burn_in", "unroll")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)
@@ -72,8 +75,12 @@ class ApexJobConfig:
     dqn: DQNConfig = section(DQNConfig)
     continuous: ContinuousConfig = section(ContinuousConfig)
     sac: SACConfig = section(SACConfig)
-    algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac"] = field("auto", help=(
-        "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg or sac"))
+    # R2D2's own; the job's defaults are for small envs (the paper's Atari ones: 40, 40,
+    # 40, 512), a sequence of burn_in + unroll + n_step steps starting every period.
+    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=64))
+    algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac", "r2d2"] = field("auto", help=(
+        "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg, sac or "
+        "r2d2 (recurrent: replays sequences, for partially observed envs)"))
     num_actors: int = field(0, help=(
         "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
         "world size decides"))
@@ -106,10 +113,11 @@ def algorithm_of(config: ApexJobConfig, action_space: Any) -> str:
 
 def builder_class(algorithm: str) -> type:
     from algorithms.dqn import DQNBuilder
+    from algorithms.r2d2 import R2D2Builder
     from algorithms.sac import SACBuilder
     from algorithms.td3 import TD3Builder
 
-    builders = {"dqn": DQNBuilder, "td3": TD3Builder, "ddpg": TD3Builder, "sac": SACBuilder}
+    builders = {"dqn": DQNBuilder, "td3": TD3Builder, "ddpg": TD3Builder, "sac": SACBuilder, "r2d2": R2D2Builder}
     if algorithm not in builders:
         raise ValueError(f"{flag('algorithm')} must be resolved to one of {sorted(builders)}, got {algorithm!r}")
     return builders[algorithm]
@@ -124,6 +132,8 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
     if name == "sac":
         return builder_class(name)(learn=config.learn, continuous=config.continuous, sac=config.sac, spec=spec,
                                    **user)
+    if name == "r2d2":
+        return builder_class(name)(learn=config.learn, r2d2=config.r2d2, spec=spec, **user)
     return builder_class(name)(algorithm_name=name, learn=config.learn, continuous=config.continuous, spec=spec,
                                **user)
 
@@ -143,10 +153,10 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
               actions=(spaces.Discrete, spaces.Box), job="Ape-X")
     obs_space, act_space = env_spaces(job_env_fn(config, parts))
     name, env = algorithm_of(config, act_space), env_name(config.env.env_id, parts.env)
-    wanted = spaces.Discrete if name == "dqn" else spaces.Box
+    wanted = spaces.Discrete if name in ("dqn", "r2d2") else spaces.Box
     if not isinstance(act_space, wanted):
         raise ValueError(f"{flag('algorithm')} {name} needs a {wanted.__name__} action space; {env} has {act_space}")
-    if name != "dqn" and len(obs_space.shape or ()) != 1 and parts.network is None:
+    if name not in ("dqn", "r2d2") and len(obs_space.shape or ()) != 1 and parts.network is None:
         raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
                          f"{env} has {obs_space.shape} (give a network factory)")
     cls = builder_class(name)
@@ -182,8 +192,9 @@ def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
+    items = "sequences" if summary.get("algorithm", "").endswith(".R2D2") else "transitions"
     return describe_actor_learner(summary, waits_for="data", batch=(
-        f"batch {summary['batch_size']}, replay {summary['replay_size']:,} transitions"))
+        f"batch {summary['batch_size']}, replay {summary['replay_size']:,} {items}"))
 
 
 def pacing(config: ApexJobConfig):

@@ -201,6 +201,8 @@ def record_video(act, env_fn, folder: str, *, episodes: int, seed: int) -> list[
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
+            if hasattr(act, "episodes_started"):  # a policy with memory starts each episode afresh
+                act.episodes_started(np.ones(1, dtype=bool))
             done = False
             while not done:
                 action = act(np.asarray(obs)[None])[0]

@@ -82,6 +82,7 @@ class SequenceAdder:
         truncated: np.ndarray,
         state: Mapping[str, np.ndarray],
         final_obs: np.ndarray | None = None,
+        cut: np.ndarray | None = None,
     ) -> Batch | None:
         """Record one vector-env step; the sequences it completed (None if none).
 
@@ -89,7 +90,10 @@ class SequenceAdder:
         step (each field with a leading ``num_envs`` axis). ``final_obs`` holds, in the
         rows of sub-envs whose episode ended, the observation after their last action
         (needed for truncated episodes; a terminated one without it gets zeros, which
-        are never bootstrapped from)."""
+        are never bootstrapped from). ``cut`` (None, or a bool per sub-env) marks
+        sub-envs whose step never happened (their worker process was replaced): their
+        row is not recorded, and their episode ends at the last observation reached,
+        as if truncated there (its open sequences close; the next step starts anew)."""
         n = self.num_envs
         step = {"obs": np.asarray(obs), "action": np.asarray(action),
                 "reward": np.asarray(reward, dtype=np.float32),
@@ -102,11 +106,16 @@ class SequenceAdder:
             if np.ndim(value) == 0 or np.shape(value)[0] != n:
                 raise ValueError(f"{key} must have a leading axis of num_envs={n}, got shape {np.shape(value)}")
         done = step["terminated"] | truncated
-        if final_obs is None and (truncated & ~step["terminated"]).any():
+        if final_obs is None and (truncated & ~step["terminated"] & ~np.asarray(
+                cut if cut is not None else False, dtype=bool)).any():
             raise ValueError("a sub-env was truncated but no final_obs was given: its last steps "
                              "bootstrap from the observation after its last action")
+        cut = np.zeros(n, dtype=bool) if cut is None else np.asarray(cut, dtype=bool)
         out: list[Batch] = []
         for env in range(n):
+            if cut[env]:
+                out += self._close(env)
+                continue
             row = {key: np.array(value[env]) for key, value in step.items()}  # copies: envs reuse buffers
             start = None
             if self._episode_step[env] % self.period == 0:

@@ -14,32 +14,39 @@ belong to the replay buffer, not to this config.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from algorithms.params import internal, param
 
 
-def _help(default, text: str):
-    return field(default=default, metadata={"help": text})
-
-
-@dataclass(frozen=True)
+@dataclass
 class R2D2Config:
-    """R2D2 learner hyper-parameters; checked when built (ValueError naming the field)."""
+    """R2D2 learner hyper-parameters; checked when built (ValueError naming the field).
 
-    gamma: float = _help(0.997, "discount factor")
-    n_step: int = _help(5, "steps summed in each target before bootstrapping")
-    burn_in: int = _help(40, "steps at a sequence's start that only warm up the LSTM from its stored state")
-    unroll: int = _help(40, "steps after the burn-in that are trained on")
-    period: int = _help(40, "steps between the starts of consecutive sequences of an episode")
-    lr: float = _help(1e-4, "Adam learning rate")
-    adam_eps: float = _help(1e-3, "Adam epsilon")
-    max_grad_norm: float | None = _help(40.0, "clip the global gradient norm to this (None: no clipping)")
-    target_update_interval: int = _help(2500, "updates between copies of the online network into the target")
-    rescale_eps: float = _help(1e-3, "epsilon of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + eps x")
-    priority_eta: float = _help(0.9, "sequence priority: eta * max |TD| + (1 - eta) * mean |TD|")
-    priority_eps: float = _help(1e-6, "added to each sequence priority so none is exactly 0")
-    lstm_size: int = _help(512, "units of the LSTM between the torso and the head")
-    hidden: tuple[int, ...] = _help((64, 64), "MLP torso sizes for vector observations")
-    dueling: bool = _help(True, "dueling value/advantage head (else a linear head)")
+    Also the Ape-X job's ``r2d2`` section (``--algorithm r2d2``): the fields with help
+    are R2D2's own flags there; the :func:`~algorithms.params.internal` ones the job
+    derives from its ``learn`` section (:class:`algorithms.r2d2.R2D2Builder`), which
+    already declares them."""
+
+    # Derived by the Ape-X job from learn (gamma, n_step, lr, adam_eps, target_update,
+    # hidden, dueling): the discount, the n-step length, Adam's rate and epsilon, the
+    # updates between target copies, the MLP torso's sizes, the dueling head.
+    gamma: float = internal(0.997)
+    n_step: int = internal(5)
+    burn_in: int = param(40, help="R2D2: steps at a sequence's start that only warm up the LSTM from its stored state")
+    unroll: int = param(40, help="R2D2: steps after the burn-in that are trained on")
+    period: int = param(40, help="R2D2: steps between the starts of consecutive sequences of an episode")
+    lr: float = internal(1e-4)
+    adam_eps: float = internal(1e-3)
+    max_grad_norm: float | None = param(40.0, help="R2D2: clip the global gradient norm to this (none: no clipping)")
+    target_update_interval: int = internal(2500)
+    rescale_eps: float = param(1e-3, help=(
+        "R2D2: epsilon of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + eps x"))
+    priority_eta: float = param(0.9, help="R2D2: sequence priority: eta * max |TD| + (1 - eta) * mean |TD|")
+    priority_eps: float = internal(1e-6)  # added to each sequence priority so none is exactly 0
+    lstm_size: int = param(512, help="R2D2: units of the LSTM between the torso and the head")
+    hidden: tuple[int, ...] = internal((64, 64))
+    dueling: bool = internal(True)
 
     def __post_init__(self) -> None:
         self.validate()

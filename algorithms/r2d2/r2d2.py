@@ -141,6 +141,23 @@ class R2D2(Algorithm):
                               grad_norm, count.float()]).tolist()
         return Learned(dict(zip(_METRICS, values)), self.priorities(td_error, trained))
 
+    @torch.no_grad()
+    def initial_priorities(self, batch: Mapping[str, Any]) -> np.ndarray:
+        """Priorities of new sequences from this copy's parameters, as :meth:`learn`
+        would mix them (an actor's: new data is not sampled blindly, Ape-X sec. 3; R2D2
+        sec. 2.3). An acting copy has no target of its own (:meth:`tie_target`)."""
+        tensors = self.preprocess(batch)
+        online_state, target_state = self.burn_in(tensors)
+        q, _ = self.network(tensors["obs"][:, self.config.burn_in:], online_state)
+        target, trained = self.target(tensors, q, target_state)
+        _, td_error, _ = self.compute_loss(tensors, q, target, trained)
+        return self.priorities(td_error, trained)
+
+    def tie_target(self) -> None:
+        """Make the target network the online one: an actor's copy loads only the
+        online parameters it pulls, and bootstraps its initial priorities from them."""
+        self.target_network = self.network
+
     def preprocess(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Hook: the batch as tensors on ``self.device``, checked: sequences of
         ``config.sequence_length`` steps whose valid steps are a prefix."""
@@ -171,6 +188,8 @@ class R2D2(Algorithm):
         with torch.no_grad():
             obs = batch["obs"][:, : self.config.burn_in]
             _, online = self.network(obs, stored)
+            if self.target_network is self.network:  # tied (an actor's copy): one pass
+                return online, online
             _, target = self.target_network(obs, stored)
         return online, target
 

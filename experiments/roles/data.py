@@ -67,6 +67,8 @@ def replay_layout(setup: Any) -> dict[str, Any]:
     flow, shape = setup.flow, setup.builder.spec.observation_space.shape or ()
     if not (setup.path.replay.share_frames and is_atari(setup.env.env_id)) or setup.parts.env is not None:
         return {}
+    if flow.items != "transitions":  # a sequence has no next_obs to share obs's frames with
+        return {}
     obs_space = setup.builder.spec.observation_space
     if obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > flow.n_step:
         return {"shared_frames": SharedFrames(shift=flow.n_step)}

@@ -181,7 +181,8 @@ def pacing(flow: Flow, *, num_actors: int, num_envs: int, learners: int = 1) -> 
     if flow.updates_per_step is None:
         return None
     held = num_actors * num_envs * flow.held_steps
-    return Pacing(updates_per_step=flow.updates_per_step / learners, learning_starts=flow.learning_starts,
+    starts = flow.learning_starts if flow.start_steps is None else flow.start_steps  # env steps
+    return Pacing(updates_per_step=flow.updates_per_step / learners, learning_starts=starts,
                   slack_steps=max(Pacing.slack_steps, held + flow.batch_size))
 
 

@@ -123,3 +123,25 @@ def test_sequences_cut_short_below_min_valid_are_dropped():
     np.testing.assert_array_equal(batch["mask"].sum(axis=1), [5])
     with pytest.raises(ValueError, match="min_valid must be in \\[2, length=6\\]"):
         SequenceAdder(num_envs=1, length=6, period=2, min_valid=7)
+
+
+def test_a_cut_row_is_not_recorded_and_its_episode_ends_at_the_last_observation_reached():
+    adder = SequenceAdder(num_envs=2, length=4, period=4)
+    state = {"h": np.ones((2, 1), np.float32)}
+    no = np.zeros(2, bool)
+    for t in range(3):
+        obs = np.full((2, 1), t, np.float32)
+        assert adder.add(obs=obs, action=np.zeros(2, int), reward=np.ones(2, np.float32), terminated=no,
+                         truncated=no, state=state) is None
+    # Env 0's worker was replaced: its step 3 never happened (and it says truncated
+    # without a final observation, which a cut row needs none of).
+    out = adder.add(obs=np.full((2, 1), 3, np.float32), action=np.zeros(2, int), reward=np.ones(2, np.float32),
+                    terminated=no, truncated=np.array([True, False]), state=state, cut=np.array([True, False]))
+    assert out["mask"].tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert out["obs"][0, :, 0].tolist() == [0, 1, 2, 0]  # ends at the last observation reached
+    assert out["obs"][1, :, 0].tolist() == [0, 1, 2, 3]  # env 1 goes on: its first sequence is full
+    # Env 0 starts a new episode at its next step: a new sequence from a zero state.
+    for t in range(4):
+        out = adder.add(obs=np.full((2, 1), 10 + t, np.float32), action=np.zeros(2, int),
+                        reward=np.ones(2, np.float32), terminated=no, truncated=no, state=state)
+    assert out["obs"][:, 0, 0].tolist() == [10, 10] and out["h"][0].tolist() == [0.0]

@@ -46,7 +46,10 @@ def collect(algo, *, envs=4, steps=24, episode=8, epsilon=1.0, seed=0):
 
 
 def test_config_fields_have_help_and_bad_values_name_the_field():
-    assert all(f.metadata.get("help") for f in dataclasses.fields(R2D2Config))
+    from algorithms.params import is_flag
+
+    # Its flags (the Ape-X job's r2d2 section) have help; the rest the job derives.
+    assert all(f.metadata.get("help") for f in dataclasses.fields(R2D2Config) if is_flag(f))
     assert R2D2Config().sequence_length == 85
     for bad, match in (({"n_step": 0}, "n_step must be an int >= 1"), ({"burn_in": -1}, "burn_in must be an int >= 0"),
                        ({"gamma": 1.5}, "gamma must be in"), ({"lr": float("nan")}, "lr must be a finite"),

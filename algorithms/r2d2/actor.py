@@ -1,0 +1,102 @@
+"""R2D2's actor and greedy policy: recurrent, so each keeps a state per env copy.
+
+Kapturowski et al. 2019 (sec. 2.3): an actor carries its LSTM state from step to step
+of an episode and starts each episode from the zero state; every sequence it adds to
+replay stores the state it had at the sequence's first step. :class:`R2D2Actor` is an
+Ape-X actor (:class:`~algorithms.actor_learner.Actor`, per-env-copy epsilon by
+:func:`~algorithms.dqn.apex.exploration_rates`) whose behaviour hands that state on as
+the step's extras, which :class:`SequenceItems` passes to the
+:class:`~algorithms.r2d2.adder.SequenceAdder`; the sequences go to the replay with
+initial priorities from the actor's own copy (:meth:`R2D2.initial_priorities`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from algorithms.actor_learner import Actor, Batch
+from algorithms.dqn.apex import exploration_rates
+from algorithms.dqn.config import ApexConfig
+from algorithms.r2d2.adder import SequenceAdder
+from algorithms.r2d2.r2d2 import R2D2
+from rlpar.protocols import Buffer, ParameterStore
+
+
+class SequenceItems:
+    """The actor's adder (:class:`algorithms.actor_learner.Adder`): a
+    :class:`SequenceAdder` fed the state each step was acted on from (the extras)."""
+
+    def __init__(self, adder: SequenceAdder) -> None:
+        self.adder = adder
+
+    def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
+            reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            extras: Mapping[str, np.ndarray], cut: np.ndarray | None) -> list[Batch]:
+        # next_obs holds each ended episode's final observation (what a truncated one
+        # bootstraps from).
+        batch = self.adder.add(obs=obs, action=action, reward=reward, terminated=terminated, truncated=truncated,
+                               state=extras, final_obs=next_obs, cut=cut)
+        return [] if batch is None else [batch]
+
+
+class R2D2Actor(Actor):
+    """One R2D2 actor with an acting copy of :class:`R2D2`: epsilon-greedy at Ape-X's
+    per-copy rates, the recurrent state kept per env copy (:attr:`state`) and zeroed
+    where an episode starts, each completed sequence added at once with its initial
+    priority."""
+
+    def __init__(self, *, r2d2: R2D2, env: Any, buffer: Buffer, params: ParameterStore, index: int,
+                 num_actors: int, config: ApexConfig, seed: int | None = None) -> None:
+        config.validate()
+        self.r2d2, self.config, self.index = r2d2, config, index
+        r2d2.tie_target()
+        r2d2.epsilon = exploration_rates(index, num_actors, env.num_envs, eps=config.eps, alpha=config.eps_alpha,
+                                         per_env=config.eps_per_env)
+        cfg = r2d2.config
+        self.state = r2d2.initial_state(env.num_envs)
+        adder = SequenceAdder(num_envs=env.num_envs, length=cfg.sequence_length, period=cfg.period,
+                              min_valid=cfg.min_sequence_steps)
+        # add_every 1: a sequence is already many steps; held back, it would only delay
+        # the learner (and widen pacing's slack).
+        super().__init__(acting=r2d2, behave=self.behaviour, adder=SequenceItems(adder), env=env, sink=buffer,
+                         params=params, add_every=1, pull_every=config.pull_every, prioritized=True, seed=seed)
+
+    def behaviour(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions from the kept state; the extras are that state (a sequence starting
+        at this step stores it)."""
+        before = self.state
+        actions, self.state = self.r2d2.act(obs, before, explore=True)
+        return actions, before
+
+    def episodes_started(self, mask: np.ndarray) -> None:
+        self.state = self.r2d2.reset_state(self.state, mask)
+
+
+class R2D2Greedy:
+    """The evaluation policy: ``policy(obs batch) -> actions``, greedy, with one
+    recurrent state per row. ``episodes_started(mask)`` (called by
+    :func:`algorithms.rollout.evaluate` after its reset and at every episode end)
+    zeroes the rows that start an episode; a batch of another size starts afresh."""
+
+    def __init__(self, r2d2: R2D2) -> None:
+        self.r2d2 = r2d2
+        self.state: dict[str, np.ndarray] | None = None
+
+    def _rows(self) -> int:
+        return -1 if self.state is None else len(next(iter(self.state.values())))
+
+    def episodes_started(self, mask: np.ndarray) -> None:
+        mask = np.asarray(mask, dtype=bool)
+        if self._rows() != len(mask):
+            self.state = self.r2d2.initial_state(len(mask))
+        else:
+            self.state = self.r2d2.reset_state(self.state, mask)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if self._rows() != len(obs):
+            self.state = self.r2d2.initial_state(len(obs))
+        actions, self.state = self.r2d2.act(obs, self.state, explore=False)
+        return actions

@@ -1,0 +1,52 @@
+"""Ape-X R2D2 (``--algorithm r2d2``): recurrent actors add sequences to the
+prioritized replay, in one process and in a local world with the shards on the
+actors, two learners in step and a killed actor that rejoins, and the job resumes and evaluates (with a greedy policy that keeps its
+recurrent state per episode) like Ape-X DQN."""
+
+import json
+import os
+
+import pytest
+from jobs import apex_config
+
+from experiments import apex, evaluate
+
+
+def r2d2_config(log_dir="none", **over):
+    settings = {"env_id": "rlpar/StatelessCartPole-v1", "algorithm": "r2d2", "learning_starts": 200,
+                "batch_size": 8, "hidden": "16", "lstm_size": 16, "eval_every": 1000, "eval_episodes": 2,
+                "max_env_steps": 1500, **over}
+    return apex_config(log_dir, **settings)
+
+
+@pytest.mark.timeout(120)
+def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
+    summary = apex.run(r2d2_config(str(tmp_path), serial=True), quiet=True)
+    assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["updates"] > 10
+    run_dir = summary["run_dir"]
+    saved = json.load(open(os.path.join(run_dir, "config.json")))
+    assert saved["algorithm"] == "r2d2" and saved["r2d2"]["lstm_size"] == 16
+    assert saved["learn"]["n_step"] == 5 and saved["learn"]["updates_per_step"] == 0.05  # R2D2_DEFAULTS
+    resumed = apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2500), quiet=True)
+    assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
+    with pytest.raises(ValueError, match="--lstm-size cannot change when resuming"):
+        apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, lstm_size=32), quiet=True)
+    out = evaluate.evaluate_run(run_dir, which="best")
+    assert out["matches_recorded"], out
+
+
+@pytest.mark.timeout(120)
+def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_two_learners_and_an_actor_killed(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KILL_MARKER", str(tmp_path / "killed"))
+    monkeypatch.setenv("KILL_RANK", "3")  # actor 1 (ranks 0-1 are the learners), the evaluator
+    monkeypatch.setenv("KILL_AFTER", "700")  # its env's 700th step: after the first updates
+    # learning_starts 1000 env steps: paced actors stop 1000 (the slack) past it until
+    # the learner starts, so the sequences it waits for must come in fewer steps.
+    summary = apex.run(r2d2_config(env_id="user_envs:KillOnceCounting-v0", replay_placement="actors", learners=2,
+                                   learning_starts=1000, max_env_steps=4000), quiet=True)
+    assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["num_actors"] == 2
+    assert summary["updates"] > 0 and summary["env_steps"] >= 4000
+    assert summary["learners"] == 2 and summary["learners_identical"]  # R2D2's grad_hook averages
+    # The killed actor alone was restarted and rejoined (its shard rehosted by the learners).
+    assert (tmp_path / "killed").exists() and summary["actor_restarts"] == 1 and summary["restarts"] == 0
