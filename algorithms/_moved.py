@@ -42,7 +42,21 @@ MOVED: dict[str, str] = {
     # MADDPG runs on the actor-learner program (its builder: algorithms.maddpg.builder)
     "experiments.roles.maddpg": "experiments.roles.actor_learner",
     "experiments.roles.maddpg_parts": "experiments.runtime.multiagent",
+    # roles/ holds one package per program: the actor-learner program's modules ...
+    **{f"experiments.roles.{name}": f"experiments.roles.actor_learner.{name}"
+       for name in ("program", "actor", "learner", "learners", "learner_shards", "paths", "data")},
+    # ... and the synchronous program's.
+    "experiments.roles.sync_lead": "experiments.roles.sync.lead",
+    "experiments.roles.sync_member": "experiments.roles.sync.member",
 }
+# Why each group moved, by the old path's prefix (the first that matches).
+WHY: tuple[tuple[str, str], ...] = (
+    ("experiments.roles.a3c", "A3C is the actor-learner program's gradients data path, "
+                              "algorithms.a2c.builder.A3CBuilder"),
+    ("experiments.roles.maddpg", "MADDPG is an actor-learner builder, algorithms.maddpg.builder.MADDPGBuilder"),
+    ("experiments.roles.", "experiments/roles/ holds one package per program: actor_learner/ and sync/"),
+    ("", "each agent's code now lives in algorithms/<agent>/"),
+)
 MOVED_NAMES: dict[tuple[str, str], str] = {
     ("algorithms.adders", "UnrollItems"): "algorithms.impala.unroll",
 }
@@ -55,8 +69,7 @@ class MovedFinder:
     def find_spec(name: str, path: Any = None, target: Any = None) -> None:
         new = MOVED.get(name)
         if new is not None:
-            why = ("A3C is the actor-learner program's gradients data path, algorithms.a2c.builder.A3CBuilder"
-                   if name.startswith("experiments.roles.") else "each agent's code now lives in algorithms/<agent>/")
+            why = next(reason for prefix, reason in WHY if name.startswith(prefix))
             raise ModuleNotFoundError(f"{name} has moved to {new} ({why}; docs/layout.md)", name=name)
 
 

@@ -18,7 +18,7 @@ import sys
 from typing import Any, ClassVar
 
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
-from experiments.roles.sync_member import SyncProgram
+from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
 from experiments.runtime.entry import JobEntry, describe_members, job_env_fn, unset_by_family
 from experiments.runtime.envs import check_env, fill_by_family

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
-from experiments.roles.program import Program
+from experiments.roles.actor_learner.program import Program
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, section
 from experiments.runtime.entry import JobEntry, job_env_fn, unset_by_family
 from experiments.runtime.envs import check_env, fill_by_family
@@ -50,7 +50,7 @@ from experiments.runtime.envs import check_env, fill_by_family
 RETIRED = {
     "--server-acts": "rank 0 is the learner, which hosts the gradient server and never acts; --num-workers "
                      "counts the actor ranks besides it",
-    "--report-every": "A3C's actors report as every actor-learner job's do (experiments.roles.program.report_every)",
+    "--report-every": "A3C's actors report as every actor-learner job's do (experiments.roles.actor_learner.program.report_every)",
     "--round-timeout": "synchronous A2C is python -m experiments.a2c (--sync points there), whose members "
                        "all-reduce their gradients and wait for no round; a member's death restarts the world "
                        "from the newest checkpoint",
@@ -81,7 +81,7 @@ class ServerConfig:
     # older run's config.json still loads (experiments.evaluate plays its policy); as
     # flags they are refused, naming their replacement (RETIRED, main).
     report_every: float | None = field(None, help=(
-        "retired: actors report as in every actor-learner job (experiments.roles.program.report_every)"))
+        "retired: actors report as in every actor-learner job (experiments.roles.actor_learner.program.report_every)"))
     round_timeout: float | None = field(None, help=(
         "retired: --sync is now experiments.a2c, whose learner group all-reduces every gradient (no round "
         "waits; a member's death restarts the world from its checkpoint)"))

@@ -6,7 +6,7 @@ arXiv:1803.00933). With no launcher environment it spawns a local world (1 learn
 ``--eval-episodes`` episodes averages ``--target-return`` (475 on CartPole-v1) or
 at the time/step budget. ``--serial`` runs the learner and every actor in this one
 process. Under ``torchrun`` every rank takes a role by this rule
-(:func:`experiments.roles.program.role_of`):
+(:func:`experiments.roles.actor_learner.program.role_of`):
 
     rank 0                      learner 0 (coordinator, parameter server, evaluation
                                 bookkeeping, checkpoints, TensorBoard)
@@ -41,7 +41,7 @@ from algorithms.dqn.dqn import DQNConfig
 from algorithms.r2d2.config import R2D2Config
 from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
-from experiments.roles.program import Program, validate_learners
+from experiments.roles.actor_learner.program import Program, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
 from experiments.runtime.data import ReplayConfig
 from experiments.runtime.entry import (
@@ -199,9 +199,9 @@ def describe(summary: dict[str, Any]) -> list[str]:
 
 def pacing(config: ApexJobConfig):
     """The replay ratio the job's actors and learner hold (see
-    :func:`experiments.roles.program.pacing`); the family defaults must be filled."""
+    :func:`experiments.roles.actor_learner.program.pacing`); the family defaults must be filled."""
     from algorithms.dqn import DQNBuilder
-    from experiments.roles.program import pacing as program_pacing
+    from experiments.roles.actor_learner.program import pacing as program_pacing
 
     return program_pacing(DQNBuilder.flow_of(config.learn), num_actors=config.num_actors,
                           num_envs=config.env.num_envs, learners=config.learners)

@@ -12,7 +12,7 @@ V-trace. ``--serial`` runs every role in one process. Roles by rank, also under
 torchrun: ranks 0 .. K-1 the learners (K = ``--learners``, default 1; learner 0 keeps
 the run), the others actors (the last one evaluates). With several learners each
 hosts a queue of its own, which actors ``i mod K`` fill, and they update in step on
-their own batches, gradients averaged (``experiments.roles.learners``).
+their own batches, gradients averaged (``experiments.roles.actor_learner.learners``).
 
 The queue's unrolls are on-policy data: a checkpoint does not keep them (a resumed run
 starts with an empty queue); networks, optimizer and progress are kept as in every job.
@@ -25,7 +25,7 @@ import sys
 from typing import Any, ClassVar
 
 from algorithms.impala.config import BY_FAMILY, DEFAULTS_BY_FAMILY, IMPALAConfig
-from experiments.roles.program import Program, validate_learners
+from experiments.roles.actor_learner.program import Program, validate_learners
 from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
 from experiments.runtime.data import QueueConfig
 from experiments.runtime.entry import (

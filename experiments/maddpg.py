@@ -49,7 +49,7 @@ import sys
 from typing import Any, ClassVar, Literal
 
 from algorithms.maddpg.spec import MADDPGConfig
-from experiments.roles.program import Program, validate_learners
+from experiments.roles.actor_learner.program import Program, validate_learners
 from experiments.runtime import RunConfig, field, flag, section
 from experiments.runtime.data import ReplayConfig as ProgramReplayConfig
 from experiments.runtime.entry import JobEntry, describe_actor_learner, resolve_actors
@@ -214,7 +214,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
 
 def play(ctx: Any, policy: Any, *, episodes: int, seed: int) -> list[float]:
     """Team returns of ``episodes`` greedy episodes of a loaded policy (``experiments.evaluate``)."""
-    from experiments.roles.program import Setup
+    from experiments.roles.actor_learner.program import Setup
 
     setup = Setup.of(PROGRAM, ctx)
     envs = setup.builder.make_vector_env(setup.env_fn, num_envs=episodes, num_workers=0)

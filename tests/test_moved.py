@@ -49,6 +49,17 @@ OLD_NAMES = {
     "experiments.roles.maddpg": ["load_policy", "rank_main", "serial_main"],
     "experiments.roles.maddpg_parts": ["MultiAgentEnvConfig", "env_factory", "team_of", "teams_of", "critic_sees",
                                        "agent_specs", "evaluate", "MEASURES"],
+    # roles/: one package per program
+    "experiments.roles.program": ["Program", "Setup", "role_of", "pacing", "report_every"],
+    "experiments.roles.actor": ["ActorShell", "run_actor"],
+    "experiments.roles.learner": ["LearnerLoop", "PARAMS", "run_learner"],
+    "experiments.roles.learners": ["join", "Lockstep", "GROUP"],
+    "experiments.roles.learner_shards": ["LearnerShards"],
+    "experiments.roles.paths": ["DataPath", "data_path", "LearnerReplay", "ActorShards"],
+    "experiments.roles.data": ["REPLAY", "QUEUE", "LearnerData", "local_replay"],
+    "experiments.roles.sync": ["make_job"],
+    "experiments.roles.sync_lead": ["Lead", "SYNC"],
+    "experiments.roles.sync_member": ["SyncProgram", "SyncSetup", "Member"],
 }
 
 

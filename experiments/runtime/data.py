@@ -38,7 +38,7 @@ class ReplayConfig:
     shards of ``--replay-capacity / K``, one in each learner's process, each filled by
     the actors ``i mod K`` and sampled by its own learner with a local call; with
     ``replay-ranks`` or ``actors`` every learner samples every shard
-    (``experiments.roles.data``).
+    (``experiments.roles.actor_learner.data``).
     """
 
     replay_capacity: int = field(100_000, help="replay capacity (transitions)")

@@ -40,8 +40,8 @@ def resolve_actors(config: Any, world_size: int | None, *, extra: int = 0, own_d
     """An actor-learner job's ``resolve`` hook: fill ``--num-actors 0`` (a local run) or
     take the actors the world leaves beside ``config.learners`` learners and ``extra``
     other ranks (under torchrun); the number of ranks. ``own_data``: each learner learns
-    from its own actors' data (see :func:`experiments.roles.program.check_learners`)."""
-    from experiments.roles.program import check_learners
+    from its own actors' data (see :func:`experiments.roles.actor_learner.program.check_learners`)."""
+    from experiments.roles.actor_learner.program import check_learners
 
     learners = config.learners
     if world_size is None:
@@ -59,14 +59,14 @@ def resolve_actors(config: Any, world_size: int | None, *, extra: int = 0, own_d
 
 def describe_members(summary: dict[str, Any]) -> list[str]:
     """A synchronous data-parallel job's summary lines (its learner group's members)."""
-    from experiments.roles.sync_lead import describe_members as lines
+    from experiments.roles.sync.lead import describe_members as lines
 
     return lines(summary)
 
 
 def describe_actor_learner(summary: dict[str, Any], *, batch: str, waits_for: str) -> list[str]:
     """An actor-learner job's summary lines: actors, the learner's waiting and CPU, its learners."""
-    from experiments.roles.program import describe_learners
+    from experiments.roles.actor_learner.program import describe_learners
 
     return [
         f"actors             {summary['num_actors']} ({batch})",

@@ -155,7 +155,7 @@ class SeedRecordingActor(ApexActor):
 @pytest.mark.timeout(150)
 def test_a_killed_actor_holding_a_replay_shard_rejoins_and_its_shard_is_sampled_again(tmp_path,
                                                                                        monkeypatch):
-    from experiments.roles.program import actor_seed
+    from experiments.roles.actor_learner.program import actor_seed
 
     monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("DIE_RANK", "1")  # actor 0, holding shard 0
@@ -190,7 +190,7 @@ def test_a_killed_actor_holding_a_replay_shard_rejoins_and_its_shard_is_sampled_
 
 
 def test_a_restarted_actor_seed_is_fresh_and_derived_from_the_run():
-    from experiments.roles.program import actor_seed
+    from experiments.roles.actor_learner.program import actor_seed
 
     assert actor_seed(5, 0) == 5 + 10_000  # the first process keeps the historical seed
     seeds = {actor_seed(5, i, r) for i in range(4) for r in range(4)}

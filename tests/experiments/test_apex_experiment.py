@@ -10,7 +10,7 @@ from jobs import apex_config, scalars
 
 from algorithms.dqn import DQN
 from experiments.apex import ApexJobConfig, format_summary, main, run
-from experiments.roles.program import role_of
+from experiments.roles.actor_learner.program import role_of
 from experiments.runtime import Parts
 
 
@@ -184,8 +184,8 @@ def test_ale_ids_get_the_lean_atari_env_with_standard_preprocessing():
 
 def _layout(env_id, **over):
     from experiments.apex import PROGRAM, env_defaults
-    from experiments.roles.data import replay_layout
-    from experiments.roles.program import Setup
+    from experiments.roles.actor_learner.data import replay_layout
+    from experiments.roles.actor_learner.program import Setup
     from experiments.runtime.job import JobContext
 
     config = apex_config(env_id=env_id, **over)
@@ -221,7 +221,7 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
     from envs.atari import make_atari
     from envs.registry import ensure_registered
     from experiments.apex import PROGRAM, env_defaults
-    from experiments.roles.program import Setup
+    from experiments.roles.actor_learner.program import Setup
     from experiments.runtime.job import JobContext
     from rlpar.buffers import PrioritizedReplayBuffer
     from rlpar.servers import ModelStore

@@ -1,11 +1,17 @@
-"""The actor-learner program's data paths (experiments.roles.paths) and the typed
+"""The actor-learner program's data paths (experiments.roles.actor_learner.paths) and the typed
 Setup each rank resolves once from the job context: which ranks host what, who keeps
 a shard, what a resume's header says, and no role left holding the context."""
 
 import pytest
 
-from experiments.roles.paths import ActorShards, LearnerReplay, ReplayRanks, UnrollQueue, data_path
-from experiments.roles.program import role_of
+from experiments.roles.actor_learner.paths import (
+    ActorShards,
+    LearnerReplay,
+    ReplayRanks,
+    UnrollQueue,
+    data_path,
+)
+from experiments.roles.actor_learner.program import role_of
 from experiments.runtime.data import QueueConfig, ReplayConfig
 from experiments.runtime.parts import Parts
 from tests.experiments.jobs import apex_config, impala_config
@@ -44,7 +50,7 @@ def test_only_ranks_with_replay_load_its_kernels_early():
 @pytest.mark.parametrize("make, path", [(apex_config, LearnerReplay), (impala_config, UnrollQueue)])
 def test_a_setup_holds_typed_parts_not_the_job_context(make, path, tmp_path):
     from experiments import apex, impala
-    from experiments.roles.program import Setup
+    from experiments.roles.actor_learner.program import Setup
     from experiments.runtime.job import JobContext
     from experiments.runtime.lead import LeadContext
 
@@ -67,7 +73,7 @@ def test_the_gradients_path_has_its_server_made_by_the_learner():
 
     from algorithms.builder import Flow
     from experiments.a3c import ServerConfig
-    from experiments.roles.paths import Gradients
+    from experiments.roles.actor_learner.paths import Gradients
 
     path = data_path("gradients", ServerConfig())
     assert isinstance(path, Gradients) and path.data == "gradients" and not path.kernels

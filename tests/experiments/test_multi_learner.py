@@ -11,7 +11,7 @@ from jobs import apex_config, impala_config
 
 from algorithms.dqn import DQN, DQNBuilder
 from experiments import apex, impala
-from experiments.roles.program import pacing, role_names, role_of
+from experiments.roles.actor_learner.program import pacing, role_names, role_of
 from experiments.runtime import Parts
 
 
@@ -76,7 +76,7 @@ def test_learner_0_keeps_no_half_applied_update_after_a_learners_death(fail_at, 
     other: learner 0 writes no last checkpoint nor policy.pt of that."""
     from types import SimpleNamespace
 
-    from experiments.roles.learners import Lockstep
+    from experiments.roles.actor_learner.learners import Lockstep
     from experiments.runtime.lead import run_lead
     from rlpar.errors import PeerUnavailable
 
@@ -201,7 +201,7 @@ class _OneOfTwo:
 def test_lockstep_carries_what_each_learner_lacks_in_both_of_its_reductions():
     import torch
 
-    from experiments.roles.learners import Lockstep
+    from experiments.roles.actor_learner.learners import Lockstep
 
     lockstep = Lockstep(_OneOfTwo())
     lockstep.poll, lockstep.lacking_of = (lambda ahead: (False, False)), (lambda: 37)
@@ -214,7 +214,7 @@ def test_lockstep_carries_what_each_learner_lacks_in_both_of_its_reductions():
 def test_learner_0_names_the_learner_whose_data_holds_everyone_back(capsys):
     import time
 
-    from experiments.roles.learners import Filling
+    from experiments.roles.actor_learner.learners import Filling
     from experiments.runtime.config import RunConfig
     from experiments.runtime.coordinator import Coordinator
     from experiments.runtime.messages import Report

@@ -1,7 +1,7 @@
 """Report fan-in: what many actors' progress reports and parameter pulls cost the
 learner process, and whether pacing holds.
 
-Rank 0 is an Ape-X learner process as ``experiments/roles/learner.py`` wires it: the
+Rank 0 is an Ape-X learner process as ``experiments/roles/actor_learner/learner.py`` wires it: the
 job's :class:`~experiments.runtime.coordinator.Coordinator` behind ``coord/report``,
 a :class:`~rlpar.servers.PushPullModelServer` with the Nature CNN's parameters
 (1.7M, published every ``push_every`` updates), and the job's ``LearnerLoop`` running
@@ -158,7 +158,7 @@ def _learner_rank(point: FanInPoint, group: Any) -> dict[str, Any]:
 
 
 def _actor_rank(point: FanInPoint, group: Any, index: int) -> dict[str, Any]:
-    """The control loop of ``experiments.roles.actor.run_actor``, env and policy slept."""
+    """The control loop of ``experiments.roles.actor_learner.actor.run_actor``, env and policy slept."""
     from algorithms.pacing import Pacing
     from experiments.roles.actor_learner import PARAMS, report_every
     from experiments.runtime.messages import Report

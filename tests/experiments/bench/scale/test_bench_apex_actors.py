@@ -6,7 +6,7 @@ import pytest
 
 from experiments.apex import pacing
 from experiments.bench.scale.apex_actors import ScalingPoint, job_config, run_point, steady
-from experiments.roles.program import REPORT_EVERY_S, REPORTS_PER_S, report_every
+from experiments.roles.actor_learner.program import REPORT_EVERY_S, REPORTS_PER_S, report_every
 
 
 @pytest.mark.timeout(240)

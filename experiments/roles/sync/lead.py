@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from experiments.roles.sync_member import Member, SyncSetup, to_cpu
+from experiments.roles.sync.member import Member, SyncSetup, to_cpu
 from experiments.runtime.lead import finish_lead, start_lead
 from experiments.runtime.messages import Directive, Report
 

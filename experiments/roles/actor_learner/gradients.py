@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from experiments.roles.data import LearnerData
+from experiments.roles.actor_learner.data import LearnerData
 
 GRADS = "grads"
 

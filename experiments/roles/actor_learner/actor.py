@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from experiments.roles.data import hold_shard_until_saved
-from experiments.roles.learner import PARAMS
-from experiments.roles.program import (
+from experiments.roles.actor_learner.data import hold_shard_until_saved
+from experiments.roles.actor_learner.learner import PARAMS
+from experiments.roles.actor_learner.program import (
     Setup,
     actor_seed,
     eval_env,

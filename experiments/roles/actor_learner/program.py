@@ -32,7 +32,7 @@ from algorithms.pacing import Pacing
 from experiments.runtime.lead import LeadContext
 
 if TYPE_CHECKING:
-    from experiments.roles.paths import DataPath
+    from experiments.roles.actor_learner.paths import DataPath
 
 # The config section each flow's data path is made from (A3C's gradient server: ``server``).
 SECTIONS = {"replay": "replay", "queue": "queue", "gradients": "server"}
@@ -61,7 +61,7 @@ class Setup:
     """One rank's typed pieces of a job (see the module docstring), resolved once from
     the job context: ``lead`` (what the lead keeps a run with), the user's ``parts``,
     the builder and its flow, the run and env sections, the data ``path``
-    (:mod:`experiments.roles.paths`), the actors' env options and the numbers of
+    (:mod:`experiments.roles.actor_learner.paths`), the actors' env options and the numbers of
     learners and actors (``num_actors``: the world's, once a rank knows it)."""
 
     lead: LeadContext
@@ -78,7 +78,7 @@ class Setup:
 
     @classmethod
     def of(cls, program: Program, ctx: Any) -> Setup:
-        from experiments.roles.paths import data_path
+        from experiments.roles.actor_learner.paths import data_path
         from experiments.runtime.envs import env_factory, env_spaces, vector_env_options
 
         config = ctx.config

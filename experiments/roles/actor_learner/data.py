@@ -21,15 +21,15 @@ With several learners (``--learners K``) every learner samples its own batch:
   learners' samples besides its own adds, the bottleneck this placement avoids
   (docs/benchmarks.md, "Ape-X at scale"); the shards are alike in expectation, since the
   actors' exploration rates are interleaved over them. Each shard is one part of
-  every checkpoint (:class:`~experiments.roles.learner_shards.LearnerShards`);
+  every checkpoint (:class:`~experiments.roles.actor_learner.learner_shards.LearnerShards`);
 - ``actors``, ``replay-ranks``: every learner samples across all shards with its own
   sampler (its own seed), its priorities going back to the owning shards;
 - a queue: one per learner (``queue.<k>``), actor ``i`` putting to learner
   ``i mod K``'s, so no unroll crosses between learners.
 
-Each of these is one class of :mod:`experiments.roles.paths`, made once per rank,
+Each of these is one class of :mod:`experiments.roles.actor_learner.paths`, made once per rank,
 whose methods the roles call; the pieces they are made of are here (``setup``: the
-rank's :class:`~experiments.roles.program.Setup`, which makes its data path, so this
+rank's :class:`~experiments.roles.actor_learner.program.Setup`, which makes its data path, so this
 module does not import it).
 """
 
@@ -132,7 +132,7 @@ class Unrolls:
 
 class LearnerData:
     """Learner ``learner``'s side of the data path, as its data path
-    (:mod:`experiments.roles.paths`) makes it: ``source`` (what it samples),
+    (:mod:`experiments.roles.actor_learner.paths`) makes it: ``source`` (what it samples),
     ``hosted`` (a replay buffer in this process: checkpointed with the learner's state,
     or with several learners as its part, ``split``), ``sharded`` (remote shards,
     which checkpoint their own parts) and ``queue`` (unrolls). ``capacity``: what the

@@ -2,7 +2,7 @@
 job's flow and config (:func:`data_path`): which ranks host the data, who samples
 what, how a checkpoint keeps it and what becomes of a dead actor's share. The roles
 call its methods; none of them tests a placement's name (the placements and the
-queue: :mod:`experiments.roles.data`).
+queue: :mod:`experiments.roles.actor_learner.data`).
 
 - :class:`UnrollQueue`: a queue of unrolls in each learner's process (IMPALA's);
 - :class:`LearnerReplay` (``--replay-placement learner``): the replay in the
@@ -12,7 +12,7 @@ queue: :mod:`experiments.roles.data`).
 - :class:`ReplayRanks` (``replay-ranks``): shards on dedicated replay ranks, never
   dropped (a dead one restarts the world);
 - :class:`Gradients`: A3C's gradient server in learner 0's process, to which actors
-  push gradients (:mod:`experiments.roles.gradients`).
+  push gradients (:mod:`experiments.roles.actor_learner.gradients`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from experiments.roles.data import (
+from experiments.roles.actor_learner.data import (
     QUEUE,
     REPLAY,
     LearnerData,
@@ -131,13 +131,13 @@ class LearnerReplay(Replay):
     """The replay in the learners' processes: one buffer, kept in learner 0's own
     checkpoint file; with K learners, learner ``k`` hosts shard ``k``
     (``replay.<k>``), fed by actors ``i`` with ``i mod K = k``, and kept as part ``k``
-    of every checkpoint (:class:`~experiments.roles.learner_shards.LearnerShards`)."""
+    of every checkpoint (:class:`~experiments.roles.actor_learner.learner_shards.LearnerShards`)."""
 
     def hosts_data(self, rank: int | None, *, learners: int) -> bool:
         return rank is not None and rank < learners
 
     def learner_data(self, setup: Any, group: Any | None, shards: list[str], *, learner: int = 0) -> LearnerData:
-        from experiments.roles.learner_shards import LearnerShards
+        from experiments.roles.actor_learner.learner_shards import LearnerShards
         from rlpar.buffers import HostedBuffer
 
         flow, learners = setup.flow, setup.learners
@@ -224,14 +224,14 @@ class Gradients(DataPath):
         self.section = section
 
     def learner_data(self, setup: Any, group: Any | None, shards: list[str], *, learner: int = 0) -> LearnerData:
-        from experiments.roles.gradients import GradientData, GradientHost
+        from experiments.roles.actor_learner.gradients import GradientData, GradientHost
 
         if learner:
             raise ValueError("A3C's gradient server has one learner: --learners 1")
         return GradientData(setup.flow, source=GradientHost(group))
 
     def actor_sink(self, setup: Any, group: Any, shards: list[str], *, index: int, rehosted: bool = False) -> Any:
-        from experiments.roles.gradients import GRADS
+        from experiments.roles.actor_learner.gradients import GRADS
         from rlpar.servers import PushPullGradServer
 
         return PushPullGradServer.connect(group, GRADS, timeout=setup.run.rpc_timeout)

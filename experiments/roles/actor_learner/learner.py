@@ -1,7 +1,7 @@
 """The learner's role in an actor-learner job: rank 0 (or the serial process).
 
 It hosts the parameter server and the coordinator, holds the learner's side of the
-data path (:class:`~experiments.roles.data.LearnerData`), runs the paced update loop
+data path (:class:`~experiments.roles.actor_learner.data.LearnerData`), runs the paced update loop
 (:class:`LearnerLoop`) and keeps the run (checkpoints, ``policy-best.pt``, the summary;
 :func:`run_keeper`). Which algorithm learns is the builder's business: this file names
 none.
@@ -14,15 +14,15 @@ import time
 from typing import Any
 
 from algorithms.pacing import Pacing
-from experiments.roles.data import LearnerData, follow_key
-from experiments.roles.learners import (
+from experiments.roles.actor_learner.data import LearnerData, follow_key
+from experiments.roles.actor_learner.learners import (
     Filling,
     Lockstep,
     gather,
     make_learner,
     share_state,
 )
-from experiments.roles.program import Setup, pacing
+from experiments.roles.actor_learner.program import Setup, pacing
 from experiments.runtime.job import STOP_QUIET_S
 from experiments.runtime.lead import announce_compile, run_lead, start_lead
 from experiments.runtime.messages import Rejoin
@@ -124,7 +124,7 @@ class LearnerLoop:
 
 def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = None) -> dict[str, Any]:
     """Learner 0 (the only one by default); ``members``: the learner group when there
-    are several (:mod:`experiments.roles.learners`)."""
+    are several (:mod:`experiments.roles.actor_learner.learners`)."""
     import torch
 
     from rlpar.servers import PushPullModelServer

@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.roles.data import hold_shard_until_saved
-from experiments.roles.program import Setup
+from experiments.roles.actor_learner.data import hold_shard_until_saved
+from experiments.roles.actor_learner.program import Setup
 from experiments.runtime.parts import checked
 
 GROUP = "learners"
@@ -94,7 +94,7 @@ class Lockstep:
     ``poll(ahead) -> (ready, stop)`` says whether this learner may take the next
     update (``ahead``: 1 when asked during an update, whose count is not in yet) and
     whether it wants to stop; ``lacking() -> int`` what its own data lacks before it
-    may learn (:meth:`LearnerData.lacking <experiments.roles.data.LearnerData.lacking>`).
+    may learn (:meth:`LearnerData.lacking <experiments.roles.actor_learner.data.LearnerData.lacking>`).
     :meth:`agree` gives (all ready, any stop) for the coming update, and leaves every
     learner's ``lacking`` in :attr:`lacking`, which tells learner 0 whose actors must
     fill its data before any learner can update (:class:`Filling`). While they

@@ -13,7 +13,7 @@ run's checkpoint is on the lead's node only). With one member (``--serial``, or 
 local run of one) there is no world and no collective at all (:func:`serial_main`).
 
 DD-PPO's preemption (``--preempt-fraction``): see
-:class:`~experiments.roles.sync_member.Preemption`.
+:class:`~experiments.roles.sync.member.Preemption`.
 
 Faults: a collective cannot go on without a member, so no rank is restarted alone: a
 member's death breaks the group (the others get ``PeerUnavailable`` at their next
@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from experiments.roles.sync_member import (
+from experiments.roles.sync.member import (
     Member,
     Preemption,
     SyncProgram,
@@ -50,7 +50,7 @@ STATE = "sync/state"
 def rank_main(program: SyncProgram, ctx: Any) -> dict[str, Any]:
     import torch
 
-    from experiments.roles.sync_lead import Lead
+    from experiments.roles.sync.lead import Lead
     from experiments.runtime.config import resolve_device
     from rlpar.distributed import World
     from rlpar.errors import PeerUnavailable
@@ -107,7 +107,7 @@ def serial_main(program: SyncProgram, ctx: Any) -> dict[str, Any]:
     """One member in this process: no world, no collective; deterministic for a seed."""
     import torch
 
-    from experiments.roles.sync_lead import Lead
+    from experiments.roles.sync.lead import Lead
 
     setup = SyncSetup.of(program, ctx)
     torch.set_num_threads(setup.run.torch_threads)

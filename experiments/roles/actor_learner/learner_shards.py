@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.roles.data import REPLAY, data_name
+from experiments.roles.actor_learner.data import REPLAY, data_name
 
 
 class LearnerShards:

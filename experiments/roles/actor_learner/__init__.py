@@ -2,14 +2,14 @@
 
 Wiring (:func:`rank_main`, read top to bottom): every rank joins the world and the
 RPC group named after the job, and takes its role by the rule of
-:mod:`experiments.roles.program`: the learner (:mod:`.learner`; with ``--learners K``
+:mod:`experiments.roles.actor_learner.program`: the learner (:mod:`.learner`; with ``--learners K``
 learner 0 and the K-1 others of its learner group, :mod:`.learners`), replay ranks
 (:mod:`.data`) and actors (:mod:`.actor`). ``--serial`` runs every role in this one
 process, deterministic for a seed (:func:`serial_main`). What the algorithm is (Ape-X
 DQN, TD3, IMPALA, a user's) is its :class:`~algorithms.builder.Builder`'s business;
-no role names one. A job built on it is a :class:`~experiments.roles.program.Program`
+no role names one. A job built on it is a :class:`~experiments.roles.actor_learner.program.Program`
 plus its config and hooks (:func:`make_job`). The job context is read once, into the
-typed :class:`~experiments.roles.program.Setup` (its data path, the lead's
+typed :class:`~experiments.roles.actor_learner.program.Setup` (its data path, the lead's
 :class:`~experiments.runtime.lead.LeadContext`): no role takes the context itself.
 
 Faults: a dead actor is restarted alone and rejoins (:func:`restartable`); with
@@ -33,9 +33,15 @@ from collections.abc import Callable
 from typing import Any
 
 from algorithms.builder import Builder, EnvSpec
-from experiments.roles.data import REPLAY, LearnerData, run_replay, warm_in_background
-from experiments.roles.learner import PARAMS, LearnerLoop, run_keeper, run_learner, target
-from experiments.roles.program import (
+from experiments.roles.actor_learner.data import REPLAY, LearnerData, run_replay, warm_in_background
+from experiments.roles.actor_learner.learner import (
+    PARAMS,
+    LearnerLoop,
+    run_keeper,
+    run_learner,
+    target,
+)
+from experiments.roles.actor_learner.program import (
     Program,
     Setup,
     eval_env,
@@ -57,8 +63,8 @@ __all__ = ["PARAMS", "REPLAY", "LearnerLoop", "Program", "Setup", "load_policy",
 def rank_main(program: Program, ctx: Any) -> dict[str, Any]:
     import torch
 
-    from experiments.roles.actor import run_actor
-    from experiments.roles.learners import join, run_follower
+    from experiments.roles.actor_learner.actor import run_actor
+    from experiments.roles.actor_learner.learners import join, run_follower
     from experiments.runtime.config import resolve_device
     from rlpar.distributed import World
 
@@ -97,7 +103,7 @@ def serial_main(program: Program, ctx: Any) -> dict[str, Any]:
     batch of unrolls allows), the lead evaluates on schedule."""
     import torch
 
-    from experiments.roles.actor import ActorShell
+    from experiments.roles.actor_learner.actor import ActorShell
     from rlpar.servers.model import ModelStore
 
     setup = Setup.of(program, ctx)
@@ -174,7 +180,7 @@ class _SerialTurns:
 
 
 def _learner(setup: Setup, source: Any, params: Any):
-    from experiments.roles.learners import make_learner
+    from experiments.roles.actor_learner.learners import make_learner
 
     return make_learner(setup, source, params)
 
