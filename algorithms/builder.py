@@ -171,6 +171,13 @@ class Builder(abc.ABC):
 
         return evaluate(act, envs, episodes=episodes, seed=seed)
 
+    def evaluation_episodes(self, algorithm: Any, envs: Any, *, episodes: int,
+                            seed: int) -> np.ndarray | tuple[np.ndarray, dict[str, float]]:
+        """A greedy evaluation of ``algorithm``: :meth:`play` of :meth:`greedy`'s policy,
+        the returns; a builder with measures of its own returns ``(returns, measures)``,
+        each measure logged as ``eval/<name>`` beside ``eval/return``."""
+        return self.play(self.greedy(algorithm), envs, episodes=episodes, seed=seed)
+
     def episode_layout(self) -> dict[str, Any]:
         """What the coordinator is told of the episodes' returns besides their sum:
         ``agent_names`` and ``teams`` (team -> agent indices) for per-agent and

@@ -144,6 +144,7 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
                          num_envs=config.env.num_envs,
                          measures=functools.partial(final_measures, job_env_fn(config, parts),
                                                     episodes=config.run.eval_episodes, seed=config.run.seed + 10_000),
+                         evaluator=functools.partial(evaluate, env_fn=job_env_fn(config, parts)),
                          network=parts.network, algorithm=parts.algorithm,
                          actor=parts.actor, learner=parts.learner)
 

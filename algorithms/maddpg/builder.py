@@ -188,7 +188,10 @@ class MADDPGBuilder(Builder):
     (one per sub-policy); ``critic_sees``: each critic's agents (None: all).
     ``num_envs``: each actor's env copies (it pulls once per vector step).
     options. ``measures(maddpg) -> dict``: the job's measures of a trained MADDPG
-    (e.g. a greedy evaluation's landmark distance), added to the summary."""
+    (e.g. a greedy evaluation's landmark distance), added to the summary;
+    ``evaluator(maddpg, episodes=, seed=) -> dict``: the job's greedy evaluation, its
+    ``returns`` and measures (NaN where one does not fit the env), made at every
+    evaluation instead of :meth:`play` so the measures are curves too."""
 
     algorithm_base, actor_base, learner_base = MADDPG, MADDPGActor, MADDPGLearner
     state_key = "maddpg"
@@ -197,6 +200,7 @@ class MADDPGBuilder(Builder):
                  action_spaces: Sequence[Any], spec: EnvSpec, critic_sees: Sequence[Sequence[int]] | None = None,
                  teams: Mapping[str, Sequence[int]] | None = None, num_envs: int = 1,
                  measures: Callable[[MADDPG], Mapping[str, float]] | None = None,
+                 evaluator: Callable[..., Mapping[str, Any]] | None = None,
                  network: Callable[[Any, Any], Any] | None = None, algorithm: type | None = None,
                  actor: type | None = None, learner: type | None = None) -> None:
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
@@ -206,7 +210,7 @@ class MADDPGBuilder(Builder):
         self.specs = [AgentSpec.from_spaces(o, a, name=name)
                       for name, o, a in zip(self.agents, self.observation_spaces, self.action_spaces)]
         self.critic_sees, self.teams, self.num_envs = critic_sees, dict(teams or {}), num_envs
-        self.measures = measures
+        self.measures, self.evaluator = measures, evaluator
 
     @property
     def flow(self) -> Flow:
@@ -270,6 +274,15 @@ class MADDPGBuilder(Builder):
             returns += np.asarray(reward, dtype=np.float64).sum(axis=1) * running
             running &= ~(terminated | truncated).all(axis=1)
         return returns
+
+    def evaluation_episodes(self, algorithm: MADDPG, envs: Any, *, episodes: int,
+                            seed: int) -> np.ndarray | tuple[np.ndarray, dict[str, float]]:
+        if self.evaluator is None:
+            return super().evaluation_episodes(algorithm, envs, episodes=episodes, seed=seed)
+        played = self.evaluator(algorithm, episodes=episodes, seed=seed)
+        measures = {name: float(value) for name, value in played.items()
+                    if name not in ("returns", "team_return") and np.isfinite(value)}
+        return np.asarray(played["returns"], dtype=np.float64), measures
 
     def episode_layout(self) -> dict[str, Any]:
         return {"agent_names": self.agents, "teams": self.teams}

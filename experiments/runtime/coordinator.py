@@ -246,6 +246,8 @@ class Coordinator:
             self.logger.scalar("eval/return_std", std, result.env_steps)
             for layer, share in result.dead_units.items():
                 self.logger.scalar(f"network/dead_units/{layer}", share, result.env_steps)
+            for name, value in result.measures.items():
+                self.logger.scalar(f"eval/{name}", value, result.env_steps)
             self.logger.flush()
         self._last_eval = round(mean, 1)
 

@@ -30,6 +30,8 @@ def evaluation(network: Any, episodes: Callable[[], Iterable[float]], *, env_ste
 
     evaluated = frozen(policy)  # before the episodes: nothing may change it after this
     with DeadUnits(network) as dead:
-        returns = [float(r) for r in episodes()]
-    return EvalResult(env_steps=env_steps, version=version, returns=returns, seed=seed, policy=evaluated,
-                      dead_units=dead.fractions())
+        played = episodes()  # the returns, or (returns, measures)
+    returns, measures = played if isinstance(played, tuple) else (played, {})
+    return EvalResult(env_steps=env_steps, version=version, returns=[float(r) for r in returns], seed=seed,
+                      policy=evaluated, dead_units=dead.fractions(),
+                      measures={name: float(value) for name, value in measures.items()})

@@ -70,7 +70,8 @@ class EvalResult:
     own parameters are not what scored ``returns``. Evaluations are rare; the copy
     is cheap. ``dead_units``: per ReLU of the policy's network, the share of its
     units that were zero on every state of the evaluation
-    (:class:`algorithms.diagnostics.DeadUnits`)."""
+    (:class:`algorithms.diagnostics.DeadUnits`); ``measures``: the builder's own figures
+    of the same episodes (:meth:`algorithms.builder.Builder.evaluation_episodes`)."""
 
     env_steps: int
     version: int
@@ -78,6 +79,9 @@ class EvalResult:
     seed: int
     policy: dict[str, Any]
     dead_units: dict[str, float] = dataclasses.field(default_factory=dict)
+    # An algorithm's own measures of the same episodes (MADDPG's on MPE: landmark
+    # distance, collisions, tags), logged as eval/<name>.
+    measures: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Required, not defaulted: a job (or one added later) that forgets to send the

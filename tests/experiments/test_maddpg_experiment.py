@@ -125,6 +125,9 @@ def test_mpe_envs_by_short_name_write_per_agent_and_per_team_curves(env_id, agen
     assert {f"agents/{a}/episodic_return" for a in agents} <= tags
     assert {f"teams/{t}/episodic_return" for t in teams} <= tags
     assert {"charts/episodic_return", "charts/episodic_length", "eval/return"} <= tags
+    # The MPE measure that fits the env is a curve too (each evaluation's), not only the summary's.
+    assert ("eval/tags_per_episode" in tags) == (env_id == "simple_tag")
+    assert "eval/landmark_distance" not in tags  # not a cooperative env: NaN, not logged
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     assert summary["agents"] == agents and list(summary["team_return_last100"]) == teams

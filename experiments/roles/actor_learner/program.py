@@ -215,5 +215,5 @@ def evaluate(setup: Setup, algorithm: Any, envs: Any, *, env_steps: int, version
     builder = setup.builder
     seed, episodes = setup.run.seed + 7 + env_steps, setup.run.eval_episodes
     return evaluation(builder.network_of(algorithm),
-                      functools.partial(builder.play, builder.greedy(algorithm), envs, episodes=episodes, seed=seed),
+                      functools.partial(builder.evaluation_episodes, algorithm, envs, episodes=episodes, seed=seed),
                       env_steps=env_steps, version=version, policy=algorithm.policy_state(), seed=seed)
