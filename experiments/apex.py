@@ -68,6 +68,11 @@ class ApexJobConfig:
         "env_id", "algorithm", "hidden", "dueling", "distributional", "n_atoms", "noisy", "critic_layer_norm",
         "replay_capacity", "replay_placement", "share_frames", "learners", "lstm_size", "burn_in", "unroll")
 
+    def fixed_fields(self) -> tuple[str, ...]:
+        """R2D2's stored sequences are burn-in + unroll + n-step steps long: its replay
+        holds them at that length (a DQN's transitions take any n-step)."""
+        return ("n_step",) if self.algorithm == "r2d2" else ()
+
     run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
     env: EnvConfig = section(EnvConfig)
     replay: ReplayConfig = section(ReplayConfig)

@@ -43,8 +43,11 @@ def resumed_config(config: T) -> T:
 
 def check_fixed(config: Any) -> None:
     """ValueError naming the flag when ``config`` (``run.resume`` set) changes a field
-    its class lists in ``fixed_on_resume`` from the value the run was saved with."""
+    its class lists in ``fixed_on_resume`` (and, for a config whose fixed fields depend
+    on its other values, its ``fixed_fields()``) from the value the run was saved with."""
     names = getattr(type(config), "fixed_on_resume", ())
+    if hasattr(config, "fixed_fields"):
+        names = (*names, *config.fixed_fields())
     if not names:
         return
     run_dir = config.run.resume

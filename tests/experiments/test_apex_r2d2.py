@@ -31,6 +31,9 @@ def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     with pytest.raises(ValueError, match="--lstm-size cannot change when resuming"):
         apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, lstm_size=32), quiet=True)
+    # Its replay holds sequences of burn-in + unroll + n-step steps: n-step is fixed too.
+    with pytest.raises(ValueError, match="--n-step cannot change when resuming"):
+        apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, n_step=2), quiet=True)
     out = evaluate.evaluate_run(run_dir, which="best")
     assert out["matches_recorded"], out
 
