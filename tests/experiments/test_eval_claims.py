@@ -190,9 +190,9 @@ def test_an_evaluator_killed_mid_evaluation_is_asked_for_it_again_and_later_ones
     monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("DIE_RANK", "2")  # actor 1, the evaluator
     monkeypatch.setenv("STEPS_OF_ACTOR_0", str(tmp_path / "steps"))
-    # No learning (what is checked is the evaluations' schedule): its updates were most of the cost.
-    summary = apex.run(apex_config(str(tmp_path / "runs"), eval_every=EVAL_EVERY, max_env_steps=2000,
-                                   learning_starts=10**6),
+    # Learning on: its pacing keeps actor 0 from running to the budget while the
+    # replacement evaluates (the later evaluations must come).
+    summary = apex.run(apex_config(str(tmp_path / "runs"), eval_every=EVAL_EVERY, max_env_steps=2000),
                        parts=Parts(algorithm=KilledMidEvaluationDQN, actor=WaitingActor), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["actor_restarts"] == 1 and summary["stop_reason"] == "env step budget"
