@@ -4,7 +4,8 @@ Every rank adds 1 to its own counter in the store every :data:`BEAT_S`, from the
 it reaches the store until it leaves, on a store connection of its own (a beat never
 waits behind this process's other store calls, nor they behind a beat stalled on a
 cut link). A rank whose counter has not moved for :data:`LOST_S`, as seen by another
-rank, is *lost*: its process or machine is gone, or cut off from the store's host.
+rank, is *lost*: its process or machine is gone, or cut off from the store's host
+(``$RLPAR_LOST_S`` sets another time: :func:`lost_s`).
 
 Why not a call to the peer: a rank that replaced a dead one cannot be called by a
 peer that had called the dead one (see :mod:`rlpar.distributed.rendezvous`), and a
@@ -19,6 +20,7 @@ barriers, shutdown), so a quiet world costs one small store write per rank a sec
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +31,24 @@ BEAT_S = 1.0
 # a busy machine's scheduling delays (a beat needs the GIL for microseconds), short
 # enough that survivors of a lost node leave within seconds of their work's end.
 LOST_S = 10.0
+# The environment variable that sets it for this process and the ones it starts (a
+# test that waits for a lost rank sets a few seconds); read at each use.
+LOST_S_ENV = "RLPAR_LOST_S"
+
+
+def lost_s() -> float:
+    """Seconds without a beat after which a rank is lost: ``$RLPAR_LOST_S`` if set,
+    else :data:`LOST_S`."""
+    raw = os.environ.get(LOST_S_ENV, "").strip()
+    if not raw:
+        return LOST_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{LOST_S_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
 
 
 def beat_key(rank: int) -> str:
@@ -71,9 +91,10 @@ class Watch:
     of watching. A rank that never beat is not lost but absent: still starting, gone
     before it reached the store, or beating under another run secret's key."""
 
-    def __init__(self, store, ranks: Iterable[int], *, lost_after: float = LOST_S,
+    def __init__(self, store, ranks: Iterable[int], *, lost_after: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._store, self.lost_after, self._clock = store, float(lost_after), clock
+        self._store, self._clock = store, clock
+        self.lost_after = lost_s() if lost_after is None else float(lost_after)
         now = clock()
         # rank -> (last counter value seen, when it last moved or the watch began)
         self._seen: dict[int, tuple[int, float]] = {int(r): (0, now) for r in ranks}
@@ -125,10 +146,11 @@ def lost_key(rank: int) -> str:
     return f"world/lost/{rank}"
 
 
-def wait_for(store, keys: Mapping[int, str], *, timeout: float, lost_after: float = LOST_S,
+def wait_for(store, keys: Mapping[int, str], *, timeout: float, lost_after: float | None = None,
              known_lost: set[int] | None = None, clock: Callable[[], float] = time.monotonic) -> Arrival:
     """Wait until the key of every rank in ``keys`` (rank -> store key) is set, or
-    every rank still missing is lost (:class:`Watch`, after ``lost_after``; never
+    every rank still missing is lost (:class:`Watch`, after ``lost_after``, by default
+    :func:`lost_s`; never
     waiting for the dead longer than that), or ``timeout`` passes. ``known_lost``:
     ranks an earlier wait found lost, not waited for again (a rank found lost is
     added). A rank found lost is also flagged in the store (:func:`lost_key`), so the
@@ -150,7 +172,8 @@ def wait_for(store, keys: Mapping[int, str], *, timeout: float, lost_after: floa
             if not missing:
                 return Arrival([], [])
             if watch is None:  # silence counts from here: the wait's start
-                watch = Watch(store, missing, lost_after=min(lost_after, timeout), clock=clock)
+                after = lost_s() if lost_after is None else lost_after
+                watch = Watch(store, missing, lost_after=min(after, timeout), clock=clock)
             watch.poll(every=0.0)
             flagged = {rank for rank in missing if rank not in known and store.check([lost_key(rank)])}
             seen = set(watch.lost(among=missing))

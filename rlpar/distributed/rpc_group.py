@@ -317,8 +317,8 @@ class RpcGroup:
     def barrier(self, timeout: float | None = None) -> None:
         """Block until every member reached this barrier; PeerUnavailable naming the
         members missing on timeout, or sooner once every missing member is lost (no
-        heartbeat for ``liveness.LOST_S``: its process or machine is gone)."""
-        from rlpar.distributed.liveness import LOST_S, wait_for
+        heartbeat for ``liveness.lost_s()``: its process or machine is gone)."""
+        from rlpar.distributed.liveness import lost_s, wait_for
 
         self._require_member("barrier")
         seconds = self._timeout(timeout)
@@ -337,7 +337,7 @@ class RpcGroup:
         lost = [names[r] for r in arrival.lost]
         if len(lost) == len(missing):
             raise PeerUnavailable(f"barrier of group {self.name!r}: members {lost} are lost (no heartbeat "
-                                  f"for {min(LOST_S, seconds):g} s)")
+                                  f"for {min(lost_s(), seconds):g} s)")
         raise PeerUnavailable(
             f"barrier of group {self.name!r}: only {self.size - len(missing)}/{self.size} members "
             f"arrived within {seconds} s; missing {missing}" + (f" ({lost} lost)" if lost else ""))

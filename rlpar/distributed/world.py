@@ -31,7 +31,7 @@ import torch.distributed.rpc as rpc
 
 from rlpar.distributed import current, stops
 from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
-from rlpar.distributed.liveness import LOST_S, Heartbeat, Watch, wait_for
+from rlpar.distributed.liveness import Heartbeat, Watch, lost_s, wait_for
 from rlpar.distributed.netif import AUTO, address_toward, interface_for_address
 from rlpar.distributed.ports import free_port  # noqa: F401 - re-exported
 from rlpar.distributed.rendezvous import (
@@ -336,7 +336,7 @@ class World:
         seal_rpc(secret)
         # Ranks lost from here on are named by their beats (init_rpc blocks in C++).
         self._heartbeat.watch = Watch(self._beats, [r for r in range(self.world_size) if r != self.rank],
-                                      lost_after=min(LOST_S, self.rpc_timeout))
+                                      lost_after=min(lost_s(), self.rpc_timeout))
         try:
             with warnings.catch_warnings(), bounded_rpc_group(self.rpc_timeout):
                 # torch's own TensorPipe setup trips its ProcessGroup deprecation warning.
@@ -459,7 +459,7 @@ class World:
         :mod:`rlpar.distributed.stops`) for every rank to shut down too, so ranks should
         agree on when to stop first (e.g. a group barrier): a rank that leaves early
         stops serving its services. It does not wait for a lost rank (no heartbeat for
-        ``liveness.LOST_S``, at most ``timeout``): those end up in :attr:`lost_ranks`,
+        ``liveness.lost_s()``, at most ``timeout``): those end up in :attr:`lost_ranks`,
         named in a warning. On a timeout, a lost or dead peer it falls back to a local
         shutdown, never hangs. Also runs at interpreter exit if the program did not
         call it."""
@@ -541,7 +541,7 @@ class World:
         if arrival.lost:
             log.warning("%r: ranks %s (%s) are lost: no heartbeat for %g s; leaving without them",
                         self.name, arrival.lost, ", ".join(self.name_of(r) for r in arrival.lost),
-                        min(LOST_S, timeout))
+                        min(lost_s(), timeout))
             self._leave_in_order(timeout, present=[r for r in range(self.world_size) if r not in arrival.missing])
         return False
 

@@ -22,14 +22,15 @@ def _maddpg_run(argv):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
+    # Serial: what is played is a run directory, whichever way it was written.
     return {
         "apex": apex.run(apex_config(str(root), serial=True, max_env_steps=1500, eval_every=700),
                          quiet=True)["run_dir"],
-        "a3c": a3c.run(a3c_config(str(root)), quiet=True)["run_dir"],
+        "a3c": a3c.run(a3c_config(str(root), serial=True), quiet=True)["run_dir"],
         "maddpg": _maddpg_run(["--env-id", "cooperative", "--max-env-steps", "600", "--num-envs", "2",
                                    "--env-workers", "0", "--learning-starts", "100", "--batch-size", "32",
                                    "--eval-every", "300", "--eval-episodes", "2", "--status-every", "0",
-                                   "--log-dir", str(root)]),
+                                   "--serial", "--log-dir", str(root)]),
     }
 
 

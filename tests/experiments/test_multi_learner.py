@@ -167,7 +167,7 @@ def test_two_apex_learners_learn_in_step_while_an_actor_rejoins_and_resume_toget
 
 @pytest.mark.timeout(120)
 def test_two_impala_learners_each_learn_from_their_own_queue_in_step():
-    summary = impala.run(impala_config(learners=2, max_env_steps=1500, eval_every=750), quiet=True)
+    summary = impala.run(impala_config(learners=2, max_env_steps=800, eval_every=400), quiet=True)
     assert summary["stop_reason"] == "env step budget" and summary["evaluations"] >= 1
     in_step(summary)
     assert "learners           2 in step" in impala.format_summary(summary)

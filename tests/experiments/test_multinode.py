@@ -88,7 +88,7 @@ def _run_dir(tmp_path):
 def test_impala_runs_across_two_nodes(nodes, tmp_path):
     procs, logs = _start(nodes, tmp_path, "experiments.impala",
                          ["--num-envs", "2", "--unroll-length", "5", "--batch-size", "2", "--hidden", "32",
-                          "--eval-every", "100000", "--status-every", "0", "--max-env-steps", "2000",
+                          "--eval-every", "100000", "--status-every", "0", "--max-env-steps", "600",
                           "--max-seconds", "60"], nproc=1)
     assert _wait(procs, 120) == [0, 0], _read(logs[0])[-3000:] + _read(logs[1])[-3000:]
     assert "IMPALA" in _read(logs[0]) and "env step budget" in _read(logs[0])

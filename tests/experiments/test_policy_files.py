@@ -140,7 +140,7 @@ def test_evaluations_of_an_old_checkpoint_resume_without_versions(tmp_path):
 @pytest.mark.timeout(120)
 def test_apex_with_actors_keeps_the_network_its_evaluating_actor_played(tmp_path):
     # The last actor evaluates the version it pulled while the learner goes on updating.
-    summary = apex.run(apex_config(str(tmp_path), max_env_steps=2000, eval_every=500), quiet=True)
+    summary = apex.run(apex_config(str(tmp_path), max_env_steps=1200, eval_every=300), quiet=True)
     assert summary["evaluations"] >= 2
     check_policy_files(summary, final_version=summary["updates"])
 
@@ -161,7 +161,7 @@ def test_apex_serial_files_and_the_evaluate_command(tmp_path, capsys):
 @pytest.mark.timeout(120)
 def test_a3c_workers_and_lead_keep_the_pulled_network_it_evaluated(tmp_path):
     # Two worker ranks push gradients while the lead evaluates the version it pulled.
-    summary = a3c.run(a3c_config(str(tmp_path), num_workers=2, max_env_steps=1500, eval_every=300),
+    summary = a3c.run(a3c_config(str(tmp_path), num_workers=2, max_env_steps=900, eval_every=250),
                       quiet=True)
     assert summary["evaluations"] >= 2
     check_policy_files(summary, final_version=summary["version"])

@@ -49,12 +49,12 @@ def test_a_killed_rank_is_restarted_from_the_newest_checkpoint(tmp_path, monkeyp
     monkeypatch.setenv("KILL_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("KILL_RANK", rank)
     monkeypatch.setenv("KILL_AFTER", str(after))
-    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=6000, checkpoint_every=0.2,
+    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=4000, checkpoint_every=0.2,
                                    max_seconds=150.0, replay_placement=placement),
                        parts=Parts(algorithm=KilledOnceDQN), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["restarts"] == 1
-    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 6000
+    assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 4000
     assert summary["resumed_from_step"] is not None and summary["resumed_from_step"] > 0
     assert os.path.exists(os.path.join(summary["run_dir"], "policy.pt"))
 
@@ -84,7 +84,7 @@ def test_a_rank_that_raises_is_not_restarted(tmp_path, monkeypatch):
 def test_checkpoint_then_resume_restores_counters_replay_and_priorities(tmp_path):
     from rlpar.checkpoint import load_checkpoint
 
-    first = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=2000, eval_every=1000),
+    first = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=1000, eval_every=500),
                      quiet=True)
     run_dir = first["run_dir"]
     saved, header = load_checkpoint(os.path.join(run_dir, "checkpoints"), kind="apex")
@@ -95,7 +95,7 @@ def test_checkpoint_then_resume_restores_counters_replay_and_priorities(tmp_path
     assert n == first["replay_size"]
 
     # Resume with no further budget: nothing runs, and the state saved again is the same.
-    again = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=2000, resume=run_dir),
+    again = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=1000, resume=run_dir),
                      quiet=True)
     assert (again["env_steps"], again["updates"], again["episodes"], again["replay_size"]) == (
         first["env_steps"], first["updates"], first["episodes"], first["replay_size"])
@@ -104,9 +104,9 @@ def test_checkpoint_then_resume_restores_counters_replay_and_priorities(tmp_path
     assert resaved["replay"]["max_priority"] == saved["replay"]["max_priority"]
 
     # And with more budget it goes on from there.
-    more = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=3000, resume=run_dir),
+    more = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=1500, resume=run_dir),
                     quiet=True)
-    assert more["env_steps"] >= 3000
+    assert more["env_steps"] >= 1500
     # Pacing goes on where it was: 0.25 updates per env step since the first update.
     assert more["updates"] - first["updates"] == (more["env_steps"] - first["env_steps"]) // 4
     assert more["resumed_from_step"] == first["env_steps"]
@@ -120,7 +120,7 @@ def test_resume_refuses_a_directory_without_checkpoints_or_of_another_job(tmp_pa
     with pytest.raises(SystemExit):
         apex.main(["--resume", str(tmp_path)])
     assert "is not a run directory (it has no config.json)" in capsys.readouterr().err
-    a3c_run = a3c.run(a3c_config(str(tmp_path), max_env_steps=200), quiet=True)["run_dir"]
+    a3c_run = a3c.run(a3c_config(str(tmp_path), max_env_steps=200, serial=True), quiet=True)["run_dir"]
     with pytest.raises(SystemExit):
         apex.main(["--resume", a3c_run])
     assert "unknown field(s)" in capsys.readouterr().err  # an A3C config is not an Ape-X one
@@ -144,7 +144,7 @@ def newest_parts(run_dir, shards):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("placement, extra", [("actors", {}), ("replay-ranks", {"replay_ranks": 2})])
 def test_a_sharded_replay_checkpoints_every_shard_and_resumes_as_saved(tmp_path, placement, extra):
-    config = dict(replay_placement=placement, max_env_steps=1500, checkpoint_every=0.3,
+    config = dict(replay_placement=placement, max_env_steps=900, checkpoint_every=0.3,
                   eval_every=100_000, **extra)
     first = apex.run(apex_config(str(tmp_path), **config), quiet=True)
     run_dir = first["run_dir"]
@@ -168,16 +168,16 @@ def test_a_sharded_replay_checkpoints_every_shard_and_resumes_as_saved(tmp_path,
 
     # With more budget it goes on from there: the resumed learner samples the restored
     # shards and the actors, paced on the restored update count, feed it (no deadlock).
-    more = apex.run(apex_config(str(tmp_path), **{**config, "resume": run_dir, "max_env_steps": 2500}),
+    more = apex.run(apex_config(str(tmp_path), **{**config, "resume": run_dir, "max_env_steps": 1500}),
                     quiet=True)
-    assert more["stop_reason"] == "env step budget" and more["env_steps"] >= 2500
+    assert more["stop_reason"] == "env step budget" and more["env_steps"] >= 1500
     assert more["resumed_from_step"] == first["env_steps"] and more["updates"] > first["updates"]
 
 
 def test_a_sharded_checkpoint_of_another_shard_count_is_refused(tmp_path):
     from rlpar.errors import CheckpointMismatch
 
-    first = apex.run(apex_config(str(tmp_path), replay_placement="actors", max_env_steps=600,
+    first = apex.run(apex_config(str(tmp_path), replay_placement="actors", max_env_steps=300,
                                  eval_every=100_000), quiet=True)
     with pytest.raises(CheckpointMismatch, match="parts"):
         apex.run(apex_config(str(tmp_path), replay_placement="actors", num_actors=3, max_env_steps=600,

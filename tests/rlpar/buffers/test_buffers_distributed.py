@@ -54,7 +54,9 @@ def _spawn(tmp_path, entry, args, nprocs):
 
 
 @pytest.mark.timeout(150)
-def test_three_shard_ranks(tmp_path):
+def test_three_shard_ranks(tmp_path, monkeypatch):
+    # The survivors' shutdown waits this long for the killed shard rank (lost), not 10 s.
+    monkeypatch.setenv("RLPAR_LOST_S", "3")
     timeout = 10.0
     procs = _spawn(tmp_path, programs.sharded_world, (150, timeout), 3)
     try:

@@ -14,7 +14,7 @@ import dist_liveness_programs as programs
 import pytest
 
 from rlpar.distributed import free_port
-from rlpar.distributed.liveness import LOST_S, Watch, beat_key, wait_for
+from rlpar.distributed.liveness import LOST_S, Watch, beat_key, lost_s, wait_for
 
 
 class _Store:
@@ -75,6 +75,17 @@ def test_wait_for_stops_early_only_when_every_missing_rank_is_lost(monkeypatch):
     assert clock.now - 100.0 >= 30.0
 
 
+def test_lost_s_is_read_from_the_environment_at_each_use_and_bad_values_are_named(monkeypatch):
+    monkeypatch.delenv("RLPAR_LOST_S", raising=False)
+    assert lost_s() == LOST_S == 10.0
+    monkeypatch.setenv("RLPAR_LOST_S", "2.5")  # after the import: read at use
+    assert lost_s() == 2.5 and Watch(_Store(), [1]).lost_after == 2.5
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        monkeypatch.setenv("RLPAR_LOST_S", bad)
+        with pytest.raises(ValueError, match=f"RLPAR_LOST_S must be a positive number of seconds, got '{bad}'"):
+            lost_s()
+
+
 def _run(tmp_path, entry, args, *, nprocs, world_size, timeout):
     """Start ``nprocs`` ranks of a world of ``world_size`` (the rest never start), without
     a launcher's supervision; each rank's outcome, or its exit code if it wrote none."""
@@ -105,15 +116,17 @@ def _run(tmp_path, entry, args, *, nprocs, world_size, timeout):
 
 
 @pytest.mark.timeout(120)
-def test_survivors_of_a_killed_rank_name_it_and_stop_waiting_within_lost_s(tmp_path):
+def test_survivors_of_a_killed_rank_name_it_and_stop_waiting_within_lost_s(tmp_path, monkeypatch):
+    # Lost after 3 s of silence, not 10 (the ranks inherit it): the survivors wait that long.
+    monkeypatch.setenv("RLPAR_LOST_S", "3")
     # rpc_timeout 60: torch's graceful shutdown (before) waited all of it for the dead rank.
     results = _run(tmp_path, programs.lose_a_rank, (2, 60.0), nprocs=3, world_size=3, timeout=100)
     assert results[2] == -9
     for barrier, barrier_s, shutdown_s, lost in results[:2]:
-        assert "['rank2'] are lost" in barrier, barrier
-        assert barrier_s < LOST_S + 10
+        assert "['rank2'] are lost (no heartbeat for 3 s)" in barrier, barrier
+        assert barrier_s < 3 + 10
         assert lost == [2]
-        assert shutdown_s < LOST_S + 10
+        assert shutdown_s < 3 + 10
 
 
 @pytest.mark.timeout(90)
