@@ -53,7 +53,6 @@ def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path):
     assert (tmp_path / "continuous-Pendulum-v1.png").stat().st_size > 0
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("flags, named", [
     (["--envs", "Pendulum-v1,Walker2d-v5"], "Walker2d-v5"),
     (["--impls", "rlpar-td3,cleanrl-td3"], "cleanrl-td3"),
@@ -66,10 +65,13 @@ def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path):
     (["--envs", "Pendulum-v1", "--impls", "rlpar-td3", "--ours-flags=--no-such-flag"], "--no-such-flag"),
     (["--envs", "Pendulum-v1", "--impls", "rlpar-td3", "--ours-flags=--sigma 2"], "--sigma"),
 ])
-def test_bad_flags_exit_2_naming_them_before_any_run(tmp_path, flags, named):
-    out = bench(*flags, "--out", str(tmp_path))
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert named in out.stderr
+def test_bad_flags_exit_2_naming_them_before_any_run(tmp_path, capsys, flags, named):
+    # In-process: the CLI's parsing is the bench's main(); a process per case would only
+    # add a Python and torch start.
+    with pytest.raises(SystemExit) as exit_:
+        bench_module.main([*flags, "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
     assert not (tmp_path / "results.jsonl").exists()
 
 
