@@ -4,8 +4,6 @@ measurement), flag errors, and the curve bookkeeping its JSON lines are built fr
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -19,16 +17,11 @@ KEYS = {"env", "impl", "seed", "budget_s", "env_steps", "env_steps_per_s", "upda
         "eval_cpu_s_during_training", "snapshot_pause_s", "settings"}
 
 
-def bench(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "experiments.bench.continuous.budget", *args],
-                          capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.timeout(200)
-def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path):
-    out = bench("--quick", "--budget-s", "4", "--out", str(tmp_path), timeout=190)
-    assert out.returncode == 0, out.stderr[-3000:]
-    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path, capsys):
+    # The bench's main in this process: each run's trainer and evaluator are its children.
+    assert bench_module.main(["--quick", "--budget-s", "4", "--out", str(tmp_path)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     sb3 = importlib.util.find_spec("stable_baselines3") is not None
     expected = ["rlpar-td3", "sb3-td3", "sb3-sac"] if sb3 else ["sb3-td3", "sb3-sac", "rlpar-td3"]
     assert [r["impl"] for r in records] == expected
