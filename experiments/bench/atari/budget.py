@@ -64,7 +64,7 @@ GPU_FLAGS = {"rlpar-impala": "--num-actors 14 --num-envs 8", "rlpar-ppo": "--num
              "rlpar-apex": "--num-actors 14", "rlpar-pqn": "--num-envs 128 --env-workers 14"}
 SMOKE_FLAGS = {"rlpar-impala": "--num-actors 1 --num-envs 2 --unroll-length 8 --batch-size 2",
                "rlpar-ppo": "--num-envs 2 --n-steps 16 --minibatches 2 --epochs 1",
-               "rlpar-apex": "--num-actors 1 --num-envs 2 --learning-starts 200 --replay-capacity 2000",
+               "rlpar-apex": "--num-actors 1 --num-envs 2 --learning-starts 200 --replay-capacity 2000 --batch-size 32",
                "rlpar-pqn": "--num-envs 4 --n-steps 8 --minibatches 2 --epochs 1"}
 # --quick: ours in one process (a local world's start alone can outlast the budget on a
 # loaded 2-core machine), an update within a few hundred env steps.

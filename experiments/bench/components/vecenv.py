@@ -3,6 +3,7 @@ SyncVectorEnv and AsyncVectorEnv(shared_memory=True) (and EnvPool on Pong when i
 
 Run: ``python -m experiments.bench.components.vecenv [--quick]``. One JSON line per (case, impl):
 env steps per second, and for rlpar's implementations the ratio against every peer.
+``--quick`` (a smoke run) steps each case with 2 envs (its ``num_envs``).
 
 ``rlpar_subproc`` is the default configuration; ``rlpar_subproc_nospin`` the same with
 blocking hand-offs only. The targets are for a quiet machine: on a 2-core box shared
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cases",
         default="",
-        help="comma list of cases (pong-8) or families (pong); default all (--quick: two)",
+        help="comma list of cases (pong-8) or families (pong); default all (--quick: two, 2 envs each)",
     )
     args = parser.parse_args(argv)
     seconds, warmup = (0.2, 5) if args.quick else (args.seconds, 50)
@@ -211,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     for case, family, fn, n in cases:
         if wanted and case not in wanted and family not in wanted:
             continue
+        if args.quick:  # a process per env (AsyncVectorEnv), each importing its env: 2 run every path
+            n = min(n, 2)
         if family == "pong":
             try:
                 fn().close()

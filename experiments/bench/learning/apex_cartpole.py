@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.quick:
-        args.seeds, args.max_seconds, args.max_env_steps = 1, 15.0, 3000
-        args.eval_every, args.eval_episodes = 1500, 4
+        args.seeds, args.max_seconds, args.max_env_steps = 1, 15.0, 1000
+        args.eval_every, args.eval_episodes = 500, 2
     if args.worker:
         result = WORKERS[args.worker](args)
         print("RESULT " + json.dumps(result), flush=True)

@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.torch_threads < 1:
         parser.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
     if args.quick:
-        args.agents, args.hidden, args.batch = [3, 8], [32], [1]
+        args.agents, args.hidden, args.batch = [3], [32], [1]
         args.min_time, args.repeats, args.shared_process = 0.005, 1, True
     devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     torch.set_num_threads(args.torch_threads)

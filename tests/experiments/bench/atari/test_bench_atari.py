@@ -7,7 +7,6 @@ import importlib.util
 import inspect
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import types
@@ -26,14 +25,12 @@ KEYS = {"bench", "env_id", "impl", "seed", "device", "budget_s", "protocol", "ev
         "snapshot_pause_s", "loadavg_start", "loadavg_end", "png", "curve"}
 
 
-def bench(*args, timeout=200):
-    return subprocess.run([sys.executable, "-m", "experiments.bench.atari", *args], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def records(out):
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+def records(capsys, *args):
+    """The bench's JSON lines. Its main runs in this process (the CLI's parsing and the
+    run loop; a process of its own would only add a Python and torch start): each run's
+    trainer and evaluator are its child processes as ever."""
+    assert bench_cli.main(list(args)) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
 
 
 def check_run(record, impl):
@@ -46,8 +43,8 @@ def check_run(record, impl):
 
 
 @pytest.mark.timeout(240)
-def test_quick_runs_impala_and_skips_what_is_missing(tmp_path):
-    out = records(bench("--quick", "--report-at", "1000", "--out", str(tmp_path)))
+def test_quick_runs_impala_and_skips_what_is_missing(tmp_path, capsys):
+    out = records(capsys, "--quick", "--report-at", "1000", "--out", str(tmp_path))
     by_impl = {r["impl"]: r for r in out}
     assert set(by_impl) == {"rlpar-impala", "sb3-ppo", "cleanrl-ppo"}
     assert "no --cleanrl-script" in by_impl["cleanrl-ppo"]["skipped"]
@@ -61,8 +58,8 @@ def test_quick_runs_impala_and_skips_what_is_missing(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_cpu_smoke_runs_the_gpu_path_on_the_cpu(tmp_path):
-    out = records(bench("--cpu-smoke", "--out", str(tmp_path)))
+def test_cpu_smoke_runs_the_gpu_path_on_the_cpu(tmp_path, capsys):
+    out = records(capsys, "--cpu-smoke", "--out", str(tmp_path))
     by_impl = {r["impl"]: r for r in out}
     assert set(by_impl) == set(bench_cli.GPU_IMPLS)
     if importlib.util.find_spec("rl_games") is None:

@@ -4,18 +4,16 @@ well-formed JSON line per case."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from experiments.bench.components import trajectory_queue
+
 
 @pytest.mark.timeout(120)
-def test_quick_trajectory_queue_bench_prints_one_json_line_per_case():
-    out = subprocess.run([sys.executable, "-m", "experiments.bench.components.trajectory_queue", "--quick",
-                          "--producers", "1"], capture_output=True, text=True, timeout=110)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+def test_quick_trajectory_queue_bench_prints_one_json_line_per_case(capsys):
+    trajectory_queue.main(["--quick", "--producers", "1"])  # in this process: its ranks are children
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
     assert [r["case"] for r in rows] == ["roomy", "full"]
     for r in rows:
         assert r["bench"] == "trajectory_queue" and r["producers"] == 1 and r["items"] == 40

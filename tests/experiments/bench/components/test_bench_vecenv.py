@@ -3,37 +3,28 @@
 from __future__ import annotations
 
 import json
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[4]
 
+def run_quick(capsys, *args: str) -> list[dict]:
+    """The bench's JSON lines from ``--quick`` plus ``args``, run in this process (its
+    envs' workers are child processes either way)."""
+    from experiments.bench.components import vecenv
 
-def run_quick(*args: str) -> list[dict]:
-    """The bench's JSON lines from ``--quick`` plus ``args``; a failed run fails the test."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiments.bench.components.vecenv", "--quick", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    vecenv.main(["--quick", *args])
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
 
 
 @pytest.mark.timeout(120)
-def test_vecenv_bench_quick_prints_json_lines():
-    lines = run_quick()
+def test_vecenv_bench_quick_prints_json_lines(capsys):
+    lines = run_quick(capsys)
     assert lines and all(line["bench"] == "vecenv" for line in lines)
     measured = [line for line in lines if "steps_per_s" in line]
     impls = {line["impl"] for line in measured}
     assert {"rlpar_subproc", "rlpar_inprocess", "gym_sync", "gym_async"} <= impls
-    assert all(line["steps_per_s"] > 0 for line in measured)
+    assert all(line["steps_per_s"] > 0 and line["num_envs"] == 2 for line in measured)  # --quick's
     ours = [line for line in measured if line["impl"].startswith("rlpar")]
     assert all("ratio_vs_gym_async" in line and "ratio_vs_best_peer" in line for line in ours)
 
@@ -67,10 +58,10 @@ def test_pong_case_env_matches_gymnasium_wrapper_chain():
 
 
 @pytest.mark.timeout(120)
-def test_vecenv_bench_quick_pong_case():
+def test_vecenv_bench_quick_pong_case(capsys):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    lines = run_quick("--cases", "pong-8")
+    lines = run_quick(capsys, "--cases", "pong-8")
     assert lines and {line["case"] for line in lines} == {"pong-8"}
     by_impl = {line["impl"]: line for line in lines}
     assert {"rlpar_subproc", "gym_sync", "gym_async", "envpool"} <= set(by_impl)

@@ -1,21 +1,23 @@
 """The multi-agent inference benchmark's --quick mode runs and prints JSON lines."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[4]
+from experiments.bench.multiagent import inference
+
+
+def bench_lines(capsys, *args):
+    """The bench's JSON lines, its main run in this process (its --torch-threads 1 is
+    the one_torch_thread fixture's, set back afterwards); an isolated run's modes are
+    child processes either way."""
+    inference.main(["--torch-threads", "1", *args])
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
 
 
 @pytest.mark.timeout(120)
-def test_quick_mode_prints_json_for_every_mode():
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.inference", "--quick", "--torch-threads", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=110)
-    assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+def test_quick_mode_prints_json_for_every_mode(capsys, one_torch_thread):
+    lines = bench_lines(capsys, "--quick")
     assert lines[0]["config"] and lines[0]["torch_threads"] == 1
     results = [x for x in lines if "mode" in x]
     assert {x["mode"] for x in results} == {"loop", "threads", "jit_fork", "batched", "batched_vmap", "auto"}
@@ -29,13 +31,9 @@ def test_quick_mode_prints_json_for_every_mode():
 
 
 @pytest.mark.timeout(120)
-def test_isolated_run_times_each_mode_in_its_own_process():
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench.multiagent.inference", "--torch-threads", "1",
-                           "--agents", "3", "--hidden", "16", "--batch", "1", "--ops", "act", "--modes", "loop",
-                           "batched", "--min-time", "0.005", "--repeats", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=110)
-    assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+def test_isolated_run_times_each_mode_in_its_own_process(capsys, one_torch_thread):
+    lines = bench_lines(capsys, "--agents", "3", "--hidden", "16", "--batch", "1", "--ops", "act", "--modes", "loop",
+                        "batched", "--min-time", "0.005", "--repeats", "1")
     assert lines[0]["isolated"] is True
     assert [x["mode"] for x in lines if "mode" in x] == ["loop", "batched", "auto"]
     summary = lines[-1]
