@@ -20,8 +20,14 @@ from typing import Any, ClassVar
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import JobEntry, describe_members, job_env_fn, unset_by_family
-from experiments.runtime.envs import check_env, fill_by_family
+from experiments.runtime.entry import (
+    JobEntry,
+    describe_members,
+    family_defaults,
+    job_env_fn,
+    unset_by_family,
+)
+from experiments.runtime.envs import check_env
 from experiments.runtime.group import GroupConfig
 
 LearnConfig = unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
@@ -69,11 +75,8 @@ def check(config: A2CJobConfig, parts: Parts) -> None:
               actions=(spaces.Discrete, spaces.Box), job="A2C")
 
 
-def env_defaults(config: A2CJobConfig, parts: Parts) -> None:
-    factory = job_env_fn(config, parts)
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
-    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, factory)
-
+# The fields left unset, by the env's observation family.
+env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="a2c", builder=builder)
 ENTRY = JobEntry(title="A2C", config_cls=A2CJobConfig, program=PROGRAM, roles="experiments.roles.sync",

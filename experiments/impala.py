@@ -31,11 +31,12 @@ from experiments.runtime.data import QueueConfig
 from experiments.runtime.entry import (
     JobEntry,
     describe_actor_learner,
+    family_defaults,
     job_env_fn,
     resolve_actors,
     unset_by_family,
 )
-from experiments.runtime.envs import check_env, fill_by_family
+from experiments.runtime.envs import check_env
 
 LearnConfig = unset_by_family(IMPALAConfig, BY_FAMILY)  # the job's learn section
 
@@ -90,10 +91,6 @@ def check(config: ImpalaJobConfig, parts: Parts) -> None:
               actions=(spaces.Discrete, spaces.Box), job="IMPALA")
 
 
-def env_defaults(config: ImpalaJobConfig, parts: Parts) -> None:
-    """The fields left unset, by the env's observation family (``DEFAULTS_BY_FAMILY``)."""
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, job_env_fn(config, parts), run_budget=config.run.max_env_steps)
-
 
 def describe(summary: dict[str, Any]) -> list[str]:
     return describe_actor_learner(summary, batch=f"batch {summary['batch_size']} unrolls", waits_for="unrolls")
@@ -102,6 +99,9 @@ def describe(summary: dict[str, Any]) -> list[str]:
 def extra_ranks(config: ImpalaJobConfig) -> int:
     return 0
 
+
+# The fields left unset, by the env's observation family.
+env_defaults = family_defaults(DEFAULTS_BY_FAMILY)
 
 PROGRAM = Program(name="impala", builder=builder)
 ENTRY = JobEntry(title="IMPALA", config_cls=ImpalaJobConfig, program=PROGRAM, roles="experiments.roles.actor_learner",

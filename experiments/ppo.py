@@ -29,8 +29,14 @@ from typing import Any, ClassVar
 from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PPOConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import JobEntry, describe_members, job_env_fn, unset_by_family
-from experiments.runtime.envs import check_env, fill_by_family
+from experiments.runtime.entry import (
+    JobEntry,
+    describe_members,
+    family_defaults,
+    job_env_fn,
+    unset_by_family,
+)
+from experiments.runtime.envs import check_env
 from experiments.runtime.group import GroupConfig
 
 ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 8}, "small_image": {"num_envs": 32},
@@ -81,11 +87,8 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
               actions=(spaces.Discrete, spaces.Box), job="PPO")
 
 
-def env_defaults(config: PPOJobConfig, parts: Parts) -> None:
-    env_fn = job_env_fn(config, parts)
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, env_fn, run_budget=config.run.max_env_steps)
-    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, env_fn)
-
+# The fields left unset, by the env's observation family.
+env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="ppo", builder=builder)
 ENTRY = JobEntry(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, roles="experiments.roles.sync",

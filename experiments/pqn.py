@@ -21,8 +21,14 @@ from typing import Any, ClassVar
 from algorithms.pqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PQNConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import JobEntry, describe_members, job_env_fn, unset_by_family
-from experiments.runtime.envs import check_env, fill_by_family
+from experiments.runtime.entry import (
+    JobEntry,
+    describe_members,
+    family_defaults,
+    job_env_fn,
+    unset_by_family,
+)
+from experiments.runtime.envs import check_env
 from experiments.runtime.group import GroupConfig
 
 ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 32}, "small_image": {"num_envs": 128},
@@ -70,11 +76,8 @@ def check(config: PQNJobConfig, parts: Parts) -> None:
               actions=(spaces.Discrete,), job="PQN")
 
 
-def env_defaults(config: PQNJobConfig, parts: Parts) -> None:
-    factory = job_env_fn(config, parts)
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
-    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, factory)
-
+# The fields left unset, by the env's observation family.
+env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="pqn", builder=builder)
 ENTRY = JobEntry(title="PQN", config_cls=PQNJobConfig, program=PROGRAM, roles="experiments.roles.sync",

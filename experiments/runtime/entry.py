@@ -4,11 +4,12 @@ config, hooks and summary lines, and :func:`define_job` gives it ``job()``, ``ru
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from experiments.runtime.envs import env_factory
+from experiments.runtime.envs import env_factory, fill_by_family
 from experiments.runtime.parts import Parts
 
 
@@ -16,6 +17,21 @@ def job_env_fn(config: Any, parts: Parts):
     """The env factory of a job with an ``env`` section: the user's env, else
     ``--env-id``'s; made in the launching process and shipped to every rank."""
     return env_factory(config.env.env_id, parts.env)
+
+
+def family_defaults(learn: Any, env: Any = None) -> Callable[[Any, Parts], None]:
+    """A job's ``env_defaults`` hook: the ``learn`` fields left unset from the table
+    ``learn`` and, with ``env``, the ``env`` section's from that one, by the
+    observation family of the job's env (:func:`experiments.runtime.envs.fill_by_family`;
+    a default of ``RUN_BUDGET`` becomes the run's ``--max-env-steps``)."""
+    return functools.partial(_fill_by_family, learn, env)
+
+
+def _fill_by_family(learn: Any, env: Any, config: Any, parts: Parts) -> None:
+    factory = job_env_fn(config, parts)  # one env, built once: env_spaces caches it
+    fill_by_family(config.learn, learn, factory, run_budget=config.run.max_env_steps)
+    if env is not None:
+        fill_by_family(config.env, env, factory)
 
 
 def unset_by_family(config_cls: type, names: tuple[str, ...]) -> Callable[..., Any]:
