@@ -16,7 +16,7 @@ An algorithm's :class:`~algorithms.builder.Builder` says which; :class:`Actor` a
 - a :class:`~rlpar.protocols.ParameterStore` (``push``/``pull(newer_than=)``).
 
 So the same objects run in one process (tests, ``--serial``) and distributed
-(``experiments/roles/actor_learner/__init__.py``), with no change.
+(``experiments/roles/actor_learner/``), with no change.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ one distributed program wires any agent. Here a :class:`Builder` makes
 
 and says in :attr:`flow` how data moves (replay or queue, batch size, the replay
 ratio), which the program sizes its parts and pacing by. A builder imports no
-transport: the program (``experiments/roles/actor_learner/__init__.py``) hands it local or
+transport: the program (``experiments/roles/actor_learner/``) hands it local or
 remote parts through the small protocols of :mod:`rlpar.protocols`. What a
 checkpoint holds is the algorithm's ``state_dict()``; what ``policy.pt`` holds,
 and what actors pull, its ``policy_state()``.

@@ -6,7 +6,7 @@ Near-Perfect PointGoal Navigators from 2.5 Billion Frames", ICLR; PQN: Gallici e
 on-policy algorithm per member of a learner group: each member collects a rollout
 from its own vector env, updates on it, and the group averages every minibatch's
 gradient, so the parameters stay identical on every member. What the program
-(``experiments/roles/sync/__init__.py``) needs from an algorithm is a :class:`SyncBuilder`:
+(``experiments/roles/sync/``) needs from an algorithm is a :class:`SyncBuilder`:
 
 - :meth:`SyncBuilder.make_algorithm`: the algorithm, with the same initial weights on
   every member (``seed``), its own stream of samples (``sample_seed``) and the
