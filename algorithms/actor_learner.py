@@ -188,6 +188,12 @@ class Actor:
         self.acting.load_policy_state(state)
         return True
 
+    def drain_metrics(self) -> tuple[dict[str, float], int]:
+        """Hook: sums of this actor's own metrics since the last call and how many steps
+        they sum (an actor that learns, A3C's: its losses, logged as ``losses/...``);
+        none here."""
+        return {}, 0
+
 
 def _steps_of(item: Batch) -> int:
     """Env steps an item carries: an unroll's T x envs (its ``reward`` array)."""
@@ -247,3 +253,16 @@ class Learner:
     def publish(self) -> int:
         """Push the acting parameters; their version is the learner's update count."""
         return self.params.push(self.algorithm.policy_state(), version=self.updates)
+
+    def scalars(self) -> dict[str, float]:
+        """Hook: this learner's own curves at each tick (A3C's: its gradient server's
+        ``server/...``); none here."""
+        return {}
+
+    def figures(self) -> dict[str, Any]:
+        """Hook: this learner's own entries in the job summary; none here."""
+        return {}
+
+    def settle(self) -> None:
+        """Hook: called once the actors' final reports are in, before the last tick and
+        checkpoint (a learner that follows a server catches up with it); nothing here."""

@@ -41,20 +41,15 @@ class Parts:
     builder: Callable[[Any, Any, Any], Any] | None = None
 
     def check(self, *, algorithm: type, actor: type | None = None, learner: type | None = None,
-              why: str = "", builders: bool = True) -> None:
+              why: str = "") -> None:
         """TypeError naming the part that does not fit the job (``why``: why the job
         wants these classes, added in parentheses). With a ``builder`` of the user's,
         the classes are that builder's to take and check against its own bases
-        (:class:`algorithms.builder.Builder` does), not the job's default builder's.
-        ``builders=False``: the job runs no builders (A3C, MADDPG), so a ``builder``
-        is refused rather than ignored."""
+        (:class:`algorithms.builder.Builder` does), not the job's default builder's."""
         for name, value in (("env", self.env), ("network", self.network), ("builder", self.builder)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name} must be a callable factory, got {value!r}")
         if self.builder is not None:
-            if not builders:
-                raise TypeError("this job runs no builders (Parts(builder=...) is for Ape-X, IMPALA, PPO and "
-                                f"PQN): got {self.builder!r}; give its algorithm class as Parts(algorithm=...)")
             return
         for name, given, base in (("algorithm", self.algorithm, algorithm), ("actor", self.actor, actor),
                                   ("learner", self.learner, learner)):

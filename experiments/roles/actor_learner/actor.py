@@ -67,7 +67,7 @@ class ActorShell:
         actor.finished_episodes = []
         env_restarts = getattr(self.env, "crash_count", 0)
         # An actor that learns (A3C's) sums its metrics for the curves (losses/...).
-        sums, count = actor.drain_metrics() if hasattr(actor, "drain_metrics") else ({}, 0)
+        sums, count = actor.drain_metrics()
         report = Report(source=self.index, env_steps=actor.env_steps - self._steps,
                         transitions=actor.transitions_added - self._transitions, episodes=episodes,
                         version=actor.version, final=final, metric_sums=sums, metric_count=count,

@@ -91,17 +91,14 @@ class LearnerLoop:
     def tick(self, held: int, *, force: bool = False, status: dict[str, Any] | None = None) -> None:
         means = {k: v / self._n for k, v in self._window.items()} if self._n else {}
         tag = "replay/size" if self.pacing is not None else "queue/size"
-        own = getattr(self.learner, "scalars", None)  # a learner's own curves (A3C's server/...)
         if self.coordinator.tick(updates=self.learner.updates, learner_metrics=means, force=force,
                                  scalars={tag: held, "charts/learner_wait_fraction": self.wait_fraction(),
-                                          **(own() if own is not None else {})},
+                                          **self.learner.scalars()},
                                  status={"wait%": round(100 * self.wait_fraction(), 1), **(status or {})}):
             self._window, self._n = {}, 0
 
     def summary(self, setup: Setup, *, algorithm: type, held: int, interrupted: bool) -> dict:
         learner = self.learner
-        figures = getattr(learner, "figures", None)  # a learner's own summary figures (A3C's server)
-        own = figures() if figures is not None else {}
         updates = max(learner.updates, 1)
         busy = time.perf_counter() - self.started if self.started else 0.0
         cpu = time.thread_time() - self.cpu_started if self.started else 0.0
@@ -118,7 +115,7 @@ class LearnerLoop:
             process_cpu_ms_per_update=1e3 * (time.process_time() - self.process_started) / updates
             if self.started else 0.0,
             sample_ms_per_update=1e3 * learner.sample_seconds / updates,
-            update_ms_per_update=1e3 * learner.update_seconds / updates, **own,
+            update_ms_per_update=1e3 * learner.update_seconds / updates, **learner.figures(),
             **setup.builder.summary(learner.algorithm))
 
 
@@ -206,9 +203,7 @@ class _LearnerTurns:
         # Not for a source that stopped reporting (dead or hung), and briefly after
         # a signal: under torchrun the SIGTERM's grace is short and a rank just died.
         coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signalled else None)
-        settle = getattr(loop.learner, "settle", None)  # a learner that follows a server (A3C's): catch up
-        if settle is not None:
-            settle()
+        loop.learner.settle()
         loop.tick(self.held(), force=True, status=self.status())
         return loop.learner.updates
 
