@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import pickle
-import secrets
 import socket
-import subprocess
-import sys
 
-import cloudpickle
 import dist_programs as programs
 import pytest
+from unsupervised import run_ranks
 
-from rlpar.distributed import World, current_world, free_port, launch
+from rlpar.distributed import World, current_world, launch
 from rlpar.distributed.netif import _ipv4_of, interface_for_address
 
 
@@ -63,23 +59,8 @@ def test_from_env_without_launcher_environment_says_what_is_missing(monkeypatch)
 
 
 def _run_ranks(tmp_path, entry, args, nprocs, timeout):
-    """Run ranks with launch's helper but without launch's supervision, which would
-    tear the world down as soon as the rank that kills itself dies: rank 0's result
-    survives its peer's death. Returns each rank's exit code."""
-    payload = tmp_path / "entry.pkl"
-    with open(payload, "wb") as f:
-        pickle.dump(list(sys.path), f)
-        cloudpickle.dump((entry, args), f)
-    env = dict(os.environ, WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", RLPAR_RUN_SECRET=secrets.token_hex(16))
-    zygote = subprocess.Popen([sys.executable, "-m", "rlpar.distributed._zygote", str(payload),
-                               str(tmp_path), str(nprocs), "torch"], env=env)
-    try:
-        zygote.wait(timeout=timeout)
-    finally:
-        if zygote.poll() is None:
-            zygote.terminate()  # kills and reaps the ranks
-            zygote.wait()
+    """Each rank's exit code, rank 0's surviving its peer's death (see unsupervised)."""
+    run_ranks(tmp_path, entry, args, nprocs=nprocs, timeout=timeout)
     return [int((tmp_path / f"exit{rank}").read_text().split()[0]) for rank in range(nprocs)]
 
 

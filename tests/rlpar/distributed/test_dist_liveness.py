@@ -3,17 +3,12 @@ came, stop waiting for it within LOST_S (or the timeout) and name it."""
 
 from __future__ import annotations
 
-import os
 import pickle
-import secrets
-import subprocess
-import sys
 
-import cloudpickle
 import dist_liveness_programs as programs
 import pytest
+from unsupervised import run_ranks
 
-from rlpar.distributed import free_port
 from rlpar.distributed.liveness import LOST_S, Watch, beat_key, lost_s, wait_for
 
 
@@ -87,22 +82,9 @@ def test_lost_s_is_read_from_the_environment_at_each_use_and_bad_values_are_name
 
 
 def _run(tmp_path, entry, args, *, nprocs, world_size, timeout):
-    """Start ``nprocs`` ranks of a world of ``world_size`` (the rest never start), without
-    a launcher's supervision; each rank's outcome, or its exit code if it wrote none."""
-    payload = tmp_path / "entry.pkl"
-    with open(payload, "wb") as f:
-        pickle.dump(list(sys.path), f)
-        cloudpickle.dump((entry, args), f)
-    env = dict(os.environ, WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", RLPAR_RUN_SECRET=secrets.token_hex(16))
-    zygote = subprocess.Popen([sys.executable, "-m", "rlpar.distributed._zygote", str(payload),
-                               str(tmp_path), str(nprocs), "torch"], env=env)
-    try:
-        zygote.wait(timeout=timeout)
-    finally:
-        if zygote.poll() is None:
-            zygote.terminate()  # kills and reaps the ranks
-            zygote.wait()
+    """``nprocs`` ranks of a world of ``world_size`` (see unsupervised); each rank's
+    outcome, or its exit code if it wrote none."""
+    run_ranks(tmp_path, entry, args, nprocs=nprocs, world_size=world_size, timeout=timeout)
     out = []
     for rank in range(nprocs):
         try:
