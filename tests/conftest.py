@@ -64,20 +64,26 @@ def child_pids(pid: int | None = None) -> set[int]:
         # The command name may contain spaces: fields after the last ')' are fixed.
         fields = stat.rsplit(")", 1)[-1].split()
         if len(fields) > 1 and fields[0] != "Z" and int(fields[1]) == pid:
-            if not _is_multiprocessing_helper(int(entry)):
+            kind = _session_helper(int(entry))
+            if kind == "template":  # its zygotes are the launches' processes
+                found |= child_pids(int(entry))
+            elif kind is None:
                 found.add(int(entry))
     return found
 
 
-def _is_multiprocessing_helper(pid: int) -> bool:
-    # multiprocessing's resource tracker and forkserver live as long as the test
-    # session by design; they are not leaks of any one test.
+def _session_helper(pid: int) -> str | None:
+    # multiprocessing's resource tracker and forkserver, and launch's zygote template
+    # (rlpar.distributed._warm), live as long as the test session by design; they are
+    # not leaks of any one test.
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
     except OSError:
-        return False
-    return b"resource_tracker" in cmdline or b"forkserver" in cmdline
+        return None
+    if b"rlpar.distributed._template" in cmdline:
+        return "template"
+    return "helper" if b"resource_tracker" in cmdline or b"forkserver" in cmdline else None
 
 
 @pytest.fixture(autouse=True)

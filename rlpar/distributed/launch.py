@@ -49,7 +49,7 @@ from typing import Any
 
 import cloudpickle
 
-from rlpar.distributed import _launchdir, stops
+from rlpar.distributed import _launchdir, _warm, stops
 from rlpar.distributed._child import JOINED_FILE, REJOINABLE_ENV, RESTARTS_ENV
 from rlpar.distributed._finish import Finish, read_result
 from rlpar.distributed.ports import free_port
@@ -192,13 +192,16 @@ def launch(
         private = _launchdir.rank_tmpdir(tmp)
         if private is not None:  # removed with the launch's directory, even after a SIGKILL
             child_env["TMPDIR"] = private
-        zygote = subprocess.Popen(
-            [sys.executable, "-m", "rlpar.distributed._zygote", payload, tmp, str(nprocs),
-             ",".join(preload)],
-            env=child_env, preexec_fn=_start_zygote,
-            # The pipe for restart requests; /dev/null (at once EOF) when there are none.
-            stdin=subprocess.PIPE if restartable else subprocess.DEVNULL,
-        )
+        argv = [payload, tmp, str(nprocs), ",".join(preload)]
+        # From a process's second launch on, forked from a warm template (_warm).
+        zygote = _warm.zygote(argv=argv, env=child_env, preload=preload, restartable=bool(restartable))
+        if zygote is None:
+            zygote = subprocess.Popen(
+                [sys.executable, "-m", "rlpar.distributed._zygote", *argv],
+                env=child_env, preexec_fn=_start_zygote,
+                # The pipe for restart requests; /dev/null (at once EOF) when there are none.
+                stdin=subprocess.PIPE if restartable else subprocess.DEVNULL,
+            )
         policy = _Restarts(restartable, max_restarts)
         finish = Finish(finish_grace, list(labels))
         try:

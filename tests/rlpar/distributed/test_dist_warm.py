@@ -1,0 +1,125 @@
+"""launch's warm zygotes (rlpar.distributed._warm): forked from one template per
+process, each with its own launch's environment, directory, output and restart pipe;
+a template that dies costs its launch, not the next one; a killed launcher leaves
+nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import dist_launch_programs as programs
+import pytest
+
+from rlpar.distributed import _warm, launch
+from rlpar.errors import ChildDied
+from tests.procs import wait_until_dead
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def where_am_i(tag):
+    """A rank's view: its launch's variable, directory, zygote and the zygote's parent."""
+    print(f"rank {os.environ['RANK']} says {tag}", flush=True)
+    zygote = os.getppid()
+    return os.environ.get("RLPAR_TEST_TAG"), os.getcwd(), zygote, _parent_of(zygote)
+
+
+def kills_its_template(pid_dir):
+    """Rank 1 kills the template its zygote was forked from; rank 0 waits to die with it."""
+    with open(os.path.join(pid_dir, f"rank{os.environ['RANK']}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    if os.environ["RANK"] == "1":
+        time.sleep(0.3)
+        os.kill(_parent_of(os.getppid()), signal.SIGKILL)
+    time.sleep(60)
+
+
+@pytest.fixture
+def warm(monkeypatch):
+    monkeypatch.setenv(_warm.WARM_ENV, "1")
+
+
+@pytest.mark.timeout(60)
+def test_each_launch_forks_from_one_template_with_its_own_env_directory_and_output(warm, tmp_path, monkeypatch,
+                                                                                 capfd):
+    seen = []
+    for tag in ("first", "second"):
+        folder = tmp_path / tag
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        seen.append(launch(where_am_i, nprocs=2, args=(tag,), env={"RLPAR_TEST_TAG": tag}, timeout=50,
+                           preload=()))
+    for tag, results in zip(("first", "second"), seen):
+        assert [r[:2] for r in results] == [(tag, str(tmp_path / tag))] * 2
+    zygotes = {r[2] for results in seen for r in results}
+    templates = {r[3] for results in seen for r in results}
+    assert len(zygotes) == 2 and len(templates) == 1, (zygotes, templates)
+    (template,) = templates
+    assert template != os.getpid() and _parent_of(template) == os.getpid()
+    out = capfd.readouterr().out
+    assert all(f"rank {r} says {tag}" in out for r in (0, 1) for tag in ("first", "second"))
+
+
+@pytest.mark.timeout(60)
+def test_a_restartable_rank_of_a_warm_zygote_is_forked_again(warm, tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    for _attempt in range(2):  # the second certainly from a template
+        for f in pids.iterdir():
+            f.unlink()
+        (tmp_path / "pids.rank1-done").unlink(missing_ok=True)
+        results = launch(programs.rank1_dies_until_restarted, nprocs=2, args=(str(pids), 2),
+                         timeout=25, preload=(), restartable={1}, max_restarts=2)
+        assert results == [(0, 0, True), (1, 2, True)]
+        assert sorted(os.listdir(pids)) == ["rank0.0.pid", "rank1.0.pid", "rank1.1.pid", "rank1.2.pid"]
+
+
+@pytest.mark.timeout(60)
+def test_a_template_that_dies_fails_its_launch_and_the_next_launch_gets_a_new_one(warm, tmp_path):
+    launch(programs.rank_and_env, nprocs=1, args=(0,), timeout=25, preload=())  # a template for preload=()
+    with pytest.raises(ChildDied):
+        launch(kills_its_template, nprocs=2, args=(str(tmp_path),), timeout=25, preload=())
+    # Each rank dies with its zygote (PR_SET_PDEATHSIG), a moment after it.
+    assert not wait_until_dead([int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)])
+    assert [r[0] for r in launch(programs.rank_and_env, nprocs=2, args=(5,), timeout=25, preload=())] == [5, 6]
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_launcher_takes_its_template_zygotes_and_ranks_along(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = {[os.path.dirname(programs.__file__)]!r}
+        import dist_launch_programs as programs
+        from rlpar.distributed import launch
+        launch(programs.rank_and_env, nprocs=1, args=(0,), timeout=25, preload=())
+        launch(programs.sleeps_forever, nprocs=2, args=({str(tmp_path)!r},), timeout=50, preload=())
+    """)
+    env = dict(os.environ, **{_warm.WARM_ENV: "1"})
+    launcher = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 40
+        while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ranks = [int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)]
+        assert len(ranks) == 2
+        zygote = _parent_of(ranks[0])
+        template = _parent_of(zygote)
+        assert _parent_of(template) == launcher.pid
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert not wait_until_dead([*ranks, zygote, template])
+
+
+def test_warm_zygotes_can_be_turned_off(monkeypatch, tmp_path):
+    monkeypatch.setenv(_warm.WARM_ENV, "0")
+    results = launch(where_am_i, nprocs=1, args=("cold",), timeout=25, preload=())
+    assert results[0][3] == os.getpid()  # the zygote is this process's own child
