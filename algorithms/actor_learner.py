@@ -88,7 +88,7 @@ class Actor:
         self.put_timeout = put_timeout
         self.version = -1
         self.env_steps = 0
-        self.transitions_added = 0  # rows sent to the sink (transitions, or unroll steps)
+        self.transitions_added = 0  # items sent to the sink (transitions, unroll steps or sequences)
         self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by callers
         self.dropped_episodes = 0  # episodes cut by env worker restarts (never finished)
         self._pending: list[Batch] = []
@@ -172,6 +172,27 @@ class Actor:
                 self._pending = pending[i:]  # no room yet: sent before the next step
                 return
             self.transitions_added += _steps_of(item)
+
+    def finish(self) -> None:
+        """The actor ends (the run's end): :meth:`flush`, with the items the adder
+        still holds that are worth adding incomplete (:meth:`held_items`) first
+        pending."""
+        held = [item for item in self.held_items() if len(next(iter(item.values()))) > 0]
+        if held:
+            self._pending += held
+        self.flush()
+
+    def held_items(self) -> list[Batch]:
+        """Hook: at the end, the adder's incomplete items to add anyway (R2D2's partial
+        sequences, padded and masked); none by default (an n-step window's steps are
+        only a transition once the window or the episode is full)."""
+        return []
+
+    def held_steps(self) -> int:
+        """Hook: env steps taken whose data is not in the sink yet (in the adder or
+        pending): what this actor's death loses. By default, the env steps minus the
+        rows added, as each step makes one row (a transition, or an unroll's step)."""
+        return self.env_steps - self.transitions_added
 
     def initial_priorities(self, batch: Batch) -> np.ndarray:
         """Hook: priorities of new transitions from this actor's copy (Ape-X sec. 3:

@@ -57,8 +57,8 @@ class R2D2Actor(Actor):
                                          per_env=config.eps_per_env)
         cfg = r2d2.config
         self.state = r2d2.initial_state(env.num_envs)
-        adder = SequenceAdder(num_envs=env.num_envs, length=cfg.sequence_length, period=cfg.period,
-                              min_valid=cfg.min_sequence_steps)
+        self.sequences = adder = SequenceAdder(num_envs=env.num_envs, length=cfg.sequence_length,
+                                               period=cfg.period, min_valid=cfg.min_sequence_steps)
         # add_every 1: a sequence is already many steps; held back, it would only delay
         # the learner (and widen pacing's slack).
         super().__init__(acting=r2d2, behave=self.behaviour, adder=SequenceItems(adder), env=env, sink=buffer,
@@ -73,6 +73,20 @@ class R2D2Actor(Actor):
 
     def episodes_started(self, mask: np.ndarray) -> None:
         self.state = self.r2d2.reset_state(self.state, mask)
+
+    def held_items(self) -> list[Batch]:
+        """The episodes' open sequences with ``min_sequence_steps`` valid steps, padded
+        and masked, each with its start state; they get initial priorities as any
+        other (the learner trains on the steps before the last valid one)."""
+        batch = self.sequences.flush()
+        return [] if batch is None else [batch]
+
+    def held_steps(self) -> int:
+        """Env steps in no sequence sent yet: a sequence holds many steps, and
+        overlapping ones share steps, so the rows added do not count them. Nothing
+        waits in the pending list between steps (each step's sequences are added at
+        once, ``add_every`` 1)."""
+        return self.sequences.held_steps
 
 
 class R2D2Greedy:

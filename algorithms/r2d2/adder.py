@@ -50,7 +50,10 @@ class SequenceAdder:
     largest weight): R2D2 passes ``burn_in + 2`` (``R2D2Config.min_sequence_steps``).
 
     Call :meth:`add` after every vector-env step; :meth:`flush` returns the partial
-    sequences of episodes still running (at the end of a run).
+    sequences of episodes still running (at the end of a run). :attr:`held_steps`
+    counts the env steps recorded that no returned sequence holds yet (what is lost
+    if the actor dies now): a sequence ends at the step that completes it, so it
+    covers every step before; an episode's end returns or drops what it held.
     """
 
     def __init__(self, *, num_envs: int, length: int, period: int, min_valid: int = 2) -> None:
@@ -67,6 +70,7 @@ class SequenceAdder:
         self.num_envs, self.length, self.period, self.min_valid = num_envs, length, period, min_valid
         self.sequences = 0  # returned so far
         self._episode_step = np.zeros(num_envs, dtype=np.int64)
+        self._held = np.zeros(num_envs, dtype=np.int64)  # per env: steps in no returned sequence yet
         # Per env: the episode's steps since the oldest open sequence's start, and the
         # open sequences as (their first step's index in that list, start state).
         self._steps: list[list[dict[str, np.ndarray]]] = [[] for _ in range(num_envs)]
@@ -122,6 +126,7 @@ class SequenceAdder:
                 start = {key: np.array(value[env]) for key, value in state.items()}
                 if self._episode_step[env] == 0:  # a new episode starts from a zero state
                     start = {key: np.zeros_like(value) for key, value in start.items()}
+            self._held[env] += 1
             out += self._step(env, row, start)
             self._episode_step[env] += 1
             if done[env]:
@@ -136,9 +141,18 @@ class SequenceAdder:
                 out += self._close(env)
         return self._stack(out)
 
+    @property
+    def held_steps(self) -> int:
+        """Env steps recorded (by :meth:`add`, cut rows not counted) that no returned
+        sequence holds yet, over all sub-envs."""
+        return int(self._held.sum())
+
     def flush(self) -> Batch | None:
-        """The open sequences of every sub-env, padded (their episodes go on, so their
-        last valid step has no successor in replay); the adder starts afresh."""
+        """The open sequences of every sub-env with at least ``min_valid`` valid steps,
+        padded and masked, each with its start state (their episodes go on, so their
+        last valid step is one to bootstrap from, not to learn); the adder starts
+        afresh, as at an episode's start (for the end of a run: the next step's state
+        is not zero)."""
         out = [seq for env in range(self.num_envs) for seq in self._close(env)]
         self._episode_step[:] = 0
         return self._stack(out)
@@ -152,6 +166,7 @@ class SequenceAdder:
         while open_ and len(steps) - open_[0][0] == self.length:
             first, state = open_.pop(0)
             out.append(self._sequence(steps[first:], state))
+            self._held[env] = 0  # it ends at the newest step: every earlier one is in a sequence
         drop = open_[0][0] if open_ else len(steps)  # steps no open sequence needs
         if drop:
             del steps[:drop]
@@ -163,7 +178,8 @@ class SequenceAdder:
         out = [self._sequence(steps[first:], state) for first, state in self._open[env]
                if len(steps) - first >= self.min_valid]
         self._steps[env], self._open[env] = [], []
-        self._episode_step[env] = 0
+        # Returned now, or too short ever to be: no longer held either way.
+        self._episode_step[env] = self._held[env] = 0
         return out
 
     def _sequence(self, steps: list[dict[str, np.ndarray]], state: dict[str, np.ndarray]) -> Batch:

@@ -25,10 +25,11 @@ Sources are expendable (a dead actor is restarted alone and rejoins, see
 is named silent (status line, ``actors/silent``) until it reports again, and one that
 rejoins says so (:class:`~experiments.runtime.messages.Rejoin`). ``actors/restarts``
 counts the rejoins and ``actors/lost_transitions`` estimates what the dead processes
-took with them: for each, the env steps it had reported minus the transitions it had
-reported adding, i.e. the steps whose transitions were still in its n-step window or
-add batch at its last report (steps after that report were never counted, so the
-budget does not include them either). Env worker processes a source's vector env
+took with them: for each, the env steps it said it held at its last report
+(``Report.held_steps``: reported steps whose data was still in its n-step window,
+unroll, open sequence or add batch; steps after that report were never counted, so
+the budget does not include them either), plus what a replay shard it hosted held
+(in the replay's items: transitions, or R2D2's sequences). Env worker processes a source's vector env
 replaced (killed from outside, e.g. by the OOM killer) are counted as reported
 (``env_worker_restarts``, ``actors/env_worker_restarts``).
 """
@@ -84,8 +85,8 @@ class Coordinator:
         # start-up are this session's, not the whole run's over this session's time).
         self._session = (started, 0, 0)
         self._versions = [-1] * num_sources
-        # Liveness: when each source last reported (None: not yet), its env steps
-        # reported minus transitions reported (what its death would lose), who is silent.
+        # Liveness: when each source last reported (None: not yet), the env steps it
+        # held at that report (what its death would lose), who is silent.
         self.silent_after = float(silent_after)
         self._seen: list[float | None] = [None] * num_sources
         self._unadded = [0] * num_sources
@@ -141,7 +142,7 @@ class Coordinator:
                 self._meters[report.source].add(report.env_steps)
                 self._versions[report.source] = report.version
                 self._seen[report.source] = time.monotonic()
-                self._unadded[report.source] += report.env_steps - report.transitions
+                self._unadded[report.source] = report.held_steps
                 self._added[report.source] += report.transitions
                 if report.source in self._silent:
                     self._silent.discard(report.source)

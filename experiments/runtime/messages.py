@@ -26,7 +26,7 @@ class Report:
 
     source: int  # actor or worker index
     env_steps: int  # new env steps
-    transitions: int = 0  # new transitions added to replay
+    transitions: int = 0  # new items added to the data path (transitions, unroll steps, sequences)
     episodes: list[Episode] = dataclasses.field(default_factory=list)
     version: int = -1  # parameter version the source acts with
     metric_sums: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -34,6 +34,10 @@ class Report:
     final: bool = False
     env_worker_restarts: int = 0  # env worker processes replaced since the previous report
     dropped_episodes: int = 0  # episodes those replacements cut (not reported), since the previous report
+    # Env steps taken (and reported) whose data the source still holds, not yet added,
+    # now: what its death would lose. Not env_steps - transitions where an item holds
+    # several steps (an R2D2 sequence).
+    held_steps: int = 0
 
 
 @dataclasses.dataclass

@@ -79,7 +79,7 @@ def test_the_coordinator_names_silent_sources_and_counts_rejoins():
     run = RunConfig(status_every=0.0, eval_every=10, max_env_steps=10**6, max_seconds=600.0)
     coord = Coordinator(job="t", run=run, env_id="x", num_sources=2, target=1e9, started=time.time(),
                         logger=MetricLogger(log_dir=None), evaluator=1, quiet=True, silent_after=0.05)
-    coord.report(Report(source=0, env_steps=10, transitions=6))  # 4 steps not yet in replay
+    coord.report(Report(source=0, env_steps=10, transitions=6, held_steps=4))  # 4 steps not yet in replay
     assert coord.report(Report(source=1, env_steps=10, transitions=10)).evaluate
     assert (coord.added_by(0), coord.added_by(1)) == (6, 10)  # what a shard of each holds at least
     time.sleep(0.2)
@@ -198,3 +198,56 @@ def test_a_restarted_actor_seed_is_fresh_and_derived_from_the_run():
     assert actor_seed(5, 1, 2) == actor_seed(5, 1, 2) != actor_seed(6, 1, 2)
     with pytest.raises(ValueError, match="restarts"):
         actor_seed(5, 0, -1)
+
+
+def test_a_dead_r2d2_actor_is_estimated_to_lose_the_env_steps_no_sequence_holds_yet():
+    """An R2D2 item is a sequence of many (overlapping) steps: the report's count of
+    what the actor holds comes from its sequence adder, not from steps minus items."""
+    import time
+
+    from gymnasium.vector import AutoresetMode
+
+    from algorithms.builder import EnvSpec
+    from algorithms.r2d2 import R2D2Builder, R2D2Config
+    from envs import make_vector_env
+    from envs.testing import CountingEnv
+    from experiments.roles.actor_learner.actor import ActorShell
+    from experiments.runtime.config import RunConfig
+    from experiments.runtime.coordinator import Coordinator
+    from experiments.runtime.messages import Rejoin
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.logging import MetricLogger
+    from rlpar.servers.model import ModelStore
+
+    env = make_vector_env(lambda: CountingEnv(episode_length=6), num_envs=2, num_workers=0,
+                          autoreset_mode=AutoresetMode.SAME_STEP, seed=0)
+    learn = ApexConfig(lr=1e-3, n_step=1, batch_size=4, hidden=(8,), learning_starts=20, updates_per_step=0.1)
+    # Sequences of 5 steps (burn-in 1, unroll 3, n-step 1) every 2 steps of an episode.
+    builder = R2D2Builder(learn=learn, r2d2=R2D2Config(burn_in=1, unroll=3, period=2, lstm_size=8),
+                          spec=EnvSpec(env.single_observation_space, env.single_action_space))
+    buffer, params = PrioritizedReplayBuffer(capacity=100, seed=0), ModelStore()
+    builder.make_learner(builder.make_algorithm(device="cpu", seed=0), source=buffer, params=params)
+    actor = builder.make_actor(builder.make_algorithm(device="cpu", seed=1), env=env, sink=buffer, params=params,
+                               index=0, num_actors=1, seed=0)
+    # The shell's report without its setup (env and actor made above).
+    shell = object.__new__(ActorShell)
+    shell.index, shell.env, shell.actor = 0, env, actor
+    shell._steps = shell._transitions = shell._env_restarts = shell._dropped = 0
+    run = RunConfig(status_every=0.0, eval_every=10**6, max_env_steps=10**6, max_seconds=600.0)
+    coord = Coordinator(job="t", run=run, env_id="x", num_sources=1, target=1e9, started=time.time(),
+                        logger=MetricLogger(log_dir=None), quiet=True)
+    try:
+        # Per env, steps 0-4 make a sequence (added), steps 0-5 an episode (whose open
+        # sequences from steps 2 and 4 go out at its end): none held after step 4 or 5,
+        # then steps 0-3 of the next episode are in no sequence yet.
+        held = []
+        for _ in range(6 + 4):
+            actor.step()
+            coord.report(shell.report())
+            held.append(actor.held_steps())
+    finally:
+        env.close()
+    assert held == [2, 4, 6, 8, 0, 0, 2, 4, 6, 8]
+    assert (coord.env_steps, coord.transitions) == (20, len(buffer)) == (20, 2 * 3)  # 3 sequences per env
+    coord.rejoin(Rejoin(source=0, restarts=1))
+    assert coord.lost_transitions == 8  # not 20 env steps - 6 sequences

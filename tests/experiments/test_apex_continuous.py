@@ -1,15 +1,19 @@
 """Ape-X for continuous actions: ``--env-id Pendulum-v1`` picks TD3 by the Box action
 space (``--algorithm`` overrides it), transitions with priorities flow from actors that
-explore at their own Gaussian scales, and the job resumes and evaluates like Ape-X DQN."""
+explore at their own Gaussian scales, and the job resumes and evaluates like Ape-X DQN;
+Ape-X SAC's learners stay in step while a killed actor rejoins."""
 
 import json
 import os
+import signal
 
 import numpy as np
 import pytest
 from jobs import apex_config
 
+from algorithms.dqn import ApexConfig, ApexDPGActor
 from experiments import apex, evaluate
+from experiments.runtime import Parts
 
 
 def td3_config(log_dir="none", **over):
@@ -53,7 +57,6 @@ def test_actors_explore_at_their_own_scales():
 
     from algorithms.builder import EnvSpec
     from envs import make_vector_env
-    from experiments.runtime import Parts
     from rlpar.servers import ModelStore
 
     config = td3_config()
@@ -85,7 +88,6 @@ def test_ou_noise_is_an_option_and_restarts_with_each_episode():
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
     from algorithms.builder import EnvSpec
-    from experiments.runtime import Parts
     from rlpar.servers import ModelStore
 
     config = td3_config(noise="ou", random_start=False)
@@ -125,11 +127,33 @@ def test_serial_sac_learns_with_n_step_returns_resumes_and_evaluates(tmp_path):
     assert out["matches_recorded"], out
 
 
+class DiesOnceActor(ApexDPGActor):
+    """SIGKILLs its own process once per test, in the rank whose RANK is $DIE_RANK,
+    at its first step past $DIE_AFTER env steps (whether it acts at random yet or by
+    policy: a kill that waits for trained parameters may never come in a short run)."""
+
+    def step(self):
+        marker = os.environ["DIE_MARKER"]
+        if (os.environ.get("RANK") == os.environ["DIE_RANK"] and self.env_steps >= int(os.environ["DIE_AFTER"])
+                and not os.path.exists(marker)):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step()
+
+
 @pytest.mark.timeout(150)
-def test_two_sac_learners_learn_in_step_in_a_local_world():
+def test_two_sac_learners_learn_in_step_in_a_local_world_while_a_killed_actor_rejoins(tmp_path, monkeypatch):
     from test_multi_learner import in_step
 
+    monkeypatch.setenv("DIE_MARKER", str(tmp_path / "killed"))
+    monkeypatch.setenv("DIE_RANK", "3")  # actor 1 (ranks 0 and 1 are the learners), feeding learner 1
+    monkeypatch.setenv("DIE_AFTER", "240")  # of its about 600 env steps
     summary = apex.run(td3_config(algorithm="sac", learners=2, max_env_steps=1200, eval_every=100_000),
-                       quiet=True)
+                       parts=Parts(actor=DiesOnceActor), quiet=True)
     assert summary["algorithm"] == "algorithms.sac.sac.SAC" and summary["stop_reason"] == "env step budget"
     in_step(summary)  # every gradient (the temperature's too) averaged: bitwise-identical parameters
+    # The actor alone was restarted and rejoined; the learners never stopped.
+    assert (tmp_path / "killed").exists() and summary["actor_restarts"] == 1 and summary["restarts"] == 0
+    assert summary["silent_sources"] == []
+    # What it held at its last report: its add batch and n-step window, at most.
+    assert 0 <= summary["lost_transitions"] <= (ApexConfig().add_every + 3) * 2

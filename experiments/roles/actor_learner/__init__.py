@@ -166,7 +166,7 @@ class _SerialTurns:
     def wind_down(self, signalled: bool) -> int:
         coordinator = self.loop.coordinator
         for shell in self.shells:
-            shell.actor.flush()
+            shell.actor.finish()
             coordinator.report(shell.report(final=True))
             shell.close()
         self.evaluator.close()

@@ -72,7 +72,8 @@ class ActorShell:
                         transitions=actor.transitions_added - self._transitions, episodes=episodes,
                         version=actor.version, final=final, metric_sums=sums, metric_count=count,
                         env_worker_restarts=env_restarts - self._env_restarts,
-                        dropped_episodes=actor.dropped_episodes - self._dropped)
+                        dropped_episodes=actor.dropped_episodes - self._dropped,
+                        held_steps=actor.held_steps())
         self._steps, self._transitions = actor.env_steps, actor.transitions_added
         self._env_restarts, self._dropped = env_restarts, actor.dropped_episodes
         return report
@@ -144,7 +145,7 @@ def _send_final(group: Any, shell: ActorShell, sink: Any, signalled: bool) -> No
     """What an ending actor owes the learner: its buffered data, then its final report."""
     from experiments.runtime.job import STOP_CALL_S
 
-    shell.actor.flush()
+    shell.actor.finish()
     if hasattr(sink, "wait"):
         sink.wait()
     group.call("coord/report", shell.report(final=True), timeout=STOP_CALL_S if signalled else None)

@@ -145,3 +145,33 @@ def test_a_cut_row_is_not_recorded_and_its_episode_ends_at_the_last_observation_
         out = adder.add(obs=np.full((2, 1), 10 + t, np.float32), action=np.zeros(2, int),
                         reward=np.ones(2, np.float32), terminated=no, truncated=no, state=state)
     assert out["obs"][:, 0, 0].tolist() == [10, 10] and out["h"][0].tolist() == [0.0]
+
+
+def test_held_steps_counts_the_env_steps_no_returned_sequence_holds_yet():
+    # Sequences of 4 starting every 2 steps: each one returned covers every step before
+    # it ends, though the next open one shares its last 2 (held once, not twice).
+    adder = SequenceAdder(num_envs=2, length=4, period=2)
+    state = {"h": np.ones((2, 1), np.float32)}
+    no = np.zeros(2, bool)
+
+    def add(t, terminated=no, cut=None):
+        return adder.add(obs=np.full((2, 1), t, np.float32), action=np.zeros(2, int), reward=np.ones(2, np.float32),
+                         terminated=terminated, truncated=no, state=state, cut=cut)
+
+    held = []
+    for t in range(6):
+        add(t)
+        held.append(adder.held_steps)
+    assert held == [2, 4, 6, 0, 2, 0]  # both envs: sequences end at steps 3 and 5
+    # Env 0's episode ends at its step 6: its open sequences (starts 4 and 6) are
+    # returned, padded; env 1's step 6 is in none yet.
+    out = add(6, terminated=np.array([True, False]))
+    assert out["mask"].sum(axis=1).tolist() == [4, 2] and adder.held_steps == 1
+    # Env 1's worker is replaced: its step never happened; of what it held, the open
+    # sequence with 3 valid steps is returned, the one with 1 dropped (not held either).
+    out = add(7, cut=np.array([False, True]))
+    assert out["mask"].sum(axis=1).tolist() == [3] and adder.held_steps == 1  # env 0's new episode
+    add(8)
+    assert adder.held_steps == 2 + 1
+    flushed = adder.flush()  # the end of the run: env 0's 2 steps go out, padded; env 1's 1 cannot
+    assert flushed["mask"].sum(axis=1).tolist() == [2] and adder.held_steps == 0

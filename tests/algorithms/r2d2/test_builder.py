@@ -125,3 +125,54 @@ def test_a_continuous_action_space_is_refused():
     box = spaces.Box(-1.0, 1.0, (1,))
     with pytest.raises(ValueError, match="r2d2 needs a Discrete action space"):
         R2D2Builder(learn=ApexConfig(), r2d2=R2D2Config(), spec=EnvSpec(box, box))
+
+
+def test_an_ending_actor_adds_its_partial_sequences_with_start_state_mask_and_priorities():
+    from gymnasium.vector import AutoresetMode
+
+    from algorithms.r2d2 import R2D2Actor
+    from envs import make_vector_env
+    from rlpar.buffers import PrioritizedReplayBuffer
+    from rlpar.servers.model import ModelStore
+
+    builder = small_builder()  # sequences of 5 (burn-in 1, unroll 3, n-step 1) every 2 steps, at least 3 valid
+    acted_from = []  # per vector step, the state the actor acted from
+
+    class Logging(R2D2Actor):
+        def behaviour(self, obs):
+            actions, before = super().behaviour(obs)
+            acted_from.append(before["state_h"].copy())
+            return actions, before
+
+    added = []  # (batch, priorities) of each add
+
+    class Recording(PrioritizedReplayBuffer):
+        def add(self, batch, priorities=None):
+            added.append((batch, np.asarray(priorities)))
+            return super().add(batch, priorities)
+
+    env = make_vector_env(lambda: CountingEnv(episode_length=6), num_envs=2, num_workers=0,
+                          autoreset_mode=AutoresetMode.SAME_STEP, seed=0)
+    buffer, params = Recording(capacity=100, seed=0), ModelStore()
+    builder.make_learner(builder.make_algorithm(device="cpu", seed=0), source=buffer, params=params)
+    actor = Logging(r2d2=builder.make_algorithm(device="cpu", seed=1), env=env, buffer=buffer, params=params,
+                    index=0, num_actors=1, config=builder.apex, seed=0)
+    actor.sync()
+    try:
+        for _ in range(6 + 5):  # an episode, then steps 0-4 of the next
+            actor.step()
+        # Step 4 completed the sequence from step 0; steps 2-4 (from step 2) and 4
+        # (from step 4) are open: the first has 3 valid steps, the second too few.
+        before, sent = actor.transitions_added, len(added)
+        actor.finish()
+    finally:
+        env.close()
+    assert len(added) == sent + 1 and actor.transitions_added == before + 2 and actor.held_steps() == 0
+    batch, priorities = added[-1]
+    assert batch["mask"].tolist() == [[True, True, True, False, False]] * 2
+    assert not batch["obs"][:, 3:].any() and not batch["reward"][:, 3:].any()  # padding
+    # Its observations are steps 2-4 of the episode, and its state the one step 2 was acted from.
+    np.testing.assert_array_equal(batch["obs"][:, 0], added[-2][0]["obs"][:, 2])  # the sequences from step 0
+    np.testing.assert_allclose(batch["state_h"], acted_from[6 + 2], atol=1e-6)
+    assert batch["state_h"].any(axis=1).all()  # mid-episode: not a zero state
+    assert priorities.shape == (2,) and (priorities > 0).all() and np.isfinite(priorities).all()
