@@ -9,8 +9,9 @@ imported torch once, and the launch saves that import (about 1.5 s of CPU each).
 One template per set of what is read at import time (the preload modules, the
 interpreter, and the environment variables of torch, OpenMP, MKL, CUDA and Python):
 a launch whose environment differs there gets another template (at most
-``_MAX_TEMPLATES``; beyond that, fresh zygotes), so a zygote never runs torch imported
-under settings other than its own. Anything that goes wrong with a template (it died,
+``_MAX_TEMPLATES``: the one used longest ago with no zygote running is stopped for a
+new one; with none idle, fresh zygotes), so a zygote never runs torch imported under
+settings other than its own. Anything that goes wrong with a template (it died,
 a request failed) makes that launch start a fresh zygote instead: the warm path only
 ever saves time.
 
@@ -31,6 +32,8 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 
 from rlpar.distributed._template import HEADER, REPLY
@@ -111,7 +114,7 @@ class _Template:
     def __init__(self, *, preload: Sequence[str], env: dict[str, str]) -> None:
         self.control, theirs = socket.socketpair()
         self.lock = threading.Lock()
-        started = threading.Event()
+        started, self._closed = threading.Event(), threading.Event()
         box: list = []
 
         def keeper() -> None:
@@ -125,7 +128,7 @@ class _Template:
             except BaseException as exc:  # handed to the launching thread
                 box.append(exc)
             started.set()
-            threading.Event().wait()
+            self._closed.wait()
 
         threading.Thread(target=keeper, name="rlpar-zygote-template", daemon=True).start()
         started.wait()
@@ -134,9 +137,25 @@ class _Template:
             self.control.close()
             raise box[0]
         self.process: subprocess.Popen = box[0]
+        self.used = time.monotonic()
+        self._zygotes: weakref.WeakSet[WarmZygote] = weakref.WeakSet()
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def running(self) -> bool:
+        """Whether a zygote of this template has not exited yet (as far as its launcher knows)."""
+        return any(z.returncode is None for z in list(self._zygotes))
+
+    def close(self) -> None:
+        """End the template (its control socket's EOF), then its keeper thread."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._closed.set()
 
     def fork(self, *, argv: Sequence[str], env: dict[str, str], restartable: bool) -> WarmZygote:
         mine, theirs = socket.socketpair()
@@ -174,7 +193,21 @@ class _Template:
             raise
         mine.settimeout(None)
         stdin = None if stdin_write is None else os.fdopen(stdin_write, "wb")
-        return WarmZygote(pid=REPLY.unpack(data)[0], handle=mine, stdin=stdin)
+        zygote = WarmZygote(pid=REPLY.unpack(data)[0], handle=mine, stdin=stdin)
+        self._zygotes.add(zygote)
+        self.used = time.monotonic()
+        return zygote
+
+
+def _evict_one() -> bool:
+    """Stop the template used longest ago that has no zygote running; False if every
+    template has one (under ``_lock``)."""
+    idle = [key for key, t in _templates.items() if not t.running()]
+    if not idle:
+        return False
+    oldest = min(idle, key=lambda key: _templates[key].used)
+    _templates.pop(oldest).close()
+    return True
 
 
 def _die_with_parent() -> None:
@@ -208,7 +241,7 @@ def zygote(*, argv: Sequence[str], env: dict[str, str], preload: Sequence[str],
             del _templates[key]
             template = None
         if template is None:
-            if len(_templates) >= _MAX_TEMPLATES:
+            if len(_templates) >= _MAX_TEMPLATES and not _evict_one():
                 return None
             try:
                 template = _templates[key] = _Template(preload=preload, env=env)
@@ -222,9 +255,6 @@ def zygote(*, argv: Sequence[str], env: dict[str, str], preload: Sequence[str],
         with _lock:
             if _templates.get(key) is template:
                 del _templates[key]
-        try:
-            template.process.kill()
-            template.process.wait(timeout=5.0)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        template.process.kill()
+        template.close()
         return None

@@ -38,7 +38,11 @@ def kills_its_template(pid_dir):
         f.write(str(os.getpid()))
     if os.environ["RANK"] == "1":
         time.sleep(0.3)
-        os.kill(_parent_of(os.getppid()), signal.SIGKILL)
+        template = _parent_of(os.getppid())
+        with open(f"/proc/{template}/cmdline", "rb") as f:
+            if b"rlpar.distributed._template" not in f.read():  # a cold zygote's parent is the launcher
+                raise RuntimeError(f"process {template} is no zygote template")
+        os.kill(template, signal.SIGKILL)
     time.sleep(60)
 
 
@@ -123,3 +127,16 @@ def test_warm_zygotes_can_be_turned_off(monkeypatch, tmp_path):
     monkeypatch.setenv(_warm.WARM_ENV, "0")
     results = launch(where_am_i, nprocs=1, args=("cold",), timeout=25, preload=())
     assert results[0][3] == os.getpid()  # the zygote is this process's own child
+
+
+@pytest.mark.timeout(60)
+def test_a_new_kind_of_launch_beyond_the_limit_stops_the_idle_template_used_longest_ago(warm, monkeypatch):
+    monkeypatch.setattr(_warm, "_MAX_TEMPLATES", 2)
+    parents = {}
+    for tag in ("a", "b", "c", "a"):  # "c" needs a third template: "a"'s goes, so "a" gets a new one
+        monkeypatch.setenv("TORCH_RLPAR_TEST_TAG", tag)  # read at import time, by its prefix: one template each
+        parents.setdefault(tag, []).append(launch(where_am_i, nprocs=1, args=(tag,), timeout=25, preload=())[0][3])
+    (a1, a2), (b,), (c,) = parents["a"], parents["b"], parents["c"]
+    assert len({a1, a2, b, c}) == 4
+    # "c" stopped "a"'s first template, the second "a" stopped "b"'s.
+    assert not wait_until_dead([a1, b]) and wait_until_dead([a2, c], timeout=0.5) == [a2, c]
