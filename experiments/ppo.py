@@ -1,23 +1,8 @@
 """PPO and DD-PPO, synchronous data-parallel: ``python -m experiments.ppo``.
 
 Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv:1707.06347);
-data-parallel and preemptive as DD-PPO (Wijmans et al. 2020, "DD-PPO: Learning
-Near-Perfect PointGoal Navigators from 2.5 Billion Frames", ICLR). Every member (a
-rank) steps its own ``--num-envs`` envs for ``--n-steps`` steps and runs PPO's
-``--epochs`` of ``--minibatches`` minibatches on its rollout, each minibatch's gradient
-averaged over the members, so their parameters are identical after every step. With
-``--preempt-fraction f`` a member still collecting stops once a fraction f of the
-members have finished (never before ``--preempt-min`` of its rollout). It stops when a
-greedy evaluation over ``--eval-episodes`` episodes averages ``--target-return`` (the
-env's reward threshold: 475 on CartPole-v1), or at the time/step budget.
-
-Members: ``--num-workers N`` on this machine (default: one per GPU when learning on
-CUDA, else one per core and a single one in this process below 4 cores, see
-:func:`experiments.runtime.group.default_members`),
-or the world under torchrun (rank 0 also leads: coordinator, evaluation, checkpoints).
-Measured (CartPole-v1, 8 x 128 per member, lr 1e-3, 10 seeds, 2 shared cores): one
-member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (docs/benchmarks.md,
-"Learner groups and data-parallel jobs").
+data-parallel and preemptive as DD-PPO (Wijmans et al. 2020, ICLR). Members, preemption,
+evaluation and stop: docs/learner-groups.md; measurements: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -29,14 +14,7 @@ from typing import Any, ClassVar
 from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PPOConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import (
-    JobEntry,
-    describe_members,
-    family_defaults,
-    job_env_fn,
-    unset_by_family,
-)
-from experiments.runtime.envs import check_env
+from experiments.runtime.entry import check_job, family_defaults, sync_job, unset_by_family
 from experiments.runtime.group import GroupConfig
 
 ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 8}, "small_image": {"num_envs": 32},
@@ -78,21 +56,17 @@ def builder(config: PPOJobConfig, parts: Parts, spec: Any):
 
 
 def check(config: PPOJobConfig, parts: Parts) -> None:
-    from gymnasium import spaces
-
     from algorithms.ppo import PPO
 
-    parts.check(algorithm=PPO)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
-              actions=(spaces.Discrete, spaces.Box), job="PPO")
+    check_job(config, parts, job="PPO", algorithm=PPO)
 
 
 # The fields left unset, by the env's observation family.
 env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="ppo", builder=builder)
-ENTRY = JobEntry(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, roles="experiments.roles.sync",
-                 describe=describe_members, hooks={"check": check, "env_defaults": env_defaults})
+ENTRY = sync_job(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, check=check,
+                 env_defaults=env_defaults)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":
