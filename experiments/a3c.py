@@ -16,15 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
 from experiments.roles.actor_learner.program import Program
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, section
-from experiments.runtime.entry import (
-    WorkersAreActors,
-    actor_learner_job,
-    check_job,
-    family_defaults,
-    fill_family,
-    unset_by_family,
-)
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, flag, section
 
 # Flags of the job before issue 47 that no longer apply, and what replaced each.
 RETIRED = {
@@ -72,11 +64,11 @@ class ServerConfig:
             raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
 
 
-LearnConfig = unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
+LearnConfig = entry.unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
-class A3CJobConfig(WorkersAreActors):
+class A3CJobConfig(entry.WorkersAreActors):
     """A3C (Mnih et al. 2016) on one machine or, under torchrun, a cluster."""
 
     # What the checkpoint's state (the network and the optimizer) is shaped by:
@@ -145,14 +137,14 @@ def resolve(config: A3CJobConfig, world_size: int | None) -> int:
 def check(config: A3CJobConfig, parts: Parts) -> None:
     from algorithms.a2c.builder import A3CBuilder
 
-    check_job(config, parts, job="A3C", algorithm=A3CBuilder.algorithm_base, actor=A3CBuilder.actor_base,
-              learner=A3CBuilder.learner_base)
+    entry.check_job(config, parts, job="A3C", algorithm=A3CBuilder.algorithm_base,
+                    actor=A3CBuilder.actor_base, learner=A3CBuilder.learner_base)
 
 
 # The fields left unset, by the env's observation family; fill_defaults(config, factory)
 # fills them from an env factory of the caller's.
-env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
-fill_defaults = functools.partial(fill_family, learn=DEFAULTS_BY_FAMILY, env=ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+fill_defaults = functools.partial(entry.fill_family, learn=DEFAULTS_BY_FAMILY, env=ENV_DEFAULTS_BY_FAMILY)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
@@ -165,9 +157,10 @@ def describe(summary: dict[str, Any]) -> list[str]:
 
 
 PROGRAM = Program(name="a3c", builder=builder)
-ENTRY = actor_learner_job(title="A3C", config_cls=A3CJobConfig, program=PROGRAM, describe=describe,
-                          check=check, env_defaults=env_defaults, resolve=resolve, retired=RETIRED,
-                          forward={"--sync": ("experiments.a2c", SYNC_RUNS)})
+ENTRY = entry.actor_learner_job(
+    title="A3C", config_cls=A3CJobConfig, program=PROGRAM, describe=describe, check=check,
+    env_defaults=env_defaults, resolve=resolve, retired=RETIRED,
+    forward={"--sync": ("experiments.a2c", SYNC_RUNS)})
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

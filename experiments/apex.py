@@ -18,21 +18,11 @@ from algorithms.r2d2.config import R2D2Config
 from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
 from experiments.roles.actor_learner.program import Program
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
+from experiments.runtime import EnvConfig, Parts, RunConfig, entry, field, flag, section
 from experiments.runtime.data import ReplayConfig
-from experiments.runtime.entry import (
-    actor_learner_job,
-    actors_field,
-    describe_actor_learner,
-    job_env_fn,
-    replay_ranks,
-    resolve_with_replay,
-    unset_by_family,
-    validate_actors,
-)
 from experiments.runtime.envs import check_env
 
-LearnConfig = unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
+LearnConfig = entry.unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -65,14 +55,14 @@ class ApexJobConfig:
     algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac", "r2d2"] = field("auto", help=(
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg, sac or "
         "r2d2 (recurrent: replays sequences, for partially observed envs)"))
-    num_actors: int = actors_field()
+    num_actors: int = entry.actors_field()
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each sampling its own batch (with --replay-placement learner, from "
         "its own shard of the replay, fed by actors i mod K), gradients averaged so their parameters "
         "stay identical; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
-        validate_actors(self)
+        entry.validate_actors(self)
         if self.learners > 1 and self.learn.recycle_every:
             raise ValueError(f"{flag('recycle_every')} needs --learners 1: each learner would recycle other "
                              "units (by its own batch) and their parameters would part")
@@ -118,7 +108,7 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
                                **user)
 
 
-resolve = resolve_with_replay  # fills --num-actors 0; the ranks: learners, replay ranks, actors
+resolve = entry.resolve_with_replay  # fills --num-actors 0; the ranks: learners, replay ranks, actors
 
 
 def check(config: ApexJobConfig, parts: Parts) -> None:
@@ -126,9 +116,9 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 
     from experiments.runtime.envs import env_name, env_spaces
 
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
+    check_env(lambda: entry.job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
               actions=(spaces.Discrete, spaces.Box), job="Ape-X")
-    obs_space, act_space = env_spaces(job_env_fn(config, parts))
+    obs_space, act_space = env_spaces(entry.job_env_fn(config, parts))
     name, env = algorithm_of(config, act_space), env_name(config.env.env_id, parts.env)
     wanted = spaces.Discrete if name in ("dqn", "r2d2") else spaces.Box
     if not isinstance(act_space, wanted):
@@ -150,27 +140,22 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     from algorithms.nets import observation_family
     from experiments.runtime.envs import env_spaces
 
-    obs_space, act_space = env_spaces(job_env_fn(config, parts))
+    obs_space, act_space = env_spaces(entry.job_env_fn(config, parts))
     config.algorithm = algorithm_of(config, act_space)
     if config.algorithm == "dqn" and config.dqn.noisy:
-        for name, value in NOISY_DEFAULTS.items():
-            if getattr(config.learn, name) is None:
-                setattr(config.learn, name, value)
+        entry.fill_unset(config.learn, NOISY_DEFAULTS)
     fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
 
 
 def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:
     """The ``learn`` fields left unset (None) filled by ``algorithm``'s builder's
     ``defaults(family)``. Returns ``learn``."""
-    for name, value in builder_class(algorithm).defaults(family).items():
-        if getattr(learn, name) is None:
-            setattr(learn, name, value)
-    return learn
+    return entry.fill_unset(learn, builder_class(algorithm).defaults(family))
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
     items = "sequences" if summary.get("algorithm", "").endswith(".R2D2") else "transitions"
-    return describe_actor_learner(summary, waits_for="data", batch=(
+    return entry.describe_actor_learner(summary, waits_for="data", batch=(
         f"batch {summary['batch_size']}, replay {summary['replay_size']:,} {items}"))
 
 
@@ -189,8 +174,9 @@ def title(summary: dict[str, Any]) -> str:
 
 
 PROGRAM = Program(name="apex", builder=builder)
-ENTRY = actor_learner_job(title=title, config_cls=ApexJobConfig, program=PROGRAM, describe=describe,
-                          check=check, env_defaults=env_defaults, resolve=resolve, extra_ranks=replay_ranks)
+ENTRY = entry.actor_learner_job(
+    title=title, config_cls=ApexJobConfig, program=PROGRAM, describe=describe, check=check,
+    env_defaults=env_defaults, resolve=resolve, extra_ranks=entry.replay_ranks)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -14,20 +14,10 @@ from typing import Any, ClassVar
 
 from algorithms.impala.config import BY_FAMILY, DEFAULTS_BY_FAMILY, IMPALAConfig
 from experiments.roles.actor_learner.program import Program
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, section
+from experiments.runtime import EnvConfig, Parts, RunConfig, entry, field, section
 from experiments.runtime.data import QueueConfig
-from experiments.runtime.entry import (
-    actor_learner_job,
-    actors_field,
-    check_job,
-    describe_actor_learner,
-    family_defaults,
-    resolve_actors,
-    unset_by_family,
-    validate_actors,
-)
 
-LearnConfig = unset_by_family(IMPALAConfig, BY_FAMILY)  # the job's learn section
+LearnConfig = entry.unset_by_family(IMPALAConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -41,13 +31,13 @@ class ImpalaJobConfig:
     env: EnvConfig = section(EnvConfig)
     queue: QueueConfig = section(QueueConfig)
     learn: IMPALAConfig = section(LearnConfig)
-    num_actors: int = actors_field()
+    num_actors: int = entry.actors_field()
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each with a queue of its own that actors i mod K fill, updating in "
         "step with gradients averaged; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
-        validate_actors(self)
+        entry.validate_actors(self)
 
 
 # ------------------------------------------------------------ the job's hooks
@@ -60,26 +50,27 @@ def builder(config: ImpalaJobConfig, parts: Parts, spec: Any):
                          network=parts.network, algorithm=parts.algorithm, actor=parts.actor, learner=parts.learner)
 
 
-resolve = resolve_actors  # fills --num-actors 0; the ranks: learners and actors
+resolve = entry.resolve_actors  # fills --num-actors 0; the ranks: learners and actors
 
 
 def check(config: ImpalaJobConfig, parts: Parts) -> None:
     from algorithms.impala import IMPALABuilder
 
-    check_job(config, parts, job="IMPALA", algorithm=IMPALABuilder.algorithm_base,
-              actor=IMPALABuilder.actor_base, learner=IMPALABuilder.learner_base)
+    entry.check_job(config, parts, job="IMPALA", algorithm=IMPALABuilder.algorithm_base,
+                    actor=IMPALABuilder.actor_base, learner=IMPALABuilder.learner_base)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
-    return describe_actor_learner(summary, batch=f"batch {summary['batch_size']} unrolls", waits_for="unrolls")
+    return entry.describe_actor_learner(summary, batch=f"batch {summary['batch_size']} unrolls",
+                                        waits_for="unrolls")
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = family_defaults(DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY)
 
 PROGRAM = Program(name="impala", builder=builder)
-ENTRY = actor_learner_job(title="IMPALA", config_cls=ImpalaJobConfig, program=PROGRAM, describe=describe,
-                          check=check, env_defaults=env_defaults)
+ENTRY = entry.actor_learner_job(title="IMPALA", config_cls=ImpalaJobConfig, program=PROGRAM,
+                                describe=describe, check=check, env_defaults=env_defaults)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

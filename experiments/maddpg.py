@@ -15,17 +15,8 @@ from typing import Any, ClassVar, Literal
 
 from algorithms.maddpg.spec import MADDPGConfig
 from experiments.roles.actor_learner.program import Program
-from experiments.runtime import RunConfig, field, section
+from experiments.runtime import RunConfig, entry, field, section
 from experiments.runtime.data import ReplayConfig as ProgramReplayConfig
-from experiments.runtime.entry import (
-    actor_learner_job,
-    actors_field,
-    describe_actor_learner,
-    play_with_builder,
-    replay_ranks,
-    resolve_with_replay,
-    validate_actors,
-)
 from experiments.runtime.multiagent import (  # noqa: F401  (public, for scripts)
     MultiAgentEnvConfig,
     agent_specs,
@@ -69,13 +60,13 @@ class MADDPGJobConfig:
     env: MultiAgentEnvConfig = section(MultiAgentEnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
     learn: MADDPGConfig = section(MADDPGConfig)
-    num_actors: int = actors_field(1)
+    num_actors: int = entry.actors_field(1)
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each sampling its own batch, gradients averaged so their parameters "
         "stay identical; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
-        validate_actors(self)
+        entry.validate_actors(self)
         self.replay.check_batches(self.learn.batch_size, learners=self.learners, serial=self.run.serial)
 
     def algo_config(self) -> MADDPGConfig:
@@ -119,7 +110,7 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
                          actor=parts.actor, learner=parts.learner)
 
 
-resolve = resolve_with_replay  # fills --num-actors 0; the ranks: learners, replay ranks, actors
+resolve = entry.resolve_with_replay  # fills --num-actors 0; the ranks: learners, replay ranks, actors
 
 
 def check(config: MADDPGJobConfig, parts: Any) -> None:
@@ -132,14 +123,15 @@ def check(config: MADDPGJobConfig, parts: Any) -> None:
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
-    return describe_teams(summary) + describe_actor_learner(summary, waits_for="data", batch=(
+    return describe_teams(summary) + entry.describe_actor_learner(summary, waits_for="data", batch=(
         f"batch {summary['batch_size']}, replay {summary['replay_size']:,} transitions"))
 
 
 PROGRAM = Program(name="maddpg", builder=builder)
-ENTRY = actor_learner_job(title="MADDPG", config_cls=MADDPGJobConfig, program=PROGRAM, describe=describe,
-                          check=check, env_defaults=None, resolve=resolve, extra_ranks=replay_ranks,
-                          env_fn=job_env_fn, play=functools.partial(play_with_builder, PROGRAM))
+ENTRY = entry.actor_learner_job(
+    title="MADDPG", config_cls=MADDPGJobConfig, program=PROGRAM, describe=describe, check=check,
+    env_defaults=None, resolve=resolve, extra_ranks=entry.replay_ranks, env_fn=job_env_fn,
+    play=functools.partial(entry.play_with_builder, PROGRAM))
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """PPO and DD-PPO, synchronous data-parallel: ``python -m experiments.ppo``.
 
 Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv:1707.06347);
-data-parallel and preemptive as DD-PPO (Wijmans et al. 2020, ICLR). Members, preemption,
+data-parallel and preemptive as DD-PPO (Wijmans et al. 2020, "DD-PPO: Learning
+Near-Perfect PointGoal Navigators from 2.5 Billion Frames", ICLR). Members, preemption,
 evaluation and stop: docs/learner-groups.md; measurements: docs/benchmarks.md.
 """
 
@@ -11,14 +12,12 @@ import dataclasses
 import sys
 from typing import Any, ClassVar
 
-from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PPOConfig
+from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, PPOConfig
 from experiments.roles.sync.member import SyncProgram
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import check_job, family_defaults, sync_job, unset_by_family
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
 from experiments.runtime.group import GroupConfig
 
-ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 8}, "small_image": {"num_envs": 32},
-                          "frames": {"num_envs": 8}, "other": {"num_envs": 8}}
+LearnConfig = entry.unset_by_family(PPOConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -26,9 +25,6 @@ class PPOEnvConfig(FamilyEnvConfig):
     """The env each member steps; ``--num-envs`` by observation family when not given."""
 
     num_envs: int | None = field(None, help="env copies per member (none: by observation family, 8; 32 for MinAtar)")
-
-
-LearnConfig = unset_by_family(PPOConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -58,15 +54,15 @@ def builder(config: PPOJobConfig, parts: Parts, spec: Any):
 def check(config: PPOJobConfig, parts: Parts) -> None:
     from algorithms.ppo import PPO
 
-    check_job(config, parts, job="PPO", algorithm=PPO)
+    entry.check_job(config, parts, job="PPO", algorithm=PPO)
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="ppo", builder=builder)
-ENTRY = sync_job(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, check=check,
-                 env_defaults=env_defaults)
+ENTRY = entry.sync_job(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, check=check,
+                       env_defaults=env_defaults)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

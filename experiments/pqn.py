@@ -12,14 +12,12 @@ import dataclasses
 import sys
 from typing import Any, ClassVar
 
-from algorithms.pqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PQNConfig
+from algorithms.pqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, PQNConfig
 from experiments.roles.sync.member import SyncProgram
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import check_job, family_defaults, sync_job, unset_by_family
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
 from experiments.runtime.group import GroupConfig
 
-ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 32}, "small_image": {"num_envs": 128},
-                          "frames": {"num_envs": 128}, "other": {"num_envs": 32}}
+LearnConfig = entry.unset_by_family(PQNConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -27,9 +25,6 @@ class PQNEnvConfig(FamilyEnvConfig):
     """The env each member steps; ``--num-envs`` by observation family when not given."""
 
     num_envs: int | None = field(None, help="env copies per member (none: by observation family, 32 for vectors, 128 for images)")
-
-
-LearnConfig = unset_by_family(PQNConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -56,15 +51,15 @@ def builder(config: PQNJobConfig, parts: Parts, spec: Any):
 def check(config: PQNJobConfig, parts: Parts) -> None:
     from algorithms.pqn import PQN
 
-    check_job(config, parts, job="PQN", algorithm=PQN, discrete_only=True)
+    entry.check_job(config, parts, job="PQN", algorithm=PQN, discrete_only=True)
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="pqn", builder=builder)
-ENTRY = sync_job(title="PQN", config_cls=PQNJobConfig, program=PROGRAM, check=check,
-                 env_defaults=env_defaults)
+ENTRY = entry.sync_job(title="PQN", config_cls=PQNJobConfig, program=PROGRAM, check=check,
+                       env_defaults=env_defaults)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -43,6 +43,14 @@ def fill_family(config: Any, factory: Callable[[], Any], *, learn: Any, env: Any
         fill_by_family(config.env, env, factory)
 
 
+def fill_unset(section: Any, values: Mapping[str, Any]) -> Any:
+    """The fields of the config ``section`` left None set to ``values``'; returns ``section``."""
+    for name, value in values.items():
+        if getattr(section, name) is None:
+            setattr(section, name, value)
+    return section
+
+
 def check_job(config: Any, parts: Parts, *, job: str, algorithm: type, actor: type | None = None,
               learner: type | None = None, discrete_only: bool = False) -> None:
     """A gymnasium job's ``check`` hook: the user's parts subclass the job's
