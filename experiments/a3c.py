@@ -141,10 +141,10 @@ def check(config: A3CJobConfig, parts: Parts) -> None:
                     actor=A3CBuilder.actor_base, learner=A3CBuilder.learner_base)
 
 
-# The fields left unset, by the env's observation family; fill_defaults(config, factory)
-# fills them from an env factory of the caller's.
+# The fields left unset, by the env's observation family (fill_defaults: from a factory).
 env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
-fill_defaults = functools.partial(entry.fill_family, learn=DEFAULTS_BY_FAMILY, env=ENV_DEFAULTS_BY_FAMILY)
+fill_defaults = functools.partial(entry.fill_family, learn=DEFAULTS_BY_FAMILY,
+                                  env=ENV_DEFAULTS_BY_FAMILY)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -108,7 +108,7 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
                                **user)
 
 
-resolve = entry.resolve_with_replay  # fills --num-actors 0; the ranks: learners, replay ranks, actors
+resolve = entry.resolve_with_replay  # fills --num-actors 0; ranks: learners, replay, actors
 
 
 def check(config: ApexJobConfig, parts: Parts) -> None:
@@ -116,8 +116,8 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 
     from experiments.runtime.envs import env_name, env_spaces
 
-    check_env(lambda: entry.job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
-              actions=(spaces.Discrete, spaces.Box), job="Ape-X")
+    check_env(lambda: entry.job_env_fn(config, parts), env_id=config.env.env_id,
+              user_env=parts.env, actions=(spaces.Discrete, spaces.Box), job="Ape-X")
     obs_space, act_space = env_spaces(entry.job_env_fn(config, parts))
     name, env = algorithm_of(config, act_space), env_name(config.env.env_id, parts.env)
     wanted = spaces.Discrete if name in ("dqn", "r2d2") else spaces.Box

@@ -110,7 +110,7 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
                          actor=parts.actor, learner=parts.learner)
 
 
-resolve = entry.resolve_with_replay  # fills --num-actors 0; the ranks: learners, replay ranks, actors
+resolve = entry.resolve_with_replay  # fills --num-actors 0; ranks: learners, replay, actors
 
 
 def check(config: MADDPGJobConfig, parts: Any) -> None:
