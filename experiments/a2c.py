@@ -19,18 +19,10 @@ from typing import Any, ClassVar
 
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
 from experiments.roles.sync.member import SyncProgram
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import (
-    JobEntry,
-    describe_members,
-    family_defaults,
-    job_env_fn,
-    unset_by_family,
-)
-from experiments.runtime.envs import check_env
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
 from experiments.runtime.group import GroupConfig
 
-LearnConfig = unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
+LearnConfig = entry.unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -66,21 +58,17 @@ def builder(config: A2CJobConfig, parts: Parts, spec: Any):
 
 
 def check(config: A2CJobConfig, parts: Parts) -> None:
-    from gymnasium import spaces
-
     from algorithms.a2c import A2C
 
-    parts.check(algorithm=A2C)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
-              actions=(spaces.Discrete, spaces.Box), job="A2C")
+    entry.check_job(config, parts, job="A2C", algorithm=A2C)
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="a2c", builder=builder)
-ENTRY = JobEntry(title="A2C", config_cls=A2CJobConfig, program=PROGRAM, roles="experiments.roles.sync",
-                 describe=describe_members, hooks={"check": check, "env_defaults": env_defaults})
+ENTRY = entry.sync_job(title="A2C", config_cls=A2CJobConfig, program=PROGRAM, check=check,
+                       env_defaults=env_defaults)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -1,50 +1,22 @@
 """A3C, the actor-learner program's gradients path: ``python -m experiments.a3c``.
 
 Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (ICML,
-arXiv:1602.01783). Rank 0 is the learner: it hosts the gradient server (which owns the
-network and the optimizer, whose statistics every actor's gradients share: the paper's
-shared RMSProp), the coordinator, checkpoints and TensorBoard. Every other rank is an
-actor (a worker of the paper): it collects ``--n-steps`` steps of its ``--num-envs``
-envs with its copy of the parameters, pushes the rollout's gradient and pulls the
-newest parameters in one call; the last actor also evaluates. A gradient more than
-``--max-staleness`` versions old is dropped or down-weighted (``--staleness-policy``).
-``--num-workers`` counts the actors (default: one per CPU core; on fewer than 4 cores
-a single actor in this process, against a local gradient server); ``--serial`` steps
-every actor in turn in this one process. It stops when greedy evaluation over
-``--eval-episodes`` episodes averages ``--target-return`` (the env's reward threshold:
-475 on CartPole-v1), or at the time/step budget. A dead actor is restarted alone and
-rejoins with the newest parameters (``experiments.roles.actor_learner``).
-
-``--sync`` (synchronous A2C) is the job ``experiments.a2c``, the synchronous
-data-parallel program; ``python -m experiments.a3c --sync ...`` runs it.
-
-Continuous control (Gaussian head): the defaults are CartPole's, and on Pendulum-v1
-they do not learn. These flags do (the command in docs/jobs.md)::
-
-    python -m experiments.a3c --env-id Pendulum-v1 --num-workers 1 --gamma 0.9 \\
-        --gae-lambda 0.9 --n-steps 8 --num-envs 16 --reward-scale 0.1 \\
-        --log-std-init -0.5 --lr 1e-3 --max-seconds 120
-
-Measured for 120 s each, one seed, on a 2-core machine shared with other jobs (load
-average about 5; greedy evaluation of 20 episodes every 10K env steps, their median
-from 60 s on, and the best): the defaults -1263 (best -882; the training mean stayed
-at -1088), these flags at the default lr 2e-3 -321 (best -134, but the last
-evaluation fell to -1009), at lr 1e-3 -189 (best -131, last -171). With
-``experiments.evaluate`` playing ``policy-best.pt`` by default, the best is what it replays.
+arXiv:1602.01783): rank 0, the learner, hosts the gradient server (the paper's shared
+RMSProp); every other rank is an actor that pushes its rollout's gradient and pulls the
+newest parameters. ``--sync`` runs synchronous A2C (``experiments.a2c``). Roles,
+staleness, the local default of actors and continuous control (measured): docs/jobs.md, "A3C".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
-from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
 from experiments.roles.actor_learner.program import Program
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, flag, section
-from experiments.runtime.entry import JobEntry, job_env_fn, unset_by_family
-from experiments.runtime.envs import check_env, fill_by_family
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, flag, section
 
 # Flags of the job before issue 47 that no longer apply, and what replaced each.
 RETIRED = {
@@ -55,6 +27,7 @@ RETIRED = {
                        "all-reduce their gradients and wait for no round; a member's death restarts the world "
                        "from the newest checkpoint",
 }
+SYNC_RUNS = "synchronous A2C, the synchronous data-parallel program"  # what --sync runs
 SYNC_MOVED = ("synchronous A2C is the job experiments.a2c (python -m experiments.a2c, config "
               "experiments.a2c.A2CJobConfig): its members all-reduce their gradients, no gradient server; "
               "python -m experiments.a3c --sync runs it with the other flags")
@@ -91,11 +64,11 @@ class ServerConfig:
             raise ValueError(f"{flag('max_staleness')} must be >= 0 or none, got {self.max_staleness}")
 
 
-LearnConfig = unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
+LearnConfig = entry.unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
-class A3CJobConfig:
+class A3CJobConfig(entry.WorkersAreActors):
     """A3C (Mnih et al. 2016) on one machine or, under torchrun, a cluster."""
 
     # What the checkpoint's state (the network and the optimizer) is shaped by:
@@ -118,15 +91,6 @@ class A3CJobConfig:
     sync: bool = field(False, help=(
         "synchronous A2C: runs python -m experiments.a2c (the synchronous data-parallel program) with "
         "the other flags"))
-
-    @property
-    def num_actors(self) -> int:
-        """The actor-learner program's name for ``--num-workers``."""
-        return self.num_workers
-
-    @num_actors.setter
-    def num_actors(self, value: int) -> None:
-        self.num_workers = value
 
     def validate(self) -> None:
         if self.num_workers < 0:
@@ -155,13 +119,8 @@ def builder(config: A3CJobConfig, parts: Parts, spec: Any):
 
 def resolve(config: A3CJobConfig, world_size: int | None) -> int:
     """Fill ``--num-workers 0``; the number of ranks (the learner and the actors). One
-    local actor runs serially, in this process, with the server.
-
-    A local run's actors are one per core, one below 4 cores. Measured for A3C on a
-    2-core machine (CartPole-v1, bench a3c_cartpole, 3 seeds): two ranks paid 2-3 s of
-    spawning, RPC start-up and gradient staleness (mean 0.6-0.75 versions, more env
-    steps to solve: 16-100k against 13-23k) and solved in 8-33 s; one in-process worker
-    solved in 6-9 s under the same load."""
+    local actor runs serially, in this process, with the server. A local run's actors
+    are one per core, one below 4 cores (measured: docs/jobs.md, "A3C")."""
     from experiments.runtime.group import default_members
 
     if world_size is not None:
@@ -176,26 +135,16 @@ def resolve(config: A3CJobConfig, world_size: int | None) -> int:
 
 
 def check(config: A3CJobConfig, parts: Parts) -> None:
-    from gymnasium import spaces
-
     from algorithms.a2c.builder import A3CBuilder
 
-    parts.check(algorithm=A3CBuilder.algorithm_base, actor=A3CBuilder.actor_base, learner=A3CBuilder.learner_base)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
-              actions=(spaces.Discrete, spaces.Box), job="A3C")
+    entry.check_job(config, parts, job="A3C", algorithm=A3CBuilder.algorithm_base,
+                    actor=A3CBuilder.actor_base, learner=A3CBuilder.learner_base)
 
 
-def env_defaults(config: A3CJobConfig, parts: Parts) -> None:
-    """The ``learn`` fields left unset and ``--num-envs`` when not given, by the env's
-    observation family (``algorithms.a2c.config.DEFAULTS_BY_FAMILY``, ``ENV_DEFAULTS_BY_FAMILY``)."""
-    fill_defaults(config, job_env_fn(config, parts))
-
-
-def fill_defaults(config: A3CJobConfig, factory: Any) -> None:
-    """The family defaults left unset in an ``A3CJobConfig``, from ``factory``'s env
-    (built once: ``env_spaces`` caches it per factory)."""
-    fill_by_family(config.learn, DEFAULTS_BY_FAMILY, factory)
-    fill_by_family(config.env, ENV_DEFAULTS_BY_FAMILY, factory)
+# The fields left unset, by the env's observation family (fill_defaults: from a factory).
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+fill_defaults = functools.partial(entry.fill_family, learn=DEFAULTS_BY_FAMILY,
+                                  env=ENV_DEFAULTS_BY_FAMILY)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
@@ -207,34 +156,12 @@ def describe(summary: dict[str, Any]) -> list[str]:
          if summary.get("actor_restarts") else [])
 
 
-def extra_ranks(config: A3CJobConfig) -> int:
-    return 0
-
-
 PROGRAM = Program(name="a3c", builder=builder)
-ENTRY = JobEntry(title="A3C", config_cls=A3CJobConfig, program=PROGRAM, roles="experiments.roles.actor_learner",
-                 describe=describe, hooks={"resolve": resolve, "check": check, "env_defaults": env_defaults,
-                                           "extra_ranks": extra_ranks})
-job, run, format_summary = ENTRY.job, ENTRY.run, ENTRY.format_summary
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m experiments.a3c``; with ``--sync``, ``python -m experiments.a2c`` with
-    the other flags (synchronous A2C is a job of the synchronous program)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    retired = [a for a in args if a.split("=")[0] in RETIRED]
-    if retired:
-        name = retired[0].split("=")[0]
-        print(f"a3c.py: error: {name} is retired: {RETIRED[name]}", file=sys.stderr)
-        return 2
-    if "--sync" in args:
-        from experiments import a2c
-
-        print("--sync: running python -m experiments.a2c (synchronous A2C, the synchronous data-parallel "
-              "program)", file=sys.stderr)
-        return a2c.main([a for a in args if a != "--sync"])
-    return ENTRY.main(args)
-
+ENTRY = entry.actor_learner_job(
+    title="A3C", config_cls=A3CJobConfig, program=PROGRAM, describe=describe, check=check,
+    env_defaults=env_defaults, resolve=resolve, retired=RETIRED,
+    forward={"--sync": ("experiments.a2c", SYNC_RUNS)})
+job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":
     sys.exit(main())

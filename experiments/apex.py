@@ -1,33 +1,9 @@
-"""Ape-X DQN, the project's main job: ``python -m experiments.apex``.
+"""Ape-X, the project's main job: ``python -m experiments.apex``.
 
 Horgan et al. 2018, "Distributed Prioritized Experience Replay" (ICLR,
-arXiv:1803.00933). With no launcher environment it spawns a local world (1 learner
-+ actors sized to the CPU count, at least 2) and stops when greedy evaluation over
-``--eval-episodes`` episodes averages ``--target-return`` (475 on CartPole-v1) or
-at the time/step budget. ``--serial`` runs the learner and every actor in this one
-process. Under ``torchrun`` every rank takes a role by this rule
-(:func:`experiments.roles.actor_learner.program.role_of`):
-
-    rank 0                      learner 0 (coordinator, parameter server, evaluation
-                                bookkeeping, checkpoints, TensorBoard)
-    ranks 1 .. K-1              learners 1 .. K-1 (K = --learners, default 1), which
-                                learn in step with learner 0 (gradients averaged)
-    ranks K .. K+R-1            dedicated replay ranks (R = --replay-ranks, only with
-                                --replay-placement replay-ranks)
-    remaining ranks             actors (actor index = rank - K - R)
-
-Evaluation (greedy, ``--eval-episodes`` envs, each env's first episode) runs on the
-last actor, the least exploring one, after it pulls the newest parameters: the
-learner never stalls for it. The ``learn`` section is an
-:class:`algorithms.dqn.ApexConfig` (DQN's, and the fields TD3/DDPG/SAC share), the
-``continuous`` one TD3/DDPG's own (:mod:`algorithms.td3.config`, of which SAC takes
-``critic_lr``, ``critic_layer_norm`` and ``random_start``), the ``sac`` one SAC's own
-:class:`algorithms.sac.SACConfig` (its flags: temperature, target entropy, log-std bounds),
-the ``r2d2`` one R2D2's own :class:`algorithms.r2d2.R2D2Config` (``--algorithm r2d2``,
-Kapturowski et al. 2019: burn-in, unroll, sequence period, LSTM size).
-
-Multi-node: ``torchrun --nnodes N --nproc-per-node M --rdzv-backend c10d
---rdzv-endpoint HOST:PORT -m experiments.apex --listen-address <this node's IP>``.
+arXiv:1803.00933): actors fill a prioritized replay that the learner samples; DQN for
+Discrete actions (or R2D2, recurrent), TD3, DDPG or SAC for a Box. Roles by rank,
+evaluation, the config's sections: docs/jobs.md, "Ape-X"; the learners: "Ape-X's learners".
 """
 
 from __future__ import annotations
@@ -41,19 +17,12 @@ from algorithms.dqn.dqn import DQNConfig
 from algorithms.r2d2.config import R2D2Config
 from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
-from experiments.roles.actor_learner.program import Program, validate_learners
-from experiments.runtime import EnvConfig, Parts, RunConfig, field, flag, section
+from experiments.roles.actor_learner.program import Program
+from experiments.runtime import EnvConfig, Parts, RunConfig, entry, field, flag, section
 from experiments.runtime.data import ReplayConfig
-from experiments.runtime.entry import (
-    JobEntry,
-    describe_actor_learner,
-    job_env_fn,
-    resolve_actors,
-    unset_by_family,
-)
 from experiments.runtime.envs import check_env
 
-LearnConfig = unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
+LearnConfig = entry.unset_by_family(ApexConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -86,18 +55,14 @@ class ApexJobConfig:
     algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac", "r2d2"] = field("auto", help=(
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg, sac or "
         "r2d2 (recurrent: replays sequences, for partially observed envs)"))
-    num_actors: int = field(0, help=(
-        "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
-        "world size decides"))
+    num_actors: int = entry.actors_field()
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each sampling its own batch (with --replay-placement learner, from "
         "its own shard of the replay, fed by actors i mod K), gradients averaged so their parameters "
         "stay identical; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
-        if self.num_actors < 0:
-            raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
-        validate_learners(self)
+        entry.validate_actors(self)
         if self.learners > 1 and self.learn.recycle_every:
             raise ValueError(f"{flag('recycle_every')} needs --learners 1: each learner would recycle other "
                              "units (by its own batch) and their parameters would part")
@@ -143,10 +108,7 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
                                **user)
 
 
-def resolve(config: ApexJobConfig, world_size: int | None) -> int:
-    """Fill ``--num-actors 0``; the number of ranks (learners + replay + actors)."""
-    return resolve_actors(config, world_size, extra=config.replay.extra_ranks(),
-                          own_data=config.replay.replay_placement == "learner")
+resolve = entry.resolve_with_replay  # fills --num-actors 0; ranks: learners, replay, actors
 
 
 def check(config: ApexJobConfig, parts: Parts) -> None:
@@ -154,9 +116,9 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 
     from experiments.runtime.envs import env_name, env_spaces
 
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
-              actions=(spaces.Discrete, spaces.Box), job="Ape-X")
-    obs_space, act_space = env_spaces(job_env_fn(config, parts))
+    check_env(lambda: entry.job_env_fn(config, parts), env_id=config.env.env_id,
+              user_env=parts.env, actions=(spaces.Discrete, spaces.Box), job="Ape-X")
+    obs_space, act_space = env_spaces(entry.job_env_fn(config, parts))
     name, env = algorithm_of(config, act_space), env_name(config.env.env_id, parts.env)
     wanted = spaces.Discrete if name in ("dqn", "r2d2") else spaces.Box
     if not isinstance(act_space, wanted):
@@ -178,27 +140,22 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     from algorithms.nets import observation_family
     from experiments.runtime.envs import env_spaces
 
-    obs_space, act_space = env_spaces(job_env_fn(config, parts))
+    obs_space, act_space = env_spaces(entry.job_env_fn(config, parts))
     config.algorithm = algorithm_of(config, act_space)
     if config.algorithm == "dqn" and config.dqn.noisy:
-        for name, value in NOISY_DEFAULTS.items():
-            if getattr(config.learn, name) is None:
-                setattr(config.learn, name, value)
+        entry.fill_unset(config.learn, NOISY_DEFAULTS)
     fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
 
 
 def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:
     """The ``learn`` fields left unset (None) filled by ``algorithm``'s builder's
     ``defaults(family)``. Returns ``learn``."""
-    for name, value in builder_class(algorithm).defaults(family).items():
-        if getattr(learn, name) is None:
-            setattr(learn, name, value)
-    return learn
+    return entry.fill_unset(learn, builder_class(algorithm).defaults(family))
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
     items = "sequences" if summary.get("algorithm", "").endswith(".R2D2") else "transitions"
-    return describe_actor_learner(summary, waits_for="data", batch=(
+    return entry.describe_actor_learner(summary, waits_for="data", batch=(
         f"batch {summary['batch_size']}, replay {summary['replay_size']:,} {items}"))
 
 
@@ -212,15 +169,14 @@ def pacing(config: ApexJobConfig):
                           num_envs=config.env.num_envs, learners=config.learners)
 
 
-def extra_ranks(config: ApexJobConfig) -> int:
-    return config.replay.extra_ranks()
+def title(summary: dict[str, Any]) -> str:
+    return "Ape-X " + (summary.get("algorithm", "").rsplit(".", 1)[-1] or "DQN")
 
 
 PROGRAM = Program(name="apex", builder=builder)
-ENTRY = JobEntry(title=lambda summary: "Ape-X " + (summary.get("algorithm", "").rsplit(".", 1)[-1] or "DQN"),
-                 config_cls=ApexJobConfig, program=PROGRAM, roles="experiments.roles.actor_learner",
-                 describe=describe, hooks={"resolve": resolve, "check": check, "env_defaults": env_defaults,
-                                           "extra_ranks": extra_ranks})
+ENTRY = entry.actor_learner_job(
+    title=title, config_cls=ApexJobConfig, program=PROGRAM, describe=describe, check=check,
+    env_defaults=env_defaults, resolve=resolve, extra_ranks=entry.replay_ranks)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -1,63 +1,28 @@
 """MADDPG on any PettingZoo parallel env: ``python -m experiments.maddpg``.
 
 Lowe et al. 2017, "Multi-Agent Actor-Critic for Mixed Cooperative-Competitive
-Environments" (NeurIPS, arXiv:1706.02275), on the actor-learner program
-(:mod:`experiments.roles.actor_learner`) with :class:`algorithms.maddpg.builder.MADDPGBuilder`:
-``--num-actors`` actors each step ``--num-envs`` env copies (in ``--env-workers``
-subprocesses) and act for all of them at once (one batched forward per agent group);
-the learner samples the replay uniformly (``--priority-alpha 0``) and makes
-``--updates-per-step`` updates per env step; the defaults are the paper's (batch
-1024, one update per 100 env steps, 25-step episodes). ``--serial`` runs the learner
-and the actors in one process; under torchrun every rank takes its role by the
-program's rule (rank 0 the learner, the others actors), a dead actor is restarted and
-rejoins, and ``--learners K`` learns in step on K ranks.
-
-Envs (``--env-id``): an mpe2 scenario by short name (``simple_spread``,
-``simple_adversary``, ``simple_tag``, ``simple_push``, ``simple_reference``,
-``simple_speaker_listener``, ...), ``module:factory`` (any callable that returns a
-PettingZoo ParallelEnv) or the built-in ``cooperative`` / ``cooperative_hetero``;
-``--n-agents``, ``--episode-steps`` and ``--continuous`` reach the env when its
-factory takes them (``N``/``n_agents``, ``max_cycles``/``max_steps``,
-``continuous_actions``/``continuous``). Agents form teams by name
-(``adversary_0`` -> ``adversary``); ``--critic-observes team`` shows each critic
-only its own team's observations and actions.
-
-Python API: ``run(MADDPGJobConfig(...), parts=Parts(env=factory,
-algorithm=MyMADDPG, network=actor_factory, actor=MyActor, learner=MyLearner))``.
-``network(observation_space, action_space)`` builds one agent's actor (raw outputs:
-logits for Discrete actions, pre-tanh values for a Box); the critics are MLPs of
-``--hidden``; ``actor``/``learner`` subclass
-:class:`~algorithms.maddpg.builder.MADDPGActor` / ``MADDPGLearner``.
-
-TensorBoard (``--log-dir``, per run directory): ``charts/episodic_return`` (team
-return: the sum over agents), ``charts/episodic_length``, ``charts/SPS``,
-``losses/*``, ``eval/return`` (greedy, every ``--eval-every`` env steps), and
-``agents/<agent>/episodic_return``, ``teams/<team>/episodic_return``.
-
-Policy ensembles with ``--ensemble-buffers separate``: each update trains sub-policy
-``updates % K`` of every agent on the transitions that agent played with it (the
-paper's sub-buffers D_i^(k), drawn from the one replay; see
-:mod:`algorithms.maddpg.builder`). ``shared`` trains all sub-policies each update.
+Environments" (NeurIPS, arXiv:1706.02275), on the actor-learner program with
+:class:`algorithms.maddpg.builder.MADDPGBuilder`. Envs, teams, the Python API,
+TensorBoard tags and policy ensembles: docs/jobs.md, "MADDPG".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import sys
 from typing import Any, ClassVar, Literal
 
 from algorithms.maddpg.spec import MADDPGConfig
-from experiments.roles.actor_learner.program import Program, validate_learners
-from experiments.runtime import RunConfig, field, flag, section
+from experiments.roles.actor_learner.program import Program
+from experiments.runtime import RunConfig, entry, field, section
 from experiments.runtime.data import ReplayConfig as ProgramReplayConfig
-from experiments.runtime.entry import JobEntry, describe_actor_learner, resolve_actors
-from experiments.runtime.envs import env_name
 from experiments.runtime.multiagent import (  # noqa: F401  (public, for scripts)
     MultiAgentEnvConfig,
     agent_specs,
+    check_parallel_env,
     critic_sees,
+    describe_teams,
     env_factory,
     evaluate,
     final_measures,
@@ -95,17 +60,13 @@ class MADDPGJobConfig:
     env: MultiAgentEnvConfig = section(MultiAgentEnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
     learn: MADDPGConfig = section(MADDPGConfig)
-    num_actors: int = field(1, help=(
-        "actors of a local run (0: one per CPU core this process may use, at least 2); under torchrun the "
-        "world size decides"))
+    num_actors: int = entry.actors_field(1)
     learners: int = field(1, help=(
         "learner ranks (0 .. K-1), each sampling its own batch, gradients averaged so their parameters "
         "stay identical; learner 0 publishes and keeps the run"))
 
     def validate(self) -> None:
-        if self.num_actors < 0:
-            raise ValueError(f"{flag('num_actors')} must be >= 0, got {self.num_actors}")
-        validate_learners(self)
+        entry.validate_actors(self)
         self.replay.check_batches(self.learn.batch_size, learners=self.learners, serial=self.run.serial)
 
     def algo_config(self) -> MADDPGConfig:
@@ -149,87 +110,28 @@ def builder(config: MADDPGJobConfig, parts: Any, spec: Any):
                          actor=parts.actor, learner=parts.learner)
 
 
-def resolve(config: MADDPGJobConfig, world_size: int | None) -> int:
-    """Fill ``--num-actors 0``; the number of ranks (learners + replay ranks + actors)."""
-    return resolve_actors(config, world_size, extra=config.replay.extra_ranks(),
-                          own_data=config.replay.replay_placement == "learner")
+resolve = entry.resolve_with_replay  # fills --num-actors 0; ranks: learners, replay, actors
 
 
-def extra_ranks(config: MADDPGJobConfig) -> int:
-    return config.replay.extra_ranks()
-
-
-def check(config: Any, parts: Any) -> None:
-    """The user's parts fit, the env id resolves, the env flags reach it, and the
-    env it builds is a ParallelEnv whose agents MADDPG can drive."""
+def check(config: MADDPGJobConfig, parts: Any) -> None:
+    """The user's parts fit, and the env is a ParallelEnv whose agents MADDPG can drive."""
     from algorithms.maddpg import MADDPG
     from algorithms.maddpg.builder import MADDPGActor, MADDPGLearner
-    from envs.multiagent import ParallelEnvAdapter
-    from envs.multiagent.registry import NotParallelEnv
 
     parts.check(algorithm=MADDPG, actor=MADDPGActor, learner=MADDPGLearner)
-    factory = env_factory(config.env, parts.env)
-    try:
-        env = factory()
-    except NotParallelEnv as exc:  # the message names where the env came from
-        if parts.env is not None:
-            raise
-        raise ValueError(str(exc)) from None
-    except TypeError as exc:  # e.g. a module:factory that needs arguments
-        if parts.env is not None:
-            raise
-        raise ValueError(f"{flag('env_id')} {config.env.env_id!r}: calling its factory failed: {exc}") from None
-    try:
-        adapter = ParallelEnvAdapter(env)
-        agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{env_name(config.env.env_id, parts.env)}: {exc}") from None
-    finally:
-        env.close()
-
-
-def _num(value: Any, fmt: str) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
+    check_parallel_env(config.env, parts.env)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
-    teams = summary["teams"]
-    lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
-             f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
-    for team, members in teams.items():
-        value = summary["team_return_last100"].get(team)
-        lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
-    if math.isfinite(summary.get("landmark_distance", math.nan)) or \
-            math.isfinite(summary.get("collisions_per_episode", math.nan)):
-        lines.append(f"final eval         landmark distance {_num(summary['landmark_distance'], '.3f')}, "
-                     f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
-    if math.isfinite(summary.get("tags_per_episode", math.nan)):
-        lines.append(f"final eval         {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
-    lines.append(f"networks           {summary['mode']}")
-    if summary.get("env_worker_restarts"):
-        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), "
-                     f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
-    return lines + describe_actor_learner(summary, waits_for="data", batch=(
+    return describe_teams(summary) + entry.describe_actor_learner(summary, waits_for="data", batch=(
         f"batch {summary['batch_size']}, replay {summary['replay_size']:,} transitions"))
 
 
-def play(ctx: Any, policy: Any, *, episodes: int, seed: int) -> list[float]:
-    """Team returns of ``episodes`` greedy episodes of a loaded policy (``experiments.evaluate``)."""
-    from experiments.roles.actor_learner.program import Setup
-
-    setup = Setup.of(PROGRAM, ctx)
-    envs = setup.builder.make_vector_env(setup.env_fn, num_envs=episodes, num_workers=0)
-    try:
-        return [float(r) for r in setup.builder.play(policy, envs, episodes=episodes, seed=seed)]
-    finally:
-        envs.close()
-
-
 PROGRAM = Program(name="maddpg", builder=builder)
-ENTRY = JobEntry(title="MADDPG", config_cls=MADDPGJobConfig, program=PROGRAM, roles="experiments.roles.actor_learner",
-                 describe=describe, env_fn=job_env_fn,
-                 hooks={"resolve": resolve, "check": check, "env_defaults": None, "extra_ranks": extra_ranks,
-                        "play": play})
+ENTRY = entry.actor_learner_job(
+    title="MADDPG", config_cls=MADDPGJobConfig, program=PROGRAM, describe=describe, check=check,
+    env_defaults=None, resolve=resolve, extra_ranks=entry.replay_ranks, env_fn=job_env_fn,
+    play=functools.partial(entry.play_with_builder, PROGRAM))
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

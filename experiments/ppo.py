@@ -2,22 +2,8 @@
 
 Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (arXiv:1707.06347);
 data-parallel and preemptive as DD-PPO (Wijmans et al. 2020, "DD-PPO: Learning
-Near-Perfect PointGoal Navigators from 2.5 Billion Frames", ICLR). Every member (a
-rank) steps its own ``--num-envs`` envs for ``--n-steps`` steps and runs PPO's
-``--epochs`` of ``--minibatches`` minibatches on its rollout, each minibatch's gradient
-averaged over the members, so their parameters are identical after every step. With
-``--preempt-fraction f`` a member still collecting stops once a fraction f of the
-members have finished (never before ``--preempt-min`` of its rollout). It stops when a
-greedy evaluation over ``--eval-episodes`` episodes averages ``--target-return`` (the
-env's reward threshold: 475 on CartPole-v1), or at the time/step budget.
-
-Members: ``--num-workers N`` on this machine (default: one per GPU when learning on
-CUDA, else one per core and a single one in this process below 4 cores, see
-:func:`experiments.runtime.group.default_members`),
-or the world under torchrun (rank 0 also leads: coordinator, evaluation, checkpoints).
-Measured (CartPole-v1, 8 x 128 per member, lr 1e-3, 10 seeds, 2 shared cores): one
-member solved in a median 14.3K env steps / 8.3 s, two in 33.8K / 16.3 s (docs/benchmarks.md,
-"Learner groups and data-parallel jobs").
+Near-Perfect PointGoal Navigators from 2.5 Billion Frames", ICLR). Members, preemption,
+evaluation and stop: docs/learner-groups.md; measurements: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,21 +12,12 @@ import dataclasses
 import sys
 from typing import Any, ClassVar
 
-from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, PPOConfig
+from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, PPOConfig
 from experiments.roles.sync.member import SyncProgram
-from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, field, section
-from experiments.runtime.entry import (
-    JobEntry,
-    describe_members,
-    family_defaults,
-    job_env_fn,
-    unset_by_family,
-)
-from experiments.runtime.envs import check_env
+from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
 from experiments.runtime.group import GroupConfig
 
-ENV_DEFAULTS_BY_FAMILY = {"vector": {"num_envs": 8}, "small_image": {"num_envs": 32},
-                          "frames": {"num_envs": 8}, "other": {"num_envs": 8}}
+LearnConfig = entry.unset_by_family(PPOConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -48,9 +25,6 @@ class PPOEnvConfig(FamilyEnvConfig):
     """The env each member steps; ``--num-envs`` by observation family when not given."""
 
     num_envs: int | None = field(None, help="env copies per member (none: by observation family, 8; 32 for MinAtar)")
-
-
-LearnConfig = unset_by_family(PPOConfig, BY_FAMILY)  # the job's learn section
 
 
 @dataclasses.dataclass
@@ -78,21 +52,17 @@ def builder(config: PPOJobConfig, parts: Parts, spec: Any):
 
 
 def check(config: PPOJobConfig, parts: Parts) -> None:
-    from gymnasium import spaces
-
     from algorithms.ppo import PPO
 
-    parts.check(algorithm=PPO)
-    check_env(lambda: job_env_fn(config, parts), env_id=config.env.env_id, user_env=parts.env,
-              actions=(spaces.Discrete, spaces.Box), job="PPO")
+    entry.check_job(config, parts, job="PPO", algorithm=PPO)
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
 
 PROGRAM = SyncProgram(name="ppo", builder=builder)
-ENTRY = JobEntry(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, roles="experiments.roles.sync",
-                 describe=describe_members, hooks={"check": check, "env_defaults": env_defaults})
+ENTRY = entry.sync_job(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, check=check,
+                       env_defaults=env_defaults)
 job, run, format_summary, main = ENTRY.job, ENTRY.run, ENTRY.format_summary, ENTRY.main
 
 if __name__ == "__main__":

@@ -135,3 +135,11 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.01},
     "other": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
 }
+
+# The job's --num-envs per member by observation family, when not given.
+ENV_DEFAULTS_BY_FAMILY: dict[str, dict[str, int]] = {
+    "vector": {"num_envs": 8},
+    "small_image": {"num_envs": 32},
+    "frames": {"num_envs": 8},
+    "other": {"num_envs": 8},
+}

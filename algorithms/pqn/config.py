@@ -104,3 +104,11 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, Any]] = {
                "hidden": (128, 128)},
 }
 DEFAULTS_BY_FAMILY["other"] = DEFAULTS_BY_FAMILY["vector"]
+
+# The job's --num-envs per member by observation family, when not given.
+ENV_DEFAULTS_BY_FAMILY: dict[str, dict[str, int]] = {
+    "vector": {"num_envs": 32},
+    "small_image": {"num_envs": 128},
+    "frames": {"num_envs": 128},
+    "other": {"num_envs": 32},
+}

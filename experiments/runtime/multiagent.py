@@ -1,12 +1,13 @@
 """A multi-agent job's env (MADDPG's): its env section, the PettingZoo env by
 ``--env-id`` (or the user's factory) with the env flags it takes, the agents' teams
 and what each critic sees, and the greedy evaluation with the MPE measures of the
-MADDPG paper. (Was ``experiments.roles.maddpg_parts``; the job's check and describe
-hooks are in ``experiments.maddpg``.)"""
+MADDPG paper, and the summary lines on them. (Was ``experiments.roles.maddpg_parts``;
+the job's hooks are in ``experiments.maddpg``.)"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -129,6 +130,32 @@ def agent_specs(agents: Sequence[str], obs_spaces: Sequence[Any], act_spaces: Se
     return [AgentSpec.from_spaces(o, a, name=name) for name, o, a in zip(agents, obs_spaces, act_spaces)]
 
 
+def check_parallel_env(env: MultiAgentEnvConfig, user_env: Callable[[], Any] | None) -> None:
+    """ValueError unless the env id resolves, the env flags reach it, and the env it
+    builds is a ParallelEnv whose agents MADDPG can drive (a user's factory's own errors
+    pass as they are)."""
+    from envs.multiagent import ParallelEnvAdapter
+    from envs.multiagent.registry import NotParallelEnv
+
+    try:
+        made = env_factory(env, user_env)()
+    except NotParallelEnv as exc:  # the message names where the env came from
+        if user_env is not None:
+            raise
+        raise ValueError(str(exc)) from None
+    except TypeError as exc:  # e.g. a module:factory that needs arguments
+        if user_env is not None:
+            raise
+        raise ValueError(f"{flag('env_id')} {env.env_id!r}: calling its factory failed: {exc}") from None
+    try:
+        adapter = ParallelEnvAdapter(made)
+        agent_specs(adapter.agents, adapter.agent_observation_spaces, adapter.agent_action_spaces)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{env_name(env.env_id, user_env)}: {exc}") from None
+    finally:
+        made.close()
+
+
 # ----------------------------------------------------------------- evaluation
 
 
@@ -231,3 +258,29 @@ def final_measures(env_fn: Callable[[], Any], algo: Any, *, episodes: int, seed:
     ``episodes`` episodes (fixed seeds, as every run's: the numbers compare runs)."""
     result = evaluate(algo, env_fn, episodes=episodes, seed=seed)
     return {key: result[key] for key in MEASURES}
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else format(value, fmt)
+
+
+def describe_teams(summary: dict[str, Any]) -> list[str]:
+    """A multi-agent job's summary lines: its agents and teams, the final evaluation's
+    :data:`MEASURES` that fit its env, its networks and its env workers' restarts."""
+    teams = summary["teams"]
+    lines = [f"agents             {len(summary['agents'])} in {len(teams)} team(s); critics observe "
+             f"{summary['critic_observes']} (input sizes {', '.join(map(str, summary['critic_inputs']))})"]
+    for team, members in teams.items():
+        value = summary["team_return_last100"].get(team)
+        lines.append(f"  team {team:<12} {len(members)} agent(s), last 100 mean return {_num(value, '.2f')}")
+    if math.isfinite(summary.get("landmark_distance", math.nan)) or \
+            math.isfinite(summary.get("collisions_per_episode", math.nan)):
+        lines.append(f"final eval         landmark distance {_num(summary['landmark_distance'], '.3f')}, "
+                     f"collisions {_num(summary['collisions_per_episode'], '.2f')} per episode")
+    if math.isfinite(summary.get("tags_per_episode", math.nan)):
+        lines.append(f"final eval         {summary['tags_per_episode']:.2f} adversary-good contacts per episode")
+    lines.append(f"networks           {summary['mode']}")
+    if summary.get("env_worker_restarts"):
+        lines.append(f"env workers        {summary['env_worker_restarts']} restart(s), "
+                     f"{summary.get('dropped_episodes', 0)} cut episode(s) dropped")
+    return lines

@@ -14,6 +14,7 @@ from jobs import apex_config
 from algorithms.dqn import ApexConfig, ApexDPGActor
 from experiments import apex, evaluate
 from experiments.runtime import Parts
+from experiments.runtime.entry import job_env_fn
 
 
 def td3_config(log_dir="none", **over):
@@ -61,7 +62,7 @@ def test_actors_explore_at_their_own_scales():
 
     config = td3_config()
     apex.env_defaults(config, Parts())
-    env = make_vector_env(apex.job_env_fn(config, Parts()), num_envs=4, num_workers=0,
+    env = make_vector_env(job_env_fn(config, Parts()), num_envs=4, num_workers=0,
                           autoreset_mode=AutoresetMode.SAME_STEP, seed=0)
     try:
         builder = apex.builder(config, Parts(), EnvSpec(env.single_observation_space, env.single_action_space))

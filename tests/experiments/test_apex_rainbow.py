@@ -15,6 +15,7 @@ from algorithms.dqn.c51 import CategoricalDQN
 from algorithms.noisy import noisy_layers
 from experiments import apex
 from experiments.runtime import Parts
+from experiments.runtime.entry import job_env_fn
 
 
 def test_the_builder_makes_a_noisy_c51_whose_priorities_are_positive():
@@ -24,7 +25,7 @@ def test_the_builder_makes_a_noisy_c51_whose_priorities_are_positive():
 
     config = apex_config(distributional=True, noisy=True, n_atoms=11, v_max=20.0)
     apex.env_defaults(config, Parts())
-    env = make_vector_env(apex.job_env_fn(config, Parts()), num_envs=2, num_workers=0, seed=0)
+    env = make_vector_env(job_env_fn(config, Parts()), num_envs=2, num_workers=0, seed=0)
     try:
         builder = apex.builder(config, Parts(), EnvSpec(env.single_observation_space, env.single_action_space))
         algo = builder.make_algorithm(device="cpu", seed=0)

@@ -23,6 +23,7 @@ from algorithms.builder import EnvSpec
 from experiments import evaluate, ppo
 from experiments.runtime import Parts
 from experiments.runtime.cli import apply_overrides
+from experiments.runtime.entry import job_env_fn
 from experiments.runtime.envs import env_spaces
 
 
@@ -151,7 +152,7 @@ def test_images_anneal_the_learning_rate_over_the_runs_budget_unless_given():
     minatar = ppo_config(env_id="MinAtar/Breakout-v0", max_env_steps=3_000_000)
     ppo.env_defaults(minatar, Parts())
     assert (minatar.learn.lr, minatar.learn.lr_anneal_steps) == (7e-4, 3_000_000)
-    spec = EnvSpec(*env_spaces(ppo.job_env_fn(minatar, Parts())))
+    spec = EnvSpec(*env_spaces(job_env_fn(minatar, Parts())))
     made = ppo.builder(dataclasses.replace(minatar, env=dataclasses.replace(minatar.env, num_envs=8)), Parts(), spec)
     assert made.config.lr_anneal_updates == 3_000_000 // (8 * 16)  # one update: 8 envs x 16 steps, one member
     given = ppo_config(env_id="MinAtar/Breakout-v0", lr_anneal_steps=7)
@@ -169,7 +170,7 @@ def test_images_step_32_envs_with_a_larger_entropy_bonus_unless_given():
     minatar = ppo.PPOJobConfig()
     apply_overrides(minatar, {"env_id": "MinAtar/Breakout-v0"})
     assert minatar.env.num_envs is None and minatar.learn.entropy_coef is None
-    spec = EnvSpec(*env_spaces(ppo.job_env_fn(minatar, Parts())))
+    spec = EnvSpec(*env_spaces(job_env_fn(minatar, Parts())))
     with pytest.raises(ValueError, match="--lr, --entropy-coef, --lr-anneal-steps unset"):
         ppo.builder(minatar, Parts(), spec)
     ppo.env_defaults(minatar, Parts())

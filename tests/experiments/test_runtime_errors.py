@@ -60,6 +60,25 @@ def test_a3c_specific_errors(argv, message, capsys):
     assert code == 2 and message in capsys.readouterr().err
 
 
+def test_a_job_entry_refuses_retired_flags_and_forwards_moved_ones(capsys, monkeypatch):
+    """``JobEntry``'s ``retired`` and ``forward`` (A3C's three retired flags and ``--sync``),
+    for any job: a retired flag in either form exits 2 naming its replacement; a forwarded
+    one runs the other job's ``main`` with the other flags."""
+    import sys
+    import types
+
+    from experiments.runtime.entry import JobEntry
+
+    other = types.ModuleType("other_job")
+    other.main = lambda argv: 40 + len(argv)
+    monkeypatch.setitem(sys.modules, "other_job", other)
+    entry = JobEntry(title="X", config_cls=object, roles="unused", describe=list, retired={"--old": "use --new"},
+                     forward={"--elsewhere": ("other_job", "the other job")})
+    assert entry.main(["--seed", "1", "--old=3"]) == 2 and "--old is retired: use --new" in capsys.readouterr().err
+    assert entry.main(["--elsewhere", "--seed", "1"]) == 42
+    assert "--elsewhere: running python -m other_job (the other job)" in capsys.readouterr().err
+
+
 def _exit_code(main, argv):
     try:
         return main(argv)
