@@ -1,5 +1,3 @@
-"""``python -m experiments.bench.pomdp``: :mod:`experiments.bench.pomdp.budget`."""
-
 import sys
 
 from experiments.bench.pomdp.budget import main
