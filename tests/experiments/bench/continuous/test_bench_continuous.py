@@ -123,8 +123,9 @@ def test_per_env_defaults_and_overrides():
     assert bench_module.eval_every_of(args, "Pendulum-v1") == 500
 
 
-@pytest.mark.parametrize("impl", ["rlpar-td3", "rlpar-sac", "rlpar-ddpg"])
-def test_ours_evaluator_policy_loads_the_runs_policy_state_and_acts_in_the_box(impl):
+@pytest.mark.parametrize("impl, algorithm, cls", [
+    ("rlpar-td3", "td3", "TD3"), ("rlpar-sac", "sac", "SAC"), ("rlpar-ddpg", "ddpg", "DDPG")])
+def test_ours_evaluator_policy_loads_the_runs_policy_state_and_acts_in_the_box(impl, algorithm, cls):
     # The evaluator's network is rebuilt from the flags; a run's snapshot is its
     # algorithm's policy_state (here a freshly built one's, the quick run's network).
     from algorithms.builder import EnvSpec
@@ -134,7 +135,7 @@ def test_ours_evaluator_policy_loads_the_runs_policy_state_and_acts_in_the_box(i
     from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
-    algorithm = bench_module.algorithm_of(impl)
+    assert bench_module.algorithm_of(impl) == algorithm
     load, act = ours.policy("Pendulum-v1", algorithm=algorithm, flags="", quick=True)
     config = ours.apex_config("Pendulum-v1", "", algorithm=algorithm)
     apply_overrides(config, {"hidden": "32,32"})
@@ -142,7 +143,7 @@ def test_ours_evaluator_policy_loads_the_runs_policy_state_and_acts_in_the_box(i
     env = EnvFactory.from_id("Pendulum-v1")()
     run = builder(config, Parts(), EnvSpec(observation_space=env.observation_space, action_space=env.action_space))
     trained = run.make_algorithm(device="cpu", seed=1)
-    assert type(trained).__name__ == {"td3": "TD3", "sac": "SAC", "ddpg": "DDPG"}[algorithm]
+    assert type(trained).__name__ == cls
     load(trained.policy_state())
     obs = [env.reset(seed=s)[0] for s in range(4)]
     actions = act(obs)
