@@ -1,6 +1,6 @@
-"""Continuous control under a wall-clock budget: ours (Ape-X TD3, ``python -m
-experiments.apex``) against Stable-Baselines3 TD3 and SAC (rl-baselines3-zoo's
-settings), side by side on this machine.
+"""Continuous control under a wall-clock budget: ours (Ape-X TD3 and Ape-X SAC, ``python -m
+experiments.apex --algorithm td3|sac``) against Stable-Baselines3 TD3 and SAC
+(rl-baselines3-zoo's settings), side by side on this machine.
 
     python -m experiments.bench.continuous.budget --envs Pendulum-v1            # 10 min per run
     python -m experiments.bench.continuous.budget --envs HalfCheetah-v5,Hopper-v5 --seeds 0,1,2   # mujoco extra
@@ -17,7 +17,7 @@ whole machine), the bench starts two processes (:func:`experiments.bench.tools.w
   (imports and spawning included), or at ``--max-env-steps``, and writes its actor
   every ``--eval-every`` env steps and at the end;
 - an evaluator (``--evaluator``, ``nice`` 10) that plays every snapshot greedily
-  (ours' and TD3's deterministic actor, SAC's mean action) over
+  (TD3's deterministic actor, SAC's squashed mean action, ours' and SB3's alike) over
   ``--eval-episodes`` episodes, each env copy's first episode, seeded by the
   snapshot's env steps.
 
@@ -59,8 +59,9 @@ from experiments.bench.tools import wallclock as wc
 from experiments.bench.tools.emit import emit
 
 BENCH = "continuous"
-IMPLS = ("rlpar-td3", "sb3-td3", "sb3-sac", "rlpar-ddpg")
-DEFAULT_IMPLS = IMPLS[:3]
+IMPLS = ("rlpar-td3", "rlpar-sac", "sb3-td3", "sb3-sac", "rlpar-ddpg")
+DEFAULT_IMPLS = IMPLS[:4]
+OURS = {"rlpar-td3": "td3", "rlpar-sac": "sac", "rlpar-ddpg": "ddpg"}  # impl -> experiments.apex --algorithm
 REPORT_AT = (0.25, 0.5, 0.75, 1.0)  # return_at_s: fractions of the budget
 # A cap no run reaches on this machine: the comparison is at equal wall-clock. At 1M
 # (the papers' sample budget) ours stopped on HalfCheetah at 1,420 s of its 1,800 while
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "With one env only"))
     add("--out", default=os.path.join("runs", "bench-continuous"), help="results directory")
     add("--ours-flags", default="", help=(
-        "extra experiments.apex flags for rlpar-td3/ddpg (after the bench's per-env ones)"))
+        "extra experiments.apex flags for rlpar-td3/sac/ddpg (after the bench's per-env ones)"))
     add("--peer-threads", type=int, default=1, help=(
         "torch threads of an SB3 peer (1: two are at best 30%% faster on an idle machine and several times "
         "slower beside any other load, this bench's evaluator included; see continuous.peers)"))
@@ -156,7 +157,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         from experiments.bench.continuous import ours
 
         for env_id in args.env_list:  # bad job flags: exit 2 here, not in a child
-            ours.apex_config(env_id, args.ours_flags)
+            for impl in args.impl_list:
+                if impl in OURS:
+                    ours.apex_config(env_id, args.ours_flags, algorithm=OURS[impl])
     return args
 
 
@@ -269,8 +272,8 @@ def summarize(curve: list[dict[str, Any]], *, levels: tuple[float, ...], budget_
 
 
 def algorithm_of(impl: str) -> str:
-    """experiments.apex's --algorithm for one of ours' implementations (rlpar-td3 or rlpar-ddpg)."""
-    return "ddpg" if impl == "rlpar-ddpg" else "td3"
+    """experiments.apex's --algorithm for one of ours' implementations (rlpar-td3, -sac, -ddpg)."""
+    return OURS[impl]
 
 
 def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Ours in ``experiments.bench.continuous.budget``: Ape-X TD3 (or DDPG) as ``python -m
-experiments.apex --env-id ENV`` runs it, a local world (learner + actors, one per
+"""Ours in ``experiments.bench.continuous.budget``: Ape-X TD3 (or SAC, or DDPG) as ``python -m
+experiments.apex --env-id ENV --algorithm td3|sac|ddpg`` runs it, a local world (learner + actors, one per
 core, at least 2), through the Python API, with the bench's per-env flags
 (:data:`ENV_FLAGS`) and ``--ours-flags`` after them.
 
@@ -31,7 +31,7 @@ ENV_FLAGS: dict[str, str] = {"Pendulum-v1": "", "HalfCheetah-v5": MUJOCO_FLAGS, 
 
 
 class SnapshottingLearner(PacedSnapshots, Learner):
-    """Ape-X TD3's learner writing evaluation snapshots (:class:`PacedSnapshots`)."""
+    """Ape-X TD3's (SAC's, DDPG's) learner writing evaluation snapshots (:class:`PacedSnapshots`)."""
 
 
 def flags_for(env_id: str, flags: str) -> list[str]:
@@ -85,20 +85,28 @@ def train(env_id: str, *, algorithm: str, flags: str, run_dir: str, seed: int, s
 def _settings(config: Any) -> dict[str, Any]:
     """What the run ran with, for its JSON line."""
     learn, cont = config.learn, config.continuous
-    return {"algorithm": config.algorithm, "num_actors": config.num_actors, "num_envs": config.env.num_envs,
-            "lr": learn.lr, "critic_lr": cont.critic_lr, "batch_size": learn.batch_size, "n_step": learn.n_step,
-            "updates_per_step": learn.updates_per_step, "learning_starts": learn.learning_starts,
-            "hidden": learn.hidden, "tau": learn.tau, "gamma": learn.gamma, "sigma": cont.sigma,
-            "sigma_alpha": cont.sigma_alpha, "replay_capacity": config.replay.replay_capacity,
-            "torch_threads": config.run.torch_threads}
+    settings = {"algorithm": config.algorithm, "num_actors": config.num_actors, "num_envs": config.env.num_envs,
+                "lr": learn.lr, "critic_lr": cont.critic_lr, "batch_size": learn.batch_size, "n_step": learn.n_step,
+                "updates_per_step": learn.updates_per_step, "learning_starts": learn.learning_starts,
+                "hidden": learn.hidden, "tau": learn.tau, "gamma": learn.gamma,
+                "replay_capacity": config.replay.replay_capacity, "torch_threads": config.run.torch_threads}
+    if config.algorithm == "sac":  # its actors sample the policy: no exploration noise of theirs
+        sac = config.sac
+        settings.update(autotune=sac.autotune, alpha=sac.alpha, alpha_lr=sac.alpha_lr,
+                        target_entropy=sac.target_entropy)
+    else:
+        settings.update(sigma=cont.sigma, sigma_alpha=cont.sigma_alpha)
+    return settings
 
 
 def policy(env_id: str, *, algorithm: str, flags: str, quick: bool):
-    """``(load(state), act(obs))`` for the evaluator: ours' deterministic actor as
-    the run built it (``act`` gives actions in the env's Box)."""
+    """``(load(state), act(obs))`` for the evaluator: ours' deterministic actor (TD3,
+    DDPG; SAC's: the squashed mean) as the run built it, the builder's greedy policy
+    (``act`` gives actions in the env's Box)."""
     from algorithms.builder import EnvSpec
     from envs.registry import EnvFactory
-    from experiments.apex import builder_class, fill_learn
+    from experiments.apex import builder, fill_learn
+    from experiments.runtime import Parts
     from experiments.runtime.cli import apply_overrides
 
     config = apex_config(env_id, flags, algorithm=algorithm)
@@ -107,8 +115,9 @@ def policy(env_id: str, *, algorithm: str, flags: str, quick: bool):
     env = EnvFactory.from_id(env_id)()
     spec = EnvSpec(observation_space=env.observation_space, action_space=env.action_space)
     env.close()
-    name = "td3" if config.algorithm == "auto" else config.algorithm
-    fill_learn(config.learn, algorithm=name, family="vector")
-    agent = builder_class(name)(algorithm_name=name, learn=config.learn, continuous=config.continuous,
-                                spec=spec).make_algorithm(device="cpu", seed=0)
-    return agent.load_policy_state, lambda obs: agent.act(obs, explore=False)
+    if config.algorithm == "auto":
+        config.algorithm = "td3"
+    fill_learn(config.learn, algorithm=config.algorithm, family="vector")
+    made = builder(config, Parts(), spec)
+    agent = made.make_algorithm(device="cpu", seed=0)
+    return agent.load_policy_state, made.greedy(agent)

@@ -1,6 +1,6 @@
 """Which way up a planar MuJoCo runner ran, over a run of ours: for each snapshot an
-``experiments.bench.continuous.budget`` run wrote (``<out>/<Env>/rlpar-td3-seed<k>`` or
-``rlpar-ddpg-seed<k>``), one greedy episode from ``reset(seed=--seed)``, its return, and
+``experiments.bench.continuous.budget`` run wrote (``<out>/<Env>/rlpar-td3-seed<k>``,
+``rlpar-sac-seed<k>`` or ``rlpar-ddpg-seed<k>``), one greedy episode from ``reset(seed=--seed)``, its return, and
 the share of its steps with the torso pitched past 90 degrees, upside down.
 
 Why: HalfCheetah has a known local optimum on its back (returns near 1,000-2,500, where
@@ -9,7 +9,7 @@ from one that is stuck like that. The pitch is the root's hinge about the y axis
 ``rooty`` joint of HalfCheetah, Hopper and Walker2d), read from the simulator's state.
 
     python -m experiments.bench.continuous.posture RUN_DIR [RUN_DIR ...] [--env ENV] \\
-        [--impl rlpar-td3|rlpar-ddpg] [--ours-flags="..."] [--seed 0] [--every K]
+        [--impl rlpar-td3|rlpar-sac|rlpar-ddpg] [--ours-flags="..."] [--seed 0] [--every K]
 
 One JSON line per snapshot: ``return``, ``upside_down`` (share of steps, 0 = upright),
 ``mean_abs_pitch`` (radians). ``--env`` and ``--impl`` default to what the bench's layout
@@ -30,7 +30,7 @@ import numpy as np
 from experiments.bench.tools.emit import emit
 from experiments.bench.tools.wallclock import bench_run
 
-IMPLS = ("rlpar-td3", "rlpar-ddpg")
+IMPLS = ("rlpar-td3", "rlpar-sac", "rlpar-ddpg")
 ROOT_PITCH_JOINT = "rooty"
 
 

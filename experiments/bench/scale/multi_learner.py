@@ -22,29 +22,44 @@ before and after (the machine may be shared: compare figures of one run).
 
     python -m experiments.bench.scale.multi_learner [--quick] [--envs cartpole,minatar]
         [--configs k1,k2,k1t2] [--seconds 60]
+
+The Ape-X SAC scaling curve: ``--algorithm sac`` (default envs then ``pendulum``,
+Pendulum-v1, and ``halfcheetah``, HalfCheetah-v5 with the mujoco extra; the job's
+SAC defaults: 256x256 MLPs, batch 128 here) over ``--actors 1,2,4``: one point per
+(env, actors, config), each line with its ``algorithm``, ``actors``, updates/s and
+env steps/s. With the default ``--replay-placement learner`` each learner samples
+the shard of its own actors, so a point with fewer actors than learners cannot run
+and gives a ``skipped`` line saying so; ``--replay-placement actors`` (a shard in
+every actor, every learner sampling all of them) runs it.
+
+    python -m experiments.bench.scale.multi_learner --algorithm sac --actors 1,2,4 --configs k1,k2
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import time
 from typing import Any
 
 from experiments.bench.tools.emit import emit
 
-ENVS = {"cartpole": "CartPole-v1", "minatar": "MinAtar/Breakout-v0"}
+ENVS = {"cartpole": "CartPole-v1", "minatar": "MinAtar/Breakout-v0", "pendulum": "Pendulum-v1",
+        "halfcheetah": "HalfCheetah-v5"}
+DISCRETE, CONTINUOUS = ("cartpole", "minatar"), ("pendulum", "halfcheetah")
+ALGORITHMS = ("auto", "dqn", "td3", "sac")  # experiments.apex --algorithm (auto: dqn on discrete envs)
 CONFIGS = {"k1": (1, 1), "k2": (2, 1), "k1t2": (1, 2)}  # name -> (learners, torch threads)
 
 
 def job_config(env: str, *, learners: int, threads: int, seconds: float, updates_per_step: float,
-               batch_size: int, actors: int, seed: int):
+               batch_size: int, actors: int, seed: int, algorithm: str = "auto", replay_placement: str = "learner"):
     from experiments.apex import ApexJobConfig
     from experiments.runtime.cli import apply_overrides
 
     config = ApexJobConfig()
     apply_overrides(config, {
-        "env_id": ENVS[env], "learners": learners, "torch_threads": threads, "num_actors": actors,
+        "env_id": ENVS[env], "algorithm": algorithm, "replay_placement": replay_placement, "learners": learners, "torch_threads": threads, "num_actors": actors,
         "num_envs": 4, "env_workers": 0, "max_seconds": seconds, "max_env_steps": 10**12,
         "eval_every": 10**12, "eval_episodes": 1, "target_return": 1e12, "log_dir": "none",
         "status_every": 0.0, "checkpoint_every": 0.0, "replay_capacity": 50_000,
@@ -53,12 +68,14 @@ def job_config(env: str, *, learners: int, threads: int, seconds: float, updates
     return config
 
 
-def point_line(env: str, name: str, summary: dict[str, Any], *, batch_size: int) -> dict[str, Any]:
+def point_line(env: str, name: str, summary: dict[str, Any], *, batch_size: int, actors: int | None = None,
+               algorithm: str | None = None) -> dict[str, Any]:
     learners = summary.get("learners", 1)
     # From the first update on (the replay's fill before it is not the learner's pace).
     updates_per_s = summary["updates"] / max(1e-9, summary["learning_s"])
     return {
-        "bench": "multi_learner", "env": env, "config": name, "learners": learners,
+        "bench": "multi_learner", "env": env, "algorithm": algorithm or summary.get("algorithm"),
+        "actors": actors if actors is not None else summary.get("num_actors"), "config": name, "learners": learners,
         "torch_threads": CONFIGS[name][1], "batch_size": batch_size,
         "updates_per_s": round(updates_per_s, 1), "batches_per_s": round(updates_per_s * learners, 1),
         "samples_per_s": round(updates_per_s * learners * batch_size),
@@ -74,45 +91,83 @@ def point_line(env: str, name: str, summary: dict[str, Any], *, batch_size: int)
     }
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive ints, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run (cartpole, 15 s a point)")
-    parser.add_argument("--envs", default="cartpole,minatar", help="comma-separated: " + ", ".join(ENVS))
+    parser.add_argument("--quick", action="store_true", help=(
+        "a smoke run (cartpole, or pendulum for td3/sac; 15 s a point unless --seconds)"))
+    parser.add_argument("--envs", default=None, help=(
+        "comma-separated: " + ", ".join(ENVS) + " (default: cartpole,minatar; pendulum,halfcheetah for td3/sac)"))
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help=(
+        "experiments.apex --algorithm (auto: dqn on cartpole/minatar, td3 on pendulum/halfcheetah)"))
     parser.add_argument("--configs", default="k1,k2,k1t2", help="comma-separated: " + ", ".join(CONFIGS))
-    parser.add_argument("--seconds", type=float, default=60.0, help="each point's budget (its start included)")
+    parser.add_argument("--seconds", type=float, default=None, help="each point's budget (its start included; "
+                        "default 60, --quick 15)")
     parser.add_argument("--updates-per-step", type=float, default=1.0, help="batches per env step (learner-bound)")
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--actors", type=_ints, default=[2], help="comma-separated actor counts, e.g. 1,2,4")
+    parser.add_argument("--replay-placement", choices=("learner", "actors"), default="learner", help=(
+        "the job's --replay-placement (learner: each learner samples its own actors' shard, so a point "
+        "needs actors >= learners)"))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.envs, args.seconds = "cartpole", 15.0
+    continuous = args.algorithm in ("td3", "sac")
+    if args.envs is None:
+        args.envs = ("pendulum" if args.quick else "pendulum,halfcheetah") if continuous else (
+            "cartpole" if args.quick else "cartpole,minatar")
+    if args.seconds is None:
+        args.seconds = 15.0 if args.quick else 60.0
     envs, configs = args.envs.split(","), args.configs.split(",")
     for names, table, what in ((envs, ENVS, "envs"), (configs, CONFIGS, "configs")):
         unknown = sorted(set(names) - set(table))
         if unknown:
             parser.error(f"unknown {what} {unknown}; choose from {sorted(table)}")
+    wrong = [e for e in envs if args.algorithm != "auto" and e in (DISCRETE if continuous else CONTINUOUS)]
+    if wrong:
+        parser.error(f"--algorithm {args.algorithm} does not run on {wrong} (their action spaces)")
+    if "halfcheetah" in envs and importlib.util.find_spec("mujoco") is None:
+        parser.error("halfcheetah needs MuJoCo: pip install 'rlpar[mujoco]'")
     from experiments import apex
 
     load0, started = os.getloadavg(), time.time()
     for env in envs:
-        reference = None
-        for name in configs:
-            learners, threads = CONFIGS[name]
-            config = job_config(env, learners=learners, threads=threads, seconds=args.seconds,
-                                updates_per_step=args.updates_per_step, batch_size=args.batch_size,
-                                actors=args.actors, seed=args.seed)
-            line = point_line(env, name, apex.run(config, quiet=True), batch_size=args.batch_size)
-            cpu = sum(line["learner_process_cpu_ms"]) / learners  # per learner per update
-            if name == "k1":
-                reference = (line["samples_per_s"], cpu)
-            if reference:
-                line["efficiency"] = round(line["samples_per_s"] / (learners * reference[0]), 3)
-                # What a learner's batch costs in CPU against one learner's: the share of
-                # linear scaling K learners would reach with a core each.
-                line["cpu_efficiency"] = round(reference[1] / cpu, 3)
-            line["loadavg"] = [round(v, 2) for v in os.getloadavg()]
-            emit(line)
+        for actors in args.actors:
+            reference = None
+            for name in configs:
+                learners, threads = CONFIGS[name]
+                head = {"bench": "multi_learner", "env": env, "algorithm": args.algorithm, "actors": actors,
+                        "config": name, "learners": learners, "replay_placement": args.replay_placement}
+                if args.replay_placement == "learner" and actors < learners:
+                    emit({**head, "skipped": f"{learners} learners need at least {learners} actors with "
+                          "--replay-placement learner (each samples its own actors' shard); "
+                          "--replay-placement actors runs this point"})
+                    continue
+                config = job_config(env, learners=learners, threads=threads, seconds=args.seconds,
+                                    updates_per_step=args.updates_per_step, batch_size=args.batch_size,
+                                    actors=actors, seed=args.seed, algorithm=args.algorithm,
+                                    replay_placement=args.replay_placement)
+                summary = apex.run(config, quiet=True)
+                line = {**head, **point_line(env, name, summary, batch_size=args.batch_size, actors=actors,
+                                             algorithm=None if args.algorithm == "auto" else args.algorithm)}
+                cpu = sum(line["learner_process_cpu_ms"]) / learners  # per learner per update
+                if name == "k1":
+                    reference = (line["samples_per_s"], cpu)
+                if reference:
+                    line["efficiency"] = round(line["samples_per_s"] / (learners * reference[0]), 3)
+                    # What a learner's batch costs in CPU against one learner's: the share of
+                    # linear scaling K learners would reach with a core each.
+                    line["cpu_efficiency"] = round(reference[1] / cpu, 3)
+                line["loadavg"] = [round(v, 2) for v in os.getloadavg()]
+                emit(line)
     emit({"bench": "multi_learner", "case": "machine", "cpus": os.cpu_count(),
           "loadavg_start": [round(v, 2) for v in load0],
           "loadavg_end": [round(v, 2) for v in os.getloadavg()],

@@ -20,10 +20,13 @@ KEYS = {"env", "impl", "seed", "budget_s", "env_steps", "env_steps_per_s", "upda
 @pytest.mark.timeout(200)
 def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path, capsys):
     # The bench's main in this process: each run's trainer and evaluator are its children.
-    assert bench_module.main(["--quick", "--budget-s", "4", "--out", str(tmp_path)]) == 0
+    # Ours end to end as Ape-X SAC; rlpar-td3 runs the same trainer and evaluator code
+    # with another --algorithm (its policy: test_ours_evaluator_policy_...).
+    impls = ["rlpar-sac", "sb3-td3", "sb3-sac"]
+    assert bench_module.main(["--quick", "--budget-s", "4", "--impls", ",".join(impls), "--out", str(tmp_path)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     sb3 = importlib.util.find_spec("stable_baselines3") is not None
-    expected = ["rlpar-td3", "sb3-td3", "sb3-sac"] if sb3 else ["sb3-td3", "sb3-sac", "rlpar-td3"]
+    expected = impls if sb3 else ["sb3-td3", "sb3-sac", "rlpar-sac"]
     assert [r["impl"] for r in records] == expected
     for record in records:
         assert record["bench"] == "continuous" and record["env"] == "Pendulum-v1"
@@ -32,6 +35,8 @@ def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path, c
             continue
         assert KEYS <= set(record), KEYS - set(record)
         assert "error" not in record, record
+        if record["impl"] == "rlpar-sac":
+            assert record["settings"]["algorithm"] == "sac" and record["settings"]["autotune"] is True
         assert record["score"] == -200.0 and record["budget_s"] == 4.0 and record["quick"]
         assert len(record["loadavg_start"]) == 3 and len(record["loadavg_end"]) == 3
         # The final snapshot at least was evaluated (a loaded machine may spend the
@@ -116,6 +121,35 @@ def test_per_env_defaults_and_overrides():
     assert bench_module.budget_of(args, "Pendulum-v1") == 60.0
     assert bench_module.levels_of(args, "Pendulum-v1") == (-300.0, -150.0)
     assert bench_module.eval_every_of(args, "Pendulum-v1") == 500
+
+
+@pytest.mark.parametrize("impl, algorithm, cls", [
+    ("rlpar-td3", "td3", "TD3"), ("rlpar-sac", "sac", "SAC"), ("rlpar-ddpg", "ddpg", "DDPG")])
+def test_ours_evaluator_policy_loads_the_runs_policy_state_and_acts_in_the_box(impl, algorithm, cls):
+    # The evaluator's network is rebuilt from the flags; a run's snapshot is its
+    # algorithm's policy_state (here a freshly built one's, the quick run's network).
+    from algorithms.builder import EnvSpec
+    from envs.registry import EnvFactory
+    from experiments.apex import builder, fill_learn
+    from experiments.bench.continuous import ours
+    from experiments.runtime import Parts
+    from experiments.runtime.cli import apply_overrides
+
+    assert bench_module.algorithm_of(impl) == algorithm
+    load, act = ours.policy("Pendulum-v1", algorithm=algorithm, flags="", quick=True)
+    config = ours.apex_config("Pendulum-v1", "", algorithm=algorithm)
+    apply_overrides(config, {"hidden": "32,32"})
+    fill_learn(config.learn, algorithm=algorithm, family="vector")
+    env = EnvFactory.from_id("Pendulum-v1")()
+    run = builder(config, Parts(), EnvSpec(observation_space=env.observation_space, action_space=env.action_space))
+    trained = run.make_algorithm(device="cpu", seed=1)
+    assert type(trained).__name__ == cls
+    load(trained.policy_state())
+    obs = [env.reset(seed=s)[0] for s in range(4)]
+    actions = act(obs)
+    env.close()
+    assert actions.shape == (4, 1) and (abs(actions) <= 2.0).all()  # Pendulum's torque bounds
+    assert (actions == trained.act(obs, explore=False)).all()  # the run's greedy actions
 
 
 def test_greedy_play_counts_each_copys_first_episode():

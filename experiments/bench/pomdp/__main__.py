@@ -1,0 +1,5 @@
+import sys
+
+from experiments.bench.pomdp.budget import main
+
+sys.exit(main())
