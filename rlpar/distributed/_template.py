@@ -75,9 +75,12 @@ def _become_zygote(request: dict, fds: list[int], keep: set[int], template: int)
         for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
             os.dup2(fd, target)
             os.close(fd)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2})
+        # The stop signals came blocked from the fork (see main): one the launcher sent
+        # already waits for the zygote's handlers; SIGTERM keeps its default, as in a
+        # fresh zygote.
         for sig in IGNORED + (signal.SIGCHLD,):
             signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         from rlpar.distributed import _zygote
 
         _zygote._die_with_parent()
@@ -120,9 +123,14 @@ def main(control_fd: int, preload: list[str]) -> None:
                 except (EOFError, ConnectionError):
                     return  # the launcher is gone: the finally below ends the zygotes
                 keep = {control.fileno(), *(h.fileno() for h in handles.values())}
+                # Forked with the signals this process ignores blocked: the launcher may
+                # signal the zygote as soon as it has its pid, before the child resets
+                # them, and Linux keeps a blocked signal pending even where it is ignored.
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED)
                 pid = os.fork()
                 if pid == 0:
                     _become_zygote(request, fds, keep, me)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 handle = socket.socket(fileno=fds[0])
                 for fd in fds[1:]:
                     os.close(fd)

@@ -46,6 +46,17 @@ def kills_its_template(pid_dir):
     time.sleep(60)
 
 
+def waits_for_a_stop():
+    """The stop request this rank gets (None after 10 s without one)."""
+    from rlpar.distributed import stops
+
+    deadline = time.monotonic() + 10
+    while stops.requested() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    asked = stops.requested()
+    return None if asked is None else stops.reason(asked)
+
+
 @pytest.fixture
 def warm(monkeypatch):
     monkeypatch.setenv(_warm.WARM_ENV, "1")
@@ -129,8 +140,19 @@ def test_warm_zygotes_can_be_turned_off(monkeypatch, tmp_path):
     assert results[0][3] == os.getpid()  # the zygote is this process's own child
 
 
+@pytest.fixture
+def no_templates_yet(monkeypatch):
+    """This process's templates as if it had none; the test's own are stopped after it."""
+    fresh: dict = {}
+    monkeypatch.setattr(_warm, "_templates", fresh)
+    yield
+    for template in fresh.values():
+        template.close()
+
+
 @pytest.mark.timeout(60)
-def test_a_new_kind_of_launch_beyond_the_limit_stops_the_idle_template_used_longest_ago(warm, monkeypatch):
+def test_a_new_kind_of_launch_beyond_the_limit_stops_the_idle_template_used_longest_ago(warm, no_templates_yet,
+                                                                                      monkeypatch):
     monkeypatch.setattr(_warm, "_MAX_TEMPLATES", 2)
     parents = {}
     for tag in ("a", "b", "c", "a"):  # "c" needs a third template: "a"'s goes, so "a" gets a new one
@@ -140,3 +162,20 @@ def test_a_new_kind_of_launch_beyond_the_limit_stops_the_idle_template_used_long
     assert len({a1, a2, b, c}) == 4
     # "c" stopped "a"'s first template, the second "a" stopped "b"'s.
     assert not wait_until_dead([a1, b]) and wait_until_dead([a2, c], timeout=0.5) == [a2, c]
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_sent_the_moment_a_warm_zygote_is_forked_is_not_lost(warm):
+    # The launcher signals the zygote as soon as it has its pid (a stop noted before
+    # the launch), which may be before the forked child has left the template's
+    # dispositions (signals ignored): repeated, since it is a race.
+    from rlpar.distributed import stops
+
+    try:
+        for _ in range(6):
+            stops.forget()
+            stops.note(signal.SIGINT)  # what python -m experiments.<job> notes while it prepares
+            results = launch(waits_for_a_stop, nprocs=1, timeout=25, preload=(), stop_grace=10)
+            assert results == ["interrupted"]
+    finally:
+        stops.forget()
