@@ -32,11 +32,15 @@ def test_a_killed_actors_world_stops_on_sigterm_and_resumes_from_its_final_check
     out, and the restarted world resumes from that one. With the default
     --checkpoint-every (300 s) it is the only checkpoint the first world writes."""
     runs = tmp_path / "runs"
+    # RLPAR_LOST_S=3: the SIGTERMed survivors wait that long for the dead rank before
+    # leaving without it (else 5 s, their stop's bound); three missed beats are still
+    # beyond a loaded machine's scheduling delays of a live rank's beat.
     out = _torchrun(
         tmp_path, "experiments.apex", 3, "--env-id", "user_envs:KillOnceCounting-v0", "--num-envs", "2",
         "--learning-starts", "200", "--batch-size", "32", "--hidden", "32", "--max-env-steps", "2500",
         "--eval-every", "100000", "--log-dir", str(runs), "--status-every", "0",
-        max_restarts=1, env={"KILL_MARKER": str(tmp_path / "killed"), "KILL_RANK": "1", "KILL_AFTER": "400"})
+        max_restarts=1, env={"KILL_MARKER": str(tmp_path / "killed"), "KILL_RANK": "1", "KILL_AFTER": "400",
+                             "RLPAR_LOST_S": "3"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "killed").exists()
     assert "forcefully exiting" not in out.stderr, out.stderr[-3000:]  # torchrun's SIGKILL after its grace
