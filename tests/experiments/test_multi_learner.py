@@ -246,10 +246,13 @@ def test_learner_0_names_the_learner_whose_data_holds_everyone_back(capsys):
 
 @pytest.mark.timeout(150)
 def test_two_apex_learners_start_when_the_actor_of_one_starts_late(monkeypatch):
-    # Actor 1 (rank 3) feeds learner 1's replay shard alone and starts 8 s late: actor 0
+    # Actor 1 (rank 3) feeds learner 1's replay shard alone and starts 5 s late: actor 0
     # spends the whole pacing allowance meanwhile. Learner 1's shard must still fill.
+    # 5 s: actor 0 spends the allowance (learning_starts + slack, 1200 env steps) in
+    # about a second of its stepping (a loaded 2-core run showed "filling=learner1:0/100"
+    # for 4 s of the 5), so the stall this guards against is reached with seconds to spare.
     monkeypatch.setenv("SLOW_RANK", "3")
-    monkeypatch.setenv("SLOW_START_S", "8")
+    monkeypatch.setenv("SLOW_START_S", "5")
     config = apex_config(env_id="user_envs:SlowStartCounting-v0", learners=2, max_env_steps=1600,
                          eval_every=100_000, max_seconds=60.0)
     summary = apex.run(config, quiet=True)
