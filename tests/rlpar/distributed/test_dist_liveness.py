@@ -114,11 +114,13 @@ def test_survivors_of_a_killed_rank_name_it_and_stop_waiting_within_lost_s(tmp_p
 @pytest.mark.timeout(90)
 def test_a_rank_that_never_joins_is_named_within_the_rpc_timeout(tmp_path):
     # Before, a world short of a rank waited in torch's init_rpc (its gloo group: 25 days).
-    results = _run(tmp_path, programs.join_short, (8.0,), nprocs=2, world_size=3, timeout=80)
+    # A 4 s timeout: ranks 0 and 1 fork from one zygote with torch loaded, so both reach
+    # the store well within it even on a loaded machine; rank 2 never does, however long.
+    results = _run(tmp_path, programs.join_short, (4.0,), nprocs=2, world_size=3, timeout=80)
     (text, elapsed), (other, other_s) = results
-    assert "ranks [2] did not join the world within 8 s" in text, text
+    assert "ranks [2] did not join the world within 4 s" in text, text
     assert "never reached its store" in text
     # Rank 1 says the same, or that the store went with rank 0, its host, if rank 0
     # gave up first.
     assert "ranks [2] did not join" in other or "went away while every rank was joining" in other, other
-    assert max(elapsed, other_s) < 8.0 + 10
+    assert max(elapsed, other_s) < 4.0 + 10
