@@ -176,10 +176,12 @@ def a3c_gpu_workers(cpu: bool) -> dict[str, Any]:
 
 
 def maddpg_gpu(cpu: bool) -> dict[str, Any]:
-    """MADDPG (a learner and one actor, its env copies stepped in subprocesses) learning on the GPU."""
+    """MADDPG (a learner and one actor, its env copies stepped in subprocesses) learning on the GPU.
+    On CPU (CI) the roles in one process (as :func:`_where`), the env workers still subprocesses:
+    a local world's start cost most of the CPU check; the job's own tests run its world."""
     argv = ["--env-id", "cooperative", "--num-envs", "4", "--batch-size", "32", "--hidden", "32",
             "--learning-starts", "100", "--eval-every", "100000", "--device", "cpu" if cpu else "cuda",
-            "--max-env-steps", "400" if cpu else "4000", "--max-seconds", "30"]
+            "--max-env-steps", "400" if cpu else "4000", "--max-seconds", "30", *(["--serial"] if cpu else [])]
     return _updated(run_job("experiments.maddpg", argv))
 
 

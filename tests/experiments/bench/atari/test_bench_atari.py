@@ -43,13 +43,18 @@ def check_run(record, impl):
 
 
 @pytest.mark.timeout(240)
-def test_quick_runs_impala_and_skips_what_is_missing(tmp_path, capsys):
+def test_quick_runs_impala_and_skips_what_is_missing(tmp_path, capsys, monkeypatch):
+    # SB3 as on a tree without it, installed or not: its run (trainer, evaluator, eight
+    # Pong envs) was most of this test where installed, and nothing of its line was
+    # checked but that it came; its skip line is checked on every machine instead.
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "stable_baselines3" else find_spec(name, *a))
     out = records(capsys, "--quick", "--report-at", "1000", "--out", str(tmp_path))
     by_impl = {r["impl"]: r for r in out}
     assert set(by_impl) == {"rlpar-impala", "sb3-ppo", "cleanrl-ppo"}
     assert "no --cleanrl-script" in by_impl["cleanrl-ppo"]["skipped"]
-    if importlib.util.find_spec("stable_baselines3") is None:
-        assert "make bench-deps" in by_impl["sb3-ppo"]["skipped"]
+    assert "make bench-deps" in by_impl["sb3-ppo"]["skipped"]
     check_run(by_impl["rlpar-impala"], "rlpar-impala")
     assert by_impl["rlpar-impala"]["eval_acting"] == protocol.POLICY
     assert set(by_impl["rlpar-impala"]["best_by_s"]) == {"1000"}

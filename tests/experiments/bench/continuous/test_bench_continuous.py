@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 
+import numpy as np
 import pytest
 
 from experiments.bench.continuous import budget as bench_module
@@ -21,12 +22,14 @@ KEYS = {"env", "impl", "seed", "budget_s", "env_steps", "env_steps_per_s", "upda
 def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path, capsys):
     # The bench's main in this process: each run's trainer and evaluator are its children.
     # Ours end to end as Ape-X SAC; rlpar-td3 runs the same trainer and evaluator code
-    # with another --algorithm (its policy: test_ours_evaluator_policy_...).
-    impls = ["rlpar-sac", "sb3-td3", "sb3-sac"]
+    # with another --algorithm (its policy: test_ours_evaluator_policy_...). The peer
+    # as SB3's SAC; sb3-td3 runs the same trainer and evaluator code with another model
+    # (its model and policy: test_sb3_td3_evaluator_policy_...).
+    impls = ["rlpar-sac", "sb3-sac"]
     assert bench_module.main(["--quick", "--budget-s", "4", "--impls", ",".join(impls), "--out", str(tmp_path)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     sb3 = importlib.util.find_spec("stable_baselines3") is not None
-    expected = impls if sb3 else ["sb3-td3", "sb3-sac", "rlpar-sac"]
+    expected = impls if sb3 else ["sb3-sac", "rlpar-sac"]
     assert [r["impl"] for r in records] == expected
     for record in records:
         assert record["bench"] == "continuous" and record["env"] == "Pendulum-v1"
@@ -150,6 +153,25 @@ def test_ours_evaluator_policy_loads_the_runs_policy_state_and_acts_in_the_box(i
     env.close()
     assert actions.shape == (4, 1) and (abs(actions) <= 2.0).all()  # Pendulum's torque bounds
     assert (actions == trained.act(obs, explore=False)).all()  # the run's greedy actions
+
+
+def test_sb3_td3_evaluator_policy_loads_the_trainers_actor_and_acts_in_the_box():
+    # The quick run's SB3 model (TD3 with its action noise) and the evaluator's policy
+    # rebuilt from the same settings: the trainer's snapshot is its actor's state.
+    pytest.importorskip("stable_baselines3")
+    from envs.registry import EnvFactory
+    from experiments.bench.continuous import peers
+
+    model = peers.make_model("sb3-td3", "Pendulum-v1", seed=1, quick=True)
+    assert type(model).__name__ == "TD3" and model.action_noise is not None
+    load, act = peers.policy("sb3-td3", "Pendulum-v1", quick=True)
+    load(model.actor.state_dict())
+    env = EnvFactory.from_id("Pendulum-v1")()
+    obs = np.stack([env.reset(seed=s)[0] for s in range(4)])
+    env.close()
+    actions = act(obs)
+    assert actions.shape == (4, 1) and (abs(actions) <= 2.0).all()  # Pendulum's torque bounds
+    assert (actions == model.predict(obs, deterministic=True)[0]).all()  # the trainer's greedy actions
 
 
 def test_greedy_play_counts_each_copys_first_episode():
