@@ -55,6 +55,19 @@ def test_one_member_learns_resumes_and_replays_its_best_evaluation(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_run_that_never_evaluates_builds_no_evaluation_envs(monkeypatch):
+    # The lead builds them at its first evaluation: an Atari env costs a ROM load each.
+    import envs
+
+    built = []
+    make = envs.make_vector_env
+    monkeypatch.setattr(envs, "make_vector_env", lambda fn, **kw: built.append(kw["num_envs"]) or make(fn, **kw))
+    summary = ppo.run(ppo_config(eval_every=10**9, eval_episodes=5, max_env_steps=128), quiet=True)
+    assert summary["evaluations"] == 0 and summary["env_steps"] >= 128
+    assert 5 not in built, built
+
+
+@pytest.mark.timeout(120)
 def test_two_members_keep_bit_identical_parameters_on_different_data(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACE_DIR", str(tmp_path))
     summary = ppo.run(ppo_config(num_workers=2, max_env_steps=384), parts=Parts(algorithm=TracedPPO), quiet=True)

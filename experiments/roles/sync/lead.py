@@ -23,7 +23,6 @@ class Lead:
     """Member 0's duties beyond learning (see the module docstring)."""
 
     def __init__(self, setup: SyncSetup, member: Member, *, members: int, backend: str | None) -> None:
-        from envs import make_vector_env
         from experiments.runtime.checkpoints import RunKeeper
         from experiments.runtime.envs import target_return
 
@@ -36,12 +35,23 @@ class Lead:
         self.keeper = RunKeeper(ctx, self.coordinator, snapshot=lambda: {key: member.whole_state()},
                                 policy=algorithm.policy_state, meta={"program": "sync"})
         self.keeper.restore(lambda state: algorithm.load_state_dict(state[key]), keys=(key,))
-        # One env per episode; each env's first episode counts (algorithms.rollout.evaluate).
-        self.evaluator = make_vector_env(setup.env_fn, num_envs=setup.run.eval_episodes, num_workers=0,
-                                         seed=setup.run.seed + 1)
+        # Built at the first evaluation, not here: a run that never evaluates (short, or
+        # stopped early) pays nothing, and an Atari env costs a ROM load (0.3-0.6 s) each.
+        self._evaluator: Any = None
         self._window: dict[str, float] = {}
         self._count = 0
         self.rollouts = self.preempted = 0
+
+    @property
+    def evaluator(self) -> Any:
+        """The evaluation envs: one per episode, each env's first episode counts
+        (``algorithms.rollout.evaluate``)."""
+        if self._evaluator is None:
+            from envs import make_vector_env
+
+            self._evaluator = make_vector_env(self.setup.env_fn, num_envs=self.setup.run.eval_episodes,
+                                              num_workers=0, seed=self.setup.run.seed + 1)
+        return self._evaluator
 
     @property
     def start_step(self) -> int:
@@ -110,7 +120,8 @@ class Lead:
         # Not for a member that stopped reporting; briefly after a signal (under
         # torchrun every rank got it and a rank may have died).
         coordinator.wait_for_sources(timeout=30.0, quiet=STOP_QUIET_S if signalled else None)
-        self.evaluator.close()
+        if self._evaluator is not None:
+            self._evaluator.close()
         self.tick(force=True)
         kept = self.keeper.finish(version=member.algorithm.updates)
         summary = coordinator.summary(
