@@ -108,9 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--quick", action="store_true", help=(
         "smoke test: IMPALA in one process for 300 env steps and the CPU peers, 2 evaluation episodes cut at 50 steps"))
     add("--cpu-smoke", action="store_true", help="the --device cuda path on the CPU for 300 env steps")
-    for hidden in ("--worker", "--evaluator", "--run-dir"):
-        add(hidden, help=argparse.SUPPRESS)
-    add("--started", type=float, default=0.0, help=argparse.SUPPRESS)
+    wc.add_process_args(parser)
     return parser
 
 

@@ -114,9 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "slower beside any other load, this bench's evaluator included; see continuous.peers)"))
     add("--quick", action="store_true", help=(
         "smoke test: Pendulum-v1, 10 s per run, tiny networks and replay, 3 episodes"))
-    for hidden in ("--worker", "--evaluator", "--env", "--run-dir"):
-        add(hidden, help=argparse.SUPPRESS)
-    add("--started", type=float, default=0.0, help=argparse.SUPPRESS)
+    wc.add_process_args(parser, "--env")
     return parser
 
 

@@ -110,9 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--a3c-flags", default="", help="extra experiments.a3c flags for rlpar-a3c")
     parser.add_argument("--quick", action="store_true", help=(
         "smoke test: Breakout, 20 s or 2,000 env steps, rlpar-apex and sb3-dqn, tiny replay, 5 episodes"))
-    for hidden in ("--worker", "--evaluator", "--game", "--run-dir"):
-        parser.add_argument(hidden, help=argparse.SUPPRESS)
-    parser.add_argument("--started", type=float, default=0.0, help=argparse.SUPPRESS)
+    wc.add_process_args(parser, "--game")
     return parser
 
 

@@ -97,9 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "repeatable"))
     add("--quick", action="store_true", help=(
         "smoke test: StatelessCartPole, 1,000 env steps or 20 s per run, tiny networks and replay, 3 episodes"))
-    for hidden in ("--worker", "--evaluator", "--env", "--run-dir"):
-        add(hidden, help=argparse.SUPPRESS)
-    add("--started", type=float, default=0.0, help=argparse.SUPPRESS)
+    wc.add_process_args(parser, "--env")
     return parser
 
 

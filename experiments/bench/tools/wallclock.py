@@ -265,6 +265,15 @@ def names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def add_process_args(parser: argparse.ArgumentParser, *per_run: str) -> None:
+    """The arguments a bench gives its own trainer and evaluator processes (``--worker``,
+    ``--evaluator``, the run's ``per_run`` fields, ``--run-dir``, ``--started``), hidden
+    from ``--help``."""
+    for name in ("--worker", "--evaluator", *per_run, "--run-dir"):
+        parser.add_argument(name, help=argparse.SUPPRESS)
+    parser.add_argument("--started", type=float, default=0.0, help=argparse.SUPPRESS)
+
+
 def choose(parser: argparse.ArgumentParser, flag: str, text: str, allowed: Sequence[str], *,
            what: str) -> list[str]:
     """``text``'s names, each one of ``allowed``; otherwise a parser error naming the flag."""
