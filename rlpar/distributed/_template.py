@@ -40,7 +40,8 @@ MAX_FDS = 4  # the zygote's handle, stdin, stdout, stderr
 IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
+def recv_exact(conn: socket.socket, size: int) -> bytes:
+    """Exactly ``size`` bytes from ``conn``; EOFError if it closes first."""
     data = b""
     while len(data) < size:
         chunk = conn.recv(size - len(data))
@@ -58,9 +59,9 @@ def _receive(control: socket.socket) -> tuple[dict, list[int]]:
             os.close(fd)
         raise EOFError
     if len(head) < HEADER.size:
-        head += _recv_exact(control, HEADER.size - len(head))
+        head += recv_exact(control, HEADER.size - len(head))
     (size,) = HEADER.unpack(head)
-    return pickle.loads(_recv_exact(control, size)), fds
+    return pickle.loads(recv_exact(control, size)), fds
 
 
 def _become_zygote(request: dict, fds: list[int], keep: set[int], template: int) -> None:

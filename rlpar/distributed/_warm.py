@@ -36,7 +36,7 @@ import time
 import weakref
 from collections.abc import Sequence
 
-from rlpar.distributed._template import HEADER, REPLY
+from rlpar.distributed._template import HEADER, REPLY, recv_exact
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +64,10 @@ class WarmZygote:
             self._pidfd = None
 
     def _take_exit(self) -> None:
-        data = b""
-        while len(data) < REPLY.size:
-            chunk = self._handle.recv(REPLY.size - len(data))
-            if not chunk:  # the template died before it could say: its zygotes were killed with it
-                self._done(-signal.SIGKILL)
-                return
-            data += chunk
-        self._done(REPLY.unpack(data)[0])
+        try:
+            self._done(REPLY.unpack(recv_exact(self._handle, REPLY.size))[0])
+        except EOFError:  # the template died before it could say: its zygotes were killed with it
+            self._done(-signal.SIGKILL)
 
     def _done(self, code: int) -> None:
         self.returncode = code
@@ -164,28 +160,18 @@ class _Template:
         else:
             stdin_read, stdin_write = os.open(os.devnull, os.O_RDONLY), None
         try:
-            request = pickle.dumps({"argv": list(argv), "env": env, "cwd": os.getcwd()})
-            with self.lock:
-                socket.send_fds(self.control, [HEADER.pack(len(request))],
-                                # This process's descriptors 1 and 2 now: a test's capture, say.
-                                [theirs.fileno(), stdin_read, 1, 2])
-                self.control.sendall(request)
-        except BaseException:
-            mine.close()
-            if stdin_write is not None:
-                os.close(stdin_write)
-            raise
-        finally:
-            theirs.close()
-            os.close(stdin_read)
-        mine.settimeout(_START_S)
-        try:
-            data = b""
-            while len(data) < REPLY.size:
-                chunk = mine.recv(REPLY.size - len(data))
-                if not chunk:
-                    raise ConnectionError("the zygote template closed the handle before forking")
-                data += chunk
+            try:
+                request = pickle.dumps({"argv": list(argv), "env": env, "cwd": os.getcwd()})
+                with self.lock:
+                    socket.send_fds(self.control, [HEADER.pack(len(request))],
+                                    # This process's descriptors 1 and 2 now: a test's capture, say.
+                                    [theirs.fileno(), stdin_read, 1, 2])
+                    self.control.sendall(request)
+            finally:
+                theirs.close()
+                os.close(stdin_read)
+            mine.settimeout(_START_S)
+            pid = REPLY.unpack(recv_exact(mine, REPLY.size))[0]  # EOFError: the template died first
         except BaseException:
             mine.close()
             if stdin_write is not None:
@@ -193,7 +179,7 @@ class _Template:
             raise
         mine.settimeout(None)
         stdin = None if stdin_write is None else os.fdopen(stdin_write, "wb")
-        zygote = WarmZygote(pid=REPLY.unpack(data)[0], handle=mine, stdin=stdin)
+        zygote = WarmZygote(pid=pid, handle=mine, stdin=stdin)
         self._zygotes.add(zygote)
         self.used = time.monotonic()
         return zygote
