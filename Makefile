@@ -11,10 +11,22 @@ EXTRAS ?= dev,mpe,atari,minatar,video,docs
 
 .PHONY: run test docs bench-deps clean
 
+# uv installs the same pinned set in about 8 s where pip takes about 66 s (most of CI's set-up).
+# uv does not read pip's find-links, where this project's machines keep the CPU build of
+# torch; without that wheel uv would fetch the multi-GB CUDA build, so it is used only where
+# the wheel is on disk, and pip does the install everywhere else.
+WHEELS ?= /opt/wheels
+TORCH_WHEEL := $(wildcard $(WHEELS)/torch-$(shell sed -n 's/^torch==//p' constraints.txt)+cpu-*.whl)
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+ifneq ($(TORCH_WHEEL),)
+	$(BIN)/python -m pip install -q -c constraints.txt uv
+	$(BIN)/uv pip install -q --python $(BIN)/python --find-links $(WHEELS) -c constraints.txt -e '.[$(EXTRAS)]'
+else
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
+endif
 	touch $(STAMP)
 
 run: $(STAMP)
