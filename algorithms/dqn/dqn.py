@@ -249,10 +249,18 @@ class DQN(Algorithm):
         """Epsilon-greedy actions (``explore=True``, rate ``self.epsilon``, a float or
         one rate per observation) or greedy. Noisy layers explore too, with fresh
         noise each call; greedy acting uses their mean weights."""
-        if not explore and self.noisy_layers:
-            with noise_off(self.noisy_layers):
-                return self.choose(self.q_values(obs), explore=False)
+        if not explore:
+            return self.choose(self.greedy_q_values(obs), explore=False)
         return self.choose(self.q_values(obs), explore=explore)
+
+    def greedy_q_values(self, obs: Any) -> torch.Tensor:
+        """The Q values greedy acting takes the argmax of (:meth:`q_values`: C51's
+        expected Q), noisy layers at their mean weights; an evaluator outside the job
+        scores with these."""
+        if self.noisy_layers:
+            with noise_off(self.noisy_layers):
+                return self.q_values(obs)
+        return self.q_values(obs)
 
     def choose(self, q: torch.Tensor | np.ndarray, *, explore: bool = True) -> np.ndarray:
         """The actions :meth:`act` takes given the Q values ``q`` of its observations

@@ -61,11 +61,11 @@ def network(impl: str, game: str, *, ours_flags: str, a3c_flags: str) -> tuple[A
     """``(module, load(state), value(obs))`` for ``impl``'s network as its job builds it."""
     import torch
 
-    from experiments.bench.minatar.ours import a3c_agent, apex_network
+    from experiments.bench.minatar.ours import a3c_agent, apex_agent
 
-    if impl == "rlpar-apex":
-        net = apex_network(ours_flags, game)
-        return net, net.load_state_dict, lambda obs: net(torch.as_tensor(obs))
+    if impl == "rlpar-apex":  # Q as the greedy policy sees it (C51's expectation, noisy layers' means)
+        dqn = apex_agent(ours_flags, game)
+        return dqn.network, dqn.load_policy_state, dqn.greedy_q_values
     agent = a3c_agent(a3c_flags, game)
     return agent.model, agent.load_policy_state, lambda obs: agent.model.value(torch.as_tensor(obs).float())
 

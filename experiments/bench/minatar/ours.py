@@ -24,7 +24,8 @@ user parts the runtime already takes, defined here so every rank imports them:
 
 The final snapshot is the run's ``policy.pt`` with the summary's env steps.
 The job's own greedy evaluations are switched off (the bench evaluates). The
-evaluator plays every implementation's greedy action: argmax Q (Ape-X, PQN), the
+evaluator plays every implementation's greedy action: argmax Q (Ape-X, PQN; with
+Ape-X's ``--distributional``, of expected Q, and ``--noisy`` at the mean weights), the
 mode of the policy, i.e. argmax of its logits (A3C, IMPALA, PPO).
 """
 
@@ -177,27 +178,38 @@ def policy(impl: str, flags: str, game: str, *, variant: str = "paper", run_dir:
             "rlpar-impala": impala_policy}[impl](flags, game, variant=variant)
 
 
-def apex_network(flags: str, game: str, *, variant: str = "paper"):
-    """Ours' Q network for ``game`` as ``experiments.apex`` with ``flags`` builds it."""
-    from algorithms.nets import observation_family, q_network
+def apex_agent(flags: str, game: str, *, variant: str = "paper"):
+    """Ours' Ape-X algorithm for ``game`` as ``experiments.apex`` with ``flags`` builds it:
+    the job's own defaults and builder, so any of its flags (``--dueling``,
+    ``--distributional``, ``--noisy``: Rainbow's pieces) give the network whose
+    ``state_dict`` the run's snapshots hold."""
+    from algorithms.builder import EnvSpec
     from envs.registry import EnvFactory
-    from experiments.apex import fill_learn
+    from experiments.apex import builder, env_defaults
+    from experiments.runtime import Parts
+    from experiments.runtime.cli import apply_overrides
+    from experiments.runtime.envs import env_spaces
 
     config = apex_config(flags)
-    env = EnvFactory.from_id(env_id(game, variant))()
-    fill_learn(config.learn, algorithm="dqn", family=observation_family(env.observation_space.shape))
-    net = q_network(env.observation_space.shape, int(env.action_space.n), hidden=config.learn.hidden,
-                    dueling=config.learn.dueling)
-    env.close()
-    return net
+    apply_overrides(config, {"env_id": env_id(game, variant)})
+    env_defaults(config, Parts())  # the learn section filled as the run's was
+    obs_space, act_space = env_spaces(EnvFactory.from_id(env_id(game, variant)))
+    spec = EnvSpec(observation_space=obs_space, action_space=act_space)
+    return builder(config, Parts(), spec).make_algorithm(device="cpu", seed=0)
+
+
+def apex_network(flags: str, game: str, *, variant: str = "paper"):
+    """Ours' Q network (the torch module) for ``game`` as ``experiments.apex`` with
+    ``flags`` builds it (see :func:`apex_agent`)."""
+    return apex_agent(flags, game, variant=variant).network
 
 
 def apex_policy(flags: str, game: str, *, variant: str = "paper"):
-    """``(load(state), scores(obs))``: ours' Q network as ``experiments.apex`` builds it."""
-    import torch
-
-    net = apex_network(flags, game, variant=variant)
-    return net.load_state_dict, lambda obs: net(torch.as_tensor(np.asarray(obs)))
+    """``(load(state), scores(obs))``: ours' Q network as ``experiments.apex`` builds it;
+    the scores are the Q values the job's greedy action is the argmax of (C51's expected
+    Q, noisy layers at their mean weights)."""
+    agent = apex_agent(flags, game, variant=variant)
+    return agent.load_policy_state, agent.greedy_q_values
 
 
 def a3c_agent(flags: str, game: str, *, variant: str = "paper") -> A2C:

@@ -300,3 +300,51 @@ def test_group_members_count_every_member_and_write_each_snapshot_once(tmp_path,
     config = jobs.job_config("rlpar-a3c", "")  # as a job with --num-workers (0: one per core)
     assert "--num-workers K >= 1" in sync.check_flags("rlpar-pqn", config, "--num-workers 0")
     assert sync.check_flags("rlpar-pqn", config, "") is None
+
+
+@pytest.mark.parametrize("flags", ["", "--distributional --noisy"])
+def test_apex_evaluator_loads_the_network_the_job_trains_and_plays_its_greedy_action(tmp_path, flags,
+                                                                                        one_torch_thread):
+    # Rainbow's pieces change the network (a C51 head of atoms, NoisyLinear layers): the
+    # evaluator must build it as the job does, and score by expected Q at the noise means.
+    torch = pytest.importorskip("torch")
+    from algorithms.builder import EnvSpec
+    from algorithms.noisy import noise_off, noisy_layers
+    from envs.registry import make_env
+    from experiments.apex import builder, env_defaults
+    from experiments.runtime import Parts
+
+    config = jobs.bench_config("rlpar-apex", "Breakout", flags=flags, run_dir=str(tmp_path), seed=0, budget_s=1.0,
+                               max_env_steps=100)
+    env_defaults(config, Parts())  # as train_apex does
+    env = make_env(ev.env_id("Breakout", "paper"))
+    spec = EnvSpec(observation_space=env.observation_space, action_space=env.action_space)
+    obs, _ = env.reset(seed=0)
+    states = [obs]
+    for action in (1, 3, 2, 0, 1, 3, 2):
+        states.append(env.step(action)[0])
+    env.close()
+    obs = np.stack(states)
+    trained = builder(config, Parts(), spec).make_algorithm(device="cpu", seed=7)  # not the evaluator's weights
+    ev.write_snapshot(str(tmp_path), trained.policy_state(), env_steps=100, wall_s=1.0, updates=1)
+    (name,) = ev.snapshot_names(str(tmp_path))
+
+    load, scores = ours.policy("rlpar-apex", flags, "Breakout", run_dir=str(tmp_path))
+    load(torch.load(tmp_path / ev.SNAPSHOTS / name, weights_only=True)["state"])
+    net, noisy = trained.network, noisy_layers(trained.network)
+    assert bool(noisy) == ("--noisy" in flags)
+    with torch.no_grad(), noise_off(noisy):
+        out = net(torch.as_tensor(obs))
+    if "--distributional" in flags:
+        dqn = config.dqn
+        assert out.shape == (len(obs), spec.action_space.n, dqn.n_atoms)
+        expected = (out.softmax(-1) * torch.linspace(dqn.v_min, dqn.v_max, dqn.n_atoms)).sum(-1)
+    else:
+        expected = out
+    with torch.no_grad():
+        got = scores(obs)
+        assert torch.allclose(got, expected, atol=1e-5) and torch.equal(scores(obs), got)  # no noise drawn
+    actions = got.argmax(-1).numpy()
+    assert ((0 <= actions) & (actions < spec.action_space.n)).all()
+    assert np.array_equal(actions, expected.argmax(-1).numpy())
+    assert np.array_equal(actions, trained.act(obs, explore=False))  # the job's own greedy policy
