@@ -48,8 +48,11 @@ from rlpar.distributed import stops
 # the env registry: 0.13-0.26 s; numba and the replay's compiled kernels: 0.2 s); with
 # them preloaded a 4-rank launch took 0.33 s less CPU (4.67 against 5.00 s, 6 runs each).
 # None of them starts a thread on import, which is what keeps forking after them safe.
+# The prioritized replay's numba kernels are loaded there too (trees.kernels): each
+# learner, replay rank or shard-holding actor loaded them itself, 1.0-1.4 s of CPU that
+# was a fifth of a small Ape-X test's CPU; a warm zygote template now does it once.
 RANK_PRELOAD = ("torch", "numba", "gymnasium", "envs.registry", "rlpar.buffers", "rlpar.distributed",
-                "rlpar.servers", "experiments.runtime.lead")
+                "rlpar.servers", "experiments.runtime.lead", "rlpar.buffers.trees:kernels")
 
 # The bounded times of an ending run (docs/jobs.md, "How a run ends"):
 # A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.

@@ -220,3 +220,11 @@ def rank1_dies_while_rank0_works(pid_dir, save_s):
     with open(os.path.join(pid_dir, "saved"), "w") as f:
         f.write(stops.reason(stops.requested()))
     raise PeerUnavailable("learner group: a member died")
+
+
+def replay_kernels_loaded():
+    """Whether the prioritized replay's compiled kernels were loaded before this rank
+    ran (by a ``module:function`` preload entry in its zygote)."""
+    from rlpar.buffers import trees
+
+    return trees._kernels is not None
