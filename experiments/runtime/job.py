@@ -51,8 +51,16 @@ from rlpar.distributed import stops
 # The prioritized replay's numba kernels are loaded there too (trees.kernels): each
 # learner, replay rank or shard-holding actor loaded them itself, 1.0-1.4 s of CPU that
 # was a fifth of a small Ape-X test's CPU; a warm zygote template now does it once.
-RANK_PRELOAD = ("torch", "numba", "gymnasium", "envs.registry", "rlpar.buffers", "rlpar.distributed",
-                "rlpar.servers", "experiments.runtime.lead", "rlpar.buffers.trees:kernels")
+# rlpar.distributed resolves its names lazily, so its modules that every rank imports
+# are named; so are the programs' role modules, the checkpoints and CartPole's module
+# (the default env). Sampled in a warm 3-rank Ape-X world, the ranks' own imports of
+# these were 13% of their CPU (without bytecode files, as with PYTHONDONTWRITEBYTECODE).
+RANK_PRELOAD = ("torch", "numba", "gymnasium", "gymnasium.envs.classic_control", "encodings.idna",
+                "envs.registry", "rlpar.buffers", "rlpar.distributed", "rlpar.distributed.world",
+                "rlpar.distributed.rpc_group", "rlpar.distributed.launcher_env",
+                "rlpar.distributed.learner_group", "rlpar.servers", "experiments.runtime.lead",
+                "experiments.runtime.checkpoints", "experiments.roles.actor_learner",
+                "experiments.roles.sync", "rlpar.buffers.trees:kernels")
 
 # The bounded times of an ending run (docs/jobs.md, "How a run ends"):
 # A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.
