@@ -48,8 +48,19 @@ from rlpar.distributed import stops
 # the env registry: 0.13-0.26 s; numba and the replay's compiled kernels: 0.2 s); with
 # them preloaded a 4-rank launch took 0.33 s less CPU (4.67 against 5.00 s, 6 runs each).
 # None of them starts a thread on import, which is what keeps forking after them safe.
-RANK_PRELOAD = ("torch", "numba", "gymnasium", "envs.registry", "rlpar.buffers", "rlpar.distributed",
-                "rlpar.servers", "experiments.runtime.lead")
+# The prioritized replay's numba kernels are loaded there too (trees.kernels): each
+# learner, replay rank or shard-holding actor loaded them itself, 1.0-1.4 s of CPU that
+# was a fifth of a small Ape-X test's CPU; a warm zygote template now does it once.
+# rlpar.distributed resolves its names lazily, so its modules that every rank imports
+# are named; so are the programs' role modules, the checkpoints and CartPole's module
+# (the default env). Sampled in a warm 3-rank Ape-X world, the ranks' own imports of
+# these were 13% of their CPU (without bytecode files, as with PYTHONDONTWRITEBYTECODE).
+RANK_PRELOAD = ("torch", "numba", "gymnasium", "gymnasium.envs.classic_control", "encodings.idna",
+                "envs.registry", "rlpar.buffers", "rlpar.distributed", "rlpar.distributed.world",
+                "rlpar.distributed.rpc_group", "rlpar.distributed.launcher_env",
+                "rlpar.distributed.learner_group", "rlpar.servers", "experiments.runtime.lead",
+                "experiments.runtime.checkpoints", "experiments.roles.actor_learner",
+                "experiments.roles.sync", "rlpar.buffers.trees:kernels")
 
 # The bounded times of an ending run (docs/jobs.md, "How a run ends"):
 # A local run's ranks have this long to finish after a Ctrl-C/SIGTERM before they are killed.

@@ -104,12 +104,9 @@ def _become_zygote(request: dict, fds: list[int], keep: set[int], template: int)
 def main(control_fd: int, preload: list[str]) -> None:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
-    import importlib
-
     from rlpar.distributed import _child, _zygote  # noqa: F401  (what every zygote runs)
 
-    for module in preload:
-        importlib.import_module(module)
+    _zygote.run_preload(preload)
     control = socket.socket(fileno=control_fd)
     me = os.getpid()
     handles: dict[int, socket.socket] = {}  # zygote pid -> its launcher's handle

@@ -51,6 +51,19 @@ def _write_exit(tmp: str, rank: int, code: int) -> None:
 STOPS = frozenset({signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2})
 
 
+def run_preload(preload: list[str]) -> None:
+    """Import each ``module`` of ``preload``; for a ``module:function`` entry also call
+    ``function()``, once per process (a template's zygote calls it again, so it must be
+    cheap the second time), e.g. to load compiled kernels that every rank then shares."""
+    import importlib
+
+    for entry in preload:
+        module, _, function = entry.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
+
+
 def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
     me = os.getpid()
     children: dict[int, int] = {}
@@ -96,12 +109,9 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
     # sent while it was starting waits for the handlers above instead of killing it.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
 
-    import importlib
-
     from rlpar.distributed import _child
 
-    for module in preload:  # the point of the zygote: imported once for all ranks
-        importlib.import_module(module)
+    run_preload(preload)  # the point of the zygote: done once for all ranks
 
     def fork(rank: int, restarts: int) -> None:
         # Blocked until the new rank is in ``children``: a stop forwarded in between

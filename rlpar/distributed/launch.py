@@ -103,7 +103,11 @@ def launch(
     is killed or exits without reporting, TimeoutError after ``timeout`` seconds; in
     every case all ranks are gone when this returns or raises. ``env`` adds variables
     to the children's environment; ``preload`` names the modules imported once before
-    the ranks are forked (an entry that needs no torch can pass ``()``).
+    the ranks are forked (an entry that needs no torch can pass ``()``); an entry
+    ``module:function`` also calls ``function()`` then, so that work every rank would
+    repeat (loading compiled kernels, say) is done once and shared. The function
+    must start no thread (the ranks are forked after it) and be cheap when called
+    again in the same process.
 
     Ctrl-C or SIGTERM in this process: with ``stop_grace > 0`` every rank is asked to
     stop (a rank that handles it can finish cleanly) and the ranks have
@@ -146,7 +150,7 @@ def launch(
         raise ValueError(f"stop_grace must be >= 0 seconds, got {stop_grace!r}")
     if isinstance(preload, str):
         raise TypeError(f"preload must be a sequence of module names, got the string {preload!r}")
-    preload = [str(m) for m in preload]
+    preload = [_check_preload(m) for m in preload]
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
     restartable = frozenset(restartable)
@@ -435,3 +439,9 @@ def _earliest(failures: dict[int, tuple[float, Exception, bool]]) -> Exception:
     """What to raise for the failure whose rank exited first."""
     return min(failures.values(), key=lambda f: f[0])[1]
 
+
+def _check_preload(entry: object) -> str:
+    module, colon, function = str(entry).partition(":")
+    if not all(part.isidentifier() for part in module.split(".")) or (colon and not function.isidentifier()):
+        raise ValueError(f"preload entries are 'module' or 'module:function', got {entry!r}")
+    return str(entry)

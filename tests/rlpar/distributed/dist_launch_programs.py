@@ -16,7 +16,11 @@ def rank_and_env(offset):
 def rank1_raises(pid_dir):
     _record_pid(pid_dir)
     if os.environ["RANK"] == "1":
-        time.sleep(0.2)
+        # Raise once rank 0 has recorded its pid too (a fixed 0.2 s was not enough on a
+        # loaded machine): the test checks that a running rank is torn down.
+        deadline = time.monotonic() + 20
+        while len([n for n in os.listdir(pid_dir) if n.endswith(".pid")]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         raise ValueError("rank 1 broke on purpose")
     time.sleep(60)  # the launcher must tear this rank down
 
@@ -42,8 +46,10 @@ def returns_unpicklable():
 
 
 def _record_pid(pid_dir):
-    with open(os.path.join(pid_dir, f"rank{os.environ['RANK']}.pid"), "w") as f:
+    path = os.path.join(pid_dir, f"rank{os.environ['RANK']}.pid")
+    with open(path + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)  # whole or absent: a peer counts the files
 
 
 def peer_loss_echoes_first(pid_dir, cause_after):
@@ -220,3 +226,11 @@ def rank1_dies_while_rank0_works(pid_dir, save_s):
     with open(os.path.join(pid_dir, "saved"), "w") as f:
         f.write(stops.reason(stops.requested()))
     raise PeerUnavailable("learner group: a member died")
+
+
+def replay_kernels_loaded():
+    """Whether the prioritized replay's compiled kernels were loaded before this rank
+    ran (by a ``module:function`` preload entry in its zygote)."""
+    from rlpar.buffers import trees
+
+    return trees._kernels is not None

@@ -291,3 +291,17 @@ def test_the_helper_forks_no_rank_again_once_a_ctrl_c_reached_it(tmp_path, ctrl_
 @pytest.mark.timeout(30)
 def test_a_ctrl_c_or_a_failure_while_a_rank_leaves_keeps_the_result_it_returned():
     assert launch(programs.returns_then_is_hit_while_leaving, nprocs=2, timeout=25, preload=()) == [100, 101]
+
+
+@pytest.mark.timeout(60)
+def test_a_module_function_preload_entry_runs_once_before_the_ranks_are_forked():
+    loaded = launch(programs.replay_kernels_loaded, nprocs=2, timeout=50,
+                    preload=("rlpar.buffers.trees:kernels",))
+    assert loaded == [True, True]
+    assert launch(programs.replay_kernels_loaded, nprocs=1, timeout=25, preload=("rlpar.buffers.trees",)) == [False]
+
+
+@pytest.mark.parametrize("entry", ["rlpar.buffers.trees:", ":kernels", "a:b:c", "rlpar buffers", "a.:f"])
+def test_a_malformed_preload_entry_is_refused_before_anything_starts(entry):
+    with pytest.raises(ValueError, match="'module' or 'module:function'"):
+        launch(programs.rank_and_env, nprocs=1, args=(0,), preload=(entry,))
