@@ -4,53 +4,14 @@ to dedicated shards, shared-frames shards, and a SIGKILLed shard raises or is dr
 
 from __future__ import annotations
 
-import os
 import pickle
-import secrets
-import subprocess
-import sys
 
 import buffer_programs as programs
-import cloudpickle
 import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from rlpar.distributed import free_port
-
-
-def _spawn(tmp_path, entry, args, nprocs):
-    # By hand, not launch(): launch tears the world down when the killed rank dies.
-    payload = tmp_path / "entry.pkl"
-    with open(payload, "wb") as f:
-        pickle.dump(list(sys.path), f)
-        cloudpickle.dump((entry, args), f)
-    port, secret = free_port(), secrets.token_hex(16)  # what launch() would give them
-    procs = []
-    for rank in range(nprocs):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            WORLD_SIZE=str(nprocs),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            LOCAL_RANK=str(rank),
-            OMP_NUM_THREADS="1",
-            RLPAR_RUN_SECRET=secret,
-        )
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "rlpar.distributed._child",
-                    str(payload),
-                    str(tmp_path / f"result{rank}.pkl"),
-                ],
-                env=env,
-            )
-        )
-    return procs
+from tests.rlpar.distributed.unsupervised import run_ranks
 
 
 @pytest.mark.timeout(150)
@@ -58,14 +19,10 @@ def test_three_shard_ranks(tmp_path, monkeypatch):
     # The survivors' shutdown waits this long for the killed shard rank (lost), not 10 s.
     monkeypatch.setenv("RLPAR_LOST_S", "3")
     timeout = 10.0
-    procs = _spawn(tmp_path, programs.sharded_world, (150, timeout), 3)
-    try:
-        codes = [p.wait(timeout=140) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    # Not launch(): it tears the world down when the killed rank dies. The ranks fork
+    # from one zygote that imported torch once for all three.
+    run_ranks(tmp_path, programs.sharded_world, (150, timeout), nprocs=3, timeout=140)
+    codes = [int((tmp_path / f"exit{rank}").read_text().split()[0]) for rank in range(3)]
     results = []
     for rank in (0, 1):
         with open(tmp_path / f"result{rank}.pkl", "rb") as f:

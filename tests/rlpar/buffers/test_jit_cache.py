@@ -18,20 +18,36 @@ ROOT = Path(__file__).resolve().parents[3]
 # Imports the buffers as a user does (the package, torch and all) and compiles one
 # kernel: enough to see where numba caches it, at a fraction of the cost of
 # compiling them all. A second dispatcher of the same function then loads it back.
+# One interpreter for both cases: it imports torch and numba once, then forks one
+# branch per case, each with its own RLPAR_CACHE_DIR before it imports rlpar.
 _ONE_KERNEL = """
-import json
-import numpy as np
-import rlpar.buffers
-from rlpar.buffers import tree_kernels as tk
-from rlpar.buffers.jit import jit
+import json, os, sys, traceback
+import numba, numpy as np, torch
 
-args = (np.array([3.0, 0.0, 1.0, 2.0]), np.array([0, 2, 4]), 1, np.array([0.5, 1.5]))
-out = np.empty(2, dtype=np.int64)
-tk.find_prefix(*args, out)
-again = jit(tk.find_prefix.py_func)
-again(*args, out)
-print(json.dumps({"out": out.tolist(), "cache": type(tk.find_prefix._cache).__name__,
-                  "hits": sum(again.stats.cache_hits.values()), "file": tk.__file__}))
+cases = json.loads(sys.argv[1])
+children = {}
+for case, cache in cases.items():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.environ["RLPAR_CACHE_DIR"] = cache
+            import rlpar.buffers
+            from rlpar.buffers import tree_kernels as tk
+            from rlpar.buffers.jit import jit
+            args = (np.array([3.0, 0.0, 1.0, 2.0]), np.array([0, 2, 4]), 1, np.array([0.5, 1.5]))
+            out = np.empty(2, dtype=np.int64)
+            tk.find_prefix(*args, out)
+            again = jit(tk.find_prefix.py_func)
+            again(*args, out)
+            print(json.dumps({"case": case, "out": out.tolist(), "cache": type(tk.find_prefix._cache).__name__,
+                              "hits": sum(again.stats.cache_hits.values()), "file": tk.__file__}), flush=True)
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    children[pid] = case
+for pid, case in children.items():
+    assert os.waitpid(pid, 0)[1] == 0, case
 """
 
 
@@ -62,20 +78,16 @@ def test_the_kernels_cache_in_the_users_cache_dir_and_nothing_in_the_package(tmp
     blocker.write_text("")
     cases = {"writable": tmp_path / "cache",
              "unwritable": blocker / "cache"}  # under a file: not creatable, even by root
-    procs = {}
-    for case, cache in cases.items():
-        env = {**os.environ, "PYTHONPATH": str(source), "PYTHONDONTWRITEBYTECODE": "1",
-               "RLPAR_CACHE_DIR": str(cache), "PYTHONWARNINGS": "default"}
-        for name in ("NUMBA_CACHE_DIR", "NUMBA_CACHE_LOCATOR_CLASSES", "NUMBA_DISABLE_JIT"):
-            env.pop(name, None)
-        procs[case] = subprocess.Popen([sys.executable, "-c", _ONE_KERNEL], cwd=tmp_path, env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    results = {}
-    for case, proc in procs.items():
-        out, err = proc.communicate(timeout=110)
-        assert proc.returncode == 0, err[-3000:]
-        assert "Warning" not in err, err[-3000:]
-        results[case] = json.loads(out.strip().splitlines()[-1])
+    env = {**os.environ, "PYTHONPATH": str(source), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONWARNINGS": "default"}
+    for name in ("RLPAR_CACHE_DIR", "NUMBA_CACHE_DIR", "NUMBA_CACHE_LOCATOR_CLASSES", "NUMBA_DISABLE_JIT"):
+        env.pop(name, None)
+    proc = subprocess.run([sys.executable, "-c", _ONE_KERNEL, json.dumps({k: str(v) for k, v in cases.items()})],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]
+    results = {r["case"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
+    assert set(results) == set(cases)
     for result in results.values():
         assert result["out"] == [0, 1]
         assert Path(result["file"]).is_relative_to(source)  # the copy ran, not the checkout

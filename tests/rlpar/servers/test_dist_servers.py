@@ -15,6 +15,7 @@ import pytest
 import server_programs as programs
 
 from rlpar.distributed import free_port, launch
+from tests.procs import is_dead, wait_until_dead
 
 CAS_ROUNDS = 30
 PUSHES = 4
@@ -75,35 +76,42 @@ def test_errors_and_staleness_behave_as_locally(results):
 def test_dead_host_gives_peer_unavailable_within_timeout(tmp_path):
     timeout, port, secret = 3.0, free_port(), secrets.token_hex(16)
     here = os.path.dirname(os.path.abspath(__file__))
-    code = "import sys, server_programs as p; p.dead_host(sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))"
-    procs = {
-        role: subprocess.Popen(
-            [sys.executable, "-c", code, role, str(port), str(tmp_path), str(timeout)],
-            cwd=here,
-            env={**os.environ, "PYTHONPATH": here, "RLPAR_RUN_SECRET": secret},
-        )
-        for role in ("host", "client")
-    }
+    # One interpreter imports torch once and forks the host (which dies with it, and
+    # writes its pid for the signals below); the process itself goes on as the client.
+    code = ("import os, sys, server_programs as p\n"
+            "from rlpar.distributed._zygote import _die_with_parent\n"
+            "role = 'client' if os.fork() else 'host'\n"
+            "if role == 'host':\n"
+            "    _die_with_parent()\n"
+            "    open(os.path.join(sys.argv[2], 'host_pid'), 'w').write(str(os.getpid()))\n"
+            "p.dead_host(role, int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))")
+    client = subprocess.Popen([sys.executable, "-c", code, str(port), str(tmp_path), str(timeout)], cwd=here,
+                              env={**os.environ, "PYTHONPATH": here, "RLPAR_RUN_SECRET": secret})
+    host = None
     try:
         deadline = time.monotonic() + 60
         while not all((tmp_path / f).exists() for f in ("host_ready", "client_ready")):
             assert time.monotonic() < deadline, "ranks did not start"
-            for role, p in procs.items():
-                assert p.poll() is None, f"{role} exited early with {p.returncode}"
+            assert client.poll() is None, f"client exited early with {client.returncode}"
+            if host is None and (tmp_path / "host_ready").exists():
+                host = int((tmp_path / "host_pid").read_text())
+            assert host is None or not is_dead(host), "host exited early"
             time.sleep(0.05)
-        procs["host"].send_signal(signal.SIGSTOP)
+        host = int((tmp_path / "host_pid").read_text())
+        os.kill(host, signal.SIGSTOP)
         (tmp_path / "host_stopped").touch()
-        _wait_for(tmp_path / "client_stopped", procs["client"], timeout + 20)
-        procs["host"].send_signal(signal.SIGKILL)
-        procs["host"].wait(timeout=10)
+        _wait_for(tmp_path / "client_stopped", client, timeout + 20)
+        os.kill(host, signal.SIGKILL)
+        assert not wait_until_dead([host])
         (tmp_path / "host_killed").touch()
-        assert procs["client"].wait(timeout=timeout + 20) == 0
+        assert client.wait(timeout=timeout + 20) == 0
         result = json.loads((tmp_path / "result.json").read_text())
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        if client.poll() is None:
+            client.kill()  # the host dies with it
+        client.wait()
+        if host is not None:
+            wait_until_dead([host])
     assert result["first"] == 0
     for phase in ("stopped", "killed"):
         outcome, elapsed = result[phase]["outcome"], result[phase]["elapsed"]
