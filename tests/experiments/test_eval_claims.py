@@ -192,9 +192,7 @@ def test_an_evaluator_killed_mid_evaluation_is_asked_for_it_again_and_later_ones
     monkeypatch.setenv("STEPS_OF_ACTOR_0", str(tmp_path / "steps"))
     # Learning on: its pacing keeps actor 0 from running to the budget while the
     # replacement evaluates (the later evaluations must come).
-    # Two episodes an evaluation (not 4): what is checked is which evaluations come, not their returns.
-    summary = apex.run(apex_config(str(tmp_path / "runs"), eval_every=EVAL_EVERY, eval_episodes=2,
-                                   max_env_steps=2000),
+    summary = apex.run(apex_config(str(tmp_path / "runs"), eval_every=EVAL_EVERY, max_env_steps=2000),
                        parts=Parts(algorithm=KilledMidEvaluationDQN, actor=WaitingActor), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["actor_restarts"] == 1 and summary["stop_reason"] == "env step budget"
