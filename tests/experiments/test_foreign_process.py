@@ -82,9 +82,7 @@ def test_a_process_without_the_secret_cannot_read_join_or_call_a_running_job(tmp
     job = subprocess.Popen(
         # One actor: every rank of the world runs all along the intruder's tries, costing CPU.
         [sys.executable, "-m", "experiments.apex", "--max-seconds", "120", "--status-every", "0.5",
-         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--num-actors", "1", "--target-return", "1e9",
-         # A small learner and no evaluation: the intruder needs the services, not the training.
-         "--hidden", "32", "--batch-size", "32", "--eval-every", "100000"],
+         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--num-actors", "1", "--target-return", "1e9"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
         start_new_session=True)
     try:
