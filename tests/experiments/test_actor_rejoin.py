@@ -45,9 +45,7 @@ def test_a_killed_actor_rejoins_while_the_learner_keeps_training(tmp_path, monke
     monkeypatch.setenv("DIE_RANK", "2")  # actor 1, the evaluator
     monkeypatch.setenv("DIE_AFTER", "500")  # 1000 of its env steps: well after the first updates
     monkeypatch.setenv("VERSIONS", str(tmp_path / "versions"))
-    # Two episodes an evaluation (not 4): the evaluator's restart is the point, not its returns.
-    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=4000, max_seconds=90.0,
-                                   eval_episodes=2),
+    summary = apex.run(apex_config(str(tmp_path / "runs"), max_env_steps=4000, max_seconds=90.0),
                        parts=Parts(algorithm=DiesOnceDQN, actor=VersionsAfterRestart), quiet=True)
     assert (tmp_path / "killed").exists()
     assert summary["stop_reason"] == "env step budget" and summary["env_steps"] >= 4000
