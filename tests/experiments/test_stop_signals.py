@@ -19,10 +19,7 @@ def _start(tmp_path, *argv, max_seconds=120):
         [sys.executable, "-m", "experiments.apex", "--max-seconds", str(max_seconds), "--status-every", "0.5",
          # An unreachable target: CartPole can be solved before the signal lands (CI saw
          # stop_reason "solved" where the test expected "terminated").
-         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--target-return", "1e9",
-         # What is stopped is the processes, not the training: one actor, a small learner,
-         # no evaluation (the ranks train at full speed until the signal lands).
-         "--num-actors", "1", "--hidden", "32", "--batch-size", "32", "--eval-every", "100000", *argv],
+         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--target-return", "1e9", *argv],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
 
