@@ -23,16 +23,20 @@ def td3_config(log_dir="none", **over):
     return apex_config(log_dir, **settings)
 
 
+SHORT = {"learning_starts": 200, "max_env_steps": 1200}  # a serial run's first session
+
+
 @pytest.mark.timeout(120)
 def test_serial_td3_learns_from_prioritized_one_step_transitions_by_default_and_resumes(tmp_path):
-    summary = apex.run(td3_config(str(tmp_path), serial=True), quiet=True)
+    # 0.125 updates per env step past learning_starts: (1200 - 200) / 8 = 125 updates.
+    summary = apex.run(td3_config(str(tmp_path), serial=True, **SHORT), quiet=True)
     assert summary["algorithm"] == "algorithms.td3.td3.TD3" and summary["updates"] > 100
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["algorithm"] == "td3"  # auto, resolved by the action space and saved
     assert saved["learn"]["tau"] == 0.005 and saved["learn"]["n_step"] == 1 and saved["learn"]["lr"] == 3e-4
     assert saved["learn"]["updates_per_step"] == 0.125  # CONTINUOUS_DEFAULTS
-    resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2400), quiet=True)
+    resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=1600), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     # Another learner cannot load this one's state: refused before anything starts,
     # and the run directory is left as it was.
@@ -46,10 +50,11 @@ def test_serial_td3_learns_from_prioritized_one_step_transitions_by_default_and_
 
 @pytest.mark.timeout(120)
 def test_td3_in_a_local_world_and_ddpg_on_request():
-    summary = apex.run(td3_config(n_step=3), quiet=True)  # Ape-X's n-step returns, on request
+    # Ape-X's n-step returns, on request; no evaluation (Pendulum's are 200-step episodes).
+    summary = apex.run(td3_config(n_step=3, max_env_steps=800, eval_every=100_000), quiet=True)
     assert summary["algorithm"] == "algorithms.td3.td3.TD3" and summary["num_actors"] == 2
-    assert summary["updates"] > 0 and summary["env_steps"] >= 1600
-    summary = apex.run(td3_config(serial=True, algorithm="ddpg", max_env_steps=800), quiet=True)
+    assert summary["updates"] > 0 and summary["env_steps"] >= 800
+    summary = apex.run(td3_config(serial=True, algorithm="ddpg", max_env_steps=600, eval_every=100_000), quiet=True)
     assert summary["algorithm"] == "algorithms.td3.ddpg.DDPG" and summary["updates"] > 0
 
 
@@ -110,19 +115,19 @@ def test_ou_noise_is_an_option_and_restarts_with_each_episode():
     assert np.all(states[0] != 0) and np.all(states[1] != 0)  # a correlated walk within the episode
     assert np.all(states[2] == 0)  # both episodes ended at step 3: the process starts afresh
     assert np.all(states[3] != 0)
-    summary = apex.run(td3_config(serial=True, noise="ou", max_env_steps=800), quiet=True)
+    summary = apex.run(td3_config(serial=True, noise="ou", max_env_steps=600, eval_every=100_000), quiet=True)
     assert summary["updates"] > 0
 
 
 @pytest.mark.timeout(120)
 def test_serial_sac_learns_with_n_step_returns_resumes_and_evaluates(tmp_path):
-    summary = apex.run(td3_config(str(tmp_path), serial=True, algorithm="sac", alpha=0.5), quiet=True)
+    summary = apex.run(td3_config(str(tmp_path), serial=True, algorithm="sac", alpha=0.5, **SHORT), quiet=True)
     assert summary["algorithm"] == "algorithms.sac.sac.SAC" and summary["updates"] > 100
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["learn"]["n_step"] == 3 and saved["learn"]["updates_per_step"] == 0.125  # SAC_DEFAULTS
     assert saved["sac"]["alpha"] == 0.5 and "gamma" not in saved["sac"]  # derived from learn, not saved twice
-    resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2400), quiet=True)
+    resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=1600), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     out = evaluate.evaluate_run(run_dir, which="best")
     assert out["matches_recorded"], out

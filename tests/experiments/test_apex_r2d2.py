@@ -21,13 +21,14 @@ def r2d2_config(log_dir="none", **over):
 
 @pytest.mark.timeout(120)
 def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
-    summary = apex.run(r2d2_config(str(tmp_path), serial=True), quiet=True)
+    # 0.05 updates per env step past learning_starts: (800 - 200) / 20 = 30 updates.
+    summary = apex.run(r2d2_config(str(tmp_path), serial=True, max_env_steps=800, eval_every=800), quiet=True)
     assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["updates"] > 10
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["algorithm"] == "r2d2" and saved["r2d2"]["lstm_size"] == 16
     assert saved["learn"]["n_step"] == 5 and saved["learn"]["updates_per_step"] == 0.05  # R2D2_DEFAULTS
-    resumed = apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=2500), quiet=True)
+    resumed = apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=1200), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     with pytest.raises(ValueError, match="--lstm-size cannot change when resuming"):
         apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, lstm_size=32), quiet=True)

@@ -46,13 +46,13 @@ def test_the_builder_makes_a_noisy_c51_whose_priorities_are_positive():
 
 @pytest.mark.timeout(120)
 def test_serial_rainbow_run_updates_and_resumes_from_its_checkpoint(tmp_path):
-    over = {"serial": True, "distributional": True, "noisy": True, "max_env_steps": 1600}
+    over = {"serial": True, "distributional": True, "noisy": True, "max_env_steps": 800}
     summary = apex.run(apex_config(str(tmp_path), **over), quiet=True)
     assert summary["algorithm"] == "algorithms.dqn.c51.CategoricalDQN" and summary["updates"] > 100
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["dqn"]["distributional"] and saved["dqn"]["noisy"] and saved["learn"]["eps"] == 0.0
-    resumed = apex.run(apex_config(str(tmp_path), resume=run_dir, max_env_steps=2400, serial=True), quiet=True)
+    resumed = apex.run(apex_config(str(tmp_path), resume=run_dir, max_env_steps=1200, serial=True), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     with pytest.raises(ValueError, match="--n-atoms cannot change when resuming"):  # the network's shape
         apex.run(apex_config(str(tmp_path), resume=run_dir, serial=True, n_atoms=11, max_env_steps=3200))

@@ -10,7 +10,7 @@ from experiments.apex import LearnConfig
 
 @pytest.mark.timeout(120)
 def test_distributed_learner_recycles_and_logs_it(tmp_path):
-    summary = apex.run(apex_config(str(tmp_path), max_env_steps=2000, recycle_every=5, recycle_tau=0.5,
+    summary = apex.run(apex_config(str(tmp_path), max_env_steps=1000, recycle_every=5, recycle_tau=0.5,
                                    hidden="32,32"), quiet=True)
     assert summary["updates"] >= 5
     tags = scalars(summary["run_dir"])

@@ -24,12 +24,12 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     # Serial: what is played is a run directory, whichever way it was written.
     return {
-        "apex": apex.run(apex_config(str(root), serial=True, max_env_steps=1500, eval_every=700),
+        "apex": apex.run(apex_config(str(root), serial=True, max_env_steps=1000, eval_every=400),
                          quiet=True)["run_dir"],
         "a3c": a3c.run(a3c_config(str(root), serial=True), quiet=True)["run_dir"],
-        "maddpg": _maddpg_run(["--env-id", "cooperative", "--max-env-steps", "600", "--num-envs", "2",
+        "maddpg": _maddpg_run(["--env-id", "cooperative", "--max-env-steps", "400", "--num-envs", "2",
                                    "--env-workers", "0", "--learning-starts", "100", "--batch-size", "32",
-                                   "--eval-every", "300", "--eval-episodes", "2", "--status-every", "0",
+                                   "--eval-every", "200", "--eval-episodes", "2", "--status-every", "0",
                                    "--serial", "--log-dir", str(root)]),
     }
 

@@ -13,7 +13,7 @@ from experiments import evaluate, impala
 
 @pytest.mark.timeout(120)
 def test_serial_run_flows_unrolls_updates_and_resumes(tmp_path):
-    summary = impala.run(impala_config(str(tmp_path), serial=True, max_env_steps=2000, eval_every=1000),
+    summary = impala.run(impala_config(str(tmp_path), serial=True, max_env_steps=1000, eval_every=500),
                          quiet=True)
     assert summary["updates"] > 0 and summary["data"] == "queue" and summary["evaluations"] >= 1
     # Every update took batch_size unrolls of unroll_length x num_envs steps.
@@ -21,9 +21,9 @@ def test_serial_run_flows_unrolls_updates_and_resumes(tmp_path):
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["learn"]["lr"] == 2e-3 and saved["learn"]["unroll_length"] == 5  # filled, given
-    resumed = impala.run(impala_config(str(tmp_path), resume=run_dir, serial=True, max_env_steps=3000), quiet=True)
+    resumed = impala.run(impala_config(str(tmp_path), resume=run_dir, serial=True, max_env_steps=1500), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"]
-    assert resumed["updates"] > summary["updates"] and resumed["env_steps"] >= 3000
+    assert resumed["updates"] > summary["updates"] and resumed["env_steps"] >= 1500
     # The best evaluation's network replays its recorded return exactly.
     out = evaluate.evaluate_run(run_dir, which="best")
     assert out["matches_recorded"], out
@@ -31,9 +31,9 @@ def test_serial_run_flows_unrolls_updates_and_resumes(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_local_world_of_two_actors_learns_from_their_unrolls():
-    summary = impala.run(impala_config(max_env_steps=3000, eval_every=1500), quiet=True)
+    summary = impala.run(impala_config(max_env_steps=1500, eval_every=750), quiet=True)
     assert summary["num_actors"] == 2 and summary["updates"] > 10 and summary["evaluations"] >= 1
-    assert summary["env_steps"] >= 3000 and summary["stop_reason"] == "env step budget"
+    assert summary["env_steps"] >= 1500 and summary["stop_reason"] == "env step budget"
 
 
 def test_bad_flags_are_named():

@@ -140,14 +140,14 @@ def test_evaluations_of_an_old_checkpoint_resume_without_versions(tmp_path):
 @pytest.mark.timeout(120)
 def test_apex_with_actors_keeps_the_network_its_evaluating_actor_played(tmp_path):
     # The last actor evaluates the version it pulled while the learner goes on updating.
-    summary = apex.run(apex_config(str(tmp_path), max_env_steps=1200, eval_every=300), quiet=True)
+    summary = apex.run(apex_config(str(tmp_path), max_env_steps=800, eval_every=250), quiet=True)
     assert summary["evaluations"] >= 2
     check_policy_files(summary, final_version=summary["updates"])
 
 
 @pytest.mark.timeout(120)
 def test_apex_serial_files_and_the_evaluate_command(tmp_path, capsys):
-    summary = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=2000, eval_every=700),
+    summary = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=1000, eval_every=400),
                        quiet=True)
     best, _ = check_policy_files(summary, final_version=summary["updates"])
     assert main([summary["run_dir"], "--policy", "best"]) == 0
@@ -161,7 +161,7 @@ def test_apex_serial_files_and_the_evaluate_command(tmp_path, capsys):
 @pytest.mark.timeout(120)
 def test_a3c_workers_and_lead_keep_the_pulled_network_it_evaluated(tmp_path):
     # Two worker ranks push gradients while the lead evaluates the version it pulled.
-    summary = a3c.run(a3c_config(str(tmp_path), num_workers=2, max_env_steps=900, eval_every=250),
+    summary = a3c.run(a3c_config(str(tmp_path), num_workers=2, max_env_steps=600, eval_every=200),
                       quiet=True)
     assert summary["evaluations"] >= 2
     check_policy_files(summary, final_version=summary["version"])
@@ -172,8 +172,8 @@ def test_maddpg_keeps_the_actors_it_evaluated(tmp_path):
     from experiments.runtime.cli import parse_config
 
     config = parse_config(maddpg.MADDPGJobConfig, [
-        "--env-id", "cooperative", "--max-env-steps", "600", "--num-envs", "2", "--env-workers", "0",
-        "--learning-starts", "100", "--batch-size", "32", "--eval-every", "200", "--eval-episodes", "2",
+        "--env-id", "cooperative", "--max-env-steps", "400", "--num-envs", "2", "--env-workers", "0",
+        "--learning-starts", "100", "--batch-size", "32", "--eval-every", "150", "--eval-episodes", "2",
         "--status-every", "0", "--log-dir", str(tmp_path)])
     summary = maddpg.run(config, quiet=True)
     assert summary["evaluations"] >= 2
@@ -184,7 +184,7 @@ def test_maddpg_keeps_the_actors_it_evaluated(tmp_path):
 def test_an_old_format_run_resumes_and_its_files_stay_honest(tmp_path):
     from rlpar.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
-    first = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=1500, eval_every=700),
+    first = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=750, eval_every=350),
                      quiet=True)
     run_dir = first["run_dir"]
     # Make the run what an older rlpar wrote: evaluation rows of 4 fields, policy
@@ -199,7 +199,7 @@ def test_an_old_format_run_resumes_and_its_files_stay_honest(tmp_path):
                     "eval_return": old["eval_return"]}, os.path.join(run_dir, name))
     assert evaluate_run(run_dir, which="best")["recorded"] is None  # an old file still plays
 
-    more = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=3000, eval_every=700,
+    more = apex.run(apex_config(str(tmp_path), serial=True, max_env_steps=1500, eval_every=350,
                                 resume=run_dir), quiet=True)
     assert [e[4] for e in more["evals"][:2]] == [-1, -1] and more["evaluations"] >= 3
     assert all(e[4] >= 0 for e in more["evals"][2:])

@@ -44,9 +44,9 @@ def boltzmann(config, parts, spec):
 @pytest.mark.timeout(120)
 def test_a_users_builder_runs_in_every_actor_rank(tmp_path, monkeypatch):
     monkeypatch.setenv("BOLTZMANN_MARKER", str(tmp_path / "acted"))
-    summary = apex.run(apex_config(max_env_steps=2000, eval_every=1000), parts=Parts(builder=boltzmann),
+    summary = apex.run(apex_config(max_env_steps=800, eval_every=400), parts=Parts(builder=boltzmann),
                        quiet=True)
-    assert summary["env_steps"] >= 2000 and summary["updates"] > 0 and summary["evaluations"] >= 1
+    assert summary["env_steps"] >= 800 and summary["updates"] > 0 and summary["evaluations"] >= 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["acted.1", "acted.2"]  # both actor ranks
 
 

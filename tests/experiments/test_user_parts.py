@@ -18,27 +18,39 @@ from envs.testing import CountingEnv, DictCountingEnv
 from experiments import a3c, apex
 from experiments.runtime import Parts
 
+USER_ENV_ID = "user_envs:UserCountingEnv-v0"  # registered by importing the user's module user_envs
 IN_TEST_ID = "RlparInTestCounting-v0"  # registered only in this (the launching) process
 if IN_TEST_ID not in gym.registry:
     gym.register(IN_TEST_ID, entry_point=CountingEnv, kwargs={"episode_length": 15})
 
 
+# The user's envs in a local world: the one registered only in this process here; the one
+# named ``module:EnvId`` by the runs of the user's algorithm subclasses below (one launch
+# checks both).
+APEX_ENV_STEPS = 1200
+
+
+def assert_the_env_reached_every_apex_rank(summary, env_id):
+    # 4 envs of 15- or 20-step episodes: at least 4 x (300 // 20) = 60 episodes end.
+    assert summary["env_id"] == env_id and summary["env_steps"] >= APEX_ENV_STEPS and summary["episodes"] > 50
+
+
+def assert_the_env_reached_every_a3c_rank(summary, env_id):
+    # 4 envs of 15- or 20-step episodes: at least 600 / 20 - 4 = 26 episodes end.
+    assert summary["env_id"] == env_id and summary["env_steps"] >= 600 and summary["num_sources"] == 2
+    assert summary["episodes"] > 20
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("env_id", ["user_envs:UserCountingEnv-v0", IN_TEST_ID])
-def test_user_envs_reach_every_apex_rank(env_id):
-    summary = run_apex(env_id)
-    assert summary["env_id"] == env_id and summary["env_steps"] >= 2000 and summary["episodes"] > 50
-
-
-def run_apex(env_id):
-    return apex.run(apex_config(env_id=env_id, max_env_steps=2000, eval_every=1000), quiet=True)
+def test_an_env_registered_in_this_process_reaches_every_apex_rank():
+    summary = apex.run(apex_config(env_id=IN_TEST_ID, max_env_steps=APEX_ENV_STEPS, eval_every=600), quiet=True)
+    assert_the_env_reached_every_apex_rank(summary, IN_TEST_ID)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("env_id", ["user_envs:UserCountingEnv-v0", IN_TEST_ID])
-def test_user_envs_reach_every_a3c_rank(env_id):
-    summary = a3c.run(a3c_config(env_id=env_id, num_workers=2, max_env_steps=1200), quiet=True)
-    assert summary["env_steps"] >= 1200 and summary["num_sources"] == 2 and summary["episodes"] > 20
+def test_an_env_registered_in_this_process_reaches_every_a3c_rank():
+    summary = a3c.run(a3c_config(env_id=IN_TEST_ID, num_workers=2, max_env_steps=600), quiet=True)
+    assert_the_env_reached_every_a3c_rank(summary, IN_TEST_ID)
 
 
 def test_dict_observations_are_flattened_for_apex():
@@ -89,10 +101,11 @@ class MarkedA2C(A2C):
 
 
 @pytest.mark.timeout(120)
-def test_an_a2c_subclass_runs_in_every_a3c_rank(tmp_path, monkeypatch):
+def test_an_a2c_subclass_and_a_module_env_run_in_every_a3c_rank(tmp_path, monkeypatch):
     monkeypatch.setenv("A2C_TEST_MARKER", str(tmp_path / "ran"))
-    summary = a3c.run(a3c_config(num_workers=2, max_env_steps=1200), parts=Parts(algorithm=MarkedA2C),
-                      quiet=True)
+    summary = a3c.run(a3c_config(env_id=USER_ENV_ID, num_workers=2, max_env_steps=600),
+                      parts=Parts(algorithm=MarkedA2C), quiet=True)
+    assert_the_env_reached_every_a3c_rank(summary, USER_ENV_ID)
     assert summary["algorithm"].endswith("MarkedA2C")
     # The actors (ranks 1, 2) compute the gradients; the learner's (rank 0) follows the server.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ran.1", "ran.2"]
@@ -176,7 +189,8 @@ class BoltzmannActor(ApexActor):
 @pytest.mark.timeout(120)
 def test_a_new_distributed_variant_reuses_the_roles_by_passing_its_classes(tmp_path, monkeypatch):
     monkeypatch.setenv("BOLTZMANN_MARKER", str(tmp_path / "acted"))
-    summary = apex.run(apex_config(max_env_steps=2000, eval_every=1000),
+    summary = apex.run(apex_config(env_id=USER_ENV_ID, max_env_steps=APEX_ENV_STEPS, eval_every=600),
                        parts=Parts(algorithm=BoltzmannDQN, actor=BoltzmannActor), quiet=True)
-    assert summary["env_steps"] >= 2000 and summary["evaluations"] >= 1
+    assert_the_env_reached_every_apex_rank(summary, USER_ENV_ID)
+    assert summary["evaluations"] >= 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["acted.1", "acted.2"]  # both actor ranks
