@@ -94,6 +94,8 @@ def _config(case: Case, args: argparse.Namespace, log_dir: str) -> Any:
         from experiments.apex import ApexJobConfig
 
         config, over = ApexJobConfig(), {**env, "num_actors": args.actors, "replay_placement": case.placement}
+        if args.quick:  # paced envs (--env-step-s): learning starts as soon as it did flat out
+            over["learning_starts"] = 500
     elif case.job == "a3c":
         from experiments.a3c import A3CJobConfig
 
