@@ -10,10 +10,7 @@ What dies and when comes from the environment, so that every rank of a local wor
 - ``RLPAR_RECOVERY_KILL_AT``: seconds after that process's first env step (first
   update for the learner): the death comes once throughput is steady;
 - ``RLPAR_RECOVERY_MARKER``: a file the death writes (JSON: its wall time, and for the
-  lead its coordinator's env steps); it exists once, so the replacement lives on;
-- ``RLPAR_RECOVERY_STEP_S``: seconds each env step sleeps (default 0): paced envs, whose
-  actors and learner then idle rather than run flat out (--quick: the smoke test's
-  processes share 2 cores with the rest of the suite; what dies and recovers is the same).
+  lead its coordinator's env steps); it exists once, so the replacement lives on.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from algorithms.dqn import ApexLearner
 from envs.multiagent import CooperativeEnv
 
 KILL, KILL_AT, MARKER = "RLPAR_RECOVERY_KILL", "RLPAR_RECOVERY_KILL_AT", "RLPAR_RECOVERY_MARKER"
-STEP_S = "RLPAR_RECOVERY_STEP_S"
 CARTPOLE = "RecoveryBenchCartPole-v0"
 
 _started: float | None = None  # this process's first step (or update)
@@ -56,13 +52,6 @@ def _due(target: str) -> bool:
     return True
 
 
-def _pace() -> None:
-    """Sleep ``STEP_S`` seconds (an env step that costs wall time, not CPU)."""
-    step_s = float(os.environ.get(STEP_S) or 0.0)
-    if step_s > 0:
-        time.sleep(step_s)
-
-
 def die(**fields: Any) -> None:
     """Write the marker (the moment of death and ``fields``), then SIGKILL this process."""
     marker = os.environ[MARKER]
@@ -82,7 +71,6 @@ class KillOnceCartPole(gym.Wrapper):
     def step(self, action: Any):
         if _due(f"rank:{os.environ.get('RANK')}"):
             die()
-        _pace()
         return self.env.step(action)
 
 
@@ -119,7 +107,6 @@ class KillOnceWorkerEnv(CooperativeEnv):
         worker = multiprocessing.current_process().name.startswith("rlpar-env-worker")
         if target.startswith("env-worker:") and worker and _due(target):
             die()
-        _pace()
         return super().step(actions)
 
 

@@ -94,8 +94,6 @@ def _config(case: Case, args: argparse.Namespace, log_dir: str) -> Any:
         from experiments.apex import ApexJobConfig
 
         config, over = ApexJobConfig(), {**env, "num_actors": args.actors, "replay_placement": case.placement}
-        if args.quick:  # paced envs (--env-step-s): learning starts as soon as it did flat out
-            over["learning_starts"] = 500
     elif case.job == "a3c":
         from experiments.a3c import A3CJobConfig
 
@@ -119,9 +117,8 @@ def run_case(name: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
     case = CASES[name]
     marker = os.path.join(workdir, f"{name}.killed")
     target = {"rank": "rank:1", "lead": "lead", "env-worker": f"env-worker:{os.getpid()}"}[case.kill]
-    saved = {key: os.environ.get(key) for key in (faults.KILL, faults.KILL_AT, faults.MARKER, faults.STEP_S)}
-    os.environ.update({faults.KILL: target, faults.KILL_AT: str(args.kill_at), faults.MARKER: marker,
-                       faults.STEP_S: str(args.env_step_s)})
+    saved = {key: os.environ.get(key) for key in (faults.KILL, faults.KILL_AT, faults.MARKER)}
+    os.environ.update({faults.KILL: target, faults.KILL_AT: str(args.kill_at), faults.MARKER: marker})
     try:
         config = _config(case, args, os.path.join(workdir, name))
         if case.job == "apex":
@@ -239,9 +236,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=float, default=None,
                         help="seconds between checkpoints (default 5, --quick 1)")
     parser.add_argument("--actors", type=int, default=2, help="Ape-X actors, A3C workers")
-    parser.add_argument("--env-step-s", type=float, default=None, help=(
-        "seconds each env step sleeps (default 0: envs flat out; --quick 0.002: paced, so the "
-        "smoke test's processes idle instead of filling the cores)"))
     parser.add_argument("--quick", action="store_true", help="small budgets (tests)")
     args = parser.parse_args(argv)
     try:
@@ -258,10 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kill-at must be in (0, --seconds {args.seconds:g}), got {args.kill_at:g}")
     if args.checkpoint_every is None:
         args.checkpoint_every = 1.0 if args.quick else 5.0
-    if args.env_step_s is None:
-        args.env_step_s = 0.002 if args.quick else 0.0
-    if not 0 <= args.env_step_s < 1:
-        parser.error(f"--env-step-s must be in [0, 1) seconds, got {args.env_step_s:g}")
     if args.actors < 2:
         parser.error("--actors must be >= 2 (one is killed, the others go on)")
     with tempfile.TemporaryDirectory(prefix="rlpar-recovery-") as workdir:
