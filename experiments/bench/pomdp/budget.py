@@ -72,9 +72,9 @@ ENVS = {
     "BreakoutNoTrail": EnvDefaults("rlpar/BreakoutNoTrail-v1", budget_s=1800.0, eval_every=25_000,
                                    levels=(10.0, 5.0), needs="minatar"),
 }
-# --quick stops at 600 env steps (20 s bounds a slow start): a snapshot at 300, after
+# --quick stops at 1,000 env steps (20 s bounds a slow start): a snapshot at 500, after
 # learning started at 200, and the final one.
-QUICK = {"envs": "StatelessCartPole", "budget_s": 20.0, "max_env_steps": 600, "eval_every": 300,
+QUICK = {"envs": "StatelessCartPole", "budget_s": 20.0, "max_env_steps": 1_000, "eval_every": 500,
          "eval_episodes": 3}
 
 
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"extra experiments.apex flags for one of ours ({', '.join(OURS)}), e.g. 'rlpar-r2d2=--lstm-size 128'; "
         "repeatable"))
     add("--quick", action="store_true", help=(
-        "smoke test: StatelessCartPole, 600 env steps or 20 s per run, tiny networks and replay, 3 episodes"))
+        "smoke test: StatelessCartPole, 1,000 env steps or 20 s per run, tiny networks and replay, 3 episodes"))
     wc.add_process_args(parser, "--env")
     return parser
 
