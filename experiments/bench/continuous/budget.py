@@ -83,7 +83,9 @@ ENVS = {
                                   mujoco=True),
     "Hopper-v5": EnvDefaults(budget_s=1800.0, eval_every=10_000, levels=(2000.0, 1000.0, 3000.0), mujoco=True),
 }
-QUICK = {"envs": "Pendulum-v1", "budget_s": 10.0, "eval_every": 500, "eval_episodes": 3}
+# --quick stops at 1,000 env steps (10 s bounds a slow start): a snapshot at 500, after
+# learning started at 300, and the final one.
+QUICK = {"envs": "Pendulum-v1", "budget_s": 10.0, "max_env_steps": 1_000, "eval_every": 500, "eval_episodes": 3}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "torch threads of an SB3 peer (1: two are at best 30%% faster on an idle machine and several times "
         "slower beside any other load, this bench's evaluator included; see continuous.peers)"))
     add("--quick", action="store_true", help=(
-        "smoke test: Pendulum-v1, 10 s per run, tiny networks and replay, 3 episodes"))
+        "smoke test: Pendulum-v1, 10 s or 1,000 env steps per run, tiny networks and replay, 3 episodes"))
     wc.add_process_args(parser, "--env")
     return parser
 
@@ -129,6 +131,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                 setattr(args, name, QUICK[name])
         if args.eval_episodes == parser.get_default("eval_episodes"):
             args.eval_episodes = QUICK["eval_episodes"]
+        if args.max_env_steps == parser.get_default("max_env_steps"):
+            args.max_env_steps = QUICK["max_env_steps"]
     args.env_list = wc.choose(parser, "--envs", args.envs, list(ENVS), what="env")
     args.impl_list = wc.choose(parser, "--impls", args.impls, IMPLS, what="implementation")
     args.seed_list = wc.seed_list(parser, args.seeds)

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         emit(runner(args.seed, launched=launched, **kwargs, **extra))
         return 0
     if args.quick:
-        args.seeds, args.budget, args.eval_every, args.eval_episodes = 1, 4.0, 2000, 4
+        args.seeds, args.budget, args.eval_every, args.eval_episodes = 1, 3.0, 2000, 4
     impls = ["rlpar", "sb3"] if args.impl == "both" else [args.impl]
     missing = _sb3_missing() if "sb3" in impls else None
     results: dict[str, list[dict[str, Any]]] = {impl: [] for impl in impls}

@@ -129,7 +129,7 @@ def train_apex(game: str, *, run_dir: str, seed: int, started: float, budget_s: 
     config = jobs.bench_config("rlpar-apex", game, flags=flags, run_dir=run_dir, seed=seed, budget_s=budget_s,
                                max_env_steps=max_env_steps, variant=variant)
     if quick:  # a smoke test: learning starts within seconds
-        apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 500})
+        apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 250})
     env_defaults(config, Parts())  # the snapshot clock needs --updates-per-step
     learner = SnapshottingLearner.bound(run_dir=run_dir, every=eval_every, started=started,
                                         learning_starts=config.learn.learning_starts,

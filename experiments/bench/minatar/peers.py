@@ -78,7 +78,7 @@ def make_model(impl: str, game: str, *, seed: int, max_env_steps: int, quick: bo
     common = {"policy_kwargs": policy_kwargs(impl), "seed": seed, "device": "cpu", "verbose": 0}
     if impl == "sb3-dqn":
         return DQN("MlpPolicy", make_vec_env(factory, n_envs=1, seed=seed), learning_rate=2.5e-4,
-                   buffer_size=5_000 if quick else 100_000, learning_starts=500 if quick else 5_000,
+                   buffer_size=5_000 if quick else 100_000, learning_starts=250 if quick else 5_000,
                    batch_size=32, train_freq=1, gradient_steps=1, target_update_interval=1_000, gamma=0.99,
                    exploration_initial_eps=1.0, exploration_final_eps=0.1,
                    exploration_fraction=min(1.0, 100_000 / max_env_steps), max_grad_norm=float("inf"),

@@ -49,7 +49,7 @@ def test_quick_mode_writes_one_line_per_impl_and_the_png(tmp_path, capsys):
         assert record["variant"] == "paper" and record["env_id"] == "MinAtar/Breakout-v0"
         assert set(record["best_greedy_by_s"]) == {"5", "1000"}
         assert record["best_greedy_by_s"]["1000"] == record["best_eval_greedy"]
-        assert record["evaluations"] >= 1 and 0 < record["env_steps"] <= 2_000 + 64  # --quick's cap
+        assert record["evaluations"] >= 1 and 0 < record["env_steps"] <= bench_cli.QUICK["max_env_steps"] + 64
         # The final snapshot was evaluated at both rates.
         assert isinstance(record["final_eval_eps0.1"], float) and isinstance(record["final_eval_greedy"], float)
         curve = ev.read_curve(os.path.dirname(record["curve"]))

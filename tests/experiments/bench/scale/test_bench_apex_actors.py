@@ -11,7 +11,9 @@ from experiments.roles.actor_learner.program import REPORT_EVERY_S, REPORTS_PER_
 
 @pytest.mark.timeout(240)
 def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
-    point = ScalingPoint(actors=8, seconds=14.0, step_s=0.005, num_envs=2, frames=False, hidden="32",
+    # 10 ms steps: each actor still pulls every 16 vector steps (0.3 s) and the learner
+    # starts within a second, at half the CPU of 5 ms steps.
+    point = ScalingPoint(actors=8, seconds=14.0, step_s=0.01, num_envs=2, frames=False, hidden="32",
                          batch_size=32, updates_per_step=0.25, learning_starts=200, push_every=4,
                          pull_every=16, replay_capacity=20_000)
     summary, records = run_point(point, out_dir=str(tmp_path))
@@ -31,8 +33,8 @@ def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
     # The learner never runs ahead of the updates the env steps make due (plus slack).
     assert updates <= paced.learner_bound(env_steps), (env_steps, updates)
     # The actors never run further ahead of the learner than the slack, plus what the
-    # others stepped since their last report (a vector step sleeps 2 x 5 ms, so at
-    # most report_every(8) / 10 ms + 1 vector steps of 2 envs each between reports).
+    # others stepped since their last report (a vector step sleeps 2 x 10 ms, so at
+    # most report_every(8) / 20 ms + 1 vector steps of 2 envs each between reports).
     vector_step_s = point.num_envs * point.step_s
     between_reports = point.num_envs * (int(report_every(point.actors) / vector_step_s) + 1)
     allowed = point.learning_starts + updates / point.updates_per_step + paced.slack_steps
