@@ -39,6 +39,10 @@ def flags_for(env_id: str, flags: str) -> list[str]:
     return [*shlex.split(ENV_FLAGS.get(env_id, "")), *shlex.split(flags)]
 
 
+# --quick's network, in the trainer and in the evaluator that loads its snapshots.
+QUICK_NET = {"hidden": "32,32"}
+
+
 def apex_config(env_id: str, flags: str, *, algorithm: str = "auto"):
     """``experiments.apex``'s config for ``env_id`` from its flags (exit 2 on a bad one)."""
     from experiments.apex import ApexJobConfig
@@ -63,7 +67,7 @@ def train(env_id: str, *, algorithm: str, flags: str, run_dir: str, seed: int, s
                              "status_every": 0.0, "checkpoint_every": 0.0})
     if quick:  # a smoke test: learning starts within a second or two
         apply_overrides(config, {"replay_capacity": 5_000, "learning_starts": 300, "batch_size": 64,
-                                 "hidden": "32,32"})
+                                 **QUICK_NET})
     env_defaults(config, Parts())  # the snapshot clock needs --updates-per-step
     learner = SnapshottingLearner.bound(run_dir=run_dir, every=eval_every, started=started,
                                         learning_starts=config.learn.learning_starts,
@@ -103,21 +107,11 @@ def policy(env_id: str, *, algorithm: str, flags: str, quick: bool):
     """``(load(state), act(obs))`` for the evaluator: ours' deterministic actor (TD3,
     DDPG; SAC's: the squashed mean) as the run built it, the builder's greedy policy
     (``act`` gives actions in the env's Box)."""
-    from algorithms.builder import EnvSpec
-    from envs.registry import EnvFactory
-    from experiments.apex import builder, fill_learn
-    from experiments.runtime import Parts
+    from experiments.bench.tools.job_runs import apex_made
     from experiments.runtime.cli import apply_overrides
 
     config = apex_config(env_id, flags, algorithm=algorithm)
     if quick:
-        apply_overrides(config, {"hidden": "32,32"})
-    env = EnvFactory.from_id(env_id)()
-    spec = EnvSpec(observation_space=env.observation_space, action_space=env.action_space)
-    env.close()
-    if config.algorithm == "auto":
-        config.algorithm = "td3"
-    fill_learn(config.learn, algorithm=config.algorithm, family="vector")
-    made = builder(config, Parts(), spec)
-    agent = made.make_algorithm(device="cpu", seed=0)
+        apply_overrides(config, QUICK_NET)
+    made, agent = apex_made(config)
     return agent.load_policy_state, made.greedy(agent)

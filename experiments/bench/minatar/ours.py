@@ -183,19 +183,12 @@ def apex_agent(flags: str, game: str, *, variant: str = "paper"):
     the job's own defaults and builder, so any of its flags (``--dueling``,
     ``--distributional``, ``--noisy``: Rainbow's pieces) give the network whose
     ``state_dict`` the run's snapshots hold."""
-    from algorithms.builder import EnvSpec
-    from envs.registry import EnvFactory
-    from experiments.apex import builder, env_defaults
-    from experiments.runtime import Parts
+    from experiments.bench.tools.job_runs import apex_made
     from experiments.runtime.cli import apply_overrides
-    from experiments.runtime.envs import env_spaces
 
     config = apex_config(flags)
     apply_overrides(config, {"env_id": env_id(game, variant)})
-    env_defaults(config, Parts())  # the learn section filled as the run's was
-    obs_space, act_space = env_spaces(EnvFactory.from_id(env_id(game, variant)))
-    spec = EnvSpec(observation_space=obs_space, action_space=act_space)
-    return builder(config, Parts(), spec).make_algorithm(device="cpu", seed=0)
+    return apex_made(config)[1]
 
 
 def apex_network(flags: str, game: str, *, variant: str = "paper"):

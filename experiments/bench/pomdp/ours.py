@@ -93,16 +93,7 @@ def settings(config: Any, *, num_actors: int) -> dict[str, Any]:
 def policy(impl: str, env_id: str, *, flags: str, quick: bool):
     """``(load(state), act)`` for the evaluator: the builder's greedy policy on the
     network the run built (``act.episodes_started`` for R2D2's recurrent state)."""
-    from algorithms.builder import EnvSpec
-    from envs.registry import EnvFactory
-    from experiments.apex import builder, env_defaults
-    from experiments.runtime import Parts
+    from experiments.bench.tools.job_runs import apex_made
 
-    config = apex_config(impl, env_id, flags, quick=quick)
-    env = EnvFactory.from_id(env_id)()
-    spec = EnvSpec(observation_space=env.observation_space, action_space=env.action_space)
-    env.close()
-    env_defaults(config, Parts())  # the learn section filled as the run's was
-    made = builder(config, Parts(), spec)
-    agent = made.make_algorithm(device="cpu", seed=0)
+    made, agent = apex_made(apex_config(impl, env_id, flags, quick=quick))
     return agent.load_policy_state, made.greedy(agent)

@@ -53,3 +53,20 @@ def has_flag(module: str, config_name: str, option: str) -> bool:
 
     config_cls = getattr(importlib.import_module(module), config_name)
     return option in build_parser(config_cls)._option_string_actions
+
+
+def apex_made(config: Any) -> tuple[Any, Any]:
+    """``(builder, algorithm)``: what ``experiments.apex`` builds for ``config`` (its
+    ``env_id`` set), the learn section's unset fields filled as a run's are, on the
+    CPU; what a bench's evaluator loads the run's snapshots into."""
+    from algorithms.builder import EnvSpec
+    from experiments.apex import builder, env_defaults
+    from experiments.runtime import Parts
+    from experiments.runtime.entry import job_env_fn
+    from experiments.runtime.envs import env_spaces
+
+    env_defaults(config, Parts())
+    obs_space, act_space = env_spaces(job_env_fn(config, Parts()))
+    made = builder(config, Parts(), EnvSpec(observation_space=obs_space, action_space=act_space))
+    return made, made.make_algorithm(device="cpu", seed=0)
+
