@@ -41,20 +41,16 @@ from experiments.runtime.resume import check_fixed, resumed_config
 from experiments.runtime.rundir import RunDir
 from rlpar.distributed import stops
 
-# What the zygote of a local world (rlpar.distributed.launch) imports once before it
-# forks the ranks: what every job's ranks import. Not the job's own module, which may be
-# a user's script or test file that only cloudpickle can ship to the ranks. In a
-# CartPole Ape-X world each rank imported its share of these itself (gymnasium through
-# the env registry: 0.13-0.26 s; numba and the replay's compiled kernels: 0.2 s); with
-# them preloaded a 4-rank launch took 0.33 s less CPU (4.67 against 5.00 s, 6 runs each).
-# None of them starts a thread on import, which is what keeps forking after them safe.
-# The prioritized replay's numba kernels are loaded there too (trees.kernels): each
-# learner, replay rank or shard-holding actor loaded them itself, 1.0-1.4 s of CPU that
-# was a fifth of a small Ape-X test's CPU; a warm zygote template now does it once.
-# rlpar.distributed resolves its names lazily, so its modules that every rank imports
-# are named; so are the programs' role modules, the checkpoints and CartPole's module
-# (the default env). Sampled in a warm 3-rank Ape-X world, the ranks' own imports of
-# these were 13% of their CPU (without bytecode files, as with PYTHONDONTWRITEBYTECODE).
+# What the zygote of a local world (rlpar.distributed.launch) does once before it forks
+# the ranks: imports what every job's ranks import, and loads the prioritized replay's
+# numba kernels (``module:function`` entry). Not the job's own module, which may be a
+# user's script or test file that only cloudpickle can ship to the ranks.
+# rlpar.distributed resolves its names lazily, so the modules of it that ranks use are
+# named. Measured: each learner, replay rank or shard-holding actor loaded the kernels
+# itself, 1.0-1.4 s of CPU (a fifth of a small Ape-X test's); in a warm 3-rank Ape-X world
+# the ranks' own imports of the modules named here were 13% of their CPU.
+# None of them starts a thread (with launch's OMP_NUM_THREADS=1), which is what keeps
+# forking after them safe (tests/experiments/test_runtime_job.py).
 RANK_PRELOAD = ("torch", "numba", "gymnasium", "gymnasium.envs.classic_control", "encodings.idna",
                 "envs.registry", "rlpar.buffers", "rlpar.distributed", "rlpar.distributed.world",
                 "rlpar.distributed.rpc_group", "rlpar.distributed.launcher_env",
