@@ -10,7 +10,9 @@ What dies and when comes from the environment, so that every rank of a local wor
 - ``RLPAR_RECOVERY_KILL_AT``: seconds after that process's first env step (first
   update for the learner): the death comes once throughput is steady;
 - ``RLPAR_RECOVERY_MARKER``: a file the death writes (JSON: its wall time, and for the
-  lead its coordinator's env steps); it exists once, so the replacement lives on.
+  lead its coordinator's env steps); it exists once, so the replacement lives on;
+- ``RLPAR_RECOVERY_STOP_AFTER`` (optional): seconds after the recovery that the run
+  stops (see :class:`StopOnceRecovered`); unset, it runs to its budget.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from algorithms.dqn import ApexLearner
 from envs.multiagent import CooperativeEnv
 
 KILL, KILL_AT, MARKER = "RLPAR_RECOVERY_KILL", "RLPAR_RECOVERY_KILL_AT", "RLPAR_RECOVERY_MARKER"
+STOP_AFTER = "RLPAR_RECOVERY_STOP_AFTER"
+STOP_REASON = "recovered"
 CARTPOLE = "RecoveryBenchCartPole-v0"
 
 _started: float | None = None  # this process's first step (or update)
@@ -62,6 +66,64 @@ def die(**fields: Any) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _coordinator() -> Any:
+    """The lead's coordinator: the learner's process holds exactly one."""
+    from experiments.runtime.coordinator import Coordinator
+
+    # type(), not isinstance: that reads __class__, which warns on torch's deprecated aliases.
+    found = [o for o in gc.get_objects() if type(o) is Coordinator]
+    if len(found) != 1:
+        raise RuntimeError(f"the learner's process should hold one Coordinator, found {len(found)}")
+    return found[0]
+
+
+class StopOnceRecovered:
+    """A learner mixin (the learner lives in the lead's process, with the coordinator):
+    with ``RLPAR_RECOVERY_STOP_AFTER`` set, the run stops (reason ``recovered``) that
+    many seconds after the learner's first update once the death happened and its
+    process is back: restarted alone (a rank or an env worker, counted by the
+    coordinator), or the whole world, this learner's. A run bounded by a wall-clock
+    budget instead burns CPU until the budget however early the recovery came; the
+    seconds after it leave ticks to measure the throughput's recovery on."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        after = os.environ.get(STOP_AFTER)
+        self._stop_after = float(after) if after else None
+        # Made after the death: this learner is the restarted world's.
+        self._restarted_world = os.path.exists(os.environ.get(MARKER) or "/")
+        self._recovered_at: float | None = None
+        self._next_check = 0.0
+        self._lead: Any = None  # the coordinator, found at the first check
+
+    def step(self):
+        metrics = super().step()
+        if self._stop_after is not None:
+            self._stop_once_recovered()
+        return metrics
+
+    def _stop_once_recovered(self) -> None:
+        now = time.monotonic()
+        if now < self._next_check:  # a stat per update would cost more than the update
+            return
+        self._next_check = now + 0.1
+        if self._lead is None:
+            self._lead = _coordinator()
+        coordinator = self._lead
+        if self._recovered_at is None:
+            back = self._restarted_world or coordinator.source_restarts + coordinator.env_worker_restarts > 0
+            if back and os.path.exists(os.environ.get(MARKER) or "/"):
+                self._recovered_at = now
+        elif now - self._recovered_at >= self._stop_after:
+            coordinator.stop(STOP_REASON)
+
+
+def stopping(learner: type) -> type:
+    """``learner`` with :class:`StopOnceRecovered` (shipped to the ranks with the job's
+    parts: cloudpickle sends a class made here by value)."""
+    return type(f"Stopping{learner.__name__}", (StopOnceRecovered, learner), {})
+
+
 class KillOnceCartPole(gym.Wrapper):
     """CartPole-v1 whose copies in rank ``$RANK`` die together once (``rank:<R>``)."""
 
@@ -82,13 +144,7 @@ class KillOnceLearner(ApexLearner):
 
     def step(self):
         if self.updates > 0 and _due("lead"):
-            from experiments.runtime.coordinator import Coordinator
-
-            # type(), not isinstance: that reads __class__, which warns on torch's deprecated aliases.
-            found = [o for o in gc.get_objects() if type(o) is Coordinator]
-            if len(found) != 1:
-                raise RuntimeError(f"the learner's process should hold one Coordinator, found {len(found)}")
-            coordinator = found[0]
+            coordinator = _coordinator()
             coordinator.tick(updates=self.updates, force=True)
             coordinator.logger.flush()
             die(env_steps=coordinator.env_steps)

@@ -1,7 +1,9 @@
 """How fast a run recovers from a killed rank: ``python -m experiments.bench.recovery.killed_rank``.
 
 Each case runs one job on CartPole (MADDPG: the cooperative multi-agent env) in the
-default local world for ``--seconds`` (its budget) and SIGKILLs one process once (as
+default local world for ``--seconds`` (its budget; with ``--stop-after``, as
+``--quick`` sets, until that many seconds after the learner's first update once the
+killed process is back, stop reason ``recovered``) and SIGKILLs one process once (as
 ``kill -9`` or the OOM killer would), ``--kill-at`` seconds after that process first
 stepped (the learner: first updated), so throughput is steady by then (see
 :mod:`.faults`):
@@ -117,17 +119,29 @@ def run_case(name: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
     case = CASES[name]
     marker = os.path.join(workdir, f"{name}.killed")
     target = {"rank": "rank:1", "lead": "lead", "env-worker": f"env-worker:{os.getpid()}"}[case.kill]
-    saved = {key: os.environ.get(key) for key in (faults.KILL, faults.KILL_AT, faults.MARKER)}
+    keys = (faults.KILL, faults.KILL_AT, faults.MARKER, faults.STOP_AFTER)
+    saved = {key: os.environ.get(key) for key in keys}
     os.environ.update({faults.KILL: target, faults.KILL_AT: str(args.kill_at), faults.MARKER: marker})
+    if args.stop_after is not None:
+        os.environ[faults.STOP_AFTER] = str(args.stop_after)
+    else:
+        os.environ.pop(faults.STOP_AFTER, None)
     try:
         config = _config(case, args, os.path.join(workdir, name))
         if case.job == "apex":
-            parts = Parts(learner=faults.KillOnceLearner) if case.kill == "lead" else None
-            summary = apex.run(config, parts=parts, quiet=True)
+            from algorithms.dqn import ApexLearner
+
+            learner = faults.KillOnceLearner if case.kill == "lead" else ApexLearner
+            summary = apex.run(config, parts=Parts(learner=faults.stopping(learner)), quiet=True)
         elif case.job == "a3c":
-            summary = a3c.run(config, quiet=True)
+            from algorithms.a2c.builder import A3CBuilder
+
+            summary = a3c.run(config, parts=Parts(learner=faults.stopping(A3CBuilder.learner_base)), quiet=True)
         else:
-            summary = maddpg.run(config, parts=Parts(env=faults.KillOnceWorkerEnv), quiet=True)
+            from algorithms.maddpg.builder import MADDPGLearner
+
+            parts = Parts(env=faults.KillOnceWorkerEnv, learner=faults.stopping(MADDPGLearner))
+            summary = maddpg.run(config, parts=parts, quiet=True)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -158,7 +172,8 @@ def run_case(name: str, args: argparse.Namespace, workdir: str) -> dict[str, Any
                  "checkpoint_pause_s": round(summary["checkpoint_pause_s"], 4),
                  "checkpoint_bytes": checkpoint_bytes(summary["run_dir"]),
                  "resumed_from_step": resumed, "env_steps": summary["env_steps"],
-                 "budget_s": config.run.max_seconds, "stop_reason": summary["stop_reason"],
+                 "budget_s": config.run.max_seconds, "stop_after_s": args.stop_after,
+                 "stop_reason": summary["stop_reason"],
                  "wall_s": round(summary["wall_s"], 1)})
     return line
 
@@ -229,12 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="all", help=f"comma-separated: {', '.join(CASES)} (or all)")
     parser.add_argument("--seconds", type=float, default=None,
-                        help="wall-clock budget of each run, from its launch (default 60, --quick 14)")
+                        help="wall-clock budget of each run, from its launch (default 60, --quick 90: "
+                             "a bound that --stop-after comes well before)")
     parser.add_argument("--kill-at", type=float, default=None,
                         help="seconds after the killed process's first step (update) that it dies "
                              "(default 20, --quick 3)")
     parser.add_argument("--checkpoint-every", type=float, default=None,
                         help="seconds between checkpoints (default 5, --quick 1)")
+    parser.add_argument("--stop-after", type=float, default=None,
+                        help="stop each run this many seconds after the learner's first update once the "
+                             "killed process is back (default: run to --seconds; --quick 3)")
     parser.add_argument("--actors", type=int, default=2, help="Ape-X actors, A3C workers")
     parser.add_argument("--quick", action="store_true", help="small budgets (tests)")
     args = parser.parse_args(argv)
@@ -244,10 +263,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cases: {exc}")
     if args.kill_at is None:
         args.kill_at = 3.0 if args.quick else 20.0
+    if args.stop_after is None and args.quick:
+        # The recovery, then 3 s of ticks (RECOVERED_SPAN_S and one more) to see the
+        # throughput's: a run stopped by the event costs only what it measures, where a
+        # wall-clock budget burns CPU to its end and, on a loaded machine, could end
+        # before the death (a local world's start took 5-8 s on 2 loaded cores, more
+        # under heavier load).
+        args.stop_after = RECOVERED_SPAN_S + 1.0
     if args.seconds is None:
-        # --quick: a local world's start (MADDPG's: ranks, then each actor's env workers)
-        # took 5-8 s of it on 2 loaded cores, and the death comes --kill-at after the first step.
-        args.seconds = 14.0 if args.quick else 60.0
+        args.seconds = 90.0 if args.quick else 60.0
+    if args.stop_after is not None and not args.stop_after > 0:
+        parser.error(f"--stop-after must be > 0 seconds, got {args.stop_after:g}")
     if not 0 < args.kill_at < args.seconds:
         parser.error(f"--kill-at must be in (0, --seconds {args.seconds:g}), got {args.kill_at:g}")
     if args.checkpoint_every is None:

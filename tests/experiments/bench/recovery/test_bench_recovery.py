@@ -41,12 +41,13 @@ def check_line(case: str, line: dict) -> None:
     lead = recovery.CASES[case].kill == "lead"
     assert line["restarts"] == 1
     assert (line["world_restarts"], line["rank_restarts"]) == ((1, 0) if lead else (0, 1))
-    # The run went on to its (time) budget after the death and learned again: every
-    # figure is there (their values are the bench's business, not the test's). Whether
-    # env steps got back to 90% of the rate before the death within the quick run's 8 s
-    # after it is a race against the machine's load (a restarted world from a checkpoint
+    # The run went on after the death until the killed process was back and the learner
+    # had updated for --stop-after seconds since (the quick run's stop, no wall-clock
+    # budget): every figure is there (their values are the bench's business, not the
+    # test's). Whether env steps got back to 90% of the rate before the death within
+    # those 3 s is a race against the machine's load (a restarted world from a checkpoint
     # on a slow 2-core machine may not), so there None, "not within the run", is allowed.
-    assert line["stop_reason"] == "time budget" and line["env_steps"] > 0
+    assert line["stop_reason"] == "recovered" and line["env_steps"] > 0
     for key in TIMES:
         if key == "throughput_recovery_s" and line[key] is None:
             continue
