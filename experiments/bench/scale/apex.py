@@ -76,7 +76,8 @@ def run_actor_scaling(args: argparse.Namespace) -> None:
         # --quick: shorter sleeps, so that a few-second run still holds several adds
         # (each one a point of every actor's trace) after the last actor started.
         step_s = 0.01 if args.quick else actors.ScalingPoint.step_s
-        point = actors.ScalingPoint(actors=n, seconds=args.scaling_seconds + 4.0 + 0.3 * n, step_s=step_s)
+        point = actors.ScalingPoint(actors=n, seconds=args.scaling_seconds + 4.0 + 0.3 * n, step_s=step_s,
+                                    max_env_steps=args.scaling_env_steps or actors.ScalingPoint.max_env_steps)
         summary, records = actors.run_point(point)
         line = actors.scaling_line(point, summary, records, single)
         if n == 1:
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="actor counts of the scaling case (1 first: it is the linear reference)")
     parser.add_argument("--scaling-seconds", type=float, default=16.0,
                         help="seconds each scaling run steps (its world's start comes on top)")
+    parser.add_argument("--scaling-env-steps", type=int, default=None,
+                        help="stop each scaling run at this many env steps, all actors together "
+                             "(default: at its time budget; --quick 256)")
     parser.add_argument("--fan-in-actors", type=int, default=64, help="simulated actors of the fan-in case")
     args = parser.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
@@ -123,7 +127,13 @@ def main(argv: list[str] | None = None) -> None:
         args.placements, args.senders, args.capacity, args.seconds = "learner", [2], 2048, 0.5
         # One scaling point: its line's figures for more actors are unit-tested on
         # made-up records (tests/experiments/bench/scale/test_bench_apex_scale.py).
-        args.actors, args.scaling_seconds, args.fan_in_actors = [1], 2.5, 4
+        # Its run stops on env steps, not time: 8 adds (each a point of the trace), past
+        # learning_starts; a time budget would burn CPU to its end, and under load its
+        # world's start could eat it. The seconds are only a bound.
+        args.actors, args.scaling_seconds, args.fan_in_actors = [1], 60.0, 4
+        args.scaling_env_steps = args.scaling_env_steps or 256
+    if args.scaling_env_steps is not None and args.scaling_env_steps < 1:
+        parser.error(f"--scaling-env-steps must be >= 1, got {args.scaling_env_steps}")
     if args.actors[0] != 1:
         parser.error("--actors must start with 1 (the reference of linear scaling)")
     load0, started = os.getloadavg(), time.time()

@@ -124,6 +124,9 @@ def steady(records: list[dict[str, Any]], *, skip: float = 0.2) -> dict[str, flo
 class ScalingPoint:
     actors: int
     seconds: float  # the job's wall-clock budget (world start included)
+    # The job's env step budget (all actors together); a smoke run stops on it, the
+    # time budget then only bounds it.
+    max_env_steps: int = 10**12
     step_s: float = 0.04  # each env step sleeps this long
     num_envs: int = 4  # env copies per actor (stepped in the actor's process)
     frames: bool = True  # 4x84x84 frames and the Nature CNN, else (4,) vectors and an MLP
@@ -144,7 +147,7 @@ def job_config(point: ScalingPoint):
     config = ApexJobConfig()
     apply_overrides(config, {
         "num_actors": point.actors, "num_envs": point.num_envs, "env_workers": 0,
-        "max_seconds": point.seconds, "max_env_steps": 10**12, "eval_every": 10**12,
+        "max_seconds": point.seconds, "max_env_steps": point.max_env_steps, "eval_every": 10**12,
         "eval_episodes": 1, "target_return": 1e12, "log_dir": "none", "status_every": 0.0,
         "rpc_timeout": 60.0, "checkpoint_every": 0.0, "replay_capacity": point.replay_capacity,
         "batch_size": point.batch_size, "learning_starts": point.learning_starts,

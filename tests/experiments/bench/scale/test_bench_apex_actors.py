@@ -12,9 +12,14 @@ from experiments.roles.actor_learner.program import REPORT_EVERY_S, REPORTS_PER_
 @pytest.mark.timeout(240)
 def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
     # 10 ms steps: each actor still pulls every 16 vector steps (0.3 s) and the learner
-    # starts within a second, at half the CPU of 5 ms steps.
-    point = ScalingPoint(actors=8, seconds=14.0, step_s=0.01, num_envs=2, frames=False, hidden="32",
-                         batch_size=32, updates_per_step=0.25, learning_starts=200, push_every=4,
+    # starts within a second, at half the CPU of 5 ms steps. The run stops on env steps,
+    # not time (a time budget burns CPU to its end, and under load the world's start ate
+    # most of its 14 s): 2,000 is past learning_starts plus the pacing slack (1,200), so
+    # the actors cannot reach it before the learner made ~200 updates (a push every 4),
+    # and every actor pulls several of those versions whatever the load. The seconds
+    # only bound it.
+    point = ScalingPoint(actors=8, seconds=120.0, max_env_steps=2000, step_s=0.01, num_envs=2,
+                         frames=False, hidden="32", batch_size=32, updates_per_step=0.25, learning_starts=200, push_every=4,
                          pull_every=16, replay_capacity=20_000)
     summary, records = run_point(point, out_dir=str(tmp_path))
 
@@ -28,7 +33,9 @@ def test_eight_sleeping_actors_add_pull_and_stay_paced(tmp_path):
     assert summary["env_steps"] == sum(r["env_steps"] for r in records)
     assert steady(records)["env_steps_per_s"] > 0
 
+    assert summary["stop_reason"] == "env step budget", summary["stop_reason"]
     paced = pacing(job_config(point))  # the job's own
+    assert point.max_env_steps > point.learning_starts + paced.slack_steps
     env_steps, updates = summary["env_steps"], summary["updates"]
     # The learner never runs ahead of the updates the env steps make due (plus slack).
     assert updates <= paced.learner_bound(env_steps), (env_steps, updates)
