@@ -23,7 +23,7 @@ def test_the_quick_cases_are_cases():
     assert set(QUICK_CASES) <= set(recovery.CASES)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 def test_quick_recovery_bench_prints_a_sane_line_per_case(capsys):
     # The bench's main in this process (it launches each run's world, whose ranks are
     # what it kills): the imports and the interpreter are paid once, by the test run.
@@ -73,6 +73,9 @@ def test_cases_take_names_aliases_or_all_and_refuse_unknown_ones(capsys):
     with pytest.raises(SystemExit):
         recovery.main(["--kill-at", "20", "--seconds", "10"])
     assert "--kill-at must be in (0, --seconds 10)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recovery.main(["--stop-after", "0"])
+    assert "--stop-after must be > 0 seconds, got 0" in capsys.readouterr().err
 
 
 def ticks(*rows):
