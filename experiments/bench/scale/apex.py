@@ -89,7 +89,8 @@ def run_fan_in(args: argparse.Namespace) -> None:
     from experiments.bench.scale import apex_fanin as fanin
     from rlpar.distributed import launch
 
-    point = fanin.FanInPoint(actors=args.fan_in_actors, seconds=args.seconds * 2)
+    # --quick: half a second per phase, as the ingest's (its learner is busy throughout).
+    point = fanin.FanInPoint(actors=args.fan_in_actors, seconds=args.seconds * (1 if args.quick else 2))
     ranks = launch(fanin.fanin_rank, nprocs=point.actors + 1, args=(point,), timeout=600,
                    preload=PRELOAD)
     emit(fanin.summarize(point, ranks))
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds each scaling run steps (its world's start comes on top)")
     parser.add_argument("--scaling-env-steps", type=int, default=None,
                         help="stop each scaling run at this many env steps, all actors together "
-                             "(default: at its time budget; --quick 256)")
+                             "(default: at its time budget; --quick 128)")
     parser.add_argument("--fan-in-actors", type=int, default=64, help="simulated actors of the fan-in case")
     args = parser.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
@@ -127,11 +128,11 @@ def main(argv: list[str] | None = None) -> None:
         args.placements, args.senders, args.capacity, args.seconds = "learner", [2], 2048, 0.5
         # One scaling point: its line's figures for more actors are unit-tested on
         # made-up records (tests/experiments/bench/scale/test_bench_apex_scale.py).
-        # Its run stops on env steps, not time: 8 adds (each a point of the trace), past
-        # learning_starts; a time budget would burn CPU to its end, and under load its
-        # world's start could eat it. The seconds are only a bound.
+        # Its run stops on env steps, not time: 4 adds (each a point of the trace); a
+        # time budget would burn CPU to its end, and under load its world's start could
+        # eat it. The seconds are only a bound.
         args.actors, args.scaling_seconds, args.fan_in_actors = [1], 60.0, 4
-        args.scaling_env_steps = args.scaling_env_steps or 256
+        args.scaling_env_steps = args.scaling_env_steps or 128
     if args.scaling_env_steps is not None and args.scaling_env_steps < 1:
         parser.error(f"--scaling-env-steps must be >= 1, got {args.scaling_env_steps}")
     if args.actors[0] != 1:
