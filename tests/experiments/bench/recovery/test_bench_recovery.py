@@ -14,7 +14,7 @@ TIMES = ("rate_before", "rate_min_after", "learner_recovery_s", "throughput_reco
 # Two cases cover the bench's two paths: a world restarted from a checkpoint with shard
 # parts, and a process restarted alone (an env worker in MADDPG). The other faults each
 # have their own test of the job's side (test_recovery, test_actor_rejoin: an Ape-X actor
-# restarted alone, test_a3c_failures), and ~15 s per quick case counts against the
+# restarted alone, test_a3c_failures), and ~14 s of CPU per quick case counts against the
 # suite's 6 minutes.
 QUICK_CASES = ("apex-shard-learner", "maddpg-env-worker")
 
