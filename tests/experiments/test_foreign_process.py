@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 from rlpar.distributed.sealed import SealedStore
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def _children(pid: int) -> list[int]:
@@ -77,12 +78,14 @@ def _wait_for_status(proc):
 
 @pytest.mark.timeout(150)
 def test_a_process_without_the_secret_cannot_read_join_or_call_a_running_job(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=ROOT)
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=os.pathsep.join([HERE, ROOT]))
     os.makedirs(env["TMPDIR"])
     job = subprocess.Popen(
-        # One actor: every rank of the world runs all along the intruder's tries, costing CPU.
+        # One actor, whose envs sleep through each step: every rank of the world runs all
+        # along the intruder's tries, at a fraction of a core (CartPole's kept both busy).
         [sys.executable, "-m", "experiments.apex", "--max-seconds", "120", "--status-every", "0.5",
-         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--num-actors", "1", "--target-return", "1e9"],
+         "--log-dir", str(tmp_path / "runs"), "--num-envs", "2", "--num-actors", "1", "--target-return", "1e9",
+         "--env-id", "user_envs:SleepyCounting-v0", "--learning-starts", "100"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
         start_new_session=True)
     try:

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from netns import TwoNodes, unavailable, wait_for_text
+from user_envs import SLEEPY_ID
 
 from rlpar.distributed.liveness import LOST_S
 from rlpar.distributed.ports import free_port
@@ -120,7 +121,10 @@ def test_apex_rides_out_a_link_cut_then_names_a_node_lost_whole_and_ends_with_it
     # Lost after 6 s without a beat, not 10: the survivors' end waits that long for the
     # lost node. Still six missed beats (BEAT_S=1), far beyond a loaded machine's
     # scheduling delays of a beat (tests/rlpar/distributed/test_dist_liveness.py uses 3).
-    procs, logs = _start(nodes, tmp_path, "experiments.apex", [*APEX, "--max-seconds", "16"], nproc=2,
+    # Envs that sleep through each step: the world runs its 16 s (the learner training,
+    # the actors sending, their reports and beats) at a fraction of a core, not every core.
+    procs, logs = _start(nodes, tmp_path, "experiments.apex",
+                         [*APEX, "--max-seconds", "16", "--env-id", f"user_envs:{SLEEPY_ID}"], nproc=2,
                          lost_s=CUT_LOST_S)
     wait_for_text(logs[0], "[apex] t=", timeout=90, procs=procs)  # the world runs
     nodes.link(up=False)
@@ -148,7 +152,7 @@ def test_apex_rides_out_a_link_cut_then_names_a_node_lost_whole_and_ends_with_it
     text = _read(logs[0])
     assert code != 0, text[-3000:]  # so that torchrun and Slurm end the job
     assert "ranks [2, 3] (rank2, rank3) were lost" in text, text[-3000:]
-    assert "Ape-X DQN on CartPole-v1" in text and "time budget" in text
+    assert f"Ape-X DQN on user_envs:{SLEEPY_ID}" in text and "time budget" in text
     assert left_after < CUT_LOST_S + 20, (left_after, text[-3000:])
     run = _run_dir(tmp_path)
     assert json.loads((run / "summary.json").read_text())["lost_ranks"] == [2, 3]

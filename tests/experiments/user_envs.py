@@ -67,3 +67,22 @@ class SlowStartEnv(CountingEnv):
 if SLOW_START_ID not in gym.registry:
     gym.register(SLOW_START_ID, entry_point=SlowStartEnv, kwargs={"episode_length": 20},
                  reward_threshold=1e9)
+
+SLEEPY_ID = "SleepyCounting-v0"
+
+
+class SleepyEnv(CountingEnv):
+    """CountingEnv whose every step sleeps 10 ms: a world of them runs for as long as
+    a test needs (a link cut, an intruder's tries) at a few percent of a core, where
+    CartPole's actors and the learner they feed would keep every core busy."""
+
+    def step(self, action):
+        import time
+
+        time.sleep(0.01)
+        return super().step(action)
+
+
+if SLEEPY_ID not in gym.registry:
+    gym.register(SLEEPY_ID, entry_point=SleepyEnv, kwargs={"episode_length": 20},
+                 reward_threshold=1e9)
