@@ -17,9 +17,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 import types
 
 DISPLAY_MODULES = ("seaborn", "matplotlib.pyplot")
+_lock = threading.Lock()  # two threads registering MinAtar ids: one puts stand-ins in, and takes them out
 
 
 class OnFirstUse(types.ModuleType):
@@ -35,17 +37,18 @@ class OnFirstUse(types.ModuleType):
 def import_minatar() -> None:
     """``import minatar.gym`` (and so ``minatar.environment``) with the display
     modules it imports standing in, where they are installed and not yet imported."""
-    if sys.modules.get("minatar.gym") is not None:  # None: imports of it fail, as they should
-        return
-    stand_ins = {name: OnFirstUse(name) for name in DISPLAY_MODULES
-                 if name not in sys.modules and _installed(name)}
-    sys.modules.update(stand_ins)
-    try:
-        importlib.import_module("minatar.gym")
-    finally:
-        for name, module in stand_ins.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
+    with _lock:
+        if sys.modules.get("minatar.gym") is not None:  # None: imports of it fail, as they should
+            return
+        stand_ins = {name: OnFirstUse(name) for name in DISPLAY_MODULES
+                     if name not in sys.modules and _installed(name)}
+        sys.modules.update(stand_ins)
+        try:
+            importlib.import_module("minatar.gym")
+        finally:
+            for name, module in stand_ins.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
 
 
 def _installed(name: str) -> bool:
