@@ -28,8 +28,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from minatar.environments import seaquest, space_invaders
-from minatar.gym import BaseEnv
+
+from envs.minatar_import import import_minatar
+
+import_minatar()  # before minatar's own imports: its display libraries load on first use
+
+from minatar.environments import seaquest, space_invaders  # noqa: E402
+from minatar.gym import BaseEnv  # noqa: E402
 
 
 def _shift_down(grid: np.ndarray) -> np.ndarray:

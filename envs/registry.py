@@ -106,8 +106,10 @@ def _register_ale(env_id: str) -> None:
 
 
 def _register_minatar(env_id: str) -> None:
+    from envs.minatar_import import import_minatar
+
     try:
-        import minatar.gym  # noqa: F401 (the extra is installed: envs.minatar builds on it)
+        import_minatar()  # the extra is installed: envs.minatar builds on it
     except ImportError as exc:
         raise ValueError(f"env id {env_id!r} is a MinAtar game but minatar is not installed "
                          "(pip install 'rlpar[minatar]')") from exc

@@ -1,5 +1,11 @@
 """The faster MinAtar engines play exactly MinAtar's games: the same states, rewards,
-terminals and random draws, step for step, through episode ends and difficulty ramps."""
+terminals and random draws, step for step, through episode ends and difficulty ramps;
+and a process making a MinAtar env leaves MinAtar's display libraries unimported."""
+
+import os
+import pathlib
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -8,6 +14,7 @@ from minatar.environments import seaquest, space_invaders
 from minatar.gym import BaseEnv
 
 from envs.minatar import ENGINES, MinAtarEnv, SeaquestEngine, SpaceInvadersEngine
+from envs.minatar_import import OnFirstUse
 from envs.registry import make_env
 
 
@@ -192,3 +199,34 @@ def test_seaquest_a_sub_shot_as_it_moves_still_fires():
         env.e_subs = [[3, 4, True, 0, 0]]
     results, theirs = seaquest_lockstep(setup, [0], ramping=False)
     assert results == [(1, False)] and theirs.e_subs == [] and theirs.e_bullets == [[5, 4, True]]
+
+
+FRESH_PROCESS = """
+import sys
+from envs.registry import make_env
+env = make_env("MinAtar/Breakout-v0")
+env.reset(seed=0)
+env.step(1)
+print(sorted(m for m in ("seaborn", "matplotlib.pyplot", "scipy.stats") if m in sys.modules))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_process_making_a_minatar_env_imports_no_display_library():
+    # minatar imports them for its human display only: ~2 s of CPU in every actor,
+    # env worker and bench process (envs.minatar_import). A fresh interpreter: this
+    # one may have them for other reasons.
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=50)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_a_display_stand_in_reads_the_real_module_once_out_of_sys_modules(monkeypatch):
+    stand_in = OnFirstUse("colorsys")
+    assert stand_in.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)  # what minatar's render would read
+    monkeypatch.setitem(sys.modules, "colorsys", stand_in)
+    with pytest.raises(AttributeError):  # while it stands in: no import of itself, no recursion
+        stand_in.rgb_to_hsv  # noqa: B018
