@@ -62,7 +62,7 @@ def test_a_killed_actors_world_stops_on_sigterm_and_resumes_from_its_final_check
 @pytest.mark.timeout(120)
 def test_a3c_under_torchrun_is_one_world_of_workers(tmp_path):
     out = _torchrun(tmp_path, "experiments.a3c", 2, "--num-envs", "2", "--n-steps", "4", "--max-env-steps",
-                    "400", "--eval-every", "100000", "--log-dir", str(tmp_path / "runs"),
+                    "800", "--eval-every", "100000", "--log-dir", str(tmp_path / "runs"),
                     "--status-every", "0")
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("A3C on CartPole-v1") == 1  # one summary: rank 0's
