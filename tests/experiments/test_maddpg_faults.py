@@ -6,49 +6,20 @@ and rejoins, and an env worker killed mid-run is replaced by its actor's vector 
 dying ends the job naming it."""
 
 import functools
-import multiprocessing
 import os
 import signal
 
 import pytest
 from jobs import scalars
+from worker_killing_env import KillsItsWorker
 
 from algorithms.maddpg import MADDPG
-from envs.multiagent import CooperativeEnv
 from experiments.maddpg import MADDPGJobConfig, run
 from experiments.runtime import Parts
 from experiments.runtime.cli import apply_overrides
 from rlpar.errors import ChildDied
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _in_env_worker() -> bool:
-    return multiprocessing.current_process().name.startswith("rlpar-env-worker")
-
-
-class KillsItsWorker(CooperativeEnv):
-    """CooperativeEnv that SIGKILLs the env worker process it lives in (never a rank:
-    evaluation envs step in the evaluating actor) at its ``after``-th step; only once
-    in all when ``marker`` is a path (the first env to create it kills its worker),
-    every time when it is None."""
-
-    def __init__(self, *, after: int, marker: str | None, n_agents: int = 2, max_steps: int = 25) -> None:
-        super().__init__(n_agents=n_agents, max_steps=max_steps)
-        self.after, self.marker, self.steps = after, marker, 0
-
-    def step(self, actions):
-        self.steps += 1
-        if _in_env_worker() and self.steps >= self.after:
-            if self.marker is None:
-                os.kill(os.getpid(), signal.SIGKILL)
-            else:
-                try:  # atomic: envs of several workers reach the step together
-                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                except FileExistsError:
-                    return super().step(actions)
-                os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(actions)
 
 
 class DiesOnceMADDPG(MADDPG):

@@ -90,6 +90,39 @@ def test_learner_0_keeps_no_half_applied_update_after_a_learners_death(fail_at, 
     assert lockstep.whole is saved and finished == ([7] if saved else [])
 
 
+class _OneMember:
+    """A learner group of one: an all-reduce leaves the flags as they are."""
+
+    device, size, rank = "cpu", 1, 0
+
+    def all_reduce(self, tensor, op):
+        pass
+
+
+def test_learners_that_wait_long_for_data_ask_less_often():
+    """A late actor keeps the learners waiting for seconds: asking every millisecond
+    there (an all-reduce each) once burned most of a core. Pacing's short waits
+    between updates keep the short wait."""
+    from experiments.roles.actor_learner.learners import (
+        LONG_WAIT_AFTER,
+        LONG_WAIT_S,
+        WAIT_S,
+        Lockstep,
+    )
+
+    ready = [False]
+    lockstep = Lockstep(_OneMember(), poll=lambda ahead: (ready[0], False))
+    waits = []
+    for _ in range(LONG_WAIT_AFTER):
+        assert lockstep.agree() == (False, False)
+        waits.append(lockstep.wait_s)
+    assert set(waits[:-1]) == {WAIT_S} and waits[-1] == LONG_WAIT_S > WAIT_S
+    ready[0] = True
+    assert lockstep.agree() == (True, False) and lockstep.wait_s == WAIT_S
+    ready[0] = False
+    assert lockstep.agree() == (False, False) and lockstep.wait_s == WAIT_S
+
+
 def test_bad_learner_flags_are_named():
     with pytest.raises(ValueError, match="--learners must be >= 1, got 0"):
         apex.run(apex_config(learners=0))
