@@ -28,6 +28,14 @@ from experiments.runtime.lead import announce_compile, run_lead, start_lead
 from experiments.runtime.messages import Rejoin
 
 PARAMS = "params"
+# How long a learner that may not update sleeps before it asks again: briefly while
+# pacing holds it between updates (data arrives with each actor's report, every 20 ms),
+# longer once it has waited WAIT_LONG_AFTER asks in a row (0.1 s or more: learning
+# starts, a late or restarting actor). 2,000 asks a second cost about 5% of a core,
+# taken from the actors it waits for.
+WAIT_S = 0.0005
+WAIT_LONG_AFTER = 200
+WAIT_LONG_S = 0.005
 
 
 class LearnerLoop:
@@ -38,6 +46,7 @@ class LearnerLoop:
         self.learner, self.coordinator, self.pacing, self.data = learner, coordinator, pacing, data
         self.started = self.cpu_started = self.process_started = 0.0
         self.waited = 0.0
+        self._not_ready = 0  # asks in a row that found no update allowed
         self._window: dict[str, float] = {}
         self._n = 0
 
@@ -57,7 +66,7 @@ class LearnerLoop:
         return self.data.ready(self.coordinator.transitions) and (
             self.pacing is None or self.pacing.learner_may_update(env_steps=env_steps, updates=updates))
 
-    def wait(self, seconds: float = 0.0005) -> None:
+    def wait(self, seconds: float = WAIT_S) -> None:
         t0 = time.perf_counter()
         time.sleep(seconds)
         if self.started:
@@ -66,8 +75,10 @@ class LearnerLoop:
     def step(self) -> bool:
         """One update if pacing and data allow; False when it had to wait."""
         if not self.may_update():
-            self.wait()
+            self._not_ready += 1
+            self.wait(WAIT_S if self._not_ready <= WAIT_LONG_AFTER else WAIT_LONG_S)
             return False
+        self._not_ready = 0
         self.update()
         return True
 
