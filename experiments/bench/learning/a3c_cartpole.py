@@ -43,7 +43,7 @@ TARGET = 475.0
 
 
 def run_rlpar(seed: int, *, launched: float, budget: float, eval_every: int, episodes: int,
-              flags: str = "") -> dict[str, Any]:
+              max_env_steps: int | None, flags: str = "") -> dict[str, Any]:
     import shlex
 
     from experiments.a3c import A3CJobConfig, run
@@ -51,10 +51,12 @@ def run_rlpar(seed: int, *, launched: float, budget: float, eval_every: int, epi
 
     config = parse_config(A3CJobConfig, shlex.split(flags))
     import_s = time.time() - launched
-    # The job's clock starts at launch; its time budget too (minus what imports took).
-    apply_overrides(config, {"seed": seed, "max_seconds": max(1.0, budget - import_s),
+    # The job's clock, and so its time budget, counts from the launch (``started``): the
+    # imports are inside the budget once, as they are for SB3.
+    apply_overrides(config, {"seed": seed, "max_seconds": budget,
                              "eval_every": eval_every, "eval_episodes": episodes,
-                             "target_return": TARGET, "log_dir": "none", "status_every": 0.0})
+                             "target_return": TARGET, "log_dir": "none", "status_every": 0.0,
+                             **({} if max_env_steps is None else {"max_env_steps": max_env_steps})})
     summary = run(config, quiet=True, started=launched)
     solved = bool(summary["solved"])
     wall = summary["wall_s"]
@@ -73,7 +75,7 @@ def run_rlpar(seed: int, *, launched: float, budget: float, eval_every: int, epi
 
 
 def run_sb3(seed: int, *, launched: float, budget: float, eval_every: int,
-            episodes: int) -> dict[str, Any]:
+            episodes: int, max_env_steps: int | None) -> dict[str, Any]:
     import gymnasium as gym
     import torch
     from stable_baselines3 import A2C
@@ -105,7 +107,7 @@ def run_sb3(seed: int, *, launched: float, budget: float, eval_every: int,
 
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     model = A2C("MlpPolicy", env, ent_coef=0.0, seed=seed, device="cpu")
-    model.learn(total_timesteps=10_000_000, callback=Evaluate())
+    model.learn(total_timesteps=10_000_000 if max_env_steps is None else max_env_steps, callback=Evaluate())
     wall = time.time() - launched
     eval_env.close()
     env.close()
@@ -137,7 +139,8 @@ def run_child(impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, "-m", "experiments.bench.learning.a3c_cartpole", "--child", impl,
                "--seed", str(seed), "--budget", str(args.budget),
                "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-               f"--rlpar-flags={args.rlpar_flags}"]
+               f"--rlpar-flags={args.rlpar_flags}",
+               *([] if args.max_env_steps is None else ["--max-env-steps", str(args.max_env_steps)])]
     launched = time.time()
     out = subprocess.run([*command, "--launched", repr(launched)], capture_output=True, text=True,
                          timeout=args.budget + 180)
@@ -157,22 +160,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impl", choices=["both", "rlpar", "sb3"], default="both")
     parser.add_argument("--rlpar-flags", default="", help=(
         "extra experiments.a3c flags for rlpar, e.g. \"--lr 2e-3 --n-steps 8\""))
-    parser.add_argument("--quick", action="store_true", help="one seed, tiny budget (smoke test)")
+    parser.add_argument("--max-env-steps", type=int, default=None, help=(
+        "env step cap per run, both sides (default: none, the budget alone ends a run)"))
+    parser.add_argument("--quick", action="store_true", help=(
+        "smoke test: one seed, 1,000 env steps per run (60 s only bounds a stuck run)"))
     parser.add_argument("--child", choices=["rlpar", "sb3"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.budget <= 0 or args.eval_every < 1 or args.eval_episodes < 1:
-        parser.error("--seeds, --budget, --eval-every and --eval-episodes must be positive")
-    kwargs = {"budget": args.budget, "eval_every": args.eval_every, "episodes": args.eval_episodes}
+    if args.quick:
+        args.seeds, args.budget, args.eval_every, args.eval_episodes = 1, 60.0, 500, 4
+        args.max_env_steps = 1_000
+    if (args.seeds < 1 or args.budget <= 0 or args.eval_every < 1 or args.eval_episodes < 1
+            or (args.max_env_steps is not None and args.max_env_steps < 1)):
+        parser.error("--seeds, --budget, --eval-every, --eval-episodes and --max-env-steps must be positive")
+    kwargs = {"budget": args.budget, "eval_every": args.eval_every, "episodes": args.eval_episodes,
+              "max_env_steps": args.max_env_steps}
     if args.child:  # a run, in its own process
         launched = time.time() if args.launched is None else args.launched
         extra = {"flags": args.rlpar_flags} if args.child == "rlpar" else {}
         runner = run_rlpar if args.child == "rlpar" else run_sb3
         emit(runner(args.seed, launched=launched, **kwargs, **extra))
         return 0
-    if args.quick:
-        args.seeds, args.budget, args.eval_every, args.eval_episodes = 1, 3.0, 2000, 4
     impls = ["rlpar", "sb3"] if args.impl == "both" else [args.impl]
     missing = _sb3_missing() if "sb3" in impls else None
     results: dict[str, list[dict[str, Any]]] = {impl: [] for impl in impls}
