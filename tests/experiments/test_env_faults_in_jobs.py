@@ -5,15 +5,14 @@ counted, and the run goes on."""
 
 import functools
 import math
-import multiprocessing
 import os
 import shutil
-import signal
 import tempfile
 import time
 
 import pytest
 from jobs import a3c_config, apex_config, scalars
+from worker_killing_env import KillsItsWorkerOnce
 
 from envs.errors import EnvError, EnvTimeout, EnvValueError
 from envs.testing import CountingEnv, FaultyEnv
@@ -62,26 +61,6 @@ def test_the_step_timeout_needs_env_workers(capsys):
         apex.main(["--env-step-timeout", "5"])
     assert exc.value.code == 2
     assert "--env-step-timeout needs --env-workers >= 1" in capsys.readouterr().err
-
-
-class KillsItsWorkerOnce(FaultyEnv):
-    """FaultyEnv that SIGKILLs the env worker process stepping it at step ``at`` of an
-    episode (never a rank's own process: its evaluation envs step there), once in all:
-    the first env to create ``marker`` does it."""
-
-    def __init__(self, *, marker: str, at: int = 20) -> None:
-        super().__init__(episode_length=50)
-        self.marker, self.at = marker, at
-
-    def step(self, action):
-        if self.count + 1 == self.at and multiprocessing.current_process().name.startswith("rlpar-env-worker"):
-            try:
-                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                pass
-            else:
-                os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(action)
 
 
 @pytest.fixture
