@@ -300,7 +300,10 @@ def test_actor_and_critic_learning_rates_override_lr():
 
 @pytest.mark.timeout(90)
 def test_ctrl_c_ends_with_the_summary(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.maddpg", "--env-id", "cooperative",
+    # --serial: one process (no zygote importing torch again, no ranks). A Ctrl-C that
+    # lands on a local world's launcher is the runtime's, the same for every job
+    # (test_stop_signals); what is MADDPG's own here is its CLI and its summary.
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.maddpg", "--serial", "--env-id", "cooperative",
                              "--max-env-steps", "100000000", "--num-envs", "2", "--env-workers", "1",
                              "--batch-size", "16", "--learning-starts", "100", "--status-every", "0.1",
                              "--log-dir", str(tmp_path)],
