@@ -13,9 +13,12 @@ FORBIDDEN = ("torch.distributed", "multiprocessing", "rlpar.distributed", "rlpar
 
 @functools.cache
 def _nodes(path: pathlib.Path) -> tuple[ast.AST, ...]:
-    """Every node of ``path``'s syntax tree, parsed once per session: several tests
-    here read the same files (the benchmarks are modules of experiments too)."""
-    return tuple(ast.walk(ast.parse(path.read_text())))
+    """The import and attribute nodes of ``path``, what the checks here read, parsed
+    once per session: several tests read the same files (the benchmarks are modules
+    of experiments too). Not every node: a session's worth of whole trees kept alive
+    costs the garbage collector more than parsing again."""
+    return tuple(node for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, (ast.Import, ast.ImportFrom, ast.Attribute)))
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "algorithms").rglob("*.py")), ids=str)
