@@ -114,8 +114,8 @@ def run_dir(tmp_path_factory):
     config = apex.ApexJobConfig()
     apply_overrides(config, {
         "serial": True, "num_actors": 2, "num_envs": 2, "learning_starts": 200, "batch_size": 32,
-        "hidden": "32", "eval_every": 1000, "eval_episodes": 2, "target_return": 1e9,
-        "max_env_steps": 2000, "max_seconds": 60.0, "status_every": 0.0,
+        "hidden": "32", "eval_every": 500, "eval_episodes": 2, "target_return": 1e9,
+        "max_env_steps": 1000, "max_seconds": 60.0, "status_every": 0.0,
         "log_dir": str(tmp_path_factory.mktemp("runs"))})
     summary = apex.run(config, quiet=True)
     path = pathlib.Path(summary["run_dir"])

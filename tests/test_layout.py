@@ -1,6 +1,7 @@
 """The packages import with no side effects and algorithms never import transport."""
 
 import ast
+import functools
 import importlib.util
 import pathlib
 
@@ -10,10 +11,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FORBIDDEN = ("torch.distributed", "multiprocessing", "rlpar.distributed", "rlpar.parallel")
 
 
+@functools.cache
+def _nodes(path: pathlib.Path) -> tuple[ast.AST, ...]:
+    """The import and attribute nodes of ``path``, what the checks here read, parsed
+    once per session: several tests read the same files (the benchmarks are modules
+    of experiments too). Not every node: a session's worth of whole trees kept alive
+    costs the garbage collector more than parsing again."""
+    return tuple(node for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, (ast.Import, ast.ImportFrom, ast.Attribute)))
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "algorithms").rglob("*.py")), ids=str)
 def test_algorithms_never_import_transport(path):
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -66,7 +76,7 @@ def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
     import c`` is an edge to ``a.b.c`` when that is a module (``from experiments.roles
     import apex`` imports the roles, not just their package), else to ``a.b``."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             subs = {f"{node.module}.{alias.name}" for alias in node.names} & modules
             names.update(subs or {node.module})
@@ -138,7 +148,7 @@ def test_benchmarks_use_only_public_api(path):
     from experiments.roles import actor_learner
 
     modules_bound = set()  # local names bound to one of our modules
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "experiments":
                 modules = [f"experiments.{alias.name}" for alias in node.names]
@@ -166,7 +176,7 @@ def test_benchmarks_use_only_public_api(path):
                     assert not any(_private(part) for part in alias.name.split(".")), \
                         f"{path.name} imports the private module {alias.name}"
                     modules_bound.add(alias.asname or alias.name.split(".")[0])
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _nodes(path):
         if isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name):
             assert node.value.id not in modules_bound, \
                 f"{path.name} uses {node.value.id}.{node.attr}, private to that module"

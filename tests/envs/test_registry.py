@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from envs import make_vector_env
+from envs.minatar_import import import_minatar
 from envs.registry import (
     EnvFactory,
     ensure_registered,
@@ -30,6 +31,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
 MINATAR_SHAPES = {"Breakout": (10, 10, 4), "Asterix": (10, 10, 4), "Freeway": (10, 10, 7),
                   "Seaquest": (10, 10, 10), "SpaceInvaders": (10, 10, 6)}
+
+def _needs_minatar():
+    """Skip where MinAtar is not installed. Imported as envs imports it, not by
+    ``pytest.importorskip``: a plain ``import minatar`` loads its display libraries
+    (seaborn, scipy.stats, matplotlib: about 1.5 s of CPU) that no test here uses."""
+    try:
+        import_minatar()
+    except ImportError as exc:
+        pytest.skip(f"minatar is not installed: {exc}")
+
 
 # Loads a cloudpickled EnvFactory from argv[1] in a fresh interpreter, builds the env
 # and prints what it saw as one JSON line.
@@ -169,7 +180,7 @@ def test_ale_ids_register_when_installed():
 
 @pytest.mark.parametrize("game", sorted(MINATAR_SHAPES))
 def test_minatar_ids_have_bool_channels_last_observations(game):
-    pytest.importorskip("minatar")
+    _needs_minatar()
     full, minimal = make_env(f"MinAtar/{game}-v0"), make_env(f"MinAtar/{game}-v1")
     assert full.action_space == gym.spaces.Discrete(6)  # the paper's protocol
     assert minimal.action_space.n <= 6
@@ -179,7 +190,7 @@ def test_minatar_ids_have_bool_channels_last_observations(game):
 
 
 def test_minatar_registration_runs_once_without_warnings():
-    pytest.importorskip("minatar")
+    _needs_minatar()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
@@ -195,7 +206,7 @@ GYMNAX_ACTIONS = {"Asterix": [0, 1, 2, 3, 4], "Breakout": [0, 1, 3], "Freeway": 
 
 @pytest.mark.parametrize("game", sorted(MINATAR_SHAPES))
 def test_minatar_gymnax_ids_are_what_they_say(game):
-    pytest.importorskip("minatar")
+    _needs_minatar()
     assert minatar_id(game) == f"MinAtar/{game}-v0"
     env_id = minatar_id(game, "gymnax")
     assert env_id == f"MinAtar/{game}-gymnax-v0"
@@ -215,7 +226,7 @@ def test_minatar_gymnax_ids_are_what_they_say(game):
 
 
 def test_minatar_gymnax_episodes_are_cut_at_the_cap():
-    pytest.importorskip("minatar")
+    _needs_minatar()
     env = make_env("MinAtar/Freeway-gymnax-v0")  # a chicken that never moves never dies
     env.reset(seed=0)
     for step in range(1, 2501):
@@ -325,7 +336,7 @@ def test_flattened_dict_env_through_a_vector_env(registered):
 
 @pytest.mark.timeout(180)
 def test_minatar_through_subprocess_vector_env():
-    pytest.importorskip("minatar")
+    _needs_minatar()
     factory = EnvFactory.from_id("MinAtar/Breakout-v0")
     rng = np.random.default_rng(0)
     actions = rng.integers(0, 6, size=(300, 2))

@@ -20,8 +20,10 @@ def test_three_shard_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("RLPAR_LOST_S", "3")
     timeout = 10.0
     # Not launch(): it tears the world down when the killed rank dies. The ranks fork
-    # from one zygote that imported torch once for all three.
-    run_ranks(tmp_path, programs.sharded_world, (150, timeout), nprocs=3, timeout=140)
+    # from one zygote that imported torch and the buffers, and loaded the replay's
+    # compiled kernels, once for all three (as a job's zygote does).
+    run_ranks(tmp_path, programs.sharded_world, (150, timeout), nprocs=3, timeout=140,
+              preload=("torch", "rlpar.buffers", "rlpar.buffers.trees:kernels"))
     codes = [int((tmp_path / f"exit{rank}").read_text().split()[0]) for rank in range(3)]
     results = []
     for rank in (0, 1):

@@ -228,9 +228,18 @@ def rank1_dies_while_rank0_works(pid_dir, save_s):
     raise PeerUnavailable("learner group: a member died")
 
 
-def replay_kernels_loaded():
-    """Whether the prioritized replay's compiled kernels were loaded before this rank
-    ran (by a ``module:function`` preload entry in its zygote)."""
-    from rlpar.buffers import trees
+_preloaded_in = None  # the pid of the process that ran mark_preloaded, if any did
 
-    return trees._kernels is not None
+
+def mark_preloaded():
+    """A ``module:function`` preload entry as cheap as can be (the jobs' own,
+    ``rlpar.buffers.trees:kernels``, compiles numba kernels: seconds of CPU)."""
+    global _preloaded_in
+    _preloaded_in = os.getpid()
+
+
+def preloaded_in():
+    """``(pid that ran mark_preloaded or None, this rank's pid)``: the same first
+    value on every rank, and not a rank's own pid, when the zygote ran it before it
+    forked them."""
+    return _preloaded_in, os.getpid()
