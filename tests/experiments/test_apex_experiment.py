@@ -142,22 +142,6 @@ def test_the_replay_size_reported_is_what_the_replay_holds_not_what_was_added(tm
     assert sizes and max(sizes) == 500
 
 
-class BrokenActorDQN(DQN):
-    def act(self, obs, *, explore=True):
-        if explore:
-            raise RuntimeError("actor failed on purpose")
-        return super().act(obs, explore=explore)
-
-
-@pytest.mark.timeout(120)
-def test_a_failing_actor_stops_the_job_with_its_traceback():
-    from rlpar.errors import ChildError
-
-    with pytest.raises(ChildError) as exc:
-        run(apex_config(max_seconds=60.0), quiet=True, parts=Parts(algorithm=BrokenActorDQN))
-    assert "actor failed on purpose" in str(exc.value)
-
-
 @pytest.mark.timeout(120)
 def test_shards_on_actors():
     summary = run(apex_config(replay_placement="actors", max_env_steps=2000, eval_every=100_000),

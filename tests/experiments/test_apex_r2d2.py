@@ -44,13 +44,15 @@ def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_two_learners_a
         tmp_path, monkeypatch):
     monkeypatch.setenv("KILL_MARKER", str(tmp_path / "killed"))
     monkeypatch.setenv("KILL_RANK", "3")  # actor 1 (ranks 0-1 are the learners), the evaluator
-    monkeypatch.setenv("KILL_AFTER", "700")  # its env's 700th step: after the first updates
+    # Its env's 600th step: 1200 of the actor's, about 2400 in all, past the 2000 (learning_starts
+    # and the slack) that actors run before the learner starts: after the first updates.
+    monkeypatch.setenv("KILL_AFTER", "600")
     # learning_starts 1000 env steps: paced actors stop 1000 (the slack) past it until
     # the learner starts, so the sequences it waits for must come in fewer steps.
     summary = apex.run(r2d2_config(env_id="user_envs:KillOnceCounting-v0", replay_placement="actors", learners=2,
-                                   learning_starts=1000, max_env_steps=4000), quiet=True)
+                                   learning_starts=1000, max_env_steps=3200), quiet=True)
     assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["num_actors"] == 2
-    assert summary["updates"] > 0 and summary["env_steps"] >= 4000
+    assert summary["updates"] > 0 and summary["env_steps"] >= 3200
     assert summary["learners"] == 2 and summary["learners_identical"]  # R2D2's grad_hook averages
     # The killed actor alone was restarted and rejoined (its shard rehosted by the learners).
     assert (tmp_path / "killed").exists() and summary["actor_restarts"] == 1 and summary["restarts"] == 0
