@@ -4,7 +4,7 @@ module by :mod:`._warm`).
 Each :func:`rlpar.distributed.launch` runs its ranks under a zygote that has imported
 torch (:mod:`._zygote`). Started from a fresh interpreter, that import is most of a
 small world's start: about 1.5 s of CPU, every launch. This process pays it once: it
-imports the ``preload`` modules, then waits on its control socket, and forks a zygote
+imports the ``preload`` modules (on the launcher's ``sys.path``, its last argument), then waits on its control socket, and forks a zygote
 for each launch that asks. Nothing runs here but that loop (no torch threads, no RPC),
 so forking stays as safe as it is in a fresh zygote.
 
@@ -25,6 +25,7 @@ SIGUSR1 and SIGUSR2 (a terminal's Ctrl-C reaches the whole process group).
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import select
@@ -101,11 +102,12 @@ def _become_zygote(request: dict, fds: list[int], keep: set[int], template: int)
         os._exit(code)
 
 
-def main(control_fd: int, preload: list[str]) -> None:
+def main(control_fd: int, preload: list[str], path: list[str]) -> None:
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     from rlpar.distributed import _child, _zygote  # noqa: F401  (what every zygote runs)
 
+    sys.path[:] = path  # the launcher's, as a fresh zygote has it for its preload
     _zygote.run_preload(preload)
     control = socket.socket(fileno=control_fd)
     me = os.getpid()
@@ -174,4 +176,4 @@ def _reap(handles: dict[int, socket.socket]) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m])
+    main(int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m], json.loads(sys.argv[3]))

@@ -23,6 +23,7 @@ through a pidfd, so that a reused pid is never signalled.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -118,7 +119,8 @@ class _Template:
             # thread lives as long as the process, so the template does too.
             try:
                 box.append(subprocess.Popen(
-                    [sys.executable, "-m", "rlpar.distributed._template", str(theirs.fileno()), ",".join(preload)],
+                    [sys.executable, "-m", "rlpar.distributed._template", str(theirs.fileno()), ",".join(preload),
+                     json.dumps(list(sys.path))],
                     env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent))
             except BaseException as exc:  # handed to the launching thread
@@ -207,6 +209,10 @@ def _die_with_parent() -> None:
 
 def _key(preload: Sequence[str], env: dict[str, str]) -> tuple:
     read_at_import = tuple(sorted((k, v) for k, v in env.items() if k.startswith(_IMPORT_TIME_PREFIXES)))
+    # Not sys.path: a template imports its preload on the path its first launch had,
+    # and each zygote it forks imports it again on its own launch's path (a module the
+    # template could not find is found then; one it has, it keeps). Keyed by the path,
+    # a script that appends to sys.path between launches would start a template each time.
     return (sys.executable, tuple(preload), read_at_import)
 
 

@@ -24,6 +24,7 @@ to ``stack<rank>`` on the launcher's request (``DUMP_SIGNAL``).
 from __future__ import annotations
 
 import os
+import pickle
 import select
 import signal
 import sys
@@ -111,6 +112,10 @@ def main(payload: str, tmp: str, nprocs: int, preload: list[str]) -> None:
 
     from rlpar.distributed import _child
 
+    with open(payload, "rb") as f:
+        # The launcher's sys.path (the payload's first record; each rank sets it again):
+        # a preload entry may live only on it, e.g. in the launching script's folder.
+        sys.path[:] = pickle.load(f)
     run_preload(preload)  # the point of the zygote: done once for all ranks
 
     def fork(rank: int, restarts: int) -> None:

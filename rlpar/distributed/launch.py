@@ -103,7 +103,7 @@ def launch(
     is killed or exits without reporting, TimeoutError after ``timeout`` seconds; in
     every case all ranks are gone when this returns or raises. ``env`` adds variables
     to the children's environment; ``preload`` names the modules imported once before
-    the ranks are forked (an entry that needs no torch can pass ``()``); an entry
+    the ranks are forked, on this process's ``sys.path`` as the ranks get it (an entry that needs no torch can pass ``()``); an entry
     ``module:function`` also calls ``function()`` then, so that work every rank would
     repeat (loading compiled kernels, say) is done once and shared. The function
     must start no thread (the ranks are forked after it) and be cheap when called

@@ -294,17 +294,19 @@ def test_a_ctrl_c_or_a_failure_while_a_rank_leaves_keeps_the_result_it_returned(
 
 
 @pytest.mark.timeout(60)
-def test_a_module_function_preload_entry_runs_once_before_the_ranks_are_forked():
-    # The preload runs before the launcher's sys.path reaches the zygote: PYTHONPATH
-    # lets it import the programs module (a cheap entry of its own, not the jobs'
-    # rlpar.buffers.trees:kernels, whose numba compile costs seconds of CPU).
-    path = os.pathsep.join(filter(None, (os.path.dirname(programs.__file__), os.environ.get("PYTHONPATH"))))
-    (marked0, rank0), (marked1, rank1) = launch(programs.preloaded_in, nprocs=2, timeout=50, env={"PYTHONPATH": path},
+@pytest.mark.parametrize("warm", ["0", "1"])  # a fresh zygote; one forked from a template
+def test_a_module_function_preload_entry_on_the_launchers_sys_path_runs_once_before_the_ranks_are_forked(
+        monkeypatch, warm):
+    # The entry's module is found only on the launcher's sys.path (not PYTHONPATH, not the
+    # working directory), as a module beside a launching script is; a cheap entry of its
+    # own, not the jobs' rlpar.buffers.trees:kernels, whose numba compile costs seconds.
+    monkeypatch.setenv("RLPAR_WARM_ZYGOTE", warm)
+    monkeypatch.syspath_prepend(os.path.dirname(programs.__file__))
+    (marked0, rank0), (marked1, rank1) = launch(programs.preloaded_in, nprocs=2, timeout=50,
                                                 preload=("dist_launch_programs:mark_preloaded",))
     assert isinstance(marked0, int) and marked0 == marked1 and marked0 not in (rank0, rank1)
     # A plain module entry imports the module and calls nothing.
-    [(marked, _)] = launch(programs.preloaded_in, nprocs=1, timeout=25, env={"PYTHONPATH": path},
-                           preload=("dist_launch_programs",))
+    [(marked, _)] = launch(programs.preloaded_in, nprocs=1, timeout=25, preload=("dist_launch_programs",))
     assert marked is None
 
 
