@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
+from experiments.roles.actor_learner.backoff import Backoff
 from experiments.roles.actor_learner.learner import (
     WAIT_LONG_AFTER,
     WAIT_LONG_S,
@@ -51,3 +54,21 @@ def test_a_learner_kept_waiting_asks_less_often_and_an_update_brings_the_short_w
     data.is_ready = False
     loop.sleeps.clear()
     assert loop.step() is False and loop.sleeps == [WAIT_S]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"short_s": 0.0, "long_s": 0.01, "after": 1}, "0 < short_s <= long_s"),
+    ({"short_s": 0.02, "long_s": 0.01, "after": 1}, "0 < short_s <= long_s"),
+    ({"short_s": 0.001, "long_s": 0.01, "after": -1}, "after must be an int >= 0"),
+    ({"short_s": 0.001, "long_s": 0.01, "after": 2.5}, "after must be an int >= 0"),
+])
+def test_a_backoff_refuses_waits_that_do_not_grow_and_a_bad_count(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Backoff(**kwargs)
+
+
+def test_a_backoff_after_zero_waits_long_from_the_first_miss():
+    backoff = Backoff(short_s=0.001, long_s=0.01, after=0)
+    assert backoff.wait_s == 0.001 and backoff.missed() == 0.01
+    backoff.updated()
+    assert backoff.wait_s == 0.001

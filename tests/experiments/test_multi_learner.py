@@ -113,7 +113,7 @@ def test_learners_that_wait_long_for_data_ask_less_often():
     ready = [False]
     lockstep = Lockstep(_OneMember(), poll=lambda ahead: (ready[0], False))
     waits = []
-    for _ in range(LONG_WAIT_AFTER):
+    for _ in range(LONG_WAIT_AFTER + 1):
         assert lockstep.agree() == (False, False)
         waits.append(lockstep.wait_s)
     assert set(waits[:-1]) == {WAIT_S} and waits[-1] == LONG_WAIT_S > WAIT_S

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from algorithms.pacing import Pacing
+from experiments.roles.actor_learner.backoff import Backoff
 from experiments.roles.actor_learner.data import LearnerData, follow_key
 from experiments.roles.actor_learner.learners import (
     Filling,
@@ -46,7 +47,7 @@ class LearnerLoop:
         self.learner, self.coordinator, self.pacing, self.data = learner, coordinator, pacing, data
         self.started = self.cpu_started = self.process_started = 0.0
         self.waited = 0.0
-        self._not_ready = 0  # asks in a row that found no update allowed
+        self.backoff = Backoff(short_s=WAIT_S, long_s=WAIT_LONG_S, after=WAIT_LONG_AFTER)
         self._window: dict[str, float] = {}
         self._n = 0
 
@@ -75,10 +76,9 @@ class LearnerLoop:
     def step(self) -> bool:
         """One update if pacing and data allow; False when it had to wait."""
         if not self.may_update():
-            self._not_ready += 1
-            self.wait(WAIT_S if self._not_ready <= WAIT_LONG_AFTER else WAIT_LONG_S)
+            self.wait(self.backoff.missed())
             return False
-        self._not_ready = 0
+        self.backoff.updated()
         self.update()
         return True
 

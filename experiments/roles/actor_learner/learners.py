@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.roles.actor_learner.backoff import Backoff
 from experiments.roles.actor_learner.data import hold_shard_until_saved
 from experiments.roles.actor_learner.program import Setup
 from experiments.runtime.parts import checked
@@ -129,13 +130,13 @@ class Lockstep:
         self._carrier = torch.zeros(size, dtype=torch.float32, device=group.device, requires_grad=True)
         self._next: tuple[bool, bool] | None = None
         self._updating, self._averaged = False, 0
-        self._not_ready = 0  # agreements in a row that said "not ready"
+        self.backoff = Backoff(short_s=WAIT_S, long_s=LONG_WAIT_S, after=LONG_WAIT_AFTER)
 
     @property
     def wait_s(self) -> float:
         """How long a learner that may not update sleeps before it asks again: every
         learner holds the same decisions, so the same wait."""
-        return WAIT_S if self._not_ready < LONG_WAIT_AFTER else LONG_WAIT_S
+        return self.backoff.wait_s
 
     @contextlib.contextmanager
     def update(self) -> Iterator[None]:
@@ -158,7 +159,10 @@ class Lockstep:
             self._set(self._flags, ahead=0)
             self.group.all_reduce(self._flags, op="max")
             decided = self._read(self._flags, members=1)
-        self._not_ready = 0 if decided[0] else self._not_ready + 1
+        if decided[0]:
+            self.backoff.updated()
+        else:
+            self.backoff.missed()
         return decided
 
     def average_gradients(self, params: Any) -> None:
