@@ -107,17 +107,16 @@ def spaces(env_id: str):
 def policy(impl: str, flags: str, env_id: str, *, run_dir: str):
     """``(load(state), scores(obs))`` for ``impl``'s snapshots: Q values (Ape-X,
     PQN) or logits (IMPALA, PPO)."""
-    import torch
 
     obs_space, act_space = spaces(env_id)
     if impl == "rlpar-apex":
-        from algorithms.nets import observation_family, q_network
-        from experiments.apex import fill_learn
+        from experiments.bench.tools.job_runs import apex_made
 
-        cfg = config(impl, flags)
-        fill_learn(cfg.learn, algorithm="dqn", family=observation_family(obs_space.shape))
-        net = q_network(obs_space.shape, int(act_space.n), hidden=cfg.learn.hidden_sizes(), dueling=cfg.learn.dueling)
-        return net.load_state_dict, lambda obs: net(torch.as_tensor(np.asarray(obs)))
+        # The job's own builder and defaults (its flags included, Rainbow's pieces too):
+        # the network whose state the snapshots hold, and the Q values its greedy action
+        # is the argmax of.
+        agent = apex_made(config(impl, flags, env_id))[1]
+        return agent.load_policy_state, agent.greedy_q_values
     if impl == "rlpar-impala":
         from algorithms.impala import IMPALA
         from experiments.impala import env_defaults
@@ -126,7 +125,7 @@ def policy(impl: str, flags: str, env_id: str, *, run_dir: str):
         cfg = config(impl, flags, env_id)
         env_defaults(cfg, Parts())
         agent = IMPALA(observation_space=obs_space, action_space=act_space, config=cfg.learn, device="cpu")
-        return agent.load_policy_state, lambda obs: agent.model.policy(_float_obs(obs))
+        return agent.load_policy_state, lambda obs: agent.model.policy(_model_obs(agent.model, obs))
     return _sync_policy(run_dir, obs_space, act_space)
 
 
@@ -158,12 +157,17 @@ def build_sync(spec: dict[str, Any], obs_space: Any, act_space: Any):
     if spec["kind"] == "ppo":
         ppo = PPO(observation_space=obs_space, action_space=act_space, config=PPOConfig(**spec["config"]),
                   device="cpu", seed=0)
-        return ppo.load_policy_state, lambda obs: ppo.model.policy(_float_obs(obs))
+        return ppo.load_policy_state, lambda obs: ppo.model.policy(_model_obs(ppo.model, obs))
     raise ValueError(f"unknown policy spec kind {spec['kind']!r}")
 
 
-def _float_obs(obs: Any):
-    """What IMPALA's and PPO's acting feeds their networks (``ActingForward._obs_tensor``)."""
+def _model_obs(model: Any, obs: Any):
+    """What IMPALA's and PPO's acting feeds their networks (``observation_tensor``'s one
+    rule): uint8 frames stay bytes, which the Nature CNN scales itself. As float32
+    pixel values (0-255), taken as already scaled, they saturated its logits, and every
+    evaluation played one action."""
     import torch
 
-    return torch.as_tensor(np.asarray(obs, dtype=np.float32))
+    from algorithms.actor_critic import observation_tensor
+
+    return observation_tensor(model, obs, torch.device("cpu"))

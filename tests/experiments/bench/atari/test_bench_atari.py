@@ -97,6 +97,26 @@ def test_the_protocol_is_envs_atari_s_defaults():
     env.close()
 
 
+
+@pytest.mark.parametrize("impl", ["rlpar-impala", "rlpar-apex"])
+def test_the_evaluator_feeds_frames_as_the_jobs_acting_does(tmp_path, impl):
+    """uint8 frames reach the Nature CNN as bytes, which it scales: the same scores as
+    frames already scaled to [0, 1]. The evaluator once fed IMPALA and PPO float32 pixel
+    values (0-255), which the network takes as scaled: saturated logits, one action
+    played, -21 at every Pong evaluation while training went on."""
+    import torch
+
+    from experiments.bench.atari import ours
+
+    _, scores = ours.policy(impl, "", "ALE/Pong-v5", run_dir=str(tmp_path))
+    frames = np.random.default_rng(0).integers(0, 256, (2, 4, 84, 84), dtype=np.uint8)
+    with torch.no_grad():
+        from_bytes, from_scaled = scores(frames), scores(frames.astype(np.float32) / 255.0)
+        from_pixel_values = scores(frames.astype(np.float32))
+    torch.testing.assert_close(from_bytes, from_scaled, rtol=1e-4, atol=1e-5)  # float rounding of the scaling
+    assert not torch.allclose(from_bytes, from_pixel_values)
+
+
 FAKE_SCRIPT = '''
 import envpool
 import numpy as np
