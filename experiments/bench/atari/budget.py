@@ -291,7 +291,7 @@ def run_one(impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "eval_max_steps": args.eval_max_steps, "training_reward_clip": result.get("training_reward_clip"),
         **summarize(wc.read_curve(run_dir), score=args.score, report_at=args.report_times)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
-                "num_actors", "members"):
+                "num_actors", "members", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
     line.update({"settings": result.get("settings"), "flags": job_flags(impl, args) if impl in OURS else "",
                  "compile": bool(args.compile and impl in OURS and "--fast compile" in job_flags(impl, args)),

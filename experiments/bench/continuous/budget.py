@@ -238,7 +238,7 @@ def run_one(env_id: str, impl: str, seed: int, args: argparse.Namespace) -> dict
     line = {"bench": BENCH, "env": env_id, "impl": impl, "seed": seed, "budget_s": budget,
             **summarize(wc.read_curve(run_dir), levels=levels, budget_s=budget)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
-                "num_actors"):
+                "num_actors", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
     line.update({"settings": result.get("settings"), "eval_every": eval_every_of(args, env_id),
                  "eval_episodes": args.eval_episodes,
