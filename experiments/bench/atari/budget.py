@@ -22,8 +22,10 @@ methods) or sampling the policy (policy methods).
 One JSON line per run, printed and appended to ``<out>/results.jsonl``: the
 protocol; when the evaluation first reached ``--score`` (``reached_score_at_s`` /
 ``_steps``); the best and final evaluation; ``best_by_s``, the best evaluation by
-each ``--report-at`` time; throughput (env steps and updates per second); what
-evaluation cost; the load average at the start and end. An implementation that
+each ``--report-at`` time; throughput (env steps and updates per second); the peak
+memory of the trainer and every process of its job (``peak_memory_mb``: PSS summed,
+so pages the ranks share count once); what evaluation cost; the load average at the
+start and end. An implementation that
 cannot run here (a peer not installed, no CleanRL script, a job this tree lacks)
 gives a ``skipped`` line. Curves: ``<out>/<game>/<impl>-seed<k>/evals.jsonl``;
 the PNG, every run of the game under ``<out>``: ``<out>/atari-<game>.png``.
