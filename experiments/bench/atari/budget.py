@@ -22,8 +22,10 @@ methods) or sampling the policy (policy methods).
 One JSON line per run, printed and appended to ``<out>/results.jsonl``: the
 protocol; when the evaluation first reached ``--score`` (``reached_score_at_s`` /
 ``_steps``); the best and final evaluation; ``best_by_s``, the best evaluation by
-each ``--report-at`` time; throughput (env steps and updates per second); what
-evaluation cost; the load average at the start and end. An implementation that
+each ``--report-at`` time; throughput (env steps and updates per second); the peak
+memory of the trainer and every process of its job (``peak_memory_mb``: PSS summed,
+so pages the ranks share count once); what evaluation cost; the load average at the
+start and end. An implementation that
 cannot run here (a peer not installed, no CleanRL script, a job this tree lacks)
 gives a ``skipped`` line. Curves: ``<out>/<game>/<impl>-seed<k>/evals.jsonl``;
 the PNG, every run of the game under ``<out>``: ``<out>/atari-<game>.png``.
@@ -291,7 +293,7 @@ def run_one(impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "eval_max_steps": args.eval_max_steps, "training_reward_clip": result.get("training_reward_clip"),
         **summarize(wc.read_curve(run_dir), score=args.score, report_at=args.report_times)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
-                "num_actors", "members"):
+                "num_actors", "members", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
     line.update({"settings": result.get("settings"), "flags": job_flags(impl, args) if impl in OURS else "",
                  "compile": bool(args.compile and impl in OURS and "--fast compile" in job_flags(impl, args)),

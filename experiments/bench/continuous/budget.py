@@ -31,7 +31,8 @@ budget); ``reached_score_at_s`` / ``_steps``: the first snapshot whose evaluatio
 reached ``score`` (the first of ``--score``'s levels), and ``crossings`` for every
 level; the load average when the run started and ended (``loadavg_start``,
 ``loadavg_end``: 1, 5, 15 min) and what evaluation cost (``eval_cpu_s``,
-``eval_cpu_s_during_training``, ``eval_tail_s``, ``snapshot_pause_s``). Curves go to
+``eval_cpu_s_during_training``, ``eval_tail_s``, ``snapshot_pause_s``); ``peak_memory_mb``,
+the trainer's and its job's processes' PSS summed at its peak. Curves go to
 ``<out>/<env>/<impl>-seed<k>/evals.jsonl`` and, for every run of an env under
 ``<out>``, to ``<out>/continuous-<env>.png`` (return against wall-clock and env
 steps). Envs may run in separate invocations: each appends its lines and redraws
@@ -238,7 +239,7 @@ def run_one(env_id: str, impl: str, seed: int, args: argparse.Namespace) -> dict
     line = {"bench": BENCH, "env": env_id, "impl": impl, "seed": seed, "budget_s": budget,
             **summarize(wc.read_curve(run_dir), levels=levels, budget_s=budget)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
-                "num_actors"):
+                "num_actors", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
     line.update({"settings": result.get("settings"), "eval_every": eval_every_of(args, env_id),
                  "eval_episodes": args.eval_episodes,

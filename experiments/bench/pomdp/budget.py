@@ -234,7 +234,7 @@ def run_one(env: str, impl: str, seed: int, args: argparse.Namespace) -> tuple[l
                for seconds in report_times(budget, args.reports)]
     line = {**head, "kind": "run", **summarize(curve, levels=ENVS[env].levels, times=report_times(budget, args.reports))}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
-                "num_actors"):
+                "num_actors", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
     line.update({"settings": result.get("settings"), "flags": args.impl_flags.get(impl, ""),
                  "eval_every": eval_every_of(args, env), "eval_episodes": args.eval_episodes,

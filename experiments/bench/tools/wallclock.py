@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from experiments.bench.tools.memory import PeakMemory
+
 SNAPSHOTS, DONE, CURVE, EVALUATOR = "snapshots", "DONE", "evals.jsonl", "evaluator.json"
 PAUSES = "snapshot-pauses.txt"  # seconds each snapshot took its trainer, one a line
 RESULT_PREFIX = "RESULT "  # how a trainer hands its figures to the bench: its last stdout line
@@ -310,26 +312,39 @@ def run_pair(trainer: Sequence[str], evaluator: Sequence[str], *, run_dir: str, 
              evaluator_timeout_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start the evaluator, then run the trainer to its end; write ``DONE`` and wait
     for the evaluator. Returns the trainer's figures (its :func:`report` line, or
-    ``{"error": ...}``) and the evaluator's (``evaluator.json``; ``{}`` if it failed,
+    ``{"error": ...}``; with ``peak_memory_mb``, the peak summed PSS of the trainer and
+    every process it started, :class:`~experiments.bench.tools.memory.PeakMemory`) and the evaluator's (``evaluator.json``; ``{}`` if it failed,
     which adds an ``error`` to the first). Both logs go to ``run_dir``. The trainer is
     told when it was launched (``--started``): its budget counts from then."""
     with open(os.path.join(run_dir, "evaluator.log"), "w") as log:
         watcher = subprocess.Popen(list(evaluator), stdout=log, stderr=subprocess.STDOUT)
     launched = time.time()
     result: dict[str, Any]
+    peak: PeakMemory | None = None
+    peak_mb: float | None = None
     try:
-        out = subprocess.run([*trainer, "--started", repr(launched)], capture_output=True, text=True,
-                             timeout=trainer_timeout_s)
+        proc = subprocess.Popen([*trainer, "--started", repr(launched)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        peak = PeakMemory(proc.pid).start()
+        try:
+            stdout, stderr = proc.communicate(timeout=trainer_timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
         with open(os.path.join(run_dir, "trainer.log"), "w") as log:
-            log.write(out.stdout + out.stderr)
-        lines = [line for line in out.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-        tail = " | ".join((out.stderr or out.stdout).strip().splitlines()[-3:])
+            log.write(stdout + stderr)
+        lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+        tail = " | ".join((stderr or stdout).strip().splitlines()[-3:])
         result = (json.loads(lines[-1][len(RESULT_PREFIX):]) if lines
-                  else {"error": f"trainer exit {out.returncode}: {tail}"})
+                  else {"error": f"trainer exit {proc.returncode}: {tail}"})
     except subprocess.TimeoutExpired:
         result = {"error": f"trainer timed out after {trainer_timeout_s:.0f} s"}
     finally:
         open(os.path.join(run_dir, DONE), "w").close()
+        if peak is not None:  # the trainer and all it started (a job's ranks, env workers)
+            peak_mb = peak.stop()
+    result["peak_memory_mb"] = peak_mb
     try:
         watcher.wait(timeout=evaluator_timeout_s)
     except subprocess.TimeoutExpired:

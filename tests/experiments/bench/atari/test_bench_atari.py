@@ -22,7 +22,7 @@ from experiments.bench.atari import cleanrl, protocol  # noqa: E402
 KEYS = {"bench", "env_id", "impl", "seed", "device", "budget_s", "protocol", "eval_acting", "eval_episodes",
         "training_reward_clip", "score", "reached_score_at_s", "reached_score_at_steps", "best_eval", "final_eval",
         "best_by_s", "env_steps", "env_steps_per_s", "updates", "updates_per_s", "eval_cpu_s",
-        "snapshot_pause_s", "loadavg_start", "loadavg_end", "png", "curve"}
+        "snapshot_pause_s", "loadavg_start", "loadavg_end", "png", "curve", "peak_memory_mb"}
 
 
 def records(capsys, *args):
@@ -39,6 +39,7 @@ def check_run(record, impl):
     assert record["impl"] == impl and record["protocol"] == protocol.PROTOCOL
     assert record["env_steps"] >= 300 and record["updates"] >= 1
     assert record["evaluations"] >= 1 and isinstance(record["final_eval"], float)
+    assert record["peak_memory_mb"] > 50  # the trainer and its job's processes, PSS summed
     assert os.path.getsize(record["png"]) > 0
 
 

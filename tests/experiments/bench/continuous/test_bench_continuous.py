@@ -42,6 +42,7 @@ def test_quick_mode_on_pendulum_writes_one_line_per_impl_and_the_png(tmp_path, c
             continue
         assert KEYS <= set(record), KEYS - set(record)
         assert "error" not in record, record
+        assert record["peak_memory_mb"] > 50  # a torch process's own PSS is more
         if record["impl"] == "rlpar-sac":
             assert record["settings"]["algorithm"] == "sac" and record["settings"]["autotune"] is True
         assert record["score"] == -200.0 and record["budget_s"] == 4.0 and record["quick"]
