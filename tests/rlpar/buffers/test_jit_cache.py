@@ -47,8 +47,11 @@ for case, cache in cases.items():
                 again = jit(tk.find_prefix.py_func)
                 again(*args, out)
                 hits = sum(again.stats.cache_hits.values())
-            print(json.dumps({"case": case, "out": out.tolist(), "cache": type(tk.find_prefix._cache).__name__,
-                              "hits": hits, "file": tk.__file__}), flush=True)
+            # One write of the whole line: the two forks share the pipe, and print's text
+            # and newline are two writes where stdout is unbuffered (PYTHONUNBUFFERED),
+            # so the other fork's line could land between them.
+            os.write(1, (json.dumps({"case": case, "out": out.tolist(), "cache": type(tk.find_prefix._cache).__name__,
+                                     "hits": hits, "file": tk.__file__}) + "\\n").encode())
             os._exit(0)
         except BaseException:
             traceback.print_exc()
