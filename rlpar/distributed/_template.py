@@ -4,8 +4,8 @@ module by :mod:`._warm`).
 Each :func:`rlpar.distributed.launch` runs its ranks under a zygote that has imported
 torch (:mod:`._zygote`). Started from a fresh interpreter, that import is most of a
 small world's start: about 1.5 s of CPU, every launch. This process pays it once: it
-imports the ``preload`` modules (on the launcher's ``sys.path``, its last argument), then waits on its control socket, and forks a zygote
-for each launch that asks. Nothing runs here but that loop (no torch threads, no RPC),
+imports the ``preload`` modules (on the launcher's ``sys.path``, its last argument),
+then waits on its control socket, and forks a zygote for each launch that asks. Nothing runs here but that loop (no torch threads, no RPC),
 so forking stays as safe as it is in a fresh zygote.
 
 A request brings what a fresh zygote would have had from ``subprocess.Popen``: its

@@ -313,8 +313,9 @@ def run_pair(trainer: Sequence[str], evaluator: Sequence[str], *, run_dir: str, 
     """Start the evaluator, then run the trainer to its end; write ``DONE`` and wait
     for the evaluator. Returns the trainer's figures (its :func:`report` line, or
     ``{"error": ...}``; with ``peak_memory_mb``, the peak summed PSS of the trainer and
-    every process it started, :class:`~experiments.bench.tools.memory.PeakMemory`) and the evaluator's (``evaluator.json``; ``{}`` if it failed,
-    which adds an ``error`` to the first). Both logs go to ``run_dir``. The trainer is
+    every process it started, :class:`~experiments.bench.tools.memory.PeakMemory`) and
+    the evaluator's (``evaluator.json``; ``{}`` if it failed, which adds an ``error``
+    to the first). Both logs go to ``run_dir``. The trainer is
     told when it was launched (``--started``): its budget counts from then."""
     with open(os.path.join(run_dir, "evaluator.log"), "w") as log:
         watcher = subprocess.Popen(list(evaluator), stdout=log, stderr=subprocess.STDOUT)
