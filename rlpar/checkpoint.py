@@ -384,7 +384,10 @@ def load_part(
 def _read(path: Path, *, kind: str, map_location: Any,
           expect_meta: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        # Memory-mapped: a replay's arrays are copied from the file's pages into the
+        # buffer on restore, not read into memory first (a 1M-transition Atari replay
+        # would need its 7 GB twice).
+        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except Exception as exc:
         raise CheckpointError(
             f"checkpoint {path} cannot be read (corrupt, truncated, or not written by "

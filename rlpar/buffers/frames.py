@@ -12,26 +12,30 @@ windows flushed at an episode's end span fewer than ``n`` steps, and they are
 stored with their own count (a batch that contains one gets ``next_obs`` as a
 copy instead of a view). A row that continues its ``obs`` by no count from 1 to
 ``shift`` is refused with its index named, and nothing of its batch is stored.
-The check rides along the copy (each input byte is loaded once, the comparison
-XORs what the copy loads): the column has spare rows (``RingStorage._rows``), so
-an insert writes only rows of evicted items until it has seen every row.
+Each row is checked before its frames are pooled, and the column has spare rows
+(``RingStorage._rows``), so an insert writes only rows of evicted items until it
+has seen every row.
 
-The sharing is within one transition. cpprb's ``next_of``/``stack_compress`` and
-Tianshou's ``stack_num`` share frames across consecutive transitions too (one
-frame per insert), which needs the buffer to know env streams and episode
-boundaries; this needs neither, so it holds for any insertion order and for shards.
+Frames are shared across transitions too: the stored column holds, per row, the
+slots of its ``k + shift`` frames in a :class:`~rlpar.buffers.frame_pool.FramePool`,
+where each distinct frame is stored once however many rows show it (in an env's
+stream, one new frame per transition). Sampling gathers the frames back into this
+layout, so shards' replies and what a sampler splits are as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlpar.buffers.spec import FieldSpec
 from rlpar.buffers.stream_copy import rows_of
+
+if TYPE_CHECKING:
+    from rlpar.buffers.frame_pool import FramePool
 
 
 @dataclass(frozen=True)
@@ -120,17 +124,16 @@ class SharedFrames:
         return {**arrays, self.obs: obs, self.next_obs: nxt}
 
     def write(
-        self, col: np.ndarray, first: int, arrays: Mapping[str, np.ndarray], lo: int, hi: int
+        self, refs: np.ndarray, pool: FramePool, first: int, arrays: Mapping[str, np.ndarray], lo: int, hi: int
     ) -> np.ndarray:
-        """Rows ``lo:hi`` of prepared ``arrays`` into ``col`` (the stored column), row
-        ``j`` at ``(first + j) % len(col)``; returns each row's step count. Raises for
-        a row that fits no step count, with rows before it written: the caller keeps
-        ``hi - lo`` rows of ``col`` out of use (spare) so that they are dead ones."""
+        """Rows ``lo:hi`` of prepared ``arrays`` into ``pool``, their slots into row
+        ``(first + j) % len(refs)`` of ``refs``; returns each row's step count. Raises
+        for a row that fits no step count, with rows before it written: the caller
+        keeps ``hi - lo`` rows of ``refs`` out of use (spare) so that they are dead ones."""
         obs, nxt = arrays[self.obs][lo:hi], arrays[self.next_obs][lo:hi]
         steps = np.empty(hi - lo, np.uint8)
-        frame_bytes = obs[:1, :1].nbytes
         bad = _kernels()[1](
-            rows_of(col), first, rows_of(obs), rows_of(nxt), frame_bytes, self.shift, steps
+            refs, first, rows_of(obs), rows_of(nxt), pool.frame_bytes, self.shift, steps, *pool.kernel_args()
         )
         if bad >= 0:
             raise self._no_fit(lo + int(bad))
@@ -178,7 +181,8 @@ _loaded = None
 def _kernels():
     global _loaded
     if _loaded is None:
-        from rlpar.buffers.stream_kernel import rows_differ, write_shared_frames
+        from rlpar.buffers.frame_pool_kernel import intern_rows
+        from rlpar.buffers.stream_kernel import rows_differ
 
-        _loaded = rows_differ, write_shared_frames
+        _loaded = rows_differ, intern_rows
     return _loaded

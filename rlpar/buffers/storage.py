@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlpar.buffers.frame_pool import FramePool
 from rlpar.buffers.frames import SharedFrames
 from rlpar.buffers.spec import FieldSpec, check_batch, infer_spec, normalize_spec
-from rlpar.buffers.stream_copy import stream_copy
+from rlpar.buffers.stream_copy import rows_of, stream_copy
 from rlpar.state import StatePath, array, describe, integer, mapping, sequence
 
 _POOL_MIN_BYTES = 1 << 18  # below this, a fresh np.empty is as cheap as reuse
@@ -71,8 +72,9 @@ class RingStorage:
     """Fixed-capacity FIFO of transitions stored column by column.
 
     With ``shared_frames``, an observation stack and the next one are stored as one
-    column of distinct frames (see :mod:`rlpar.buffers.frames`); ``spec`` and the
-    batches going in and out keep both fields at their own shapes.
+    column of frame slots in a pool where each distinct frame is stored once (see
+    :mod:`rlpar.buffers.frames`); ``spec`` and the batches going in and out keep both
+    fields at their own shapes.
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class RingStorage:
         self.shared = shared_frames
         self.spec: dict[str, FieldSpec] | None = None
         self.columns: dict[str, np.ndarray] = {}
+        self.frames: FramePool | None = None  # with shared_frames: the distinct frames
         self.next_serial = 0  # items ever added; the next item's serial
         self._pool = OutputPool()
         if spec is not None:
@@ -107,12 +110,19 @@ class RingStorage:
         self.columns = {
             k: np.empty((self._rows(k), *f.shape), f.dtype) for k, f in stored.items()
         }
+        if self.shared is not None:
+            # obs's column holds each row's frame slots (-1: none), the pool the frames.
+            frames = stored[self.shared.obs]
+            rows = self._rows(self.shared.obs)
+            self.columns[self.shared.obs] = np.full((rows, frames.shape[0]), -1, np.int64)
+            self.frames = FramePool(frame_shape=frames.shape[1:], dtype=frames.dtype, rows=rows,
+                                    per_row=frames.shape[0])
 
     def _rows(self, name: str) -> int:
         """Rows of a column: ``capacity``, and ``SPARE_ROWS`` more for shared frames,
         where the item of serial ``x`` lives in row ``x % rows``. An add of up to
         ``SPARE_ROWS`` items then writes only rows of items already evicted, so it
-        can check each row's frames as it copies them (one pass over the input) and
+        can check each row's frames as it pools them (one pass over the input) and
         still leave every live row untouched when a row turns out bad."""
         if self.shared is not None and name == self.shared.obs:
             return self.capacity + SPARE_ROWS
@@ -156,8 +166,8 @@ class RingStorage:
         end = start + m
         if self.shared is not None:  # first: it may still refuse the batch
             steps = np.empty(n, np.uint8)
-            frames = self.columns[self.shared.obs]
-            steps[skip:] = self.shared.write(frames, first + skip, arrays, skip, n)
+            refs = self.columns[self.shared.obs]
+            steps[skip:] = self.shared.write(refs, self.frames, first + skip, arrays, skip, n)
             arrays = {**arrays, self.shared.steps_field: steps}
         if end <= self.capacity:
             self._put(start, end, arrays, skip, n)
@@ -201,7 +211,10 @@ class RingStorage:
         out = {}
         for k, col in self.columns.items():
             rows = slots if len(col) == self.capacity else self.serials_of(slots) % len(col)
-            if col.ndim == 1:
+            if self.shared is not None and k == self.shared.obs:
+                dst = self._pool.empty((n, col.shape[1], *self.frames.frame_shape), self.frames.dtype)
+                out[k] = self.frames.take(col[rows], dst)
+            elif col.ndim == 1:
                 out[k] = col[rows]  # numpy's fastest path for 1-D gathers
             else:
                 # np.take on axis 0 copies whole rows with one memcpy each (2-D
@@ -216,9 +229,10 @@ class RingStorage:
     def state_dict(self) -> dict[str, Any]:
         """Capacity, layout and the stored rows. Each column's rows are saved in serial
         order (oldest first) as one or two slices of the column itself (two when they
-        wrap), never gathered into a copy: a 100k-slot Atari frame column is 5 GB."""
+        wrap), never gathered into a copy; with shared frames, the frame pool's used
+        slots as one slice too (1M Atari transitions hold about 7 GB of frames)."""
         n = len(self)
-        return {
+        state = {
             "capacity": self.capacity,
             "next_serial": self.next_serial,
             "shared_frames": None if self.shared is None else self.shared.to_state(),
@@ -230,6 +244,9 @@ class RingStorage:
                 for k, col in self.columns.items()
             },
         }
+        if self.frames is not None:
+            state["frames"] = [self.frames.frames[: self.frames.high_water]]
+        return state
 
     def _serial_rows(self, col: np.ndarray, n: int) -> list[slice]:
         """Slices of ``col`` holding the newest ``n`` items, oldest first (the item of
@@ -247,8 +264,10 @@ class RingStorage:
     def check_state(self, state: Any, *, where: StatePath) -> Restore:
         """What :meth:`state_dict` returned, checked against this storage (capacity,
         layout, declared spec) without changing it; StateError names what is wrong."""
+        # Older states have no shared_frames, nor frames (their shared frames were stored
+        # per row: interned into the pool on restore).
         state = mapping(state, where, required=("capacity", "next_serial", "spec", "columns"),
-                        optional=("shared_frames",))  # older states have no shared_frames
+                        optional=("shared_frames", "frames"))
         capacity = integer(state["capacity"], where["capacity"], low=1)
         if capacity != self.capacity:
             raise where["capacity"].error(f"is {capacity}, this storage's capacity is {self.capacity}")
@@ -272,10 +291,17 @@ class RingStorage:
                     f"columns {list(columns)}")
             return Restore(None, 0, {})
         stored = spec if self.shared is None else self.shared.stored_spec(spec)
-        columns = mapping(columns, where["columns"], required=list(stored))
+        pooled = self.shared is not None and "frames" in state
+        if "frames" in state and not pooled:
+            raise where["frames"].error("holds pooled frames, but this storage has shared_frames=None")
+        layout = dict(stored)
+        if pooled:  # obs's column: each row's frame slots
+            layout[self.shared.obs] = FieldSpec((stored[self.shared.obs].shape[0],), np.dtype(np.int64))
+        columns = mapping(columns, where["columns"], required=list(layout))
         n = min(next_serial, self.capacity)
         parts = {k: self._check_column(columns[k], where["columns"][k], field, n)
-                 for k, field in stored.items()}
+                 for k, field in layout.items()}
+        frames = None
         if self.shared is not None and n:
             # The step count of each row picks next_obs's frames when sampling.
             steps = np.concatenate(parts[self.shared.steps_field])
@@ -283,7 +309,31 @@ class RingStorage:
                 raise where["columns"][self.shared.steps_field].error(
                     f"must hold step counts in [1, {self.shared.shift}], got "
                     f"[{steps.min()}, {steps.max()}]")
-        return Restore(spec, next_serial, parts)
+        if pooled:
+            frames = self._check_frames(state["frames"], where, stored[self.shared.obs], parts, n)
+        return Restore(spec, next_serial, parts, frames)
+
+    def _check_frames(self, value: Any, where: StatePath, frames: FieldSpec, parts: dict, n: int) -> list:
+        """A saved frame pool: arrays of frames, and every saved row's slots in range
+        (-1 only where the row's step count leaves a place unused)."""
+        shape = frames.shape[1:]
+        out = [array(p, where["frames"][i], ndim=len(shape) + 1, dtype=frames.dtype)
+               for i, p in enumerate(sequence(value, where["frames"]))]
+        for i, p in enumerate(out):
+            if p.shape[1:] != shape:
+                raise where["frames"][i].error(f"holds frames of shape {p.shape[1:]}; expected {shape}")
+        count = sum(len(p) for p in out)
+        if count > frames.shape[0] * self._rows(self.shared.obs):
+            raise where["frames"].error(f"holds {count} frames, more than this storage's rows can refer to")
+        if n:
+            refs = np.concatenate(parts[self.shared.obs])
+            steps = np.concatenate(parts[self.shared.steps_field])
+            used = np.arange(refs.shape[1]) < (refs.shape[1] - self.shared.shift + steps.astype(np.int64))[:, None]
+            if refs.max() >= count or refs.min() < -1 or (refs[used] < 0).any():
+                where_ = where["columns"][self.shared.obs]
+                raise where_.error(f"must hold frame slots in [0, {count}) (the saved frames), -1 only past "
+                                   f"each row's step count; got [{refs.min()}, {refs.max()}]")
+        return out
 
     def _check_spec(self, value: Any, where: StatePath) -> dict[str, FieldSpec] | None:
         if value is None:
@@ -336,16 +386,42 @@ class RingStorage:
         self.next_serial = checked.next_serial  # before _serial_rows, which reads it
         n = len(self)
         for k, col in self.columns.items():
-            if n:
+            if self.shared is not None and k == self.shared.obs:
+                self._restore_frames(col, checked, n)
+            elif n:
                 _copy_rows([col[rows] for rows in self._serial_rows(col, n)], checked.parts[k])
+
+    def _restore_frames(self, refs: np.ndarray, checked: Restore, n: int) -> None:
+        """The frame slots' column and the pool, from a pooled state (slots as saved)
+        or from frames saved per row (pooled again here)."""
+        refs.fill(-1)  # rows not restored hold no frames
+        if checked.frames is not None:
+            if n:
+                _copy_rows([refs[rows] for rows in self._serial_rows(refs, n)], checked.parts[self.shared.obs])
+            self.frames.load(checked.frames, refs)
+            return
+        from rlpar.buffers.frame_pool_kernel import intern_stored
+
+        self.frames.reset()
+        if not n:
+            return
+        steps = np.concatenate(checked.parts[self.shared.steps_field])
+        k = refs.shape[1] - self.shared.shift
+        done = 0
+        for part in checked.parts[self.shared.obs]:
+            intern_stored(refs, self.next_serial - n + done, rows_of(part), self.frames.frame_bytes, k,
+                          steps[done : done + len(part)], *self.frames.kernel_args())
+            done += len(part)
 
 
 class Restore(NamedTuple):
-    """A checked storage state: its spec (None: nothing added), serial, rows per column."""
+    """A checked storage state: its spec (None: nothing added), serial, rows per column,
+    and with shared frames the pool's saved frames (None: saved per row)."""
 
     spec: dict[str, FieldSpec] | None
     next_serial: int
     parts: dict[str, list[np.ndarray]]
+    frames: list[np.ndarray] | None = None
 
 
 def _copy_rows(dst: list[np.ndarray], src: list[np.ndarray]) -> None:

@@ -1,24 +1,33 @@
-"""Checkpoint cost of a full replay buffer: save, load and restore seconds, file bytes.
+"""Checkpoint cost and memory of a full replay buffer: resident memory after filling,
+save, load and restore seconds, file bytes, peak memory while restoring.
 
-Run: ``python -m experiments.bench.components.checkpoint [--quick] [--dir DIR]``. One JSON line
-per case:
+Run: ``python -m experiments.bench.components.checkpoint [--quick] [--cases ...] [--dir DIR]``.
+One JSON line per case:
 
-* ``atari-100k``: a PrioritizedReplayBuffer of 100k Atari transitions (4x84x84 uint8
-  stacks, 3-step windows) with shared frames, so each slot stores 7 frames;
+* ``atari-1m`` and ``atari-100k``: a PrioritizedReplayBuffer of 1M (100k) Atari
+  transitions (4x84x84 uint8 stacks, 3-step windows) with shared frames, added as 16
+  envs' interleaved streams of distinct frames (none repeats, unlike a real game's:
+  the pool's worst case for a stream), so the pool holds about one frame per
+  transition;
 * ``cartpole-100k``: the same buffer type with CartPole-sized rows, no frame sharing.
 
-``save_s`` is ``save_checkpoint`` of ``{"replay": buffer.state_dict(), "rng": ...}``
-(state_dict included: it copies nothing), fsyncs included; ``load_s`` is
-``load_checkpoint`` (read + weights-only unpickle); ``restore_s`` is
-``load_state_dict`` into a fresh buffer (copy into its columns, trees rebuilt).
-``identical`` says the restored buffer drew the same sample as the original.
-The atari case needs about 11 GB of memory (the buffer, then the loaded state and
-a fresh buffer) and as much free disk in ``--dir``; ``--quick`` uses 2,000 slots.
+``resident_mb`` is what filling the buffer added to this process's resident memory
+(``VmRSS``; the frames generated for it are made chunk by chunk and dropped);
+``frames`` the distinct frames the pool holds. ``save_s`` is ``save_checkpoint`` of
+``{"replay": buffer.state_dict(), "rng": ...}`` (state_dict copies nothing), fsyncs
+included; ``load_s`` is ``load_checkpoint`` (weights-only unpickle of a memory-mapped
+file); ``restore_s`` is ``load_state_dict`` into a fresh buffer (copied into its
+columns and pool, counts and trees rebuilt), and ``restore_peak_mb`` the most resident
+memory of the process while loading and restoring, the original buffer freed first
+(``VmHWM``, reset before). ``identical`` says the restored buffer drew the same sample
+as the original. ``atari-1m`` needs about 8 GB of memory and free disk in ``--dir``;
+``--quick`` uses 2,000 slots.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import tempfile
 import time
@@ -32,25 +41,34 @@ from rlpar.buffers import PrioritizedReplayBuffer, SharedFrames
 from rlpar.checkpoint import load_checkpoint, restore_rng_state, rng_state, save_checkpoint
 
 STACK, SIDE, SHIFT = 4, 84, 3
-CHUNK = 256
+CHUNK, ENVS = 256, 16
 
 
 def fill_atari(capacity: int, rng: np.random.Generator) -> PrioritizedReplayBuffer:
-    """Chunks of one frame stream: obs = frames t..t+3, next_obs 3 frames on."""
+    """ENVS streams of distinct frames, one step of every env per add (as an actor's
+    vector env adds them): obs = frames t..t+3 of its env, next_obs 3 frames on."""
     buf = PrioritizedReplayBuffer(capacity=capacity, seed=0, shared_frames=SharedFrames(shift=SHIFT))
-    frames = rng.integers(0, 256, (capacity + STACK + SHIFT, SIDE, SIDE), dtype=np.uint8)
     window = np.arange(STACK)
-    for start in range(0, capacity, CHUNK):
-        t = np.arange(start, min(start + CHUNK, capacity))
+    steps = -(-capacity // ENVS)
+    tail = np.zeros((ENVS, STACK + SHIFT - 1, SIDE, SIDE), np.uint8)  # each env's newest frames
+    for start in range(0, steps, CHUNK // ENVS):
+        t = np.arange(start, min(start + CHUNK // ENVS, steps))
+        fresh = rng.integers(0, 256, (ENVS, t.size, SIDE, SIDE), dtype=np.uint8)
+        frames = np.concatenate([tail, fresh], axis=1)  # env, step - start + STACK + SHIFT - 1
+        at = t - start
+        obs = frames[:, at[:, None] + window]  # env, step, stack
+        nxt = frames[:, at[:, None] + window + SHIFT]
+        tail = frames[:, -(STACK + SHIFT - 1):].copy()
+        n = t.size * ENVS
         buf.add(
             {
-                "obs": frames[t[:, None] + window],
-                "action": (t % 6).astype(np.int64),
-                "reward": rng.standard_normal(t.size).astype(np.float32),
-                "next_obs": frames[t[:, None] + window + SHIFT],
-                "terminated": t % 500 == 499,
+                "obs": obs.transpose(1, 0, 2, 3, 4).reshape(n, STACK, SIDE, SIDE),
+                "action": np.repeat(t % 6, ENVS).astype(np.int64),
+                "reward": rng.standard_normal(n).astype(np.float32),
+                "next_obs": nxt.transpose(1, 0, 2, 3, 4).reshape(n, STACK, SIDE, SIDE),
+                "terminated": np.zeros(n, np.bool_),
             },
-            priorities=rng.random(t.size) + 0.01,
+            priorities=rng.random(n) + 0.01,
         )
     return buf
 
@@ -74,15 +92,37 @@ def fill_cartpole(capacity: int, rng: np.random.Generator) -> PrioritizedReplayB
 
 CASES: dict[str, tuple[Callable, int, int]] = {
     # name: (fill, capacity, --quick capacity)
+    "atari-1m": (fill_atari, 1_000_000, 2_000),
     "atari-100k": (fill_atari, 100_000, 2_000),
     "cartpole-100k": (fill_cartpole, 100_000, 2_000),
 }
+DEFAULT_CASES = ("atari-100k", "cartpole-100k")  # atari-1m when asked: 8 GB, minutes
+
+
+def status_mb(field: str) -> float:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak() -> None:
+    """Start VmHWM again from the current resident size (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def measure(case: str, capacity: int, directory: Path) -> dict:
     fill = CASES[case][0]
     rng = np.random.default_rng(0)
+    gc.collect()
+    before = status_mb("VmRSS")
     buf = fill(capacity, rng)
+    gc.collect()
+    resident_mb = status_mb("VmRSS") - before
+    frames = None if buf.storage.frames is None else buf.storage.frames.live
     sample = buf.sample(64)  # priorities not all equal: update some
     buf.update_priorities(sample.indices, rng.random(64) * 3 + 0.01)
     shared = buf.storage.shared
@@ -95,6 +135,8 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
     save_s = time.perf_counter() - t0
     expected = buf.sample(32)  # the saved RNG state draws this next
     del buf, sample  # make room: the loaded state and a fresh buffer come next
+    gc.collect()
+    reset_peak()
 
     t0 = time.perf_counter()
     state, _ = load_checkpoint(path, kind="bench")
@@ -104,6 +146,7 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
     back.load_state_dict(state["replay"])
     restore_rng_state(state["rng"])
     restore_s = time.perf_counter() - t0
+    restore_peak_mb = status_mb("VmHWM")
     got = back.sample(32)
     identical = bool(
         np.array_equal(got.indices, expected.indices)
@@ -113,9 +156,12 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
         "bench": "checkpoint",
         "case": case,
         "capacity": capacity,
+        "resident_mb": round(resident_mb),
+        "frames": frames,
         "save_s": round(save_s, 3),
         "load_s": round(load_s, 3),
         "restore_s": round(restore_s, 3),
+        "restore_peak_mb": round(restore_peak_mb),
         "bytes": path.stat().st_size,
         "identical": identical,
     }
@@ -124,7 +170,7 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000-slot buffers (smoke test)")
-    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(DEFAULT_CASES))
     parser.add_argument("--dir", type=Path, default=None,
                         help="where to write (default: a temporary directory, removed after)")
     args = parser.parse_args(argv)

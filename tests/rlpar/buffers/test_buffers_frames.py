@@ -54,9 +54,12 @@ def test_samples_return_what_was_added_across_the_wrap(shift, prioritized):
     for start in range(0, 280, 64):  # 64-row chunks wrap the 100 slots
         buf.add(chunk(frames, start, min(64, 280 - start), shift))
     assert len(buf) == 100
-    # Stored once: k + shift frames per slot, no next_obs column.
-    assert buf.storage.columns["obs"].shape[1:] == (STACK + shift, SIDE, SIDE)
+    # k + shift frame slots per row, no next_obs column; each distinct frame stored
+    # once: the 280 rows (none overwritten yet: 100 + SPARE_ROWS rows) show frames
+    # 0 .. 279 + shift + STACK - 1.
+    assert buf.storage.columns["obs"].shape[1:] == (STACK + shift,)
     assert "next_obs" not in buf.storage.columns
+    assert buf.storage.frames.live == buf.storage.frames.high_water == 280 + STACK - 1 + shift
     sample = buf.sample(64)
     batch = sample.batch
     assert list(batch) == ["obs", "action", "next_obs", "terminated"]  # spec order
@@ -338,8 +341,10 @@ def test_state_dict_saves_rows_in_serial_order_without_copying_the_frames():
     parts = state["storage"]["columns"]["obs"]
     assert len(parts) == 2  # the live rows wrap past the column's end
     assert all(np.shares_memory(p.numpy(), column) for p in parts)  # views, not copies
+    [pool] = [p.numpy() for p in state["storage"]["frames"]]
+    assert np.shares_memory(pool, buf.storage.frames.frames)
     first = np.concatenate([p.numpy() for p in parts])[:, :STACK]
-    np.testing.assert_array_equal(first[0], frames[270:274])  # oldest live item first
+    np.testing.assert_array_equal(pool[first[0]], frames[270:274])  # oldest live item first
     steps = np.concatenate([p.numpy() for p in state["storage"]["columns"]["obs.steps"]])
     assert steps.tolist() == [3] * 100
     back = ReplayBuffer(capacity=100, seed=1, shared_frames=SharedFrames(shift=3))

@@ -1,0 +1,175 @@
+"""Compiled kernels of :mod:`rlpar.buffers.frame_pool` (imported on first use).
+
+A frame is found again by its hash: the table files slots in groups of ``WAYS``
+entries (one cache line), a candidate's stored hash and then its bytes are
+compared, so a collision costs a duplicate frame, never a wrong one. Groups, not
+single entries: two frames that are looked up turn about (two envs' newest frames)
+and share one entry would push each other out at every row, each stored again
+every time. Module-level, so numba caches them on disk (:mod:`rlpar.buffers.jit`).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from rlpar.buffers.jit import jit
+from rlpar.buffers.stream_kernel import _copy, _fence, _memcmp
+
+_MUL = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd
+_LANES = 4  # independent multiply chains: a frame hashes at about 4 bytes/cycle, not 1
+WAYS = 4  # table entries per group
+
+
+@intrinsic
+def _hash(typingctx, addr, nbytes):
+    """A 64-bit hash of ``nbytes`` bytes at ``addr`` (unaligned 8-byte loads, four
+    interleaved chains, murmur3's finalizer)."""
+    sig = types.uint64(types.uintp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a, n = args
+        i8, i64 = ir.IntType(8), ir.IntType(64)
+        mul = ir.Constant(i64, _MUL)
+        step = ir.Constant(n.type, 8 * _LANES)
+
+        def mix(h, w):
+            h = builder.mul(builder.xor(h, w), mul)
+            return builder.xor(h, builder.lshr(h, ir.Constant(i64, 29)))
+
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(i64, lane + 1)) for lane in range(_LANES)]
+        blocks = builder.udiv(n, step)
+        with cgutils.for_range(builder, blocks) as loop:
+            base = builder.add(a, builder.mul(loop.index, step))
+            for lane, acc in enumerate(accs):
+                ptr = builder.inttoptr(builder.add(base, ir.Constant(a.type, 8 * lane)), i64.as_pointer())
+                builder.store(mix(builder.load(acc), builder.load(ptr, align=1)), acc)
+        done = builder.mul(blocks, step)
+        with cgutils.for_range(builder, builder.sub(n, done)) as loop:  # the tail, byte by byte
+            ptr = builder.inttoptr(builder.add(a, builder.add(done, loop.index)), i8.as_pointer())
+            builder.store(mix(builder.load(accs[0]), builder.zext(builder.load(ptr), i64)), accs[0])
+        h = n  # intp: i64 on every 64-bit target
+        for acc in accs:
+            h = mix(h, builder.load(acc))
+        for shift, factor in ((33, 0xFF51AFD7ED558CCD), (33, 0xC4CEB9FE1A85EC53)):
+            h = builder.mul(builder.xor(h, builder.lshr(h, ir.Constant(i64, shift))), ir.Constant(i64, factor))
+        return builder.xor(h, builder.lshr(h, ir.Constant(i64, 33)))
+
+    return sig, codegen
+
+
+@jit
+def frame_hash(frame):
+    """The hash the pool files a frame under (a 1-D uint8 array); for tests."""
+    return _hash(frame.ctypes.data, frame.shape[0])
+
+
+@jit
+def _release(slot, refcount, free, state):
+    refcount[slot] -= 1
+    if refcount[slot] == 0:
+        free[state[1]] = slot
+        state[1] += 1
+        state[2] -= 1
+
+
+@jit
+def _intern(addr, frame_bytes, frames, refcount, hashes, free, table, state):
+    """The slot holding the frame at ``addr``, with one more reference: an equal live
+    frame if the table points at one, else a new slot (the most recently freed one,
+    so the pages in use stay few), filed in the table."""
+    h = _hash(addr, frame_bytes)
+    group_mask = (table.shape[0] - 1) & ~(WAYS - 1)
+    group = h & group_mask
+    victim = -1
+    for i in range(WAYS):
+        slot = table[group + i]
+        if slot < 0 or refcount[slot] == 0 or (hashes[slot] & group_mask) != group:
+            if victim < 0:  # an entry for no live frame of this group: free to take
+                victim = i
+        elif hashes[slot] == h and _memcmp(frames[slot].ctypes.data, addr, frame_bytes) == 0:
+            refcount[slot] += 1
+            return slot
+    if victim < 0:  # four live frames: replace one, picked by the hash's top bits
+        victim = (h >> 62) & (WAYS - 1)
+    if state[1] > 0:
+        state[1] -= 1
+        slot = free[state[1]]
+    else:
+        slot = state[0]
+        state[0] += 1
+    _copy(frames[slot].ctypes.data, addr, frame_bytes)
+    hashes[slot] = h
+    refcount[slot] = 1
+    table[group + victim] = slot
+    state[2] += 1
+    return slot
+
+
+@jit
+def intern_rows(refs, first, obs, nxt, frame_bytes, shift, steps, frames, refcount, hashes, free, table, state):
+    """Transition ``r`` (rows of ``obs``/``nxt``: ``k`` frames of ``frame_bytes``
+    each) into row ``(first + r) % len(refs)`` of ``refs``: the slots of obs's ``k``
+    frames, then of nxt's newest ``t``, for the largest ``t <= shift`` with
+    ``nxt[:k-t] == obs[t:]`` (``steps[r] = t``; slots past ``k + t`` are -1). The
+    row's old references are released first. Returns the first row that fits no
+    ``t`` (rows before it are written) or -1."""
+    rows = refs.shape[0]
+    obs_bytes = obs.shape[1]
+    k = obs_bytes // frame_bytes
+    for r in range(obs.shape[0]):
+        o = obs[r].ctypes.data
+        x = nxt[r].ctypes.data
+        t = shift
+        while t > 0 and _memcmp(o + t * frame_bytes, x, obs_bytes - t * frame_bytes) != 0:
+            t -= 1
+        if t == 0:
+            _fence()
+            return r
+        row = refs[(first + r) % rows]
+        for j in range(row.shape[0]):
+            if row[j] >= 0:
+                _release(row[j], refcount, free, state)
+            row[j] = -1
+        for j in range(k):
+            row[j] = _intern(o + j * frame_bytes, frame_bytes, frames, refcount, hashes, free, table, state)
+        for j in range(t):
+            row[k + j] = _intern(x + (k - t + j) * frame_bytes, frame_bytes, frames, refcount, hashes, free,
+                                 table, state)
+        steps[r] = t
+    _fence()
+    return -1
+
+
+@jit
+def intern_stored(refs, first, stored, frame_bytes, k, steps, frames, refcount, hashes, free, table, state):
+    """Rows of frames laid out as :class:`SharedFrames` gathers them (``k + shift``
+    frames, the last ``shift - steps[r]`` unused) into rows ``first + r`` of ``refs``,
+    which hold no references: a state saved before frames were pooled."""
+    rows = refs.shape[0]
+    for r in range(stored.shape[0]):
+        row = refs[(first + r) % rows]
+        base = stored[r].ctypes.data
+        for j in range(row.shape[0]):
+            row[j] = -1
+        for j in range(k + steps[r]):
+            row[j] = _intern(base + j * frame_bytes, frame_bytes, frames, refcount, hashes, free, table, state)
+    _fence()
+
+
+@jit
+def file_frames(frames, refcount, hashes, table, high):
+    """Hash every referenced slot below ``high`` into ``hashes`` and the table (a
+    pool rebuilt from a saved state)."""
+    frame_bytes = frames.shape[1]
+    for slot in range(high):
+        if refcount[slot] > 0:
+            h = _hash(frames[slot].ctypes.data, frame_bytes)
+            hashes[slot] = h
+            group = h & (table.shape[0] - 1) & ~(WAYS - 1)
+            for i in range(WAYS):  # the first free entry, else the group's last
+                if table[group + i] < 0 or i == WAYS - 1:
+                    table[group + i] = slot
+                    break
