@@ -58,7 +58,8 @@ class FramePool:
         # About one live frame per row in a stream, filed in groups of 4 entries (see
         # the kernels): 4 entries per row.
         self.table = np.full(1 << max(4, (4 * rows - 1).bit_length()), -1, np.int64)
-        self.state = np.zeros(3, np.int64)  # slots ever used (high water), free count, live frames
+        # Slots ever used (high water), free count, live frames, frames filed.
+        self.state = np.zeros(4, np.int64)
 
     @property
     def live(self) -> int:
@@ -105,5 +106,5 @@ class FramePool:
         unused = np.flatnonzero(self.refcount[:high] == 0)
         # Freed newest first: the lowest unused slot is taken first.
         self.free[: len(unused)] = unused[::-1]
-        self.state[:] = (high, len(unused), high - len(unused))
+        self.state[:] = (high, len(unused), high - len(unused), 0)
         file_frames(rows_of(self.frames), self.refcount, self.hashes, self.table, high)

@@ -107,14 +107,16 @@ class RingStorage:
         self.spec = spec
         # np.empty leaves pages untouched until written, so a large, mostly empty
         # buffer costs no resident memory.
-        self.columns = {
-            k: np.empty((self._rows(k), *f.shape), f.dtype) for k, f in stored.items()
-        }
+        self.columns = {}
+        for k, f in stored.items():
+            if self.shared is not None and k == self.shared.obs:
+                # Each row's frame slots (-1: none); the frames are in the pool.
+                self.columns[k] = np.full((self._rows(k), f.shape[0]), -1, np.int64)
+            else:
+                self.columns[k] = np.empty((self._rows(k), *f.shape), f.dtype)
         if self.shared is not None:
-            # obs's column holds each row's frame slots (-1: none), the pool the frames.
             frames = stored[self.shared.obs]
             rows = self._rows(self.shared.obs)
-            self.columns[self.shared.obs] = np.full((rows, frames.shape[0]), -1, np.int64)
             self.frames = FramePool(frame_shape=frames.shape[1:], dtype=frames.dtype, rows=rows,
                                     per_row=frames.shape[0])
 
