@@ -1,4 +1,4 @@
-"""Compiled kernels behind ``stream_copy`` and frame sharing (imported on first use).
+"""Compiled kernels behind ``stream_copy`` and the frame check (imported on first use).
 
 Module-level, so numba caches them on disk (:mod:`rlpar.buffers.jit`): compiling the
 copy took about 0.9 s, paid by every process on its first frame-sized insert.
@@ -16,36 +16,23 @@ from rlpar.buffers.jit import jit
 _VECTOR = 16  # bytes per streaming store (SSE2 width: every x86-64 has it)
 
 
-def _emit_copy(builder, dst, src, n, other=None):
-    """IR for ``dst[:n] = src[:n]`` with streaming stores; with ``other``, also the
-    OR of ``src ^ other`` over the n bytes (an i64, 0 when equal), computed on the
-    copy's own loads. Head and tail (up to the first 16-byte aligned destination
-    address, which aligned streaming stores need, and the last partial vector) are
-    plain copies."""
+def _emit_copy(builder, dst, src, n):
+    """IR for ``dst[:n] = src[:n]`` with streaming stores. Head and tail (up to the
+    first 16-byte aligned destination address, which aligned streaming stores need,
+    and the last partial vector) are plain copies."""
     i8, i64 = ir.IntType(8), ir.IntType(64)
     i8p = i8.as_pointer()
     vec = ir.VectorType(i64, _VECTOR // 8)
     size_t = dst.type
-    if other is not None:
-        acc8 = cgutils.alloca_once_value(builder, ir.Constant(i8, 0))
-        accv = cgutils.alloca_once_value(builder, ir.Constant(vec, [0] * (_VECTOR // 8)))
 
     def plain(offset, count):
-        if other is None:
-            cgutils.raw_memcpy(
-                builder,
-                builder.inttoptr(builder.add(dst, offset), i8p),
-                builder.inttoptr(builder.add(src, offset), i8p),
-                count,
-                1,
-            )
-            return
-        with cgutils.for_range(builder, count) as loop:
-            at = builder.add(offset, loop.index)
-            a = builder.load(builder.inttoptr(builder.add(src, at), i8p))
-            b = builder.load(builder.inttoptr(builder.add(other, at), i8p))
-            builder.store(a, builder.inttoptr(builder.add(dst, at), i8p))
-            builder.store(builder.or_(builder.load(acc8), builder.xor(a, b)), acc8)
+        cgutils.raw_memcpy(
+            builder,
+            builder.inttoptr(builder.add(dst, offset), i8p),
+            builder.inttoptr(builder.add(src, offset), i8p),
+            count,
+            1,
+        )
 
     head = builder.and_(builder.sub(ir.Constant(size_t, 0), dst), ir.Constant(size_t, _VECTOR - 1))
     head = builder.select(builder.icmp_unsigned("<", n, head), n, head)
@@ -54,25 +41,13 @@ def _emit_copy(builder, dst, src, n, other=None):
     vec_ptr = vec.as_pointer()
     d = builder.inttoptr(builder.add(dst, head), vec_ptr)
     s = builder.inttoptr(builder.add(src, head), vec_ptr)
-    if other is not None:
-        o = builder.inttoptr(builder.add(other, head), vec_ptr)
     nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
     with cgutils.for_range(builder, count) as loop:
         value = builder.load(builder.gep(s, [loop.index]), align=1)
         store = builder.store(value, builder.gep(d, [loop.index]), align=_VECTOR)
         store.set_metadata("nontemporal", nontemporal)
-        if other is not None:
-            against = builder.load(builder.gep(o, [loop.index]), align=1)
-            builder.store(builder.or_(builder.load(accv), builder.xor(value, against)), accv)
     done = builder.add(head, builder.mul(count, ir.Constant(size_t, _VECTOR)))
     plain(done, builder.sub(n, done))
-    if other is None:
-        return None
-    v = builder.load(accv)
-    out = builder.zext(builder.load(acc8), i64)
-    for lane in range(_VECTOR // 8):
-        out = builder.or_(out, builder.extract_element(v, ir.Constant(ir.IntType(32), lane)))
-    return out
 
 
 @intrinsic
@@ -82,19 +57,6 @@ def _copy(typingctx, dst_addr, src_addr, nbytes):
     def codegen(context, builder, signature, args):
         _emit_copy(builder, *args)
         return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _copy_xor(typingctx, dst_addr, src_addr, other_addr, nbytes):
-    """``_copy(dst, src, n)`` that also returns the OR of ``src ^ other`` over the n
-    bytes (0: equal): a comparison that rides along the copy's loads."""
-    sig = types.uint64(types.uintp, types.uintp, types.uintp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        dst, src, other, n = args
-        return _emit_copy(builder, dst, src, n, other)
 
     return sig, codegen
 
@@ -141,36 +103,3 @@ def rows_differ(a, b, out):
     vectorize (4x slower)."""
     for r in range(a.shape[0]):
         out[r] = _memcmp(a[r].ctypes.data, b[r].ctypes.data, a.shape[1]) != 0
-
-
-@jit
-def write_shared_frames(col, first, obs, nxt, frame_bytes, shift, steps):
-    """Row ``r`` of ``obs``/``nxt`` (2-D uint8, rows contiguous: ``k`` frames of
-    ``frame_bytes``) into row ``(first + r) % len(col)`` of ``col``: obs, then the
-    newest ``t`` frames of nxt, for the largest ``t <= shift`` with
-    ``nxt[:k-t] == obs[t:]`` (``steps[r] = t``). Returns the first row that fits no
-    ``t`` (rows before it are written) or -1. The check for ``t = shift`` rides on
-    the copy's loads (one pass over each input row); smaller ``t`` (n-step windows
-    cut by an episode's end) are tried with memcmp when it fails."""
-    rows = col.shape[0]
-    obs_bytes = obs.shape[1]
-    lead = shift * frame_bytes
-    for r in range(obs.shape[0]):
-        o = obs[r]
-        x = nxt[r]
-        dst = col[(first + r) % rows]
-        _copy(dst.ctypes.data, o.ctypes.data, lead)
-        t = shift
-        if _copy_xor(dst[lead:].ctypes.data, o[lead:].ctypes.data, x.ctypes.data, obs_bytes - lead) != 0:
-            t -= 1
-            while t > 0:
-                if _memcmp(o[t * frame_bytes :].ctypes.data, x.ctypes.data, obs_bytes - t * frame_bytes) == 0:
-                    break
-                t -= 1
-            if t == 0:
-                _fence()
-                return r
-        _copy(dst[obs_bytes:].ctypes.data, x[obs_bytes - t * frame_bytes :].ctypes.data, t * frame_bytes)
-        steps[r] = t
-    _fence()
-    return -1
