@@ -61,6 +61,26 @@ class FramePool:
         # Slots ever used (high water), free count, live frames, frames filed.
         self.state = np.zeros(4, np.int64)
 
+    def __getstate__(self) -> dict:
+        """Only the used slots travel (a pickled buffer, e.g. sent to another process):
+        the rest is unwritten address space, which a copy would make real memory."""
+        high = self.high_water
+        state = dict(self.__dict__)
+        for name in ("frames", "refcount", "hashes", "free"):
+            state[name] = getattr(self, name)[:high].copy()
+        state["slots"] = self.slots
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        used = {name: state.pop(name) for name in ("frames", "refcount", "hashes", "free")}
+        self.__dict__.update(state)
+        self.frames = reserve((self.slots, *self.frame_shape), self.dtype)
+        self.refcount = np.zeros(self.slots, np.int64)
+        self.hashes = np.zeros(self.slots, np.uint64)
+        self.free = np.zeros(self.slots, np.int64)
+        for name, part in used.items():
+            getattr(self, name)[: len(part)] = part
+
     @property
     def live(self) -> int:
         """Frames referenced by some row."""

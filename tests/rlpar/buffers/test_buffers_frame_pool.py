@@ -2,6 +2,8 @@
 transitions, freed with the last row that shows it, found again only by content,
 and saved and restored (also from states saved before frames were pooled)."""
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -154,6 +156,23 @@ def test_a_malformed_pooled_state_is_refused_naming_the_part():
         ReplayBuffer(capacity=20).storage.load_state_dict(state)
     with pytest.raises(ValueError, match="holds pooled frames, but this storage has shared_frames=None"):
         ReplayBuffer(capacity=20).storage.load_state_dict({**state, "shared_frames": None})
+
+
+def test_a_pickled_buffer_carries_only_the_used_slots_and_goes_on_sharing():
+    streams = [stream(300, seed) for seed in range(2)]
+    buf = PrioritizedReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames(shift=3))
+    buf.add(interleaved(streams, 0, 40, 3))
+    data = pickle.dumps(buf)
+    assert len(data) < 2 * buf.storage.frames.high_water * SIDE * SIDE + 100_000  # not every slot
+    back = pickle.loads(data)
+    assert back.storage.frames.frames.shape == buf.storage.frames.frames.shape
+    for b in (buf, back):
+        b.add(interleaved(streams, 40, 30, 3))
+    got, want = back.storage.gather(np.arange(100)), buf.storage.gather(np.arange(100))
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    check(got, streams, 3)
+    assert back.storage.frames.live == buf.storage.frames.live == 140 + 2 * (STACK - 1 + 3)
 
 
 def test_reserved_frames_cost_no_memory_until_written():
