@@ -15,7 +15,8 @@ next_obs apart can approach.
 Frames come as one env's consecutive steps (next_obs repeats obs's newest 3
 frames, as with real frame stacking), and each library also runs in its
 frame-sharing layout, as its own line: ``rlpar-shared-frames`` (``SharedFrames``:
-5 distinct frames per transition, sampled as overlapping views),
+each distinct frame once in a frame pool, one per transition of a stream; sampled as
+5 frames a row, obs and next_obs overlapping views),
 ``cpprb-stack-compress`` (``next_of`` + ``stack_compress``) and
 ``tianshou-stack-num`` (``stack_num=4``, newest frame only, obs_next rebuilt).
 Every sample hands back obs and next_obs as (256, 4, 84, 84) arrays.
