@@ -3,9 +3,9 @@
 Consecutive transitions of one env repeat most of their frames: with a stack of 4
 and n-step returns, transition ``t``'s next_obs holds frames ``t+1 .. t+n+3`` and
 transition ``t+1``'s obs holds ``t-2 .. t+1``, so in a stream each transition brings
-one frame the pool has not seen (a 1M-transition Atari replay: about 7 GB of frames
-instead of 35 GB with the frames of each transition stored once, 56 GB with none
-shared). The pool finds a frame it holds by content (a hash, then a byte compare),
+one frame the pool has not seen (a 1M-transition Atari replay with 3-step returns:
+about 7 GB of frames instead of 49 GB with each transition's 7 distinct frames stored
+once, 56 GB with none shared). The pool finds a frame it holds by content (a hash, then a byte compare),
 so it needs no env ids, stream order or episode boundaries: any insertion order,
 shard or resumed state stores the same way, and duplicates across envs (the reset
 screen) are stored once too.
@@ -58,8 +58,8 @@ class FramePool:
         # About one live frame per row in a stream, filed in groups of 4 entries (see
         # the kernels): 4 entries per row.
         self.table = np.full(1 << max(4, (4 * rows - 1).bit_length()), -1, np.int64)
-        # Slots ever used (high water), free count, live frames, frames filed.
-        self.state = np.zeros(4, np.int64)
+        # Slots ever used (high water), free count, frames filed (the table's clock).
+        self.state = np.zeros(3, np.int64)
 
     def __getstate__(self) -> dict:
         """Only the used slots travel (a pickled buffer, e.g. sent to another process):
@@ -68,7 +68,6 @@ class FramePool:
         state = dict(self.__dict__)
         for name in ("frames", "refcount", "hashes", "free"):
             state[name] = getattr(self, name)[:high].copy()
-        state["slots"] = self.slots
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -83,8 +82,8 @@ class FramePool:
 
     @property
     def live(self) -> int:
-        """Frames referenced by some row."""
-        return int(self.state[2])
+        """Frames referenced by some row: every used slot but the freed ones."""
+        return int(self.state[0] - self.state[1])
 
     @property
     def high_water(self) -> int:
@@ -126,5 +125,5 @@ class FramePool:
         unused = np.flatnonzero(self.refcount[:high] == 0)
         # Freed newest first: the lowest unused slot is taken first.
         self.free[: len(unused)] = unused[::-1]
-        self.state[:] = (high, len(unused), high - len(unused), 0)
+        self.state[:] = (high, len(unused), 0)
         file_frames(rows_of(self.frames), self.refcount, self.hashes, self.table, high)

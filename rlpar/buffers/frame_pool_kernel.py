@@ -105,18 +105,11 @@ def _memcpy(typingctx, dst_addr, src_addr, nbytes):
 
 
 @jit
-def frame_hash(frame):
-    """The hash the pool files a frame under (a 1-D uint8 array); for tests."""
-    return _hash(frame.ctypes.data, frame.shape[0])
-
-
-@jit
 def _release(slot, refcount, free, state):
     refcount[slot] -= 1
     if refcount[slot] == 0:
         free[state[1]] = slot
         state[1] += 1
-        state[2] -= 1
 
 
 @jit
@@ -127,7 +120,7 @@ def _intern(addr, frame_bytes, frames, refcount, hashes, free, table, state):
     h = _hash(addr, frame_bytes)
     group_mask = (table.shape[0] - 1) & ~(WAYS - 1)
     group = h & group_mask
-    now = state[3] & _STAMP
+    now = state[2] & _STAMP
     victim = -1
     oldest = -1
     for i in range(WAYS):
@@ -156,7 +149,6 @@ def _intern(addr, frame_bytes, frames, refcount, hashes, free, table, state):
     refcount[slot] = 1
     table[group + victim] = slot | (now << SLOT_BITS)
     state[2] += 1
-    state[3] += 1
     return slot
 
 
@@ -197,13 +189,11 @@ def intern_rows(refs, first, obs, nxt, frame_bytes, shift, steps, frames, refcou
 def intern_stored(refs, first, stored, frame_bytes, k, steps, frames, refcount, hashes, free, table, state):
     """Rows of frames laid out as :class:`SharedFrames` gathers them (``k + shift``
     frames, the last ``shift - steps[r]`` unused) into rows ``first + r`` of ``refs``,
-    which hold no references: a state saved before frames were pooled."""
+    which hold no references (all -1): a state saved before frames were pooled."""
     rows = refs.shape[0]
     for r in range(stored.shape[0]):
         row = refs[(first + r) % rows]
         base = stored[r].ctypes.data
-        for j in range(row.shape[0]):
-            row[j] = -1
         for j in range(k + steps[r]):
             row[j] = _intern(base + j * frame_bytes, frame_bytes, frames, refcount, hashes, free, table, state)
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.bench.tools.emit import emit
+from experiments.bench.tools.memory import PeakMemory, status_mb
 from rlpar.buffers import PrioritizedReplayBuffer, SharedFrames
 from rlpar.checkpoint import load_checkpoint, restore_rng_state, rng_state, save_checkpoint
 
@@ -101,50 +102,20 @@ CASES: dict[str, tuple[Callable, int, int]] = {
 DEFAULT_CASES = ("atari-100k", "cartpole-100k")  # atari-1m when asked: 8 GB, minutes
 
 
-def status_mb(field: str) -> float:
-    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in MB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def reset_peak() -> None:
     """Start VmHWM again from the current resident size (Linux >= 4.0)."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
 
 
-class AnonPeak:
-    """The most anonymous resident memory (RssAnon: not the checkpoint file's pages,
-    which the kernel can drop and read again) seen while it runs, sampled every 20 ms."""
-
-    def __enter__(self) -> AnonPeak:
-        self.peak = status_mb("RssAnon")
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while not self._done.wait(0.02):
-            self.peak = max(self.peak, status_mb("RssAnon"))
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self._thread.join()
-        self.peak = max(self.peak, status_mb("RssAnon"))
-
-
 def measure(case: str, capacity: int, directory: Path) -> dict:
     fill = CASES[case][0]
     rng = np.random.default_rng(0)
     gc.collect()
-    before = status_mb("VmRSS")
+    before = status_mb("self", "VmRSS")
     buf = fill(capacity, rng)
     gc.collect()
-    resident_mb = status_mb("VmRSS") - before
+    resident_mb = status_mb("self", "VmRSS") - before
     frames = None if buf.storage.frames is None else buf.storage.frames.live
     sample = buf.sample(64)  # priorities not all equal: update some
     buf.update_priorities(sample.indices, rng.random(64) * 3 + 0.01)
@@ -161,16 +132,20 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
     gc.collect()
     reset_peak()
 
-    with AnonPeak() as anon:
-        t0 = time.perf_counter()
-        state, _ = load_checkpoint(path, kind="bench")
-        load_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        back = PrioritizedReplayBuffer(capacity=capacity, seed=1, shared_frames=shared)
-        back.load_state_dict(state["replay"])
-        restore_rng_state(state["rng"])
-        restore_s = time.perf_counter() - t0
-    restore_peak_mb = status_mb("VmHWM")
+    # The resident pages that are not the checkpoint file's (which the kernel can drop
+    # and read again), sampled every 20 ms.
+    anon = PeakMemory(os.getpid(), interval_s=0.02, measure=lambda pid: status_mb(pid, "RssAnon")).start()
+    t0 = time.perf_counter()
+    state, _ = load_checkpoint(path, kind="bench")
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    back = PrioritizedReplayBuffer(capacity=capacity, seed=1, shared_frames=shared)
+    back.load_state_dict(state["replay"])
+    restore_rng_state(state["rng"])
+    restore_s = time.perf_counter() - t0
+    anon.sample()  # the end state too, whatever the sampling interval
+    restore_peak_anon_mb = anon.stop()
+    restore_peak_mb = status_mb("self", "VmHWM")
     got = back.sample(32)
     identical = bool(
         np.array_equal(got.indices, expected.indices)
@@ -186,7 +161,7 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
         "load_s": round(load_s, 3),
         "restore_s": round(restore_s, 3),
         "restore_peak_mb": round(restore_peak_mb),
-        "restore_peak_anon_mb": round(anon.peak),
+        "restore_peak_anon_mb": None if restore_peak_anon_mb is None else round(restore_peak_anon_mb),
         "bytes": path.stat().st_size,
         "identical": identical,
     }

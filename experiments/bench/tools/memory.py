@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 
 def _children(pid: int) -> list[int]:
@@ -59,15 +60,26 @@ def tree_pss_mb(pid: int) -> float:
     return sum(pss_kb(p) for p in tree(pid)) / 1024.0
 
 
-class PeakMemory:
-    """Samples :func:`tree_pss_mb` of ``pid`` every ``interval_s`` in a thread until
-    :meth:`stop`; :attr:`peak_mb` is the largest sum seen (None where ``/proc`` has no
-    ``smaps_rollup``), :attr:`samples` how many were taken."""
+def status_mb(pid: int | str, field: str) -> float:
+    """A memory figure of one process from ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``,
+    ``RssAnon``: resident pages that are no file's), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
-    def __init__(self, pid: int, *, interval_s: float = 2.0) -> None:
+
+class PeakMemory:
+    """Samples ``measure(pid)`` (default :func:`tree_pss_mb`) every ``interval_s`` in a
+    thread until :meth:`stop`; :attr:`peak_mb` is the largest value seen (None where
+    ``/proc`` has no ``smaps_rollup``), :attr:`samples` how many were taken."""
+
+    def __init__(self, pid: int, *, interval_s: float = 2.0,
+                 measure: Callable[[int], float] = tree_pss_mb) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
-        self.pid, self.interval_s = pid, interval_s
+        self.pid, self.interval_s, self.measure = pid, interval_s, measure
         self.supported = os.path.exists("/proc/self/smaps_rollup")
         self.peak_mb: float | None = None
         self.samples = 0
@@ -80,7 +92,7 @@ class PeakMemory:
         return self
 
     def sample(self) -> None:
-        now = tree_pss_mb(self.pid)
+        now = self.measure(self.pid)
         self.samples += 1
         if now > 0 and (self.peak_mb is None or now > self.peak_mb):
             self.peak_mb = now
