@@ -4,9 +4,11 @@ replay (Horgan et al. 2018, arXiv:1803.00933).
 
 Each actor samples its actions from the policy it pulled (every env copy at the
 policy's own standard deviation): SAC's exploration is the entropy the learned
-temperature keeps, so actors need no schedule of scales of their own, and a behaviour
-that is the policy keeps Ape-X's uncorrected n-step returns nearly on-policy (the
-soft target's ``alpha log pi`` enters at the bootstrap step only). Until the actors
+temperature keeps, so actors need no schedule of scales of their own. Targets are
+one-step by default, the paper's: Ape-X's n-step returns (``--n-step``) leave out the
+entropy terms of the steps before the bootstrap and are not corrected for replayed
+data from older policies, and on HalfCheetah they learned less per update late in a
+run (``experiments/tuning.md``, "SAC's targets"). Until the actors
 hold trained parameters they act uniformly at random (``--random-start``, as SB3's
 and CleanRL's SAC start). Actions are scaled to the Box; an actor scores the
 transitions it adds with its own critics; the learner's priorities are the critics'
@@ -37,12 +39,11 @@ from algorithms.sac.sac import SAC
 from algorithms.td3.config import ContinuousConfig
 
 # The fields of ApexConfig the job leaves unset, for SAC: the paper's (lr 3e-4, tau
-# 0.005, 256x256, batch 256) at TD3's replay ratio (algorithms.td3.config: on a small
-# box the learner is the bound), with Ape-X's 3-step returns, which a behaviour that
-# samples the policy itself keeps close to the policy's own (not TD3's noisy actors).
+# 0.005, 256x256, batch 256, one-step targets) at TD3's replay ratio
+# (algorithms.td3.config: on a small box the learner is the bound).
 SAC_DEFAULTS: dict[str, float | int | tuple[int, ...]] = {
     "lr": 3e-4, "tau": 0.005, "hidden": (256, 256), "batch_size": 256,
-    "n_step": 3, "updates_per_step": 0.125}
+    "n_step": 1, "updates_per_step": 0.125}
 
 
 class SACBuilder(Builder):

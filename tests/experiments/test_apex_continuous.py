@@ -121,11 +121,12 @@ def test_ou_noise_is_an_option_and_restarts_with_each_episode():
 
 @pytest.mark.timeout(120)
 def test_serial_sac_learns_with_n_step_returns_resumes_and_evaluates(tmp_path):
-    summary = apex.run(td3_config(str(tmp_path), serial=True, algorithm="sac", alpha=0.5, **SHORT), quiet=True)
+    summary = apex.run(td3_config(str(tmp_path), serial=True, algorithm="sac", alpha=0.5, n_step=3, **SHORT),
+                       quiet=True)
     assert summary["algorithm"] == "algorithms.sac.sac.SAC" and summary["updates"] > 100
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
-    assert saved["learn"]["n_step"] == 3 and saved["learn"]["updates_per_step"] == 0.125  # SAC_DEFAULTS
+    assert saved["learn"]["n_step"] == 3 and saved["learn"]["updates_per_step"] == 0.125  # the flag, SAC_DEFAULTS
     assert saved["sac"]["alpha"] == 0.5 and "gamma" not in saved["sac"]  # derived from learn, not saved twice
     resumed = apex.run(td3_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=1600), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]

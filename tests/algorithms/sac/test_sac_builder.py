@@ -54,7 +54,7 @@ def vector_env(n=2):
 def test_flow_and_config_come_from_the_job_sections():
     b = builder(alpha=0.2, autotune=False, target_entropy=-1.0)
     flow = b.flow
-    assert (flow.data, flow.batch_size, flow.n_step, flow.updates_per_step) == ("replay", 8, 3, 0.125)
+    assert (flow.data, flow.batch_size, flow.n_step, flow.updates_per_step) == ("replay", 8, 1, 0.125)
     config = b.config(seed=5)
     assert (config.actor_lr, config.critic_lr, config.tau, config.hidden, config.seed) == (3e-4, 1e-3, 0.005,
                                                                                           (16,), 5)
