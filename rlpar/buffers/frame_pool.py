@@ -5,8 +5,8 @@ and n-step returns, transition ``t``'s next_obs holds frames ``t+1 .. t+n+3`` an
 transition ``t+1``'s obs holds ``t-2 .. t+1``, so in a stream each transition brings
 one frame the pool has not seen (a 1M-transition Atari replay with 3-step returns:
 about 7 GB of frames instead of 49 GB with each transition's 7 distinct frames stored
-once, 56 GB with none shared). The pool finds a frame it holds by content (a hash, then a byte compare),
-so it needs no env ids, stream order or episode boundaries: any insertion order,
+once, 56 GB with none shared). The pool finds a frame it holds by content (a hash,
+then a byte compare), so it needs no env ids, stream order or episode boundaries: any insertion order,
 shard or resumed state stores the same way, and duplicates across envs (the reset
 screen) are stored once too.
 
@@ -50,11 +50,7 @@ class FramePool:
         self.frame_shape = tuple(frame_shape)
         self.dtype = np.dtype(dtype)
         self.slots = rows * per_row  # no frame shared at all
-        self.frames = reserve((self.slots, *self.frame_shape), self.dtype)
-        # np.zeros: calloc'd pages, untouched (no memory) until a slot is used.
-        self.refcount = np.zeros(self.slots, np.int64)
-        self.hashes = np.zeros(self.slots, np.uint64)
-        self.free = np.zeros(self.slots, np.int64)
+        self._allocate_slots()
         # About one live frame per row in a stream, filed in groups of 4 entries (see
         # the kernels): 4 entries per row.
         self.table = np.full(1 << max(4, (4 * rows - 1).bit_length()), -1, np.int64)
@@ -73,12 +69,17 @@ class FramePool:
     def __setstate__(self, state: dict) -> None:
         used = {name: state.pop(name) for name in ("frames", "refcount", "hashes", "free")}
         self.__dict__.update(state)
+        self._allocate_slots()
+        for name, part in used.items():
+            getattr(self, name)[: len(part)] = part
+
+    def _allocate_slots(self) -> None:
+        """Every slot's frame, reference count, hash and free-list entry, as address
+        space: np.zeros gives calloc'd pages, untouched (no memory) until a slot is used."""
         self.frames = reserve((self.slots, *self.frame_shape), self.dtype)
         self.refcount = np.zeros(self.slots, np.int64)
         self.hashes = np.zeros(self.slots, np.uint64)
         self.free = np.zeros(self.slots, np.int64)
-        for name, part in used.items():
-            getattr(self, name)[: len(part)] = part
 
     @property
     def live(self) -> int:

@@ -73,14 +73,15 @@ def status_mb(pid: int | str, field: str) -> float:
 class PeakMemory:
     """Samples ``measure(pid)`` (default :func:`tree_pss_mb`) every ``interval_s`` in a
     thread until :meth:`stop`; :attr:`peak_mb` is the largest value seen (None where
-    ``/proc`` has no ``smaps_rollup``), :attr:`samples` how many were taken."""
+    ``/proc`` lacks what it reads: ``smaps_rollup`` for the default, ``status``
+    otherwise), :attr:`samples` how many were taken."""
 
     def __init__(self, pid: int, *, interval_s: float = 2.0,
                  measure: Callable[[int], float] = tree_pss_mb) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.pid, self.interval_s, self.measure = pid, interval_s, measure
-        self.supported = os.path.exists("/proc/self/smaps_rollup")
+        self.supported = os.path.exists("/proc/self/smaps_rollup" if measure is tree_pss_mb else "/proc/self/status")
         self.peak_mb: float | None = None
         self.samples = 0
         self._stop = threading.Event()
