@@ -6,9 +6,9 @@ transition ``t+1``'s obs holds ``t-2 .. t+1``, so in a stream each transition br
 one frame the pool has not seen (a 1M-transition Atari replay with 3-step returns:
 about 7 GB of frames instead of 49 GB with each transition's 7 distinct frames stored
 once, 56 GB with none shared). The pool finds a frame it holds by content (a hash,
-then a byte compare), so it needs no env ids, stream order or episode boundaries: any insertion order,
-shard or resumed state stores the same way, and duplicates across envs (the reset
-screen) are stored once too.
+then a byte compare), so it needs no env ids, stream order or episode boundaries:
+any insertion order, shard or resumed state stores the same way, and duplicates
+across envs (the reset screen) are stored once too.
 
 Each stored row holds ``k + shift`` slot numbers (the :class:`SharedFrames` layout:
 obs's frames, then next_obs's newest); a slot counts the rows that refer to it and

@@ -70,18 +70,28 @@ def status_mb(pid: int | str, field: str) -> float:
     raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
+def _reads(measure: Callable[[int], float]) -> bool:
+    """Whether ``measure`` reads a figure of this process where it runs: the measure
+    knows what it reads (:func:`pss_kb` answers 0 where it cannot, :func:`status_mb`
+    raises)."""
+    try:
+        return measure(os.getpid()) > 0
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
 class PeakMemory:
     """Samples ``measure(pid)`` (default :func:`tree_pss_mb`) every ``interval_s`` in a
     thread until :meth:`stop`; :attr:`peak_mb` is the largest value seen (None where
-    ``/proc`` lacks what it reads: ``smaps_rollup`` for the default, ``status``
-    otherwise), :attr:`samples` how many were taken."""
+    ``measure`` cannot read this process, e.g. no ``/proc/<pid>/smaps_rollup`` for the
+    default), :attr:`samples` how many were taken."""
 
     def __init__(self, pid: int, *, interval_s: float = 2.0,
                  measure: Callable[[int], float] = tree_pss_mb) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.pid, self.interval_s, self.measure = pid, interval_s, measure
-        self.supported = os.path.exists("/proc/self/smaps_rollup" if measure is tree_pss_mb else "/proc/self/status")
+        self.supported = _reads(measure)
         self.peak_mb: float | None = None
         self.samples = 0
         self._stop = threading.Event()

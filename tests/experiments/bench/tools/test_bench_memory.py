@@ -49,3 +49,13 @@ def test_the_tree_of_a_live_process_includes_its_children_and_a_gone_one_is_empt
 def test_a_sampling_interval_must_be_positive():
     with pytest.raises(ValueError, match="interval_s must be > 0"):
         memory.PeakMemory(os.getpid(), interval_s=0)
+
+
+def test_a_measure_that_cannot_read_this_machine_reports_no_peak_and_starts_no_thread():
+    def unreadable(pid):
+        raise OSError(f"/proc/{pid}/nothing: no such file")
+
+    peak = memory.PeakMemory(os.getpid(), interval_s=0.01, measure=unreadable).start()
+    assert not peak.supported and peak.stop() is None and peak.samples == 0
+    status = memory.PeakMemory(os.getpid(), measure=lambda pid: memory.status_mb(pid, "VmRSS"))
+    assert status.supported
