@@ -130,6 +130,19 @@ class ChannelsLast(nn.Module):
         return x.permute(0, 3, 1, 2).float()
 
 
+def contiguous_layout(module: nn.Module) -> None:
+    """Have ``module``'s :class:`ChannelsLast` inputs write contiguous NCHW (see its
+    ``contiguous``), unless a :class:`ChannelNorm` in it wants the channels innermost:
+    PQN's nets with it took 21% longer per update in NCHW. The parameters and what the
+    module computes are unchanged; only the activations' memory layout is."""
+    modules = list(module.modules())
+    if any(isinstance(m, ChannelNorm) for m in modules):
+        return
+    for m in modules:
+        if isinstance(m, ChannelsLast):
+            m.contiguous = True
+
+
 MINATAR_FEATURES = 128  # the dense layer of the MinAtar torso
 
 

@@ -233,3 +233,29 @@ def test_the_default_network_takes_minatar_images_and_vectors_over_time():
     assert actions.shape == (2,) and kept["state_c"].shape == (2, 8)
     with pytest.raises(ValueError, match="the default networks support"):
         recurrent_q_network((4, 5), 3)
+
+
+def test_the_image_torso_runs_in_contiguous_nchw_and_learns_as_the_channels_last_one_does():
+    """Only the activations' layout differs; the two sum in the same order or within
+    the tolerance of two convolution kernels (1e-5 on one update)."""
+    from algorithms.nets import ChannelsLast
+
+    torch.manual_seed(0)
+    fast = recurrent_q_network((10, 10, 3), 3, lstm_size=8, hidden=(16,))
+    plain = recurrent_q_network((10, 10, 3), 3, lstm_size=8, hidden=(16,))
+    plain.load_state_dict(fast.state_dict())
+    (layout,) = [m for m in fast.modules() if isinstance(m, ChannelsLast)]
+    (other,) = [m for m in plain.modules() if isinstance(m, ChannelsLast)]
+    assert layout.contiguous
+    other.contiguous = False
+    config = R2D2Config(burn_in=2, unroll=3, period=2, lstm_size=8, n_step=2, hidden=(16,))
+    algos = [R2D2(network=net, num_actions=3, config=config) for net in (fast, plain)]
+    length, rng = config.sequence_length, np.random.default_rng(0)
+    batch = {"obs": rng.random((4, length, 10, 10, 3)) < 0.2, "action": rng.integers(3, size=(4, length)),
+             "reward": rng.random((4, length)).astype(np.float32), "terminated": np.zeros((4, length), bool),
+             "mask": np.ones((4, length), bool), "state_h": np.zeros((4, 8), np.float32),
+             "state_c": np.zeros((4, 8), np.float32)}
+    learned = [algo.learn(batch) for algo in algos]
+    np.testing.assert_allclose(learned[0].priorities, learned[1].priorities, rtol=1e-5, atol=1e-6)
+    for a, b in zip(fast.parameters(), plain.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
