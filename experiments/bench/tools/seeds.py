@@ -89,12 +89,12 @@ def summarize(runs: Iterable[dict[str, Any]], *, key: str = DEFAULT_KEY) -> list
     """One ``seeds`` line per group and one ``leader`` line per (bench, env, budget), as the
     module docstring says."""
     by_group: dict[Group, dict[Any, dict[float, float | None]]] = {}
-    replaced: dict[Group, list[Any]] = {}
+    replaced: dict[Group, set[Any]] = {}
     for run in runs:
         group, seed = group_of(run), run.get("seed")
         seeds = by_group.setdefault(group, {})
         if seed in seeds:
-            replaced.setdefault(group, []).append(seed)
+            replaced.setdefault(group, set()).add(seed)
         seeds[seed] = run[key]
     lines = []
     for (bench, env, budget, impl, flags), seeds in by_group.items():
@@ -103,7 +103,7 @@ def summarize(runs: Iterable[dict[str, Any]], *, key: str = DEFAULT_KEY) -> list
         lines.append({"bench": bench, "env": env, "budget_s": budget, "impl": impl, "flags": flags, "kind": "seeds",
                       "key": key,
                       "seeds": sorted(seeds, key=str), "n": len(seeds),
-                      "replaced_seeds": sorted(set(replaced.get((bench, env, budget, impl, flags), [])), key=str),
+                      "replaced_seeds": sorted(replaced.get((bench, env, budget, impl, flags), ()), key=str),
                       **{f"{name}_at_s": {f"{t:g}": s[name] for t, s in stats.items()}
                          for name in ("mean", "min", "max")}})
     return lines + _leaders(lines)
@@ -123,18 +123,19 @@ def _leaders(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (bench, env, budget), lines in by_env.items():
         if len(lines) < 2:
             continue
-        times = sorted({float(t) for line in lines for t in line["mean_at_s"]})
+        times = sorted({t for line in lines for t in line["mean_at_s"]}, key=float)
         at = {}
         for t in times:
-            ranked = sorted(((line["mean_at_s"].get(f"{t:g}"), _label(line)) for line in lines
-                             if line["mean_at_s"].get(f"{t:g}") is not None), reverse=True)
+            ranked = sorted(((line["mean_at_s"].get(t), _label(line)) for line in lines
+                             if line["mean_at_s"].get(t) is not None), reverse=True)
             if not ranked:
-                at[f"{t:g}"] = None
+                at[t] = None
                 continue
             (best, leader), runner = ranked[0], ranked[1] if len(ranked) > 1 else (None, None)
-            at[f"{t:g}"] = {"impl": leader, "mean": best, "next": runner[1],
-                            "margin": None if runner[0] is None else round(best - runner[0], 4)}
-        out.append({"bench": bench, "env": env, "budget_s": budget, "kind": "leader", "impls": [_label(line) for line in lines],
+            at[t] = {"impl": leader, "mean": best, "next": runner[1],
+                     "margin": None if runner[0] is None else round(best - runner[0], 4)}
+        out.append({"bench": bench, "env": env, "budget_s": budget, "kind": "leader",
+                    "impls": [_label(line) for line in lines],
                     "same_seeds": len({tuple(map(str, line["seeds"])) for line in lines}) == 1, "at_s": at})
     return out
 
