@@ -50,8 +50,10 @@ class ApexJobConfig:
     continuous: ContinuousConfig = section(ContinuousConfig)
     sac: SACConfig = section(SACConfig)
     # R2D2's own; the job's defaults are for small envs (the paper's Atari ones: 40, 40,
-    # 40, 512), a sequence of burn_in + unroll + n_step steps starting every period.
-    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=64))
+    # 40, 512), a sequence of burn_in + unroll + n_step steps starting every period. An
+    # LSTM of 128, not 64: on BreakoutNoTrail it learned about twice as much per env step
+    # (experiments/tuning.md, "R2D2"), RecurrentPPO's size there.
+    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=128))
     algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac", "r2d2"] = field("auto", help=(
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg, sac or "
         "r2d2 (recurrent: replays sequences, for partially observed envs)"))

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reports", type=int, default=6, help="report times per run: every budget/REPORTS seconds")
     add("--out", default=os.path.join("runs", "bench-pomdp"), help="results directory")
     add("--flags", action="append", default=[], metavar="IMPL=FLAGS", help=(
-        f"extra experiments.apex flags for one of ours ({', '.join(OURS)}), e.g. 'rlpar-r2d2=--lstm-size 128'; "
+        f"extra experiments.apex flags for one of ours ({', '.join(OURS)}), e.g. 'rlpar-r2d2=--lstm-size 256'; "
         "repeatable"))
     add("--quick", action="store_true", help=(
         "smoke test: StatelessCartPole, 1,000 env steps or 20 s per run, tiny networks and replay, 3 episodes"))
