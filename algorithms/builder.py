@@ -64,7 +64,11 @@ class Flow:
     ``learning_starts`` count items. ``start_steps``: the env steps pacing counts
     before learning starts (None: ``learning_starts``, one transition per env step);
     sequences give it in env steps, with ``learning_starts`` items that fewer of
-    them surely make, or the actors would stop, paced, before the learner starts."""
+    them surely make, or the actors would stop, paced, before the learner starts.
+    ``steps_per_item``: the env steps one item adds to the replay (1 for transitions,
+    R2D2's ``period`` for its overlapping sequences): the replay holds
+    ``--replay-capacity / steps_per_item`` items, so that the flag counts env steps
+    for every algorithm."""
 
     data: Literal["replay", "queue", "gradients"]
     batch_size: int
@@ -76,13 +80,14 @@ class Flow:
     n_step: int = 1
     items: Literal["transitions", "sequences"] = "transitions"
     start_steps: int | None = None
+    steps_per_item: int = 1
 
     def __post_init__(self) -> None:
         if self.data not in ("replay", "queue", "gradients"):
             raise ValueError(f"data must be 'replay', 'queue' or 'gradients', got {self.data!r}")
         if self.items not in ("transitions", "sequences"):
             raise ValueError(f"items must be 'transitions' or 'sequences', got {self.items!r}")
-        for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step"):
+        for name in ("batch_size", "push_every", "pull_every", "held_steps", "n_step", "steps_per_item"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.learning_starts < 0 or (self.start_steps or 0) < 0:

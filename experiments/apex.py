@@ -51,9 +51,8 @@ class ApexJobConfig:
     sac: SACConfig = section(SACConfig)
     # R2D2's own; the job's defaults are for small envs (the paper's Atari ones: 40, 40,
     # 40, 512), a sequence of burn_in + unroll + n_step steps starting every period. An
-    # LSTM of 128, not 64: on BreakoutNoTrail it learned about twice as much per env step
-    # (experiments/tuning.md, "R2D2"), RecurrentPPO's size there.
-    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=128))
+    # LSTM of 128 was not measured better on BreakoutNoTrail (experiments/tuning.md, "R2D2").
+    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=64))
     algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac", "r2d2"] = field("auto", help=(
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg, sac or "
         "r2d2 (recurrent: replays sequences, for partially observed envs)"))
@@ -68,7 +67,10 @@ class ApexJobConfig:
         if self.learners > 1 and self.learn.recycle_every:
             raise ValueError(f"{flag('recycle_every')} needs --learners 1: each learner would recycle other "
                              "units (by its own batch) and their parameters would part")
-        self.replay.check_batches(self.learn.batch_size, learners=self.learners, serial=self.run.serial)
+        # R2D2's items are sequences, each adding --period env steps to the replay.
+        period = self.r2d2.period if self.algorithm == "r2d2" else 1
+        self.replay.check_batches(self.learn.batch_size, learners=self.learners, serial=self.run.serial,
+                                  steps_per_item=period, item=f" / --period {period}" if period > 1 else "")
 
 
 # ------------------------------------------------------------ the job's hooks

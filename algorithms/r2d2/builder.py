@@ -11,7 +11,9 @@ The hyperparameters are the Ape-X job's ``learn`` section (an
 sequences, the replay ratio in batches per env step, the actors' epsilons and pace)
 and its ``r2d2`` one, R2D2's own :class:`~algorithms.r2d2.R2D2Config` (burn-in,
 unroll, period, LSTM size ...), whose other fields are derived from ``learn`` here.
-``--learning-starts`` stays in env steps (pacing's); the learner starts once the
+``--replay-capacity`` counts env steps too: the replay holds ``replay_capacity / period``
+sequences (each adds ``period`` new steps; the paper's 4M observations were 100K
+sequences of 80 starting every 40). ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
 replay holds ``learning_starts / (2 period)`` sequences: an episode makes one sequence
 per ``period`` steps, or one per episode where episodes are shorter (down to
 ``burn_in + 1`` steps), so the actors' paced steps always make them.
@@ -71,7 +73,7 @@ class R2D2Builder(Builder):
                     pull_every=learn.pull_every, held_steps=cfg.sequence_length + 1,
                     learning_starts=-(-learn.learning_starts // (2 * cfg.period)),
                     updates_per_step=learn.updates_per_step, n_step=learn.n_step, items="sequences",
-                    start_steps=learn.learning_starts)
+                    start_steps=learn.learning_starts, steps_per_item=cfg.period)
 
     def make_algorithm(self, *, device: Any, seed: int) -> R2D2:
         import torch

@@ -41,7 +41,8 @@ class ReplayConfig:
     (``experiments.roles.actor_learner.data``).
     """
 
-    replay_capacity: int = field(100_000, help="replay capacity (transitions)")
+    replay_capacity: int = field(100_000, help=(
+        "replay capacity in env steps (transitions; R2D2 holds this / --period sequences)"))
     replay_placement: Literal["learner", "actors", "replay-ranks"] = field("learner", help=(
         "where the replay lives: in the learner process (the choice on one machine and for "
         "tens of actors; with --learners K, a shard in each learner's), as shards on the actors "
@@ -74,17 +75,23 @@ class ReplayConfig:
     def extra_ranks(self) -> int:
         return self.replay_ranks if self.replay_placement == "replay-ranks" else 0
 
-    def check_batches(self, batch_size: int | None, *, learners: int, serial: bool) -> None:
+    def check_batches(self, batch_size: int | None, *, learners: int, serial: bool, steps_per_item: int = 1,
+                      item: str = "") -> None:
         """ValueError naming the flags where the replay could never give a learner a batch
-        of ``batch_size`` (None: not filled yet), or where ``--serial`` cannot hold it."""
-        capacity = self.replay_capacity
+        of ``batch_size`` items (None: not filled yet), or where ``--serial`` cannot hold
+        it. ``steps_per_item``: env steps per item (the replay holds ``replay_capacity //
+        steps_per_item`` items), ``item``: how the message names that division
+        (R2D2's ``" / --period 8 sequences"``)."""
+        capacity = max(1, self.replay_capacity // steps_per_item)
+        held = f"{flag('replay_capacity')} {self.replay_capacity}{item}"
         if batch_size is not None and batch_size > capacity:
-            raise ValueError(f"{flag('batch_size')} {batch_size} exceeds {flag('replay_capacity')} {capacity}")
+            raise ValueError(f"{flag('batch_size')} {batch_size} exceeds {held}"
+                             + (f" = {capacity}" if steps_per_item > 1 else ""))
         shard = capacity // max(1, learners)
         if learners > 1 and self.replay_placement == "learner" and batch_size is not None and batch_size > shard:
             # A shard that never holds a batch would hold every learner back for good.
             raise ValueError(f"{flag('batch_size')} {batch_size} exceeds a learner's replay shard: "
-                             f"{flag('replay_capacity')} {capacity} / --learners {learners} = {shard}")
+                             f"{held} / --learners {learners} = {shard}")
         if serial and self.replay_placement != "learner":
             raise ValueError(f"{flag('serial')} keeps the replay in its one process: use --replay-placement learner")
 

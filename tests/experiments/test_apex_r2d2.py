@@ -56,3 +56,45 @@ def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_two_learners_a
     assert summary["learners"] == 2 and summary["learners_identical"]  # R2D2's grad_hook averages
     # The killed actor alone was restarted and rejoined (its shard rehosted by the learners).
     assert (tmp_path / "killed").exists() and summary["actor_restarts"] == 1 and summary["restarts"] == 0
+
+
+def test_replay_capacity_counts_env_steps_and_r2d2_holds_one_sequence_per_period():
+    # A sequence adds `period` new env steps (the rest overlap its neighbours), so
+    # --replay-capacity 100000 holds 12,500 sequences of period 8, as it holds 100,000
+    # transitions for DQN: the same span of experience, not 8 times it.
+    from types import SimpleNamespace
+
+    from gymnasium import spaces
+
+    from algorithms.builder import EnvSpec, Flow
+    from algorithms.dqn.config import ApexConfig
+    from algorithms.r2d2 import R2D2Builder, R2D2Config
+    from experiments.roles.actor_learner.data import replay_items
+    from experiments.runtime.data import ReplayConfig
+
+    spec = EnvSpec(spaces.Box(-1, 1, (2,)), spaces.Discrete(2))
+    learn = ApexConfig(lr=1e-3, n_step=5, batch_size=32, hidden=(8,), learning_starts=1000, updates_per_step=0.05)
+    flow = R2D2Builder(learn=learn, r2d2=R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=8), spec=spec).flow
+    assert flow.items == "sequences" and flow.steps_per_item == 8
+
+    def setup(capacity, flow):
+        return SimpleNamespace(path=SimpleNamespace(replay=ReplayConfig(replay_capacity=capacity)), flow=flow)
+
+    assert replay_items(setup(100_000, flow)) == 12_500
+    assert replay_items(setup(5, flow)) == 1  # never an empty replay
+    transitions = Flow(data="replay", batch_size=32, push_every=1, pull_every=1, held_steps=4, updates_per_step=0.25)
+    assert transitions.steps_per_item == 1 and replay_items(setup(100_000, transitions)) == 100_000
+    with pytest.raises(ValueError, match="steps_per_item must be >= 1"):
+        Flow(data="replay", batch_size=1, push_every=1, pull_every=1, held_steps=1, updates_per_step=1.0,
+             steps_per_item=0)
+
+
+def test_a_batch_of_sequences_larger_than_the_replay_holds_is_named_with_the_period():
+    with pytest.raises(ValueError, match=r"--batch-size 16 exceeds --replay-capacity 100 / --period 8 = 12"):
+        r2d2_config(batch_size=16, replay_capacity=100, period=8).validate()
+    with pytest.raises(ValueError, match=r"exceeds a learner's replay shard: --replay-capacity 200 / --period 8 / "
+                                         r"--learners 2 = 12"):
+        r2d2_config(batch_size=16, replay_capacity=200, period=8, learners=2).validate()
+    r2d2_config(batch_size=12, replay_capacity=100, period=8).validate()  # 12 sequences fit
+    # DQN's items are transitions: the same flag holds 100 of them.
+    apex_config(env_id="CartPole-v1", algorithm="dqn", batch_size=16, replay_capacity=100).validate()

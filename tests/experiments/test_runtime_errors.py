@@ -39,6 +39,8 @@ def _no_run_dir(*args, **kwargs):
     (["--env-id", "Pendulum-v1", "--algorithm", "dqn"], "--algorithm dqn needs a Discrete action space"),
     (["--env-id", "CartPole-v1", "--algorithm", "td3"], "--algorithm td3 needs a Box action space"),
     (["--batch-size", "512", "--replay-capacity", "100"], "exceeds --replay-capacity"),
+    (["--algorithm", "r2d2", "--batch-size", "16", "--replay-capacity", "100"],
+     "--batch-size 16 exceeds --replay-capacity 100 / --period 8 = 12"),
     (["--serial", "--replay-placement", "actors"], "--serial"),
 ])
 def test_apex_specific_errors(argv, message, capsys):

@@ -75,13 +75,19 @@ def replay_layout(setup: Any) -> dict[str, Any]:
     return {}
 
 
+def replay_items(setup: Any) -> int:
+    """The items the whole replay holds: ``--replay-capacity`` counts env steps, and
+    each item adds ``flow.steps_per_item`` of them (an R2D2 sequence: its period)."""
+    return max(1, setup.path.replay.replay_capacity // setup.flow.steps_per_item)
+
+
 def local_replay(setup: Any, *, learner: int = 0):
     """The replay in a learner's process: all of it with one learner; learner
     ``learner``'s share with several (its own seed, so the shards draw apart)."""
     from rlpar.buffers import PrioritizedReplayBuffer
 
     replay = setup.path.replay
-    return PrioritizedReplayBuffer(capacity=max(1, replay.replay_capacity // setup.learners),
+    return PrioritizedReplayBuffer(capacity=max(1, replay_items(setup) // setup.learners),
                                    alpha=replay.priority_alpha, beta=replay.priority_beta,
                                    seed=setup.run.seed + 7919 * learner, **replay_layout(setup))
 
@@ -97,7 +103,7 @@ def sharded_replay(setup: Any, group: Any, shards: list[str], *, rehosted: bool 
 
     replay = setup.path.replay
     return DistributedPrioritizedReplayBuffer(
-        group=group, name=REPLAY, capacity=max(1, replay.replay_capacity // len(shards)),
+        group=group, name=REPLAY, capacity=max(1, replay_items(setup) // len(shards)),
         alpha=replay.priority_alpha, beta=replay.priority_beta, shard_members=shards,
         timeout=setup.run.rpc_timeout, seed=setup.run.seed, rehosted=rehosted,
         on_shard_failure=on_shard_failure, **replay_layout(setup))

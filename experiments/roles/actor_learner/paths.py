@@ -28,6 +28,7 @@ from experiments.roles.actor_learner.data import (
     data_name,
     follow_key,
     local_replay,
+    replay_items,
     replay_layout,
     sharded_replay,
 )
@@ -112,7 +113,6 @@ class Replay(DataPath):
     def __init__(self, replay: Any) -> None:
         self.replay = replay
         self.placement = replay.replay_placement  # written in checkpoints' headers
-        self.capacity = replay.replay_capacity
 
     def checkpoint_meta(self, setup: Any, data: LearnerData) -> dict[str, Any]:
         meta = {"replay_placement": self.placement, "replay_layout": sorted(replay_layout(setup))}
@@ -152,7 +152,7 @@ class LearnerReplay(Replay):
         split = (LearnerShards(group, hosted=hosted, learner=learner, learners=learners) if learners > 1
                  else None)
         return LearnerData(flow, source=source, hosted=hosted, split=split, shard_min=shard_min,
-                           capacity=self.capacity)
+                           capacity=replay_items(setup))
 
     def actor_sink(self, setup: Any, group: Any, shards: list[str], *, index: int, rehosted: bool = False) -> Any:
         from rlpar.buffers import HostedBuffer
@@ -177,7 +177,8 @@ class _Shards(Replay):
 
     def learner_data(self, setup: Any, group: Any | None, shards: list[str], *, learner: int = 0) -> LearnerData:
         sharded = self.shards(setup, group, shards)
-        return LearnerData(setup.flow, source=self._source(setup, sharded), sharded=sharded, capacity=self.capacity)
+        return LearnerData(setup.flow, source=self._source(setup, sharded), sharded=sharded,
+                           capacity=replay_items(setup))
 
     def actor_sink(self, setup: Any, group: Any, shards: list[str], *, index: int, rehosted: bool = False) -> Any:
         return self.shards(setup, group, shards, rehosted=rehosted)
