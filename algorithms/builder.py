@@ -108,6 +108,8 @@ class Builder(abc.ABC):
     algorithm_base: ClassVar[type]
     actor_base: ClassVar[type] = Actor
     learner_base: ClassVar[type] = Learner
+    # The env steps its replay holds when the job's --replay-capacity is not given.
+    replay_steps: ClassVar[int] = 100_000
     # The key of the algorithm's state in a checkpoint (Ape-X DQN's are "dqn").
     state_key: ClassVar[str] = "algorithm"
 

@@ -140,7 +140,7 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     """``--algorithm auto`` resolved by the action space, then every ``learn`` field left
     unset filled by :func:`fill_learn` (DQN with ``--noisy``: ``--eps`` 0 first, the
-    noisy layers explore). The config saved in the run directory holds the results."""
+    noisy layers explore), and ``--replay-capacity`` by the builder's ``replay_steps``. The config saved in the run directory holds the results."""
     from algorithms.nets import observation_family
     from experiments.runtime.envs import env_spaces
 
@@ -149,6 +149,8 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     if config.algorithm == "dqn" and config.dqn.noisy:
         entry.fill_unset(config.learn, NOISY_DEFAULTS)
     fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
+    if config.replay.replay_capacity is None:
+        config.replay.replay_capacity = builder_class(config.algorithm).replay_steps
 
 
 def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:

@@ -13,7 +13,7 @@ and its ``r2d2`` one, R2D2's own :class:`~algorithms.r2d2.R2D2Config` (burn-in,
 unroll, period, LSTM size ...), whose other fields are derived from ``learn`` here.
 ``--replay-capacity`` counts env steps too: the replay holds ``replay_capacity / period``
 sequences (each adds ``period`` new steps; the paper's 4M observations were 100K
-sequences of 80 starting every 40). ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
+sequences of 80 starting every 40), 800K steps unless given (:attr:`replay_steps`). ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
 replay holds ``learning_starts / (2 period)`` sequences: an episode makes one sequence
 per ``period`` steps, or one per episode where episodes are shorter (down to
 ``burn_in + 1`` steps), so the actors' paced steps always make them.
@@ -47,6 +47,10 @@ class R2D2Builder(Builder):
     ``initial_state(batch, device)``: see :class:`~algorithms.r2d2.R2D2`)."""
 
     algorithm_base, actor_base, learner_base = R2D2, R2D2Actor, Learner
+    # 800K env steps (100,000 sequences of period 8): on BreakoutNoTrail, 100K steps
+    # (Ape-X DQN's span) trailed or tied it at every report time from 600 s on, on both
+    # seeds, with half the memory (experiments/tuning.md, "R2D2").
+    replay_steps = 800_000
 
     def __init__(self, *, learn: ApexConfig, r2d2: R2D2Config, spec: EnvSpec, network: Any = None,
                  algorithm: type | None = None, actor: type | None = None, learner: type | None = None) -> None:

@@ -41,8 +41,9 @@ class ReplayConfig:
     (``experiments.roles.actor_learner.data``).
     """
 
-    replay_capacity: int = field(100_000, help=(
-        "replay capacity in env steps (transitions; R2D2 holds this / --period sequences)"))
+    replay_capacity: int | None = field(None, help=(
+        "replay capacity in env steps (default: the algorithm's, 100,000; R2D2's 800,000); "
+        "R2D2 holds this / --period sequences"))
     replay_placement: Literal["learner", "actors", "replay-ranks"] = field("learner", help=(
         "where the replay lives: in the learner process (the choice on one machine and for "
         "tens of actors; with --learners K, a shard in each learner's), as shards on the actors "
@@ -59,7 +60,7 @@ class ReplayConfig:
         "transitions show it (about one 84x84 frame per transition: 1M transitions in 7 GB)"))
 
     def validate(self) -> None:
-        if self.replay_capacity < 1:
+        if self.replay_capacity is not None and self.replay_capacity < 1:
             raise ValueError(f"{flag('replay_capacity')} must be >= 1, got {self.replay_capacity}")
         if self.replay_ranks < 0:
             raise ValueError(f"{flag('replay_ranks')} must be >= 0, got {self.replay_ranks}")
@@ -81,7 +82,11 @@ class ReplayConfig:
         of ``batch_size`` items (None: not filled yet), or where ``--serial`` cannot hold
         it. ``steps_per_item``: env steps per item (the replay holds ``replay_capacity //
         steps_per_item`` items), ``item``: how the message names that division
-        (R2D2's ``" / --period 8 sequences"``)."""
+        (R2D2's ``" / --period 8"``)."""
+        if serial and self.replay_placement != "learner":
+            raise ValueError(f"{flag('serial')} keeps the replay in its one process: use --replay-placement learner")
+        if self.replay_capacity is None:  # the algorithm's, filled with the env's defaults
+            return
         capacity = max(1, self.replay_capacity // steps_per_item)
         held = f"{flag('replay_capacity')} {self.replay_capacity}{item}"
         if batch_size is not None and batch_size > capacity:
@@ -92,8 +97,6 @@ class ReplayConfig:
             # A shard that never holds a batch would hold every learner back for good.
             raise ValueError(f"{flag('batch_size')} {batch_size} exceeds a learner's replay shard: "
                              f"{held} / --learners {learners} = {shard}")
-        if serial and self.replay_placement != "learner":
-            raise ValueError(f"{flag('serial')} keeps the replay in its one process: use --replay-placement learner")
 
     def check_resume(self, run_dir: str, *, learners: int, num_actors: int) -> None:
         """Before any process starts: the run to resume has a complete checkpoint for this

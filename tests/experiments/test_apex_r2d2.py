@@ -98,3 +98,39 @@ def test_a_batch_of_sequences_larger_than_the_replay_holds_is_named_with_the_per
     r2d2_config(batch_size=12, replay_capacity=100, period=8).validate()  # 12 sequences fit
     # DQN's items are transitions: the same flag holds 100 of them.
     apex_config(env_id="CartPole-v1", algorithm="dqn", batch_size=16, replay_capacity=100).validate()
+
+
+@pytest.mark.parametrize("argv, capacity, items", [
+    (["--algorithm", "r2d2"], 800_000, 100_000),  # R2D2Builder.replay_steps, period 8
+    (["--algorithm", "r2d2", "--replay-capacity", "80000", "--period", "4"], 80_000, 20_000),
+    (["--algorithm", "dqn"], 100_000, 100_000),
+])
+def test_the_replay_capacity_left_out_is_the_algorithms_in_env_steps(argv, capacity, items):
+    from types import SimpleNamespace
+
+    from experiments.apex import ApexJobConfig, builder, job
+    from experiments.roles.actor_learner.data import replay_items
+    from experiments.runtime import Parts
+    from experiments.runtime.job import check_command
+
+    config, _ = check_command(job, ApexJobConfig, ["--env-id", "rlpar/StatelessCartPole-v1", *argv])
+    assert config.replay.replay_capacity == capacity
+    from algorithms.builder import EnvSpec
+    from envs.registry import EnvFactory
+
+    env = EnvFactory.from_id("rlpar/StatelessCartPole-v1")()
+    flow = builder(config, Parts(), EnvSpec(observation_space=env.observation_space, action_space=env.action_space)).flow
+    env.close()
+    assert replay_items(SimpleNamespace(path=SimpleNamespace(replay=config.replay), flow=flow)) == items
+
+
+def test_an_unfilled_replay_capacity_is_named_not_used():
+    from types import SimpleNamespace
+
+    from algorithms.builder import Flow
+    from experiments.roles.actor_learner.data import replay_items
+    from experiments.runtime.data import ReplayConfig
+
+    flow = Flow(data="replay", batch_size=1, push_every=1, pull_every=1, held_steps=1, updates_per_step=1.0)
+    with pytest.raises(ValueError, match="replay_capacity is not filled"):
+        replay_items(SimpleNamespace(path=SimpleNamespace(replay=ReplayConfig()), flow=flow))

@@ -78,7 +78,11 @@ def replay_layout(setup: Any) -> dict[str, Any]:
 def replay_items(setup: Any) -> int:
     """The items the whole replay holds: ``--replay-capacity`` counts env steps, and
     each item adds ``flow.steps_per_item`` of them (an R2D2 sequence: its period)."""
-    return max(1, setup.path.replay.replay_capacity // setup.flow.steps_per_item)
+    capacity = setup.path.replay.replay_capacity
+    if capacity is None:
+        raise ValueError("replay_capacity is not filled: the job's env_defaults sets the algorithm's "
+                         "(Builder.replay_steps)")
+    return max(1, capacity // setup.flow.steps_per_item)
 
 
 def local_replay(setup: Any, *, learner: int = 0):
