@@ -207,7 +207,9 @@ def learners_2_one_gpu(cpu: bool) -> dict[str, Any]:
     """Ape-X with ``--learners 2`` (once merged), both learners on the one GPU."""
     if not has_flag("experiments.apex", "ApexJobConfig", "--learners"):
         raise Unavailable("not available: experiments.apex has no --learners in this checkout")
-    where = (["--device", "cpu", "--num-actors", "2", "--max-env-steps", "400"] if cpu
+    # CPU: 1,200 env steps, not 400: the two learners' processes start after the actors',
+    # and on a loaded 2-core machine the actors ran 434 steps before either updated.
+    where = (["--device", "cpu", "--num-actors", "2", "--max-env-steps", "1200"] if cpu
              else ["--device", "cuda", "--num-actors", "2", "--max-env-steps", "2000", "--max-seconds", "30"])
     return _updated(run_job("experiments.apex", [*_SMALL_APEX, "--learners", "2", *where]))
 
