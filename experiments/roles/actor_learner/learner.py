@@ -163,8 +163,10 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
         lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
                                        coordinator.should_stop())
         lockstep.lacking_of = data.lacking
+        # A replay's items are the flow's (R2D2's are sequences), a queue's unrolls.
+        unit = setup.flow.items if setup.path.data == "replay" else setup.path.unit
         filling = Filling(coordinator, learners=setup.learners, num_actors=num_actors, need=data.need,
-                          data=setup.path.noun, unit=setup.path.unit, warn_after=coordinator.silent_after)
+                          data=setup.path.noun, unit=unit, warn_after=coordinator.silent_after)
     group.barrier()
     return run_lead(lead, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members, filling),
                     kept=released.set, whole=(lambda: lockstep.whole) if lockstep is not None else None)
