@@ -36,9 +36,9 @@ run: $(STAMP)
 	$(BIN)/python -m experiments.apex
 
 # Three pytest workers on CI's 2 cores: with two, the suite used 1.4 cores on average
-# (its tests wait on other processes, sockets and sleeps) and took 337 s; with three,
-# 261 s on the same machine. Every test has a timeout well above its time beside two
-# neighbours, and none asserts a wall-clock speed.
+# (its tests wait on other processes, sockets and sleeps): 334-337 s of tests against
+# 258-325 s with three on one 2-core machine. Every test has a timeout well above its
+# time beside two neighbours, and none asserts a wall-clock speed.
 TEST_WORKERS ?= 3
 
 # The manual is built with --strict (a broken link, anchor or API page fails) into a

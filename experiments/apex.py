@@ -140,7 +140,8 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     """``--algorithm auto`` resolved by the action space, then every ``learn`` field left
     unset filled by :func:`fill_learn` (DQN with ``--noisy``: ``--eps`` 0 first, the
-    noisy layers explore), and ``--replay-capacity`` by the builder's ``replay_steps``. The config saved in the run directory holds the results."""
+    noisy layers explore), and ``--replay-capacity`` by the builder's ``replay_steps``.
+    The config saved in the run directory holds the results."""
     from algorithms.nets import observation_family
     from experiments.runtime.envs import env_spaces
 

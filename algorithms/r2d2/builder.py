@@ -13,7 +13,8 @@ and its ``r2d2`` one, R2D2's own :class:`~algorithms.r2d2.R2D2Config` (burn-in,
 unroll, period, LSTM size ...), whose other fields are derived from ``learn`` here.
 ``--replay-capacity`` counts env steps too: the replay holds ``replay_capacity / period``
 sequences (each adds ``period`` new steps; the paper's 4M observations were 100K
-sequences of 80 starting every 40), 800K steps unless given (:attr:`replay_steps`). ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
+sequences of 80 starting every 40), 800K steps unless given (:attr:`replay_steps`).
+``--learning-starts`` stays in env steps (pacing's); the learner starts once the
 replay holds ``learning_starts / (2 period)`` sequences: an episode makes one sequence
 per ``period`` steps, or one per episode where episodes are shorter (down to
 ``burn_in + 1`` steps), so the actors' paced steps always make them.

@@ -42,8 +42,8 @@ class ReplayConfig:
     """
 
     replay_capacity: int | None = field(None, help=(
-        "replay capacity in env steps (default: the algorithm's, 100,000; R2D2's 800,000); "
-        "R2D2 holds this / --period sequences"))
+        "replay capacity in env steps (default: the algorithm's, e.g. 100,000); a replay of "
+        "sequences holds this / the steps each adds (R2D2: / --period)"))
     replay_placement: Literal["learner", "actors", "replay-ranks"] = field("learner", help=(
         "where the replay lives: in the learner process (the choice on one machine and for "
         "tens of actors; with --learners K, a shard in each learner's), as shards on the actors "

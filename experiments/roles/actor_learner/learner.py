@@ -164,7 +164,7 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
                                        coordinator.should_stop())
         lockstep.lacking_of = data.lacking
         # A replay's items are the flow's (R2D2's are sequences), a queue's unrolls.
-        unit = setup.flow.items if setup.path.data == "replay" else setup.path.unit
+        unit = setup.flow.items if setup.flow.data == "replay" else setup.path.unit
         filling = Filling(coordinator, learners=setup.learners, num_actors=num_actors, need=data.need,
                           data=setup.path.noun, unit=unit, warn_after=coordinator.silent_after)
     group.barrier()

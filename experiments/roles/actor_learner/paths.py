@@ -45,7 +45,7 @@ class DataPath:
     rehosts_dead_shards = False  # a dead actor's shard moves to the learner
     shard_role: str | None = None  # the role whose ranks host remote shards
     capacity = 0  # what it holds at most (a bound on the count of reported adds)
-    noun, unit = "", ""  # "learner 1's <noun> holds 12 of the 100 <unit> it needs"
+    noun, unit = "", ""  # "learner 1's <noun> holds 12 of the 100 <unit> it needs" (a replay: flow.items)
 
     def hosts_data(self, rank: int | None, *, learners: int) -> bool:
         """Whether rank ``rank`` (None: not told) hosts replay data, so loads the
@@ -108,7 +108,7 @@ class UnrollQueue(DataPath):
 class Replay(DataPath):
     """A prioritized replay, wherever it is placed (``replay``: its ReplayConfig)."""
 
-    data, kernels, noun, unit = "replay", True, "replay shard", "transitions"
+    data, kernels, noun = "replay", True, "replay shard"  # its unit: the flow's items
 
     def __init__(self, replay: Any) -> None:
         self.replay = replay
