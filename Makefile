@@ -37,7 +37,7 @@ run: $(STAMP)
 
 # Three pytest workers on CI's 2 cores: with two, the suite used 1.4 cores on average
 # (its tests wait on other processes, sockets and sleeps): 334-337 s of tests against
-# 258-325 s with three on one 2-core machine. Every test has a timeout well above its
+# 258-363 s with three on one 2-core machine (five runs, the machine slowing as they went). Every test has a timeout well above its
 # time beside two neighbours, and none asserts a wall-clock speed.
 TEST_WORKERS ?= 3
 
