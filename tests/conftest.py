@@ -45,53 +45,6 @@ def pytest_configure(config: pytest.Config) -> None:
         ) from exc
 
 
-# A test module holding a test with at least this timeout starts several processes
-# (a world, torchrun, a bench run): 10-30 s of both cores each.
-LONG_TIMEOUT_S = 150
-
-
-def _timeout(item: pytest.Item) -> float:
-    mark = item.get_closest_marker("timeout")
-    return float(mark.args[0]) if mark is not None and mark.args else 0.0
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Deal the modules with long tests out to the front of each xdist worker's share.
-
-    pytest-xdist's worksteal gives each of its n workers one contiguous n-th of this
-    list, then moves tests from the end of the longest queue to idle workers. In
-    collection order the long tests (tests/experiments) sat at the end of the last
-    shares, so the run could end with one of them alone on one core. Here the modules
-    holding them (whole: their module fixtures stay shared) are dealt, heaviest first,
-    each to the front of the share with the least weight so far, and the other modules
-    fill the shares in collection order. Deterministic, so every worker collects the same list."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    longest = {name: max(map(_timeout, tests)) for name, tests in modules.items()}
-    # A module's weight: the sum of its tests' timeouts (they scale with what a test runs).
-    weight = {name: sum(map(_timeout, tests)) for name, tests in modules.items()}
-    long = sorted((name for name in modules if longest[name] >= LONG_TIMEOUT_S), key=lambda name: -weight[name])
-    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
-    loads = [0.0] * workers
-    for name in long:  # each to the lightest share so far
-        k = loads.index(min(loads))
-        shares[k].extend(modules[name])
-        loads[k] += weight[name]
-    rest = [item for name, tests in modules.items() if name not in long for item in tests]
-    # The share sizes worksteal cuts: each worker len(pending) // workers_remaining.
-    left = len(items)
-    for k, share in enumerate(shares):
-        size = left // (workers - k)
-        left -= size
-        need = max(0, size - len(share))
-        share.extend(rest[:need])
-        del rest[:need]
-    items[:] = [item for share in shares for item in share] + rest
-
-
 def _children_listed(pid: int) -> set[int] | None:
     """``pid``'s children from /proc/<pid>/task/*/children (one file per thread: a child
     belongs to the thread that forked it), or None where the kernel has no such files."""
