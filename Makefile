@@ -56,8 +56,11 @@ run: $(STAMP)
 
 # Three pytest workers on CI's 2 cores: with two, the suite used 1.4 cores on average
 # (its tests wait on other processes, sockets and sleeps): 334-337 s of tests against
-# 258-363 s with three on one 2-core machine (five runs, the machine slowing as they went). Every test has a timeout well above its
-# time beside two neighbours, and none asserts a wall-clock speed.
+# 258-363 s with three on one 2-core machine. With three the cores are busy all the time:
+# the suite takes 660-710 core-seconds of CPU on three or four workers (590 on one, each
+# process with a core to itself), so four workers (373 s) or one intra-op thread per
+# process (355 s) gained nothing; only less work shortens it. Every test has a timeout well above its time beside two neighbours,
+# and none asserts a wall-clock speed.
 TEST_WORKERS ?= 3
 
 # The manual is built with --strict (a broken link, anchor or API page fails) into a
