@@ -125,6 +125,7 @@ class Actor:
             if len(next(iter(item.values()))) > 0:
                 self._pending.append(item)
         self._track_episodes(reward, done, cut)
+        self.rewarded(reward)
         started = done if cut is None else done | np.asarray(cut, dtype=bool)
         if started.any():
             self.episodes_started(started)
@@ -149,6 +150,11 @@ class Actor:
             self.finished_episodes.append((float(self._returns[i]), int(self._lengths[i])))
             self._returns[i] = 0.0
             self._lengths[i] = 0
+
+    def rewarded(self, reward: np.ndarray) -> None:
+        """Hook: the rewards that followed this step's actions, one per env, before
+        :meth:`episodes_started` (a recurrent policy that takes the previous reward
+        keeps it here: R2D2's)."""
 
     def episodes_started(self, mask: np.ndarray) -> None:
         """Hook: the envs where ``mask`` is true begin a new episode at the next step

@@ -175,10 +175,12 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], env: Any, *, episodes: int
     that short episodes are not over-represented. ``act(obs)`` should be greedy. A
     policy with memory (R2D2's recurrent one) has ``act.episodes_started(mask)``,
     called after the reset (every row) and after each step with the envs whose
-    episode ended (their next observation starts one)."""
+    episode ended (their next observation starts one), and may have
+    ``act.rewarded(reward)``, called after each step before that."""
     if env.num_envs != episodes:
         raise ValueError(f"evaluate needs a vector env with {episodes} envs, got {env.num_envs}")
     started = getattr(act, "episodes_started", None)
+    rewarded = getattr(act, "rewarded", None)
     obs, _ = env.reset(seed=seed)
     if started is not None:
         started(np.ones(episodes, dtype=bool))
@@ -187,6 +189,8 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], env: Any, *, episodes: int
     while running.any():
         obs, reward, terminated, truncated, _ = env.step(act(obs))
         returns += np.asarray(reward, dtype=np.float64) * running
+        if rewarded is not None:
+            rewarded(reward)
         done = np.logical_or(terminated, truncated)
         running &= ~done
         if started is not None and done.any():

@@ -35,7 +35,8 @@ class ApexJobConfig:
     # against the checkpoint's parts instead (ReplayConfig.check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
         "env_id", "algorithm", "hidden", "dueling", "distributional", "n_atoms", "noisy", "critic_layer_norm",
-        "replay_capacity", "replay_placement", "share_frames", "learners", "lstm_size", "burn_in", "unroll")
+        "replay_capacity", "replay_placement", "share_frames", "learners", "lstm_size", "last_action_reward", "burn_in",
+        "unroll")
 
     def fixed_fields(self) -> tuple[str, ...]:
         """R2D2's stored sequences are burn-in + unroll + n-step steps long: its replay

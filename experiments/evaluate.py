@@ -206,7 +206,9 @@ def record_video(act, env_fn, folder: str, *, episodes: int, seed: int) -> list[
             done = False
             while not done:
                 action = act(np.asarray(obs)[None])[0]
-                obs, _, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                if hasattr(act, "rewarded"):  # a policy that takes the previous reward
+                    act.rewarded(np.asarray([reward], dtype=np.float32))
                 done = terminated or truncated
     finally:
         env.close()

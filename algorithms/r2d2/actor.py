@@ -68,8 +68,12 @@ class R2D2Actor(Actor):
         """Actions from the kept state; the extras are that state (a sequence starting
         at this step stores it)."""
         before = self.state
-        actions, self.state = self.r2d2.act(obs, before, explore=True)
+        actions, after = self.r2d2.act(obs, before, explore=True)
+        self.state = self.r2d2.last_step(after, action=actions)
         return actions, before
+
+    def rewarded(self, reward: np.ndarray) -> None:
+        self.state = self.r2d2.last_step(self.state, reward=reward)
 
     def episodes_started(self, mask: np.ndarray) -> None:
         self.state = self.r2d2.reset_state(self.state, mask)
@@ -93,7 +97,9 @@ class R2D2Greedy:
     """The evaluation policy: ``policy(obs batch) -> actions``, greedy, with one
     recurrent state per row. ``episodes_started(mask)`` (called by
     :func:`algorithms.rollout.evaluate` after its reset and at every episode end)
-    zeroes the rows that start an episode; a batch of another size starts afresh."""
+    zeroes the rows that start an episode; a batch of another size starts afresh.
+    ``rewarded(reward)``, called after each step, hands a network that takes the
+    previous reward its input."""
 
     def __init__(self, r2d2: R2D2) -> None:
         self.r2d2 = r2d2
@@ -109,8 +115,15 @@ class R2D2Greedy:
         else:
             self.state = self.r2d2.reset_state(self.state, mask)
 
+    def rewarded(self, reward: np.ndarray) -> None:
+        """The rewards that followed the last actions (for a network that takes them;
+        :func:`algorithms.rollout.evaluate` calls it after each step)."""
+        if self.state is not None and len(np.atleast_1d(reward)) == self._rows():
+            self.state = self.r2d2.last_step(self.state, reward=reward)
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if self._rows() != len(obs):
             self.state = self.r2d2.initial_state(len(obs))
-        actions, self.state = self.r2d2.act(obs, self.state, explore=False)
+        actions, after = self.r2d2.act(obs, self.state, explore=False)
+        self.state = self.r2d2.last_step(after, action=actions)
         return actions

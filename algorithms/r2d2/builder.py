@@ -92,7 +92,7 @@ class R2D2Builder(Builder):
             net = self.network(obs_space, act_space)
         else:
             net = recurrent_q_network(obs_space.shape, int(act_space.n), lstm_size=cfg.lstm_size, hidden=cfg.hidden,
-                                      dueling=cfg.dueling)
+                                      dueling=cfg.dueling, last_action_reward=cfg.last_action_reward)
         return self.algorithm_cls(network=net, num_actions=int(act_space.n), config=cfg, device=device, seed=seed)
 
     def make_actor(self, algorithm: R2D2, *, env: Any, sink: Any, params: Any, index: int, num_actors: int,

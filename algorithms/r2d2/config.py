@@ -45,6 +45,8 @@ class R2D2Config:
     priority_eta: float = param(0.9, help="R2D2: sequence priority: eta * max |TD| + (1 - eta) * mean |TD|")
     priority_eps: float = internal(1e-6)  # added to each sequence priority so none is exactly 0
     lstm_size: int = param(512, help="R2D2: units of the LSTM between the torso and the head")
+    last_action_reward: bool = param(False, help=(
+        "R2D2: the LSTM also takes the previous step's action (one-hot) and reward (tanh), as the paper's network"))
     hidden: tuple[int, ...] = internal((64, 64))
     dueling: bool = internal(True)
 

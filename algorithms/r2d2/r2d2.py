@@ -13,7 +13,11 @@ A batch maps ``obs, action, reward, terminated, mask`` ``[B, L, ...]`` (``L`` =
 ``config.sequence_length``), the network's state fields ``[B, ...]`` and optionally
 importance ``weights`` ``[B]``. ``learn`` returns the metrics and, beside them, one
 priority per sequence (the protocol of :class:`algorithms.base.Learned`, as DQN's).
-Actors keep their recurrent state: ``act(obs, state) -> (actions, state)``.
+Actors keep their recurrent state: ``act(obs, state) -> (actions, state)``. A network
+whose state has ``last_action`` and ``last_reward`` (the paper's inputs:
+:class:`algorithms.r2d2.network.RecurrentQNetwork` with ``last_action_reward``) is run
+over a sequence with its steps' actions and rewards, and an actor records each step's
+into its state with :meth:`R2D2.last_step`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from rlpar.state import StatePath, integer, mapping, number, torch_loader
 
 _METRICS = ("loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm", "trained_steps")
 STEP_KEYS = ("obs", "action", "reward", "terminated", "mask")
+LAST_KEYS = ("last_action", "last_reward")
 
 
 class R2D2(Algorithm):
@@ -69,6 +74,8 @@ class R2D2(Algorithm):
         self.network = network.to(self.device)
         self.target_network = copy.deepcopy(self.network).requires_grad_(False)
         self.state_keys = tuple(self.network.initial_state(1, self.device))
+        # The network takes the previous step's action and reward (as state fields).
+        self.takes_last = set(LAST_KEYS) <= set(self.state_keys)
         self._params = [p for p in self.network.parameters() if p.requires_grad]
         self._optimizer: Any = None
         self.epsilon: float | np.ndarray = 0.0  # act's exploration rate, or one per row
@@ -88,6 +95,20 @@ class R2D2(Algorithm):
     def initial_state(self, batch_size: int) -> dict[str, np.ndarray]:
         """The zero state of ``batch_size`` episodes starting, as arrays."""
         return {k: v.cpu().numpy() for k, v in self.network.initial_state(batch_size, self.device).items()}
+
+    def last_step(self, state: Mapping[str, np.ndarray], *, action: np.ndarray | None = None,
+                  reward: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """``state`` holding the action just taken (one-hot) or the reward just received,
+        for the network's next step, where it takes them (:attr:`takes_last`); else
+        ``state`` as it is."""
+        if not self.takes_last:
+            return dict(state)
+        state = dict(state)
+        if action is not None:
+            state["last_action"] = np.eye(self.num_actions, dtype=np.float32)[np.asarray(action, dtype=np.int64)]
+        if reward is not None:
+            state["last_reward"] = np.asarray(reward, dtype=np.float32).reshape(-1)
+        return state
 
     @staticmethod
     def reset_state(state: Mapping[str, np.ndarray], done: np.ndarray) -> dict[str, np.ndarray]:
@@ -125,8 +146,7 @@ class R2D2(Algorithm):
     def learn(self, batch: Mapping[str, Any]) -> Learned:
         tensors = self.preprocess(batch)
         online_state, target_state = self.burn_in(tensors)
-        after = slice(self.config.burn_in, None)
-        q, _ = self.network(tensors["obs"][:, after], online_state)
+        q, _ = self.unroll(self.network, tensors, online_state, slice(self.config.burn_in, None))
         with torch.no_grad():
             target, trained = self.target(tensors, q.detach(), target_state)
         loss, td_error, q_taken = self.compute_loss(tensors, q, target, trained)
@@ -148,7 +168,7 @@ class R2D2(Algorithm):
         sec. 2.3). An acting copy has no target of its own (:meth:`tie_target`)."""
         tensors = self.preprocess(batch)
         online_state, target_state = self.burn_in(tensors)
-        q, _ = self.network(tensors["obs"][:, self.config.burn_in:], online_state)
+        q, _ = self.unroll(self.network, tensors, online_state, slice(self.config.burn_in, None))
         target, trained = self.target(tensors, q, target_state)
         _, td_error, _ = self.compute_loss(tensors, q, target, trained)
         return self.priorities(td_error, trained)
@@ -186,12 +206,20 @@ class R2D2(Algorithm):
         if self.config.burn_in == 0:
             return stored, stored
         with torch.no_grad():
-            obs = batch["obs"][:, : self.config.burn_in]
-            _, online = self.network(obs, stored)
+            steps = slice(0, self.config.burn_in)
+            _, online = self.unroll(self.network, batch, stored, steps)
             if self.target_network is self.network:  # tied (an actor's copy): one pass
                 return online, online
-            _, target = self.target_network(obs, stored)
+            _, target = self.unroll(self.target_network, batch, stored, steps)
         return online, target
+
+    def unroll(self, network: nn.Module, batch: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor],
+               steps: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``network`` over the sequences' ``steps`` from ``state``, given the steps'
+        actions and rewards where it takes them (:attr:`takes_last`)."""
+        if self.takes_last:
+            return network(batch["obs"][:, steps], state, batch["action"][:, steps], batch["reward"][:, steps])
+        return network(batch["obs"][:, steps], state)
 
     def target(self, batch: Mapping[str, torch.Tensor], q_online: torch.Tensor,
                target_state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,7 +227,7 @@ class R2D2(Algorithm):
         (double Q: the online network picks the bootstrap action)."""
         cfg = self.config
         after = slice(cfg.burn_in, None)
-        q_target, _ = self.target_network(batch["obs"][:, after], target_state)
+        q_target, _ = self.unroll(self.target_network, batch, target_state, after)
         bootstrap = q_target.gather(-1, q_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
         return n_step_targets(reward=batch["reward"][:, after].float(), terminated=batch["terminated"][:, after],
                               mask=batch["mask"][:, after], bootstrap=bootstrap, n=cfg.n_step,

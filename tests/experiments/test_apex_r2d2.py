@@ -20,18 +20,25 @@ def r2d2_config(log_dir="none", **over):
 
 
 @pytest.mark.timeout(120)
-def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path):
+@pytest.mark.parametrize("last_action_reward", [False, True], ids=["lstm", "lstm-last-action-reward"])
+def test_serial_r2d2_learns_from_sequences_resumes_and_evaluates(tmp_path, last_action_reward):
     # 0.05 updates per env step past learning_starts: (800 - 200) / 20 = 30 updates.
-    summary = apex.run(r2d2_config(str(tmp_path), serial=True, max_env_steps=800, eval_every=800), quiet=True)
+    summary = apex.run(r2d2_config(str(tmp_path), serial=True, max_env_steps=800, eval_every=800,
+                                   last_action_reward=last_action_reward), quiet=True)
     assert summary["algorithm"] == "algorithms.r2d2.r2d2.R2D2" and summary["updates"] > 10
     run_dir = summary["run_dir"]
     saved = json.load(open(os.path.join(run_dir, "config.json")))
     assert saved["algorithm"] == "r2d2" and saved["r2d2"]["lstm_size"] == 16
+    assert saved["r2d2"]["last_action_reward"] is last_action_reward
     assert saved["learn"]["n_step"] == 5 and saved["learn"]["updates_per_step"] == 0.05  # R2D2_DEFAULTS
     resumed = apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, max_env_steps=1200), quiet=True)
     assert resumed["resumed_from_step"] == summary["env_steps"] and resumed["updates"] > summary["updates"]
     with pytest.raises(ValueError, match="--lstm-size cannot change when resuming"):
         apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, lstm_size=32), quiet=True)
+    if not last_action_reward:  # the network's inputs are the checkpoint's shape too (a Python
+        # caller's fields equal to the defaults are not overrides: the resume above kept the saved True)
+        with pytest.raises(ValueError, match="--last-action-reward cannot change when resuming"):
+            apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, last_action_reward=True), quiet=True)
     # Its replay holds sequences of burn-in + unroll + n-step steps: n-step is fixed too.
     with pytest.raises(ValueError, match="--n-step cannot change when resuming"):
         apex.run(r2d2_config(str(tmp_path), serial=True, resume=run_dir, n_step=2), quiet=True)

@@ -30,7 +30,8 @@ def test_the_flow_is_a_replay_of_sequences_and_the_learner_config_comes_from_lea
     assert (builder.r2d2.lr, builder.r2d2.n_step, builder.r2d2.hidden, builder.r2d2.gamma) == (1e-3, 1, (8,), 0.99)
 
 
-def test_the_actor_keeps_its_state_zeroes_it_at_episode_ends_and_stores_it_at_sequence_starts():
+@pytest.mark.parametrize("last_action_reward", [False, True], ids=["lstm", "lstm-last-action-reward"])
+def test_the_actor_keeps_its_state_zeroes_it_at_episode_ends_and_stores_it_at_sequence_starts(last_action_reward):
     from gymnasium.vector import AutoresetMode
 
     from algorithms.r2d2 import R2D2Actor
@@ -38,12 +39,14 @@ def test_the_actor_keeps_its_state_zeroes_it_at_episode_ends_and_stores_it_at_se
     from rlpar.buffers import PrioritizedReplayBuffer
     from rlpar.servers.model import ModelStore
 
-    builder = small_builder()
+    builder = small_builder(last_action_reward=last_action_reward)
     acted_from = {}  # episode step (the obs) -> the state the actor acted from, per env
+    acted = {}  # the last step's observations and actions
 
     class Logging(R2D2Actor):
         def behaviour(self, obs):
             actions, before = super().behaviour(obs)
+            acted.update(obs=np.array(obs), actions=np.array(actions))
             for e in range(len(obs)):
                 acted_from.setdefault(float(obs[e][0]), before["state_h"][e].copy())
             return actions, before
@@ -66,9 +69,13 @@ def test_the_actor_keeps_its_state_zeroes_it_at_episode_ends_and_stores_it_at_se
         for step in range(1, 13):
             actor.step()
             if step % 6 == 0:  # every episode just ended: the next starts from zeros
-                assert not actor.state["state_h"].any()
+                assert not any(v.any() for v in actor.state.values())
             else:  # mid-episode: the state carries the episode so far
                 assert actor.state["state_h"].any(axis=1).all()
+                if last_action_reward:  # and the step's action and reward (1 where action = count % 2)
+                    np.testing.assert_array_equal(actor.state["last_action"], np.eye(2)[acted["actions"]])
+                    rewarded = acted["actions"] == acted["obs"][:, 0].astype(int) % 2
+                    np.testing.assert_array_equal(actor.state["last_reward"], rewarded.astype(np.float32))
         assert len(buffer) > 0 and actor.transitions_added == len(buffer)
         sample = buffer.sample(len(buffer))
         for obs, mask, start in zip(sample.batch["obs"], sample.batch["mask"], sample.batch["state_h"]):
@@ -104,15 +111,33 @@ def test_the_greedy_policy_starts_each_episode_from_zero_and_evaluate_tells_it_w
         def __call__(self, obs):
             return np.zeros(len(obs), dtype=np.int64)
 
+        def rewarded(self, reward):
+            calls.append(("rewarded", np.asarray(reward).tolist()))
+
         def episodes_started(self, mask):
-            calls.append(np.asarray(mask).tolist())
+            calls.append(("started", np.asarray(mask).tolist()))
 
     env = make_vector_env(lambda: CountingEnv(episode_length=3), num_envs=2, num_workers=0, seed=0)
     try:
         evaluate(Watching(), env, episodes=2, seed=0)
     finally:
         env.close()
-    assert calls == [[True, True], [True, True]]  # after the reset, then after both episodes ended
+    # After the reset; each step's rewards (action 0 pays where the count is even); after both episodes ended.
+    assert calls == [("started", [True, True]), ("rewarded", [1.0, 1.0]), ("rewarded", [0.0, 0.0]),
+                     ("rewarded", [1.0, 1.0]), ("started", [True, True])]
+
+
+def test_the_greedy_policy_keeps_its_last_action_and_the_reward_that_followed():
+    builder = small_builder(last_action_reward=True)
+    policy = builder.greedy(builder.make_algorithm(device="cpu", seed=0))
+    actions = policy(np.ones((2, 1), np.float32))
+    np.testing.assert_array_equal(policy.state["last_action"], np.eye(2)[actions])
+    policy.rewarded(np.array([1.0, -2.0]))
+    np.testing.assert_array_equal(policy.state["last_reward"], np.float32([1.0, -2.0]))
+    policy.episodes_started(np.array([False, True]))
+    assert policy.state["last_action"][1].sum() == 0 and policy.state["last_reward"].tolist() == [1.0, 0.0]
+    policy.rewarded(np.array([3.0]))  # not this batch's: ignored (a new batch starts afresh anyway)
+    assert policy.state["last_reward"].tolist() == [1.0, 0.0]
 
 
 def test_a_continuous_action_space_is_refused():

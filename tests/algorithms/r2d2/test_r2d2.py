@@ -17,7 +17,8 @@ def make(seed=0, lstm=16, actions=2, obs_dim=3, **config):
     torch.manual_seed(seed)
     cfg = R2D2Config(**{"burn_in": 2, "unroll": 3, "n_step": 2, "period": 3, "lstm_size": lstm,
                         "hidden": (16,), "lr": 1e-3, **config})
-    net = recurrent_q_network((obs_dim,), actions, lstm_size=lstm, hidden=cfg.hidden, dueling=cfg.dueling)
+    net = recurrent_q_network((obs_dim,), actions, lstm_size=lstm, hidden=cfg.hidden, dueling=cfg.dueling,
+                              last_action_reward=cfg.last_action_reward)
     return R2D2(network=net, num_actions=actions, config=cfg, seed=seed)
 
 
@@ -35,12 +36,14 @@ def collect(algo, *, envs=4, steps=24, episode=8, epsilon=1.0, seed=0):
         for e in range(envs):
             seen[(e, ep[e], t[e])] = q[e].numpy()
         action, after = algo.act(obs, state)
+        after = algo.last_step(after, action=action)  # what R2D2Actor keeps (a no-op without those inputs)
         done = t == episode - 1
-        batch = adder.add(obs=obs, action=action, reward=rng.normal(size=envs), terminated=done & (ep % 2 == 0),
+        reward = rng.normal(size=envs)
+        batch = adder.add(obs=obs, action=action, reward=reward, terminated=done & (ep % 2 == 0),
                           truncated=done & (ep % 2 == 1), state=state, final_obs=obs + np.float32([0, 0, 0.1]))
         if batch is not None:
             out.append(batch)
-        state = algo.reset_state(after, done)
+        state = algo.reset_state(algo.last_step(after, reward=reward), done)
         ep, t = np.where(done, ep + 1, ep), np.where(done, 0, t + 1)
     return {k: np.concatenate([b[k] for b in out]) for k in out[0]}, seen
 
@@ -75,18 +78,27 @@ def test_acting_keeps_the_state_and_episode_ends_zero_it():
         algo.act(obs, {"h": state["state_h"]})
 
 
-def test_the_stored_state_replays_the_q_values_the_actor_saw():
-    algo = make()
+@pytest.mark.parametrize("last_action_reward", [False, True], ids=["lstm", "lstm-last-action-reward"])
+def test_the_stored_state_replays_the_q_values_the_actor_saw(last_action_reward):
+    # With the previous action and reward as inputs, the learner's pass over a whole
+    # sequence feeds each step the one before's (the stored state's at the first).
+    algo = make(last_action_reward=last_action_reward)
     sequences, seen = collect(algo)
+    start = {"state_h": ((16,), np.float32), "state_c": ((16,), np.float32)}
+    if last_action_reward:
+        start.update(last_action=((2,), np.float32), last_reward=((), np.float32))
     spec = sequence_spec(length=algo.config.sequence_length,
                          steps={"obs": ((3,), np.float32), "action": ((), np.int64), "reward": ((), np.float32),
-                                "terminated": ((), bool)},
-                         start={"state_h": ((16,), np.float32), "state_c": ((16,), np.float32)})
+                                "terminated": ((), bool)}, start=start)
     buffer = PrioritizedReplayBuffer(capacity=64, spec=spec, seed=0)
     buffer.add(sequences)
     batch = buffer.storage.gather(np.arange(len(buffer)))
     with torch.no_grad():
-        q, _ = algo.network(torch.as_tensor(batch["obs"]), {k: torch.as_tensor(batch[k]) for k in algo.state_keys})
+        tensors = algo.preprocess(batch)
+        q, _ = algo.unroll(algo.network, tensors, {k: tensors[k] for k in algo.state_keys}, slice(None))
+    if last_action_reward:  # sequences starting mid-episode stored a previous action and reward
+        assert (batch["last_action"].sum(axis=1) == 1).sum() > 0 and (batch["last_reward"] != 0).any()
+        assert ((batch["last_action"].sum(axis=1) == 0) == (batch["last_reward"] == 0)).all()
     covered = set()
     for i in range(len(buffer)):
         for t in np.flatnonzero(batch["mask"][i]):
@@ -96,6 +108,31 @@ def test_the_stored_state_replays_the_q_values_the_actor_saw():
                 covered.add(key)
     assert covered == set(seen)  # every step the actor took (its episodes all ended)
     assert (np.abs(batch["state_h"]).sum(axis=1) > 0).any()
+
+
+def test_the_previous_action_and_reward_are_inputs_that_an_episode_start_zeroes():
+    algo = make(last_action_reward=True, actions=3)
+    assert algo.takes_last and set(algo.state_keys) == {"state_h", "state_c", "last_action", "last_reward"}
+    state = algo.initial_state(2)
+    obs = np.ones((2, 3), np.float32)
+    actions, after = algo.act(obs, state, explore=False)
+    np.testing.assert_array_equal(after["last_action"], 0.0)  # acting does not know the action it picks
+    kept = algo.last_step(algo.last_step(after, action=np.array([2, 0])), reward=np.array([1.5, -3.0]))
+    np.testing.assert_array_equal(kept["last_action"], [[0, 0, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(kept["last_reward"], np.float32([1.5, -3.0]))
+    np.testing.assert_array_equal(kept["state_h"], after["state_h"])
+    q_kept, _ = algo.q_values(obs, kept)
+    q_other, _ = algo.q_values(obs, algo.last_step(kept, reward=np.array([0.0, 0.0])))
+    assert not torch.allclose(q_kept, q_other)  # the reward is an input
+    reset = algo.reset_state(kept, np.array([True, False]))
+    assert reset["last_action"][0].sum() == 0 and reset["last_reward"][0] == 0 and reset["last_reward"][1] == -3.0
+    with pytest.raises(ValueError, match="4 steps need their actions and rewards"):
+        algo.network(torch.zeros(2, 4, 3), {k: torch.as_tensor(v) for k, v in state.items()})
+    plain = make()
+    assert not plain.takes_last and plain.last_step(plain.initial_state(2), action=np.array([1, 1])).keys() == {
+        "state_h", "state_c"}
+    # The paper's input: a network with it has a wider LSTM input (the action's one-hot and the reward).
+    assert algo.network.lstm.input_size == make(actions=3).network.lstm.input_size + 3 + 1
 
 
 def test_burn_in_warms_up_from_the_stored_state_without_gradient():
