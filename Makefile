@@ -59,8 +59,8 @@ run: $(STAMP)
 # 258-363 s with three on one 2-core machine. With three the cores are busy all the time:
 # the suite takes 660-710 core-seconds of CPU on three or four workers (590 on one, each
 # process with a core to itself), so four workers (373 s) or one intra-op thread per
-# process (355 s) gained nothing; only less work shortens it. Every test has a timeout well above its time beside two neighbours,
-# and none asserts a wall-clock speed.
+# process (355 s) gained nothing; only less work shortens it. Every test has a timeout
+# well above its time beside two neighbours, and none asserts a wall-clock speed.
 TEST_WORKERS ?= 3
 
 # The manual is built with --strict (a broken link, anchor or API page fails) into a

@@ -41,7 +41,6 @@ class RecurrentQNetwork(nn.Module):
     """
 
     STATE_KEYS = ("state_h", "state_c")
-    LAST_KEYS = ("last_action", "last_reward")
 
     def __init__(self, torso: nn.Module, features: int, num_actions: int, *, lstm_size: int,
                  dueling: bool = True, last_action_reward: bool = False) -> None:

@@ -96,13 +96,13 @@ class R2D2(Algorithm):
         """The zero state of ``batch_size`` episodes starting, as arrays."""
         return {k: v.cpu().numpy() for k, v in self.network.initial_state(batch_size, self.device).items()}
 
-    def last_step(self, state: Mapping[str, np.ndarray], *, action: np.ndarray | None = None,
+    def last_step(self, state: dict[str, np.ndarray], *, action: np.ndarray | None = None,
                   reward: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """``state`` holding the action just taken (one-hot) or the reward just received,
         for the network's next step, where it takes them (:attr:`takes_last`); else
-        ``state`` as it is."""
+        ``state`` itself (an actor calls this every step: no copy)."""
         if not self.takes_last:
-            return dict(state)
+            return state
         state = dict(state)
         if action is not None:
             state["last_action"] = np.eye(self.num_actions, dtype=np.float32)[np.asarray(action, dtype=np.int64)]
