@@ -103,7 +103,7 @@ def test_a_template_that_dies_fails_its_launch_and_the_next_launch_gets_a_new_on
     with pytest.raises(ChildDied):
         launch(kills_its_template, nprocs=2, args=(str(tmp_path),), timeout=25, preload=())
     # Each rank dies with its zygote (PR_SET_PDEATHSIG), a moment after it.
-    assert not wait_until_dead([int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)])
+    assert not wait_until_dead([int(path.read_text()) for path in tmp_path.glob("*.pid")])
     assert [r[0] for r in launch(programs.rank_and_env, nprocs=2, args=(5,), timeout=25, preload=())] == [5, 6]
 
 
@@ -121,9 +121,10 @@ def test_a_killed_launcher_takes_its_template_zygotes_and_ranks_along(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.monotonic() + 40
-        while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        # Whole pid files only: a rank writes rank<N>.pid.tmp, then renames it.
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        ranks = [int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)]
+        ranks = [int(path.read_text()) for path in tmp_path.glob("*.pid")]
         assert len(ranks) == 2
         zygote = _parent_of(ranks[0])
         template = _parent_of(zygote)
