@@ -180,10 +180,11 @@ def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, confi
 
     The torso goes by :func:`algorithms.nets.observation_family`:
 
-    * ``(C, 84, 84)`` stacked frames: the Nature CNN torso (Mnih et al. 2015; conv
-      32-8-4, 64-4-2, 64-3-1, dense 512, ReLU; :func:`algorithms.nets.default_torso`,
-      Ape-X's and PQN's) shared by the policy and value layers, CleanRL's
-      ``ppo_atari`` network. uint8 frames reach it as bytes and are scaled by 1/255
+    * ``(C, 84, 84)`` stacked frames: the CNN ``config.cnn`` names
+      (:func:`algorithms.nets.default_torso`, Ape-X's and PQN's), shared by the policy
+      and value layers: ``nature`` (Mnih et al. 2015; conv 32-8-4, 64-4-2, 64-3-1,
+      dense 512, ReLU), CleanRL's ``ppo_atari`` network, or ``small`` (Mnih et al.
+      2013; conv 16-8-4, 32-4-2, dense 256). uint8 frames reach it as bytes and are scaled by 1/255
       inside (``byte_observations``);
     * small channels-last images (:func:`algorithms.nets.is_small_image`, e.g.
       MinAtar's 10x10xC booleans): the MinAtar conv torso (Young & Tian 2019), shared
@@ -198,7 +199,7 @@ def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, confi
         )
     family = observation_family(observation_space.shape)
     if family == "frames":
-        torso, features = default_torso(observation_space.shape)
+        torso, features = default_torso(observation_space.shape, cnn=config.cnn)
         net = SharedBody(body=torso, features=features, policy_dim=policy_dim)
         _orthogonal(net.body), _orthogonal(net.policy_layer, 0.01), _orthogonal(net.value_layer, 1.0)
         return ActorCritic(shared=net, log_std=log_std, byte_observations=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, get_args
 
 # A family default meaning the run's own ``--max-env-steps`` (``lr_anneal_steps``: the
 # rate reaches 0 as the run ends, as CleanRL anneals over its total_timesteps); the job
@@ -30,6 +30,25 @@ def param(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+# The torsos a config's ``cnn`` field names for ``(C, 84, 84)`` frames
+# (:data:`algorithms.nets.FRAMES_CNNS` builds them); here so configs check it without torch.
+Cnn = Literal["nature", "small"]
+CNNS: tuple[str, ...] = get_args(Cnn)
+
+
+def cnn_param(default: str = "nature") -> Any:
+    """The ``cnn`` field of a config whose default networks take frames."""
+    return param(default, help=(
+        "the torso for (C, 84, 84) frames: nature (Mnih et al. 2015: 3 convs, 512 features) or small "
+        "(Mnih et al. 2013: 2 convs, 256 features, a third of the work); other observations ignore it"))
+
+
+def check_cnn(cnn: object) -> None:
+    """ValueError unless ``cnn`` names one of :data:`CNNS`."""
+    if cnn not in CNNS:
+        raise ValueError(f"cnn must be one of {', '.join(CNNS)}, got {cnn!r}")
 
 
 def internal(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:

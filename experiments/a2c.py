@@ -39,7 +39,7 @@ class A2CJobConfig:
     """Synchronous A2C (Mnih et al. 2016) on one machine or, under torchrun, a cluster."""
 
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "hidden", "shared_network", "state_dependent_std", "optimizer")
+        "env_id", "hidden", "cnn", "shared_network", "state_dependent_std", "optimizer")
 
     # On CPU unless --device says otherwise, as A3C (a member per core).
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000, device="cpu"))

@@ -74,7 +74,7 @@ class A3CJobConfig(entry.WorkersAreActors):
     # What the checkpoint's state (the network and the optimizer) is shaped by:
     # --resume may not change these (experiments.runtime.resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "hidden", "shared_network", "state_dependent_std", "optimizer")
+        "env_id", "hidden", "cnn", "shared_network", "state_dependent_std", "optimizer")
 
     # The server learns on CPU unless --device says otherwise (the actors always do):
     # its work is one optimizer step per gradient, and A3C's networks are small.

@@ -34,7 +34,7 @@ class ApexJobConfig:
     # (experiments.runtime.resume). The shard count of a sharded replay is checked
     # against the checkpoint's parts instead (ReplayConfig.check_resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = (
-        "env_id", "algorithm", "hidden", "dueling", "distributional", "n_atoms", "noisy", "critic_layer_norm",
+        "env_id", "algorithm", "hidden", "cnn", "dueling", "distributional", "n_atoms", "noisy", "critic_layer_norm",
         "replay_capacity", "replay_placement", "share_frames", "learners", "lstm_size", "last_action_reward", "burn_in",
         "unroll")
 

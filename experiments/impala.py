@@ -25,7 +25,7 @@ class ImpalaJobConfig:
     """IMPALA (Espeholt et al. 2018) on one machine or, under torchrun, a cluster."""
 
     # What the checkpoint's state (network, optimizer) is shaped by (experiments.runtime.resume).
-    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "optimizer")
+    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "cnn", "optimizer")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
     env: EnvConfig = section(EnvConfig)

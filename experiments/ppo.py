@@ -33,7 +33,7 @@ class PPOJobConfig:
     torchrun, a cluster."""
 
     # What the checkpoint's state (network, optimizer) is shaped by (experiments.runtime.resume).
-    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "activation", "shared_network")
+    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "cnn", "activation", "shared_network")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=5_000))
     env: PPOEnvConfig = section(PPOEnvConfig)

@@ -31,7 +31,7 @@ class PQNEnvConfig(FamilyEnvConfig):
 class PQNJobConfig:
     """PQN (Gallici et al. 2025) on one machine or, under torchrun, a cluster."""
 
-    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "layer_norm", "optimizer")
+    fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "cnn", "layer_norm", "optimizer")
 
     run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
     env: PQNEnvConfig = section(PQNEnvConfig)

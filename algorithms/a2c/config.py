@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from algorithms.params import internal, param
+from algorithms.params import Cnn, check_cnn, cnn_param, internal, param
 
 # By observation family (``algorithms.nets.observation_family``, the rule that picks the
 # default network), the fields the A3C job leaves unset (None; ``experiments/a3c.py``):
@@ -107,6 +107,7 @@ class A2CConfig:
         "normalize advantages per rollout (none: by observation family, on for vectors, off for images)"))
     reward_scale: float = param(1.0, help="multiply rewards by this")
     hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes, comma separated")
+    cnn: Cnn = cnn_param()
     activation: Literal["tanh", "relu"] = param("tanh", help="hidden activation")
     shared_network: bool = param(False, help="one body for actor and critic")
     log_std_init: float = param(0.0, help="initial log-std of Gaussian policies")
@@ -128,6 +129,7 @@ class A2CConfig:
         _choice("optimizer", self.optimizer, ("rmsprop", "adam"))
         _choice("activation", self.activation, ("tanh", "relu"))
         _choice("action_transform", self.action_transform, ("clip", "tanh"))
+        check_cnn(self.cnn)
         if self.n_steps is not None and (isinstance(self.n_steps, bool) or self.n_steps < 1):
             raise ValueError(f"n_steps must be >= 1, got {self.n_steps}")
         for name in ("value_coef", "entropy_coef"):

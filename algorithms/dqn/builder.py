@@ -72,7 +72,7 @@ class DQNBuilder(Builder):
             dqn = self.dqn
             net = q_network(obs_space.shape, int(act_space.n), hidden=self.learn.hidden,
                             dueling=self.learn.dueling, n_atoms=dqn.n_atoms if dqn.distributional else 1,
-                            noisy=dqn.noisy, noisy_sigma0=dqn.noisy_sigma0)
+                            noisy=dqn.noisy, noisy_sigma0=dqn.noisy_sigma0, cnn=self.learn.cnn)
         return self.algorithm_cls(network=net, num_actions=int(act_space.n), config=self.dqn, device=device,
                                   seed=seed)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from algorithms.params import internal, param
+from algorithms.params import Cnn, check_cnn, cnn_param, internal, param
 
 # By observation family (``algorithms.nets.observation_family``, the rule that picks the
 # default network), for DQN's fields the job leaves unset (None); how each was measured:
@@ -70,6 +70,7 @@ class ApexConfig:
     hidden: tuple[int, ...] | None = param((128, 128), help=(
         "MLP hidden sizes for vector observations, comma separated (none: 128,128 for DQN, 256,256 "
         "for TD3/DDPG)"))
+    cnn: Cnn = cnn_param()
     updates_per_step: float | None = param(0.25, help=(
         "batches learned per env step (replay ratio / batch size), over all learners: K learners "
         "update together on K batches, every K / this env steps; actors throttle to hold it "
@@ -94,6 +95,7 @@ class ApexConfig:
     def validate(self) -> None:
         from algorithms.fast import check_fast
 
+        check_cnn(self.cnn)
         check_fast(self.fast)
         for name in ("n_step", "batch_size", "target_update", "push_every", "pull_every", "add_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algorithms.a2c.config import A2CConfig, _choice, _in_unit
-from algorithms.params import RUN_BUDGET, internal, param
+from algorithms.params import RUN_BUDGET, Cnn, check_cnn, cnn_param, internal, param
 
 
 @dataclass
@@ -60,6 +60,7 @@ class IMPALAConfig:
     reward_clip: float | None = param(None, help=(  # rewards clipped to [-reward_clip, reward_clip]
         "clip rewards to +-this ('none': no clip; the paper's Atari: 1)"))
     hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes for vector observations, comma separated")
+    cnn: Cnn = cnn_param()
     push_every: int = param(1, help="learner updates between parameter publications")
     pull_every: int = param(0, help="actor env steps between parameter pulls (0: one unroll's, every unroll)")
     # How updates and acting run on CPU (algorithms.fast); IMPALA's one forward per
@@ -85,6 +86,7 @@ class IMPALAConfig:
         self.validate()
 
     def validate(self) -> None:
+        check_cnn(self.cnn)
         for name in ("unroll_length", "batch_size", "push_every"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -132,7 +134,7 @@ class IMPALAConfig:
         """An :class:`A2CConfig` carrying the network fields, which is what
         :func:`~algorithms.actor_critic.default_actor_critic` and
         :func:`~algorithms.actor_critic.make_head` read."""
-        return A2CConfig(hidden=self.hidden, activation=self.activation,
+        return A2CConfig(hidden=self.hidden, cnn=self.cnn, activation=self.activation,
                          shared_network=self.shared_network, log_std_init=self.log_std_init,
                          state_dependent_std=self.state_dependent_std,
                          action_transform=self.action_transform)

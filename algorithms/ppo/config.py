@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from algorithms.a2c.config import _choice, _in_unit
-from algorithms.params import RUN_BUDGET, internal, param
+from algorithms.params import RUN_BUDGET, Cnn, check_cnn, cnn_param, internal, param
 
 
 @dataclass
@@ -57,6 +57,7 @@ class PPOConfig:
     reward_scale: float = param(1.0, help="multiply rewards by this")
     # The networks (see A2CConfig): CleanRL's separate 64-64 tanh MLPs by default.
     hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes for vector observations, comma separated")
+    cnn: Cnn = cnn_param()
     activation: Literal["tanh", "relu"] = param("tanh", help="MLP hidden activation")
     shared_network: bool = param(False, help="one body for actor and critic")
     # The library's only. lr_anneal_updates: what the algorithm anneals over; a job's
@@ -105,6 +106,7 @@ class PPOConfig:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _choice("activation", self.activation, ("tanh", "relu"))
         _choice("action_transform", self.action_transform, ("clip", "tanh"))
+        check_cnn(self.cnn)
         if not self.hidden or any(not isinstance(h, int) or h <= 0 for h in self.hidden):
             raise ValueError(f"hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
         if not math.isfinite(self.log_std_init):

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any, Literal
 
-from algorithms.params import internal, param
+from algorithms.params import Cnn, check_cnn, cnn_param, internal, param
 
 # Filled by a job from the env's observation family (None until then).
 BY_FAMILY = ("n_steps", "lr", "lr_decay_steps", "epochs", "minibatches", "lam", "reward_scale", "epsilon_end",
@@ -49,6 +49,7 @@ class PQNConfig:
     layer_norm: bool = param(True, help="LayerNorm in the default network (what keeps PQN stable)")
     hidden: tuple[int, ...] | None = param((128, 128), help=(
         f"MLP hidden sizes for vector observations ({_by_family('256,256')})"))
+    cnn: Cnn = cnn_param()
     # The library's only.
     adam_eps: float = internal(1e-8)
     huber_delta: float | None = internal(None)  # None: the authors' 0.5 * squared error
@@ -58,6 +59,7 @@ class PQNConfig:
     def validate(self) -> None:
         from algorithms.fast import check_fast
 
+        check_cnn(self.cnn)
         check_fast(self.fast)
         if any(getattr(self, name) is None for name in BY_FAMILY):  # checked once filled
             return dataclasses.replace(self, **{n: getattr(PQNConfig, n) for n in BY_FAMILY

@@ -63,7 +63,7 @@ def pqn_network(obs_shape: Sequence[int], num_actions: int, *, config: PQNConfig
     observation family (MinAtar conv, Nature CNN or an MLP of ``config.hidden``) with
     ``config.layer_norm``, and a linear head (the authors' networks, no dueling)."""
     return q_network(obs_shape, num_actions, hidden=config.hidden, dueling=False,
-                     layer_norm=config.layer_norm)
+                     layer_norm=config.layer_norm, cnn=config.cnn)
 
 
 class PQN(Algorithm):

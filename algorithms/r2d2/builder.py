@@ -64,7 +64,8 @@ class R2D2Builder(Builder):
         self.learn = self.apex = learn
         self.r2d2 = dataclasses.replace(
             r2d2, gamma=learn.gamma, n_step=learn.n_step, lr=learn.lr, adam_eps=learn.adam_eps,
-            target_update_interval=learn.target_update, hidden=learn.hidden, dueling=learn.dueling)
+            target_update_interval=learn.target_update, hidden=learn.hidden, cnn=learn.cnn,
+            dueling=learn.dueling)
 
     @staticmethod
     def defaults(family: str) -> dict[str, Any]:
@@ -92,7 +93,7 @@ class R2D2Builder(Builder):
             net = self.network(obs_space, act_space)
         else:
             net = recurrent_q_network(obs_space.shape, int(act_space.n), lstm_size=cfg.lstm_size, hidden=cfg.hidden,
-                                      dueling=cfg.dueling, last_action_reward=cfg.last_action_reward)
+                                      dueling=cfg.dueling, last_action_reward=cfg.last_action_reward, cnn=cfg.cnn)
         return self.algorithm_cls(network=net, num_actions=int(act_space.n), config=cfg, device=device, seed=seed)
 
     def make_actor(self, algorithm: R2D2, *, env: Any, sink: Any, params: Any, index: int, num_actors: int,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from algorithms.params import internal, param
+from algorithms.params import Cnn, check_cnn, internal, param
 
 
 @dataclass
@@ -29,8 +29,8 @@ class R2D2Config:
     already declares them."""
 
     # Derived by the Ape-X job from learn (gamma, n_step, lr, adam_eps, target_update,
-    # hidden, dueling): the discount, the n-step length, Adam's rate and epsilon, the
-    # updates between target copies, the MLP torso's sizes, the dueling head.
+    # hidden, cnn, dueling): the discount, the n-step length, Adam's rate and epsilon, the
+    # updates between target copies, the MLP torso's sizes, the frames torso, the dueling head.
     gamma: float = internal(0.997)
     n_step: int = internal(5)
     burn_in: int = param(40, help="R2D2: steps at a sequence's start that only warm up the LSTM from its stored state")
@@ -48,6 +48,7 @@ class R2D2Config:
     last_action_reward: bool = param(False, help=(
         "R2D2: the LSTM also takes the previous step's action (one-hot) and reward (tanh), as the paper's network"))
     hidden: tuple[int, ...] = internal((64, 64))
+    cnn: Cnn = internal("nature")
     dueling: bool = internal(True)
 
     def __post_init__(self) -> None:
@@ -65,6 +66,7 @@ class R2D2Config:
         return self.burn_in + 2
 
     def validate(self) -> None:
+        check_cnn(self.cnn)
         for name in ("n_step", "unroll", "period", "target_update_interval", "lstm_size"):
             _int(name, getattr(self, name), low=1)
         _int("burn_in", self.burn_in, low=0)

@@ -93,9 +93,9 @@ class RecurrentQNetwork(nn.Module):
 
 def recurrent_q_network(obs_shape: Sequence[int], num_actions: int, *, lstm_size: int = 512,
                         hidden: Sequence[int] = (64, 64), dueling: bool = True,
-                        last_action_reward: bool = False) -> RecurrentQNetwork:
+                        last_action_reward: bool = False, cnn: str = "nature") -> RecurrentQNetwork:
     """The default R2D2 network for ``obs_shape`` (torso picked by shape, see
-    :func:`algorithms.nets.default_torso`)."""
-    torso, features = default_torso(obs_shape, hidden=hidden)
+    :func:`algorithms.nets.default_torso`; ``cnn`` names the frames torso)."""
+    torso, features = default_torso(obs_shape, hidden=hidden, cnn=cnn)
     return RecurrentQNetwork(torso, features, num_actions, lstm_size=lstm_size, dueling=dueling,
                              last_action_reward=last_action_reward)

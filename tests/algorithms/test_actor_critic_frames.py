@@ -172,6 +172,19 @@ def test_impala_updates_on_an_unroll_of_frames():
     assert abs(metrics["rho_mean"] - 1.0) < 1e-4
 
 
+@pytest.mark.parametrize("name", ["impala", "ppo", "a2c"])
+def test_the_small_cnn_is_every_actor_critics_frames_torso_when_asked(name):
+    torch.manual_seed(0)
+    agent = ALGORITHMS[name](cnn="small")
+    convs = [m for m in agent.model.shared.body if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [16, 32]
+    assert agent.model.shared.policy_layer.in_features == 256 and agent.model.byte_observations
+    logits, value = agent.model(torch.from_numpy(frames(2)))
+    assert logits.shape == (2, 6) and value.shape == (2,)
+    with pytest.raises(ValueError, match="cnn must be one of nature, small, got 'nips'"):
+        ALGORITHMS[name](cnn="nips")
+
+
 # ----------------------------------------------------------------- other observations unchanged
 
 

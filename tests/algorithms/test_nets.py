@@ -16,10 +16,13 @@ from algorithms.dqn import DQN, DQNConfig
 from algorithms.nets import (
     ChannelsLast,
     DuelingHead,
+    default_torso,
+    frames_cnn,
     is_small_image,
     minatar_conv,
     nature_cnn,
     q_network,
+    small_cnn,
 )
 from algorithms.rollout import RolloutCollector
 
@@ -145,6 +148,49 @@ def test_q_network_keeps_the_other_paths():
     for shape in [(4, 10, 10), (4, 64, 64), (3, 40, 40, 1)]:
         with pytest.raises(ValueError, match="is_small_image"):
             q_network(shape, 2)
+
+
+def test_small_cnn_is_the_2013_dqn_torso_at_a_third_of_the_work():
+    net = small_cnn(4)
+    convs = [m for m in net if isinstance(m, nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs] == [
+        (4, 16, 8, 4), (16, 32, 4, 2)]
+    assert [(d.in_features, d.out_features) for d in net if isinstance(d, nn.Linear)] == [(2592, 256)]
+
+    def multiply_adds(torso: nn.Sequential) -> int:
+        total, x = 0, torch.zeros(1, 4, 84, 84)
+        for layer in torso:
+            y = layer(x)
+            if isinstance(layer, nn.Conv2d):
+                total += y[0].numel() * layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
+            elif isinstance(layer, nn.Linear):
+                total += layer.in_features * layer.out_features
+            x = y
+        return total
+
+    assert multiply_adds(net) == 2_965_504 and multiply_adds(nature_cnn(4)) == 9_342_976
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    assert torch.equal(net(frames), net(frames.float() / 255.0))  # bytes scaled inside, as the Nature CNN
+    normed = small_cnn(4, layer_norm=True)
+    assert sum(isinstance(m, nn.LayerNorm) for m in normed) == 3
+    with pytest.raises(ValueError, match="small_cnn sizes must be positive"):
+        small_cnn(0)
+
+
+def test_the_frames_torso_goes_by_name_in_every_default_network():
+    assert frames_cnn("small", 4)[1] == 256 and frames_cnn("nature", 4)[1] == 512
+    for cnn, width in (("nature", 32), ("small", 16)):
+        torso, features = default_torso((4, 84, 84), cnn=cnn)
+        assert torso[1].out_channels == width
+        net = q_network((4, 84, 84), 6, cnn=cnn)
+        assert net(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 6)
+        assert net[1].value.in_features == features  # the dueling head sits on the torso's features
+    # Vector and MinAtar observations ignore it, but a bad name is refused everywhere.
+    assert q_network((4,), 2, hidden=(8,), cnn="small")(torch.zeros(1, 4)).shape == (1, 2)
+    for call in (lambda: frames_cnn("big", 4), lambda: q_network((4,), 2, cnn="Nature"),
+                 lambda: default_torso((10, 10, 4), cnn="")):
+        with pytest.raises(ValueError, match="cnn must be one of nature, small"):
+            call()
 
 
 def test_a_vector_q_network_takes_integer_observations_as_their_values():
