@@ -3,12 +3,14 @@ acting, with learning. One JSON line each.
 
     python -m experiments.bench.atari.throughput                      # Pong, every job
     python -m experiments.bench.atari.throughput --seconds 10 --jobs rlpar-impala,rlpar-ppo
+    python -m experiments.bench.atari.throughput --jobs rlpar-ppo --flags 'rlpar-ppo=--cnn small'
 
 - ``envs``: one protocol env stepped with uniformly random actions in one process:
   the ALE's per-core ceiling on this machine (no job reaches it on one core);
 - ``acting`` (per job): the job's frames-default number of envs (``--num-envs`` of
   its frames defaults) stepped in one process, each step's actions from the job's
-  network on the batch of observations (inference only, one torch thread);
+  network on the batch of observations (inference only, one torch thread); the job's
+  ``--flags`` apply (``--cnn``, ``--num-envs``), as they do to learning;
 - ``learning`` (per job): the job itself, ``--serial`` (acting and learning in one
   process), twice: to :data:`WARMUP_STEPS` env steps and to ``WARMUP_STEPS`` plus the
   steps its acting rate covers in ``--seconds``; the rate is the difference of the
@@ -24,8 +26,10 @@ are depressed by whatever else runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -35,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from experiments.bench.atari import protocol
-from experiments.bench.atari.budget import OURS
+from experiments.bench.atari.budget import OURS, impl_flags
 from experiments.bench.tools import wallclock as wc
 from experiments.bench.tools.emit import emit
 
@@ -49,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", default=",".join(OURS), help=f"comma-separated, from {list(OURS)}")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds per measurement (default 8)")
     parser.add_argument("--depths", default="envs,acting,learning", help="comma-separated: envs, acting, learning")
+    parser.add_argument("--flags", action="append", default=[], metavar="IMPL=FLAGS", help=(
+        "extra job flags for one of ours, e.g. 'rlpar-ppo=--cnn small'; repeatable"))
     parser.add_argument("--out", default=None, help="also append the lines to <out>/results.jsonl")
     return parser
 
@@ -60,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     depths = wc.choose(parser, "--depths", args.depths, ("envs", "acting", "learning"), what="depth")
     if not 0 < args.seconds < 3600:
         parser.error(f"--seconds must be in (0, 3600), got {args.seconds}")
+    try:
+        flags = impl_flags(args.flags)
+    except ValueError as exc:
+        parser.error(str(exc))
+    from experiments.bench.atari import ours
+
+    for job, given in flags.items():
+        ours.config(job, given)  # a flag the job does not take: exit 2 before any measurement
     problem = protocol.check_env_id(args.env_id)
     if problem:
         parser.error(problem)
@@ -79,16 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             emit({**common, "job": job, "skipped": missing}, results_dir=args.out)
             continue
-        rate = None
+        rate, given = None, flags.get(job, "")
         if "acting" in depths:
-            line = {**common, "depth": "acting", "job": job,
-                    **measured(lambda job=job: acting(job, args.env_id, args.seconds))}
+            line = {**common, "depth": "acting", "job": job, "flags": given,
+                    **measured(functools.partial(acting, job, args.env_id, args.seconds, flags=given))}
             rate = line["env_steps_per_s"]
             emit(line, results_dir=args.out)
         if "learning" in depths:
-            emit({**common, "depth": "learning", "job": job,
-                  **measured(lambda job=job, rate=rate: learning(job, args.env_id, args.seconds, acting_rate=rate))},
-                 results_dir=args.out)
+            run = functools.partial(learning, job, args.env_id, args.seconds, acting_rate=rate, flags=given)
+            emit({**common, "depth": "learning", "job": job, "flags": given, **measured(run)}, results_dir=args.out)
     return 0
 
 
@@ -115,20 +128,21 @@ def envs_alone(env_id: str, seconds: float) -> dict[str, Any]:
     return {"num_envs": 1, "env_steps": steps, "env_steps_per_s": round(steps / elapsed, 1)}
 
 
-def acting_network(job: str, env_id: str):
-    """``(num_envs, act(obs) -> actions)``: the job's frames defaults and its acting path."""
+def acting_network(job: str, env_id: str, flags: str = ""):
+    """``(num_envs, act(obs) -> actions)``: the job's frames defaults with ``flags``, and
+    its acting path."""
     import torch
 
     from experiments.bench.atari import ours
     from experiments.runtime import Parts
 
     module = __import__(ours.JOBS[job], fromlist=["env_defaults"])
-    cfg = ours.config(job, "", env_id)
+    cfg = ours.config(job, flags, env_id)
     module.env_defaults(cfg, Parts())
     obs_space, act_space = ours.spaces(env_id)
     num_envs = int(cfg.env.num_envs)
     if job == "rlpar-apex":
-        load, scores = ours.policy(job, "", env_id, run_dir="")
+        load, scores = ours.policy(job, flags, env_id, run_dir="")
         return num_envs, lambda obs: np.asarray(scores(obs).argmax(-1))
     if job == "rlpar-impala":
         from algorithms.impala import IMPALA
@@ -150,8 +164,8 @@ def acting_network(job: str, env_id: str):
     return num_envs, act
 
 
-def acting(job: str, env_id: str, seconds: float) -> dict[str, Any]:
-    num_envs, act = acting_network(job, env_id)
+def acting(job: str, env_id: str, seconds: float, *, flags: str = "") -> dict[str, Any]:
+    num_envs, act = acting_network(job, env_id, flags)
     envs = [protocol.make_env(env_id) for _ in range(num_envs)]
     obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     steps, t0 = 0, time.perf_counter()
@@ -167,13 +181,13 @@ def acting(job: str, env_id: str, seconds: float) -> dict[str, Any]:
     return {"num_envs": num_envs, "env_steps": steps, "env_steps_per_s": round(steps / elapsed, 1)}
 
 
-def serial_run(job: str, env_id: str, max_env_steps: int) -> dict[str, Any]:
+def serial_run(job: str, env_id: str, max_env_steps: int, flags: str = "") -> dict[str, Any]:
     from experiments.bench.atari import ours
 
     with tempfile.TemporaryDirectory() as log_dir:
         command = [sys.executable, "-m", ours.JOBS[job], "--env-id", env_id, "--serial", "--log-dir", log_dir,
                    "--max-env-steps", str(max_env_steps), "--max-seconds", "3600", "--eval-every", str(2**62),
-                   "--status-every", "0", "--checkpoint-every", "0"]
+                   "--status-every", "0", "--checkpoint-every", "0", *shlex.split(flags)]
         out = subprocess.run(command, capture_output=True, text=True, timeout=1800)
         runs = [os.path.join(log_dir, d) for d in os.listdir(log_dir)]
         if out.returncode or not runs:
@@ -183,11 +197,12 @@ def serial_run(job: str, env_id: str, max_env_steps: int) -> dict[str, Any]:
             return json.load(f)
 
 
-def learning(job: str, env_id: str, seconds: float, *, acting_rate: float | None = None) -> dict[str, Any]:
+def learning(job: str, env_id: str, seconds: float, *, acting_rate: float | None = None,
+             flags: str = "") -> dict[str, Any]:
     window = int(max(1_000, (acting_rate or 500.0) * seconds))
     try:
-        short = serial_run(job, env_id, WARMUP_STEPS)
-        long = serial_run(job, env_id, WARMUP_STEPS + window)
+        short = serial_run(job, env_id, WARMUP_STEPS, flags)
+        long = serial_run(job, env_id, WARMUP_STEPS + window, flags)
     except RuntimeError as exc:
         return {"error": str(exc)}
     wall = long["wall_s"] - short["wall_s"]
