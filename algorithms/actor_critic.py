@@ -184,8 +184,8 @@ def default_actor_critic(observation_space: gym.Space, *, policy_dim: int, confi
       (:func:`algorithms.nets.default_torso`, Ape-X's and PQN's), shared by the policy
       and value layers: ``nature`` (Mnih et al. 2015; conv 32-8-4, 64-4-2, 64-3-1,
       dense 512, ReLU), CleanRL's ``ppo_atari`` network, or ``small`` (Mnih et al.
-      2013; conv 16-8-4, 32-4-2, dense 256). uint8 frames reach it as bytes and are scaled by 1/255
-      inside (``byte_observations``);
+      2013; conv 16-8-4, 32-4-2, dense 256). uint8 frames reach it as bytes and are
+      scaled by 1/255 inside (``byte_observations``);
     * small channels-last images (:func:`algorithms.nets.is_small_image`, e.g.
       MinAtar's 10x10xC booleans): the MinAtar conv torso (Young & Tian 2019), shared
       as the paper's actor-critic and the A3C paper's Atari nets share theirs;
