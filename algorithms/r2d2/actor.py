@@ -27,10 +27,19 @@ from rlpar.protocols import Buffer, ParameterStore
 
 class SequenceItems:
     """The actor's adder (:class:`algorithms.actor_learner.Adder`): a
-    :class:`SequenceAdder` fed the state each step was acted on from (the extras)."""
+    :class:`SequenceAdder` fed the state each step was acted on from (the extras).
+
+    A sequence cut by its episode's end is kept only with ``min_valid`` steps (the
+    burn-in and a trained step). Where every episode is shorter, nothing ever reaches
+    the replay, the learner never starts, and pacing then stops the actors for good:
+    a run that would hang silently. So once every sub-env has ended two episodes
+    (in all) without a single sequence kept, :meth:`add` raises a ValueError naming
+    the burn-in and the episodes' mean length: early, as pacing lets each actor only
+    its share of ``learning_starts`` before the first update."""
 
     def __init__(self, adder: SequenceAdder) -> None:
         self.adder = adder
+        self.episodes = self.episode_steps = self.kept = 0
 
     def add(self, *, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
             reset_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -39,7 +48,20 @@ class SequenceItems:
         # bootstraps from).
         batch = self.adder.add(obs=obs, action=action, reward=reward, terminated=terminated, truncated=truncated,
                                state=extras, final_obs=next_obs, cut=cut)
+        if not self.kept:
+            self._check_kept(batch, np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool))
         return [] if batch is None else [batch]
+
+    def _check_kept(self, batch: Batch | None, done: np.ndarray) -> None:
+        self.kept = 0 if batch is None else len(batch["mask"])
+        self.episode_steps += len(done)
+        self.episodes += int(done.sum())
+        if not self.kept and self.episodes >= 2 * self.adder.num_envs:
+            raise ValueError(
+                f"R2D2 has kept no sequence from the first {self.episodes} episodes (about "
+                f"{self.episode_steps / self.episodes:.1f} env steps each): a sequence cut by its episode's end "
+                f"needs {self.adder.min_valid} steps (--burn-in + 2), so the replay would stay empty and the "
+                "learner never start; lower --burn-in below the episodes' length")
 
 
 class R2D2Actor(Actor):

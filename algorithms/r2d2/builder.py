@@ -17,7 +17,9 @@ sequences of 80 starting every 40), 800K steps unless given (:attr:`replay_steps
 ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
 replay holds ``learning_starts / (2 period)`` sequences: an episode makes one sequence
 per ``period`` steps, or one per episode where episodes are shorter (down to
-``burn_in + 1`` steps), so the actors' paced steps always make them.
+``burn_in + 1`` steps), so the actors' paced steps make them; where every episode is
+shorter still, none is ever made, and the actors end the run with an error naming
+``--burn-in`` (:class:`~algorithms.r2d2.actor.SequenceItems`) instead of waiting.
 """
 
 from __future__ import annotations

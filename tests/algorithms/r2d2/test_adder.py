@@ -175,3 +175,31 @@ def test_held_steps_counts_the_env_steps_no_returned_sequence_holds_yet():
     assert adder.held_steps == 2 + 1
     flushed = adder.flush()  # the end of the run: env 0's 2 steps go out, padded; env 1's 1 cannot
     assert flushed["mask"].sum(axis=1).tolist() == [2] and adder.held_steps == 0
+
+
+def test_episodes_all_too_short_for_the_burn_in_end_the_actor_with_a_clear_error():
+    """Every episode shorter than min_valid: no sequence would ever reach the replay
+    and the run would hang in pacing; the actor's adder says why instead, once each
+    sub-env has ended two episodes."""
+    from algorithms.r2d2.actor import SequenceItems
+
+    def items(episode_length):
+        adder = SequenceAdder(num_envs=2, length=10, period=2, min_valid=6)
+        return SequenceItems(adder), episode_length
+
+    def step(items, t, episode_length):
+        done = np.full(2, (t + 1) % episode_length == 0)
+        return items.add(obs=np.zeros((2, 1)), action=np.zeros(2, np.int64), reward=np.zeros(2),
+                         next_obs=np.zeros((2, 1)), reset_obs=np.zeros((2, 1)), terminated=done,
+                         truncated=np.zeros(2, bool), extras={"h": np.zeros((2, 1), np.float32)}, cut=None)
+
+    short, length = items(3)  # 3 steps and the last observation: 4 valid, below 6
+    for t in range(5):  # 2 sub-envs x 1 episode ended by t = 2: not yet
+        step(short, t, length)
+    with pytest.raises(ValueError, match=r"no sequence from the first 4 episodes \(about 3.0 env steps each\).*"
+                                         r"needs 6 steps \(--burn-in \+ 2\).*lower --burn-in"):
+        step(short, 5, length)
+    kept, length = items(5)  # 5 steps and the last observation: the sequence from step 0 is kept
+    for t in range(40):
+        step(kept, t, length)
+    assert kept.kept > 0
