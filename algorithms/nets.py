@@ -85,48 +85,50 @@ def _norm(kind: str, size: int, layer_norm: bool) -> list[nn.Module]:
     return [ChannelNorm(size) if kind == "conv" else nn.LayerNorm(size)]
 
 
-def nature_cnn(in_channels: int = 4, *, out_features: int = 512, layer_norm: bool = False) -> nn.Sequential:
-    """The Nature DQN torso for 84x84 frames: 3 conv layers and one dense layer
-    (``layer_norm``: each followed by a :class:`ChannelNorm` or LayerNorm).
+# The frames torsos' conv layers, (filters, kernel, stride) each, and dense width.
+NATURE_CONVS, NATURE_FEATURES = ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512
+SMALL_CONVS, SMALL_FEATURES = ((16, 8, 4), (32, 4, 2)), 256
+
+
+def _frames_torso(name: str, in_channels: int, convs: Sequence[tuple[int, int, int]], out_features: int,
+                  layer_norm: bool) -> nn.Sequential:
+    """Bytes scaled, ``convs`` on 84x84 frames, one dense layer; each followed by a
+    norm where ``layer_norm`` and a ReLU."""
+    if in_channels <= 0 or out_features <= 0:
+        raise ValueError(f"{name} sizes must be positive, got in_channels={in_channels} "
+                         f"out_features={out_features}")
+    layers: list[nn.Module] = [ScaleBytes()]
+    channels, side = in_channels, 84
+    for filters, kernel, stride in convs:
+        layers += [nn.Conv2d(channels, filters, kernel_size=kernel, stride=stride),
+                   *_norm("conv", filters, layer_norm), nn.ReLU()]
+        channels, side = filters, (side - kernel) // stride + 1
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels * side * side, out_features),
+                         *_norm("dense", out_features, layer_norm), nn.ReLU())
+
+
+def nature_cnn(in_channels: int = 4, *, out_features: int = NATURE_FEATURES, layer_norm: bool = False) -> nn.Sequential:
+    """The Nature DQN torso for 84x84 frames: 3 conv layers (32 8x8 filters at stride
+    4, 64 4x4 at stride 2, 64 3x3 at stride 1) and one dense layer (``layer_norm``:
+    each followed by a :class:`ChannelNorm` or LayerNorm).
 
     Accepts uint8 or float input of shape ``(batch, in_channels, 84, 84)``.
     """
-    if in_channels <= 0 or out_features <= 0:
-        raise ValueError(f"nature_cnn sizes must be positive, got in_channels={in_channels} "
-                         f"out_features={out_features}")
-    ln = layer_norm
-    return nn.Sequential(
-        ScaleBytes(),
-        nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), *_norm("conv", 32, ln), nn.ReLU(),
-        nn.Conv2d(32, 64, kernel_size=4, stride=2), *_norm("conv", 64, ln), nn.ReLU(),
-        nn.Conv2d(64, 64, kernel_size=3, stride=1), *_norm("conv", 64, ln), nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(64 * 7 * 7, out_features), *_norm("dense", out_features, ln), nn.ReLU(),
-    )
+    return _frames_torso("nature_cnn", in_channels, NATURE_CONVS, out_features, layer_norm)
 
 
-def small_cnn(in_channels: int = 4, *, out_features: int = 256, layer_norm: bool = False) -> nn.Sequential:
+def small_cnn(in_channels: int = 4, *, out_features: int = SMALL_FEATURES, layer_norm: bool = False) -> nn.Sequential:
     """The torso of the first DQN (Mnih et al. 2013) for 84x84 frames: two conv layers
     (16 8x8 filters at stride 4, 32 4x4 at stride 2) and one dense layer of 256.
     About 3M multiply-adds a frame against the Nature CNN's 9M: on a CPU, where
     training the network is what bounds an Atari run, it trains about 3x the frames
     per second. Input and ``layer_norm`` as :func:`nature_cnn`'s."""
-    if in_channels <= 0 or out_features <= 0:
-        raise ValueError(f"small_cnn sizes must be positive, got in_channels={in_channels} "
-                         f"out_features={out_features}")
-    ln = layer_norm
-    return nn.Sequential(
-        ScaleBytes(),
-        nn.Conv2d(in_channels, 16, kernel_size=8, stride=4), *_norm("conv", 16, ln), nn.ReLU(),
-        nn.Conv2d(16, 32, kernel_size=4, stride=2), *_norm("conv", 32, ln), nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(32 * 9 * 9, out_features), *_norm("dense", out_features, ln), nn.ReLU(),
-    )
+    return _frames_torso("small_cnn", in_channels, SMALL_CONVS, out_features, layer_norm)
 
 
 # The frames torsos by the name a config's ``cnn`` field gives (algorithms.params.CNNS), and their features.
-FRAMES_CNNS: dict[str, tuple[Callable[..., nn.Sequential], int]] = {"nature": (nature_cnn, 512),
-                                                                     "small": (small_cnn, 256)}
+FRAMES_CNNS: dict[str, tuple[Callable[..., nn.Sequential], int]] = {"nature": (nature_cnn, NATURE_FEATURES),
+                                                                     "small": (small_cnn, SMALL_FEATURES)}
 
 
 def frames_cnn(cnn: str, in_channels: int, *, layer_norm: bool = False) -> tuple[nn.Sequential, int]:

@@ -38,9 +38,9 @@ Cnn = Literal["nature", "small"]
 CNNS: tuple[str, ...] = get_args(Cnn)
 
 
-def cnn_param(default: str = "nature") -> Any:
+def cnn_param() -> Any:
     """The ``cnn`` field of a config whose default networks take frames."""
-    return param(default, help=(
+    return param("nature", help=(
         "the torso for (C, 84, 84) frames: nature (Mnih et al. 2015: 3 convs, 512 features) or small "
         "(Mnih et al. 2013: 2 convs, 256 features, a third of the work); other observations ignore it"))
 
