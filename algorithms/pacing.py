@@ -8,14 +8,16 @@ after ``learning_starts`` env steps, with ``slack_steps`` of play either way:
 - the learner may update while it is behind the env steps' due updates (plus slack);
 - an actor may step while it is not more than ``slack_steps`` ahead of what the
   learner has consumed, or while the data of the learner it feeds lacks what that
-  learner needs to learn (``filling``: several learners, each learning from its own
-  replay shard). The actors' allowance is shared, but every shard must fill before
-  any learner updates (they update in step): without this, actors that start early
-  spend the whole allowance on their own shards, a late actor's shard never fills,
-  no update comes, and pacing stops every actor for good. The extra steps only
-  bring the first update forward; from then on the learners may take the updates
-  those steps are owed (``learner_may_update`` counts every env step), so the replay
-  ratio holds over the run;
+  learner needs to learn (``filling``). The allowance assumes its env steps fill the
+  replay; they may not: several learners each learn from their own replay shard and
+  update in step, so actors that start early spend the shared allowance on their own
+  shards and a late actor's shard never fills; and R2D2 keeps a sequence only where
+  an episode is long enough, so short episodes make fewer items than env steps.
+  Without ``filling`` no update would come and pacing would stop every actor for good
+  (``experiments.roles.actor_learner.filling``). The extra steps only bring the first
+  update forward; from then on the learners may take the updates those steps are owed
+  (``learner_may_update`` counts every env step), so the replay ratio holds over the
+  run;
 - in one process (serial), ``updates_due`` is the exact number of updates owed
   since the learner could first sample (``started_at`` env steps), so a run is
   deterministic for a seed. Counting from ``started_at`` rather than from

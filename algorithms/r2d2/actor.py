@@ -25,17 +25,24 @@ from algorithms.r2d2.r2d2 import R2D2
 from rlpar.protocols import Buffer, ParameterStore
 
 
+# Episodes per sub-env with no sequence kept after which an actor gives up (SequenceItems).
+EPISODES_PER_ENV = 20
+
+
 class SequenceItems:
     """The actor's adder (:class:`algorithms.actor_learner.Adder`): a
     :class:`SequenceAdder` fed the state each step was acted on from (the extras).
 
     A sequence cut by its episode's end is kept only with ``min_valid`` steps (the
-    burn-in and a trained step). Where every episode is shorter, nothing ever reaches
-    the replay, the learner never starts, and pacing then stops the actors for good:
-    a run that would hang silently. So once every sub-env has ended two episodes
-    (in all) without a single sequence kept, :meth:`add` raises a ValueError naming
-    the burn-in and the episodes' mean length: early, as pacing lets each actor only
-    its share of ``learning_starts`` before the first update."""
+    burn-in and a trained step). Where most episodes are shorter, the actors step past
+    pacing until the replay holds what the learner needs (the runtime's filling);
+    where every one is, nothing ever reaches the replay and the learner never starts:
+    a run that would play on and learn nothing. So once the sub-envs have ended
+    :data:`EPISODES_PER_ENV` episodes each (in all) without a single sequence kept,
+    :meth:`add` raises a ValueError naming the burn-in and the episodes' mean length.
+    That many, not one or two: untrained epsilon-greedy actors play short episodes
+    mostly, and a long one now and then is enough (MinAtar Breakout with
+    ``--burn-in 16``: about 6% of a random policy's episodes reach its 18 steps)."""
 
     def __init__(self, adder: SequenceAdder) -> None:
         self.adder = adder
@@ -56,7 +63,7 @@ class SequenceItems:
         self.kept = 0 if batch is None else len(batch["mask"])
         self.episode_steps += len(done)
         self.episodes += int(done.sum())
-        if not self.kept and self.episodes >= 2 * self.adder.num_envs:
+        if not self.kept and self.episodes >= EPISODES_PER_ENV * self.adder.num_envs:
             raise ValueError(
                 f"R2D2 has kept no sequence from the first {self.episodes} episodes (about "
                 f"{self.episode_steps / self.episodes:.1f} env steps each): a sequence cut by its episode's end "

@@ -17,9 +17,11 @@ sequences of 80 starting every 40), 800K steps unless given (:attr:`replay_steps
 ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
 replay holds ``learning_starts / (2 period)`` sequences: an episode makes one sequence
 per ``period`` steps, or one per episode where episodes are shorter (down to
-``burn_in + 1`` steps), so the actors' paced steps make them; where every episode is
-shorter still, none is ever made, and the actors end the run with an error naming
-``--burn-in`` (:class:`~algorithms.r2d2.actor.SequenceItems`) instead of waiting.
+``burn_in + 2`` steps). Where most episodes are shorter still, pacing's steps make
+fewer, and the actors step past pacing until the replay holds them (the runtime's
+filling, :mod:`experiments.roles.actor_learner.filling`); where every episode is,
+none is ever made, and the actors end the run with an error naming ``--burn-in``
+(:class:`~algorithms.r2d2.actor.SequenceItems`) instead of waiting.
 """
 
 from __future__ import annotations

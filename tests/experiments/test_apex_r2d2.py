@@ -65,6 +65,17 @@ def test_r2d2_in_a_local_world_with_sequence_shards_on_the_actors_two_learners_a
     assert (tmp_path / "killed").exists() and summary["actor_restarts"] == 1 and summary["restarts"] == 0
 
 
+@pytest.mark.timeout(120)
+def test_one_learner_starts_when_its_episodes_make_fewer_sequences_than_pacing_allows():
+    # One 12-step episode in ten (the others 3 steps, too short for a sequence): a
+    # sequence per 39 env steps. The learner waits for learning_starts / (2 period) =
+    # 63; pacing's allowance before it (learning_starts + the slack, 2000 env steps)
+    # makes about 51. Without filling the actors stopped there and no update ever came.
+    summary = apex.run(r2d2_config(env_id="user_envs:MostlyShortCounting-v0", learning_starts=1000,
+                                   max_env_steps=4000, max_seconds=60.0), quiet=True)
+    assert summary["stop_reason"] == "env step budget" and summary["updates"] > 0
+
+
 def test_replay_capacity_counts_env_steps_and_r2d2_holds_one_sequence_per_period():
     # A sequence adds `period` new env steps (the rest overlap its neighbours), so
     # --replay-capacity 100000 holds 12,500 sequences of period 8, as it holds 100,000

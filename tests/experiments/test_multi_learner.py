@@ -244,39 +244,6 @@ def test_lockstep_carries_what_each_learner_lacks_in_both_of_its_reductions():
     assert lockstep.agree() == (True, True) and lockstep.lacking == [0, 3]
 
 
-def test_learner_0_names_the_learner_whose_data_holds_everyone_back(capsys):
-    import time
-
-    from experiments.roles.actor_learner.learners import Filling
-    from experiments.runtime.config import RunConfig
-    from experiments.runtime.coordinator import Coordinator
-    from experiments.runtime.messages import Report
-    from rlpar.logging import MetricLogger
-
-    run = RunConfig(status_every=0.5, eval_every=10**6, max_env_steps=10**6, max_seconds=600.0)
-    coord = Coordinator(job="t", run=run, env_id="x", num_sources=4, target=1e9, started=time.time(),
-                        logger=MetricLogger(log_dir=None))
-    coord.report(Report(source=0, env_steps=10, transitions=10))
-    filling = Filling(coord, learners=2, num_actors=4, need=100, data="replay shard", unit="transitions",
-                      warn_after=1.0)
-    filling.update([0, 100], updated=False)
-    assert coord.report(Report(source=0, env_steps=1)).filling == (1,)  # actors 1 and 3 may step
-    assert filling.status() == {"filling": None}  # not yet a second without an update
-    time.sleep(1.05)
-    filling.update([0, 60], updated=False)
-    assert filling.status() == {"filling": "learner1:40/100"}
-    coord.tick(updates=0, status=filling.status(), force=True)
-    err = capsys.readouterr()
-    assert "filling=learner1:40/100" in err.out
-    assert ("learner 1's replay shard holds 40 of the 100 transitions it needs before it learns" in err.err
-            and "fed by actor 1 (no report yet), actor 3 (no report yet)" in err.err)
-    filling.update([0, 0], updated=True)
-    assert coord.filling == () and filling.status() == {"filling": None}
-    coord.tick(updates=1, status=filling.status(), force=True)
-    err = capsys.readouterr()
-    assert "filling=" not in err.out and "the learners update, after 1 s waiting for data" in err.err
-
-
 @pytest.mark.timeout(150)
 def test_two_apex_learners_start_when_the_actor_of_one_starts_late(monkeypatch):
     # Actor 1 (rank 3) feeds learner 1's replay shard alone and starts 5 s late: actor 0

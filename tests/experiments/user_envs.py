@@ -86,3 +86,19 @@ class SleepyEnv(CountingEnv):
 if SLEEPY_ID not in gym.registry:
     gym.register(SLEEPY_ID, entry_point=SleepyEnv, kwargs={"episode_length": 20},
                  reward_threshold=1e9)
+
+MOSTLY_SHORT_ID = "MostlyShortCounting-v0"
+
+
+class MostlyShortEnv(CountingEnv):
+    """CountingEnv whose episodes take 3 steps but every tenth (the first included),
+    which takes 12: at R2D2's burn-in of 4 a sequence needs 6 steps, so only one episode
+    in ten makes one, a sequence per 39 env steps."""
+
+    def reset(self, *, seed=None, options=None):
+        self.episode_length = 12 if self.resets_total % 10 == 0 else 3
+        return super().reset(seed=seed, options=options)
+
+
+if MOSTLY_SHORT_ID not in gym.registry:
+    gym.register(MOSTLY_SHORT_ID, entry_point=MostlyShortEnv, reward_threshold=1e9)

@@ -170,6 +170,13 @@ class LearnerData:
             return self.source.ready()
         return reported >= self.min_size
 
+    def short_of(self, reported: int) -> int:
+        """What :meth:`ready` lacks by the ``reported`` count: a queue's unrolls for a
+        batch, or a replay's items up to ``learning_starts`` (and a batch)."""
+        if self.queue is not None:
+            return self.lacking()
+        return max(0, self.min_size - reported)
+
     def local_ready(self) -> bool:
         """Whether this learner's own data gives a batch now (several learners: each
         says so for its own queue or replay shard; remote shards are sampled by all,

@@ -16,8 +16,8 @@ from typing import Any
 from algorithms.pacing import Pacing
 from experiments.roles.actor_learner.backoff import Backoff
 from experiments.roles.actor_learner.data import LearnerData, follow_key
+from experiments.roles.actor_learner.filling import Filling
 from experiments.roles.actor_learner.learners import (
-    Filling,
     Lockstep,
     gather,
     make_learner,
@@ -158,15 +158,18 @@ def run_learner(setup: Setup, group: Any, *, shards: list[str], members: Any = N
     group.register("coord/rejoin", rejoin_handler(setup, coordinator, data, shards, group))
     loop = LearnerLoop(learner, coordinator, pacing(setup.flow, num_actors=num_actors, num_envs=setup.env.num_envs,
                                                     learners=setup.learners), data=data)
+    # A replay's items are the flow's (R2D2's are sequences), a queue's unrolls.
+    unit = setup.flow.items if setup.flow.data == "replay" else setup.path.unit
     filling = None
     if lockstep is not None:  # may the next update come: this learner's data and pacing, the stop
         lockstep.poll = lambda ahead: (data.local_ready() and loop.may_update(ahead=ahead),
                                        coordinator.should_stop())
         lockstep.lacking_of = data.lacking
-        # A replay's items are the flow's (R2D2's are sequences), a queue's unrolls.
-        unit = setup.flow.items if setup.flow.data == "replay" else setup.path.unit
         filling = Filling(coordinator, learners=setup.learners, num_actors=num_actors, need=data.need,
                           data=setup.path.noun, unit=unit, warn_after=coordinator.silent_after)
+    elif loop.pacing is not None:  # one learner on a paced replay (a queue's actors are not paced)
+        filling = Filling(coordinator, learners=1, num_actors=num_actors, need=data.min_size,
+                          data="replay", unit=unit, warn_after=coordinator.silent_after)
     group.barrier()
     return run_lead(lead, coordinator, keeper, _LearnerTurns(setup, loop, data, lockstep, members, filling),
                     kept=released.set, whole=(lambda: lockstep.whole) if lockstep is not None else None)
@@ -194,7 +197,11 @@ class _LearnerTurns:
             if loop.coordinator.should_stop():
                 self.ended = True
                 return False
+            before = loop.learner.updates
             loop.step()
+            if self.filling is not None:
+                self.filling.update([self.data.short_of(loop.coordinator.transitions)],
+                                    updated=loop.learner.updates > before)
         else:
             before = loop.learner.updates
             if not loop.step_with(self.lockstep):

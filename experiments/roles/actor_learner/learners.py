@@ -26,7 +26,7 @@ What keeps them identical and in step:
   runs the same updates, none waits in a gradient all-reduce that another will
   never join, and the stop is taken by all at the same update: no deadlock when the
   run ends or when one learner's data runs dry (the others wait with it);
-- **filling** (:class:`Filling`): the same all-reduce tells learner 0 what each
+- **filling** (:class:`~experiments.roles.actor_learner.filling.Filling`): the same all-reduce tells learner 0 what each
   learner's own data lacks; the actors of one that lacks data step past pacing
   until it is filled (an actor that starts late would otherwise find the shared
   allowance spent and no learner could ever update), and learner 0 names the
@@ -105,8 +105,8 @@ class Lockstep:
     may learn (:meth:`LearnerData.lacking <experiments.roles.actor_learner.data.LearnerData.lacking>`).
     :meth:`agree` gives (all ready, any stop) for the coming update, and leaves every
     learner's ``lacking`` in :attr:`lacking`, which tells learner 0 whose actors must
-    fill its data before any learner can update (:class:`Filling`). While they
-    learn, that decision rides on the previous update's gradient all-reduce:
+    fill its data before any learner can update
+    (:class:`~experiments.roles.actor_learner.filling.Filling`). While they learn, that decision rides on the previous update's gradient all-reduce:
     :meth:`average_gradients` (the grad hook it gives the algorithm) appends the
     flags to the gradients, so an update costs one
     collective, not two (on 2 loopback gloo members an all-reduce takes about
@@ -185,73 +185,6 @@ class Lockstep:
         not_ready, stopped, *lacking = flags.tolist()
         self.lacking = [round(members * x) for x in lacking]
         return not_ready == 0.0, stopped > 0.0  # > 0 where any member said so
-
-
-class Filling:
-    """Learner 0's watch over the learners whose own data (replay shard or queue)
-    lacks what they need to learn, from :class:`Lockstep`'s ``lacking``. As they
-    update in step, one such learner holds back all of them, so:
-
-    - its actors (``i mod K``) may step past pacing until its data holds enough
-      (the coordinator's ``filling``, sent in every directive;
-      :meth:`~algorithms.pacing.Pacing.actor_may_step`): otherwise actors that
-      started early would spend the shared allowance on their own shards, and a late
-      actor's shard would never fill;
-    - while no learner has updated for a second, the status line names each one
-      waiting and what its data holds (``filling=learner1:12/100``); after
-      ``warn_after`` seconds a notice says what it waits for and how its actors
-      are (a shard whose only actor is dead or hung can wait for good).
-    """
-
-    def __init__(self, coordinator: Any, *, learners: int, num_actors: int, need: int, data: str,
-                 unit: str, warn_after: float) -> None:
-        self.coordinator, self.need, self.warn_after = coordinator, need, warn_after
-        self.data, self.unit = data, unit  # e.g. "replay shard", "transitions"
-        self.feeders = [[i for i in range(num_actors) if i % learners == k] for k in range(learners)]
-        self.lacking: list[int] = [0] * learners
-        self._since: float | None = None  # since when no learner could update for want of data
-        self._warned = False
-
-    def update(self, lacking: list[int], *, updated: bool) -> None:
-        """After each agreement: ``lacking`` per learner, ``updated``: whether they updated."""
-        self.lacking = list(lacking)
-        filling = tuple(k for k, n in enumerate(lacking) if n > 0)
-        if filling != self.coordinator.filling:
-            self.coordinator.filling = filling
-        if updated or not filling:
-            if self._warned:
-                self.coordinator.say(f"the learners update, after {time.monotonic() - self._since:.0f} s "
-                                     "waiting for data")
-            self._since, self._warned = None, False
-            return
-        now = time.monotonic()
-        self._since = now if self._since is None else self._since
-        if not self._warned and now - self._since >= self.warn_after:
-            self._warned = True
-            for k in filling:
-                self.coordinator.say(self.describe(k, waited=now - self._since))
-
-    def describe(self, learner: int, *, waited: float) -> str:
-        held = self.need - self.lacking[learner]
-        return (f"no learner has updated for {waited:.0f} s: learner {learner}'s {self.data} holds "
-                f"{held} of the {self.need} {self.unit} it needs before it learns, and the learners "
-                f"update in step; it is fed by {self.actors(learner)}")
-
-    def actors(self, learner: int) -> str:
-        states = []
-        for i in self.feeders[learner]:
-            quiet = self.coordinator.quiet_for(i)
-            states.append(f"actor {i} (" + ("no report yet" if quiet is None else
-                                            f"last report {quiet:.0f} s ago" if quiet >= 1.0 else "reporting")
-                          + ")")
-        return ", ".join(states)
-
-    def status(self) -> dict[str, Any]:
-        """The status line's ``filling`` entry (None: no entry)."""
-        if self._since is None or time.monotonic() - self._since < 1.0:
-            return {"filling": None}
-        return {"filling": ",".join(f"learner{k}:{self.need - n}/{self.need}"
-                                    for k, n in enumerate(self.lacking) if n > 0)}
 
 
 def share_state(group: Any, algorithm: Any) -> None:

@@ -179,9 +179,9 @@ def test_held_steps_counts_the_env_steps_no_returned_sequence_holds_yet():
 
 def test_episodes_all_too_short_for_the_burn_in_end_the_actor_with_a_clear_error():
     """Every episode shorter than min_valid: no sequence would ever reach the replay
-    and the run would hang in pacing; the actor's adder says why instead, once each
-    sub-env has ended two episodes."""
-    from algorithms.r2d2.actor import SequenceItems
+    and the learner would never start; the actor's adder says why instead, once the
+    sub-envs have ended EPISODES_PER_ENV episodes each."""
+    from algorithms.r2d2.actor import EPISODES_PER_ENV, SequenceItems
 
     def items(episode_length):
         adder = SequenceAdder(num_envs=2, length=10, period=2, min_valid=6)
@@ -194,12 +194,14 @@ def test_episodes_all_too_short_for_the_burn_in_end_the_actor_with_a_clear_error
                          truncated=np.zeros(2, bool), extras={"h": np.zeros((2, 1), np.float32)}, cut=None)
 
     short, length = items(3)  # 3 steps and the last observation: 4 valid, below 6
-    for t in range(5):  # 2 sub-envs x 1 episode ended by t = 2: not yet
+    last = 3 * EPISODES_PER_ENV - 1  # the step that ends each sub-env's EPISODES_PER_ENV-th episode
+    for t in range(last):
         step(short, t, length)
-    with pytest.raises(ValueError, match=r"no sequence from the first 4 episodes \(about 3.0 env steps each\).*"
-                                         r"needs 6 steps \(--burn-in \+ 2\).*lower --burn-in"):
-        step(short, 5, length)
+    with pytest.raises(ValueError, match=rf"no sequence from the first {2 * EPISODES_PER_ENV} episodes "
+                                         r"\(about 3.0 env steps each\).*needs 6 steps \(--burn-in \+ 2\).*"
+                                         r"lower --burn-in"):
+        step(short, last, length)
     kept, length = items(5)  # 5 steps and the last observation: the sequence from step 0 is kept
-    for t in range(40):
+    for t in range(5 * EPISODES_PER_ENV):
         step(kept, t, length)
     assert kept.kept > 0
