@@ -24,7 +24,6 @@ from algorithms.r2d2.adder import SequenceAdder
 from algorithms.r2d2.r2d2 import R2D2
 from rlpar.protocols import Buffer, ParameterStore
 
-
 # Episodes per sub-env with no sequence kept after which an actor gives up (SequenceItems).
 EPISODES_PER_ENV = 20
 
