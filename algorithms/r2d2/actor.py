@@ -86,7 +86,8 @@ class R2D2Actor(Actor):
         cfg = r2d2.config
         self.state = r2d2.initial_state(env.num_envs)
         self.sequences = adder = SequenceAdder(num_envs=env.num_envs, length=cfg.sequence_length,
-                                               period=cfg.period, min_valid=cfg.min_sequence_steps)
+                                               period=cfg.period, min_valid=cfg.min_sequence_steps,
+                                               start_min_valid=cfg.min_start_steps)
         # add_every 1: a sequence is already many steps; held back, it would only delay
         # the learner (and widen pacing's slack).
         super().__init__(acting=r2d2, behave=self.behaviour, adder=SequenceItems(adder), env=env, sink=buffer,

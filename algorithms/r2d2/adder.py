@@ -44,10 +44,12 @@ class SequenceAdder:
     steps that start every ``period`` steps of an episode (``1 <= period <= length``).
 
     A sequence cut short by its episode's end is kept only if it has ``min_valid``
-    valid steps (default 2: a step and the observation after it). A learner that
-    trains on none of a sequence's steps gives it a near-zero priority, whose
-    importance weight then shrinks every other sequence's (PER normalizes by the
-    largest weight): R2D2 passes ``burn_in + 2`` (``R2D2Config.min_sequence_steps``).
+    valid steps (default 2: a step and the observation after it), or ``start_min_valid``
+    (default ``min_valid``) if it starts the episode. A learner that trains on none of
+    a sequence's steps gives it a near-zero priority, whose importance weight then
+    shrinks every other sequence's (PER normalizes by the largest weight): R2D2 passes
+    ``burn_in + 2`` (``R2D2Config.min_sequence_steps``), and 2 for an episode's first
+    sequence where it trains that from its first step (``R2D2Config.min_start_steps``).
 
     Call :meth:`add` after every vector-env step; :meth:`flush` returns the partial
     sequences of episodes still running (at the end of a run). :attr:`held_steps`
@@ -56,25 +58,30 @@ class SequenceAdder:
     covers every step before; an episode's end returns or drops what it held.
     """
 
-    def __init__(self, *, num_envs: int, length: int, period: int, min_valid: int = 2) -> None:
+    def __init__(self, *, num_envs: int, length: int, period: int, min_valid: int = 2,
+                 start_min_valid: int | None = None) -> None:
+        start_min_valid = min_valid if start_min_valid is None else start_min_valid
         for name, value in (("num_envs", num_envs), ("length", length), ("period", period),
-                            ("min_valid", min_valid)):
+                            ("min_valid", min_valid), ("start_min_valid", start_min_valid)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if period > length:
             raise ValueError(f"period ({period}) must be <= length ({length}): steps between "
                              "sequences would never be replayed")
-        if not 2 <= min_valid <= length:
-            raise ValueError(f"min_valid must be in [2, length={length}] (a step and the observation "
-                             f"after it, at least), got {min_valid}")
+        for name, value in (("min_valid", min_valid), ("start_min_valid", start_min_valid)):
+            if not 2 <= value <= length:
+                raise ValueError(f"{name} must be in [2, length={length}] (a step and the observation "
+                                 f"after it, at least), got {value}")
         self.num_envs, self.length, self.period, self.min_valid = num_envs, length, period, min_valid
+        self.start_min_valid = start_min_valid
         self.sequences = 0  # returned so far
         self._episode_step = np.zeros(num_envs, dtype=np.int64)
         self._held = np.zeros(num_envs, dtype=np.int64)  # per env: steps in no returned sequence yet
         # Per env: the episode's steps since the oldest open sequence's start, and the
-        # open sequences as (their first step's index in that list, start state).
+        # open sequences as (their first step's index in that list, start state, whether
+        # they start the episode).
         self._steps: list[list[dict[str, np.ndarray]]] = [[] for _ in range(num_envs)]
-        self._open: list[list[tuple[int, dict[str, np.ndarray]]]] = [[] for _ in range(num_envs)]
+        self._open: list[list[tuple[int, dict[str, np.ndarray], bool]]] = [[] for _ in range(num_envs)]
 
     def add(
         self,
@@ -122,12 +129,13 @@ class SequenceAdder:
                 continue
             row = {key: np.array(value[env]) for key, value in step.items()}  # copies: envs reuse buffers
             start = None
+            first = bool(self._episode_step[env] == 0)
             if self._episode_step[env] % self.period == 0:
                 start = {key: np.array(value[env]) for key, value in state.items()}
-                if self._episode_step[env] == 0:  # a new episode starts from a zero state
+                if first:  # a new episode starts from a zero state
                     start = {key: np.zeros_like(value) for key, value in start.items()}
             self._held[env] += 1
-            out += self._step(env, row, start)
+            out += self._step(env, row, start, first=first)
             self._episode_step[env] += 1
             if done[env]:
                 last = row["obs"] if final_obs is None else np.asarray(final_obs[env], dtype=row["obs"].dtype)
@@ -157,26 +165,27 @@ class SequenceAdder:
         self._episode_step[:] = 0
         return self._stack(out)
 
-    def _step(self, env: int, row: dict[str, np.ndarray], start: dict[str, np.ndarray] | None) -> list[Batch]:
+    def _step(self, env: int, row: dict[str, np.ndarray], start: dict[str, np.ndarray] | None, *,
+              first: bool = False) -> list[Batch]:
         steps, open_ = self._steps[env], self._open[env]
         if start is not None:
-            open_.append((len(steps), start))
+            open_.append((len(steps), start, first))
         steps.append(row)
         out = []
         while open_ and len(steps) - open_[0][0] == self.length:
-            first, state = open_.pop(0)
-            out.append(self._sequence(steps[first:], state))
+            begin, state, _ = open_.pop(0)
+            out.append(self._sequence(steps[begin:], state))
             self._held[env] = 0  # it ends at the newest step: every earlier one is in a sequence
         drop = open_[0][0] if open_ else len(steps)  # steps no open sequence needs
         if drop:
             del steps[:drop]
-            self._open[env] = [(first - drop, state) for first, state in open_]
+            self._open[env] = [(begin - drop, state, starts) for begin, state, starts in open_]
         return out
 
     def _close(self, env: int) -> list[Batch]:
         steps = self._steps[env]
-        out = [self._sequence(steps[first:], state) for first, state in self._open[env]
-               if len(steps) - first >= self.min_valid]
+        out = [self._sequence(steps[begin:], state) for begin, state, starts in self._open[env]
+               if len(steps) - begin >= (self.start_min_valid if starts else self.min_valid)]
         self._steps[env], self._open[env] = [], []
         # Returned now, or too short ever to be: no longer held either way.
         self._episode_step[env] = self._held[env] = 0

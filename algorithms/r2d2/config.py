@@ -8,7 +8,12 @@ units under a dueling head. The paper's sequences are 80 long with the n-step
 targets of the last steps cut short; here a sequence carries ``n_step`` more steps
 so that every trained step has its full n-step target (``sequence_length`` =
 ``burn_in + unroll + n_step``). Replay's exponents (priority 0.9, importance 0.6)
-belong to the replay buffer, not to this config.
+belong to the replay buffer, not to this config. One departure: burn-in mends a stale
+stored state, and a sequence that starts an episode has none (its state is the zero
+one the actor had), so it is trained from its first step (``train_episode_starts``);
+under the paper's rule an episode's first ``burn_in`` steps are never trained on,
+which on Atari's thousands of steps costs little and on short episodes (MinAtar
+Breakout's first ones take about 6 steps) costs the serve and most of the episode.
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ class R2D2Config:
         "R2D2: epsilon of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + eps x"))
     priority_eta: float = param(0.9, help="R2D2: sequence priority: eta * max |TD| + (1 - eta) * mean |TD|")
     priority_eps: float = internal(1e-6)  # added to each sequence priority so none is exactly 0
+    train_episode_starts: bool = param(True, help=(
+        "R2D2: a sequence that starts an episode (its stored state is the exact zero state, nothing to burn in) "
+        "is trained from its first step, and kept from 2 steps; --no-train-episode-starts: after --burn-in, "
+        "as the paper"))
     lstm_size: int = param(512, help="R2D2: units of the LSTM between the torso and the head")
     last_action_reward: bool = param(False, help=(
         "R2D2: the LSTM also takes the previous step's action (one-hot) and reward (tanh), as the paper's network"))
@@ -64,6 +73,11 @@ class R2D2Config:
         """Valid steps a sequence needs to train one step: the burn-in, the step, its
         successor (the adder's ``min_valid``)."""
         return self.burn_in + 2
+
+    @property
+    def min_start_steps(self) -> int:
+        """Valid steps a sequence that starts an episode needs to train one step."""
+        return 2 if self.train_episode_starts else self.min_sequence_steps
 
     def validate(self) -> None:
         check_cnn(self.cnn)

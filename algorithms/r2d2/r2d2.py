@@ -145,10 +145,10 @@ class R2D2(Algorithm):
 
     def learn(self, batch: Mapping[str, Any]) -> Learned:
         tensors = self.preprocess(batch)
-        online_state, target_state = self.burn_in(tensors)
-        q, _ = self.unroll(self.network, tensors, online_state, slice(self.config.burn_in, None))
+        starts = self.episode_starts(tensors)
+        q, target_q = self.values(tensors, starts)
         with torch.no_grad():
-            target, trained = self.target(tensors, q.detach(), target_state)
+            target, trained = self.target(tensors, q.detach(), target_q, starts)
         loss, td_error, q_taken = self.compute_loss(tensors, q, target, trained)
         grad_norm = self.optimize(loss)
         self.updates += 1
@@ -167,9 +167,9 @@ class R2D2(Algorithm):
         would mix them (an actor's: new data is not sampled blindly, Ape-X sec. 3; R2D2
         sec. 2.3). An acting copy has no target of its own (:meth:`tie_target`)."""
         tensors = self.preprocess(batch)
-        online_state, target_state = self.burn_in(tensors)
-        q, _ = self.unroll(self.network, tensors, online_state, slice(self.config.burn_in, None))
-        target, trained = self.target(tensors, q, target_state)
+        starts = self.episode_starts(tensors)
+        q, target_q = self.values(tensors, starts)
+        target, trained = self.target(tensors, q, target_q, starts)
         _, td_error, _ = self.compute_loss(tensors, q, target, trained)
         return self.priorities(td_error, trained)
 
@@ -199,19 +199,51 @@ class R2D2(Algorithm):
         tensors["mask"] = mask
         return tensors
 
-    def burn_in(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """Hook: the online and target networks' states after the first ``burn_in``
-        steps, each run from the sequence's stored state without gradient."""
+    def episode_starts(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Hook: which sequences start an episode (``[B]`` bool), trained from their first
+        step: with ``config.train_episode_starts`` (and a burn-in), those whose stored
+        state is all zeros; the adder stores the zero state at an episode's first step,
+        and a state reached by playing is practically never exactly zero (an LSTM's
+        cell, the previous step's one-hot action)."""
+        size = batch["mask"].shape[0]
+        starts = torch.zeros(size, dtype=torch.bool, device=batch["mask"].device)
+        if not self.config.train_episode_starts or self.config.burn_in == 0:
+            return starts
+        starts = ~starts
+        for key in self.state_keys:
+            starts &= (batch[key].reshape(size, -1) == 0).all(dim=1)
+        return starts
+
+    def values(self, batch: Mapping[str, torch.Tensor], starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook: the online and target networks' Q values ``[B, L, actions]`` over every
+        step of the sequences, each run from the stored state. The target's carry no
+        gradient; the online ones' burn-in steps carry none either (sec. 3: the burn-in
+        only warms the state up) but in the sequences that start an episode
+        (``starts``), whose state needs no warming and whose first steps are trained."""
         stored = {k: batch[k].float() for k in self.state_keys}
-        if self.config.burn_in == 0:
-            return stored, stored
+        burn_in = self.config.burn_in
+        if burn_in == 0:
+            q, _ = self.unroll(self.network, batch, stored, slice(0, None))
+        else:
+            burn = slice(0, burn_in)
+            with torch.no_grad():
+                q_burn, state = self.unroll(self.network, batch, stored, burn)
+            if torch.is_grad_enabled() and bool(starts.any()):
+                # Again with gradient for those sequences alone: a batch-wide pass with
+                # the others' gradient cut at the burn-in's end would still run every
+                # sequence's backward through it, and most batches hold a start or two.
+                rows = starts.nonzero().squeeze(1)
+                steps = {k: batch[k][rows] for k in ("obs", "action", "reward")}
+                q_rows, state_rows = self.unroll(self.network, steps, {k: v[rows] for k, v in stored.items()}, burn)
+                q_burn = q_burn.index_copy(0, rows, q_rows)
+                state = {k: v.index_copy(0, rows, state_rows[k]) for k, v in state.items()}
+            q_after, _ = self.unroll(self.network, batch, state, slice(burn_in, None))
+            q = torch.cat([q_burn, q_after], dim=1)
+        if self.target_network is self.network:  # tied (an actor's copy): one pass
+            return q, q.detach()
         with torch.no_grad():
-            steps = slice(0, self.config.burn_in)
-            _, online = self.unroll(self.network, batch, stored, steps)
-            if self.target_network is self.network:  # tied (an actor's copy): one pass
-                return online, online
-            _, target = self.unroll(self.target_network, batch, stored, steps)
-        return online, target
+            target_q, _ = self.unroll(self.target_network, batch, stored, slice(0, None))
+        return q, target_q
 
     def unroll(self, network: nn.Module, batch: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor],
                steps: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -221,25 +253,28 @@ class R2D2(Algorithm):
             return network(batch["obs"][:, steps], state, batch["action"][:, steps], batch["reward"][:, steps])
         return network(batch["obs"][:, steps], state)
 
-    def target(self, batch: Mapping[str, torch.Tensor], q_online: torch.Tensor,
-               target_state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hook: the targets of the ``unroll`` trained steps and which are trained on
-        (double Q: the online network picks the bootstrap action)."""
+    def target(self, batch: Mapping[str, torch.Tensor], q_online: torch.Tensor, target_q: torch.Tensor,
+               starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hook: the targets of the ``burn_in + unroll`` steps before the n-step tail
+        (double Q: the online network picks the bootstrap action) and which of them are
+        trained on: the steps after the burn-in that have a successor, and the burn-in's
+        too in the sequences that start an episode (``starts``)."""
         cfg = self.config
-        after = slice(cfg.burn_in, None)
-        q_target, _ = self.unroll(self.target_network, batch, target_state, after)
-        bootstrap = q_target.gather(-1, q_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
-        return n_step_targets(reward=batch["reward"][:, after].float(), terminated=batch["terminated"][:, after],
-                              mask=batch["mask"][:, after], bootstrap=bootstrap, n=cfg.n_step,
-                              gamma=cfg.gamma, steps=cfg.unroll, eps=cfg.rescale_eps)
+        steps = cfg.burn_in + cfg.unroll
+        bootstrap = target_q.gather(-1, q_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
+        target, valid = n_step_targets(reward=batch["reward"].float(), terminated=batch["terminated"],
+                                       mask=batch["mask"], bootstrap=bootstrap, n=cfg.n_step, gamma=cfg.gamma,
+                                       steps=steps, eps=cfg.rescale_eps)
+        after = torch.arange(steps, device=valid.device) >= cfg.burn_in
+        return target, valid & (after | starts.unsqueeze(1))
 
     def compute_loss(self, batch: Mapping[str, torch.Tensor], q: torch.Tensor, target: torch.Tensor,
                      trained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Hook: ``(loss, td_error, q_taken)``: half the squared TD error, averaged over
         each sequence's trained steps, weighted by importance and averaged over the batch."""
-        cfg = self.config
-        action = batch["action"][:, cfg.burn_in : cfg.burn_in + cfg.unroll].long()
-        q_taken = q[:, : cfg.unroll].gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        steps = self.config.burn_in + self.config.unroll
+        action = batch["action"][:, :steps].long()
+        q_taken = q[:, :steps].gather(-1, action.unsqueeze(-1)).squeeze(-1)
         td_error = target - q_taken
         per_sequence = (0.5 * td_error.square() * trained).sum(dim=1) / trained.sum(dim=1).clamp(min=1)
         weights = batch.get("weights")

@@ -205,3 +205,19 @@ def test_episodes_all_too_short_for_the_burn_in_end_the_actor_with_a_clear_error
     for t in range(5 * EPISODES_PER_ENV):
         step(kept, t, length)
     assert kept.kept > 0
+
+
+def test_an_episodes_first_sequence_is_kept_from_start_min_valid_steps_the_others_from_min_valid():
+    # R2D2 trains an episode's first sequence from its first step (its state is the
+    # zero one, nothing to burn in): it needs 2 valid steps, the others burn-in + 2.
+    adder = SequenceAdder(num_envs=1, length=6, period=2, min_valid=4, start_min_valid=2)
+    step = dict(action=np.zeros(1, np.int64), reward=np.zeros(1), truncated=np.zeros(1, bool),
+                state={"h": np.ones((1, 1), np.float32)})
+    batch = adder.add(obs=np.full((1, 1), 0.0), terminated=np.array([True]), **step)  # a 1-step episode
+    np.testing.assert_array_equal(batch["mask"].sum(axis=1), [2])  # its step and the last observation
+    np.testing.assert_array_equal(batch["h"], [[0.0]])  # from the zero state
+    for t in range(4):  # 4 steps: starts 0 (5 valid, kept), 2 (3 valid, below 4: dropped)
+        batch = adder.add(obs=np.full((1, 1), t), terminated=np.array([t == 3]), **step)
+    np.testing.assert_array_equal(batch["mask"].sum(axis=1), [5])
+    with pytest.raises(ValueError, match="start_min_valid must be in \\[2, length=6\\]"):
+        SequenceAdder(num_envs=1, length=6, period=2, start_min_valid=1)

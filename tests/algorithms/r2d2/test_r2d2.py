@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from algorithms.r2d2 import R2D2, R2D2Config, SequenceAdder, recurrent_q_network
+from algorithms.r2d2.targets import inverse_value_rescale, value_rescale
 from rlpar.buffers import PrioritizedReplayBuffer, sequence_spec
 from rlpar.errors import StateError
 
@@ -135,42 +136,107 @@ def test_the_previous_action_and_reward_are_inputs_that_an_episode_start_zeroes(
     assert algo.network.lstm.input_size == make(actions=3).network.lstm.input_size + 3 + 1
 
 
-def test_burn_in_warms_up_from_the_stored_state_without_gradient():
-    algo = make()
+def test_the_values_run_from_the_stored_state_and_the_burn_in_passes_gradient_only_where_an_episode_starts():
+    algo = make(target_update_interval=10**6)
     batch, _ = collect(algo)
     tensors = algo.preprocess(batch)
     stored = {k: tensors[k] for k in algo.state_keys}
-    online, target = algo.burn_in(tensors)
+    starts = algo.episode_starts(tensors)
+    zero = (batch["state_h"] == 0).all(axis=1) & (batch["state_c"] == 0).all(axis=1)
+    np.testing.assert_array_equal(starts.numpy(), zero)  # the adder stores the zero state at an episode's start
+    assert 0 < zero.sum() < len(zero)
+    q, target_q = algo.values(tensors, starts)
+    whole, _ = algo.network(tensors["obs"], stored)  # one pass over the sequence from the stored state
+    np.testing.assert_allclose(q.detach().numpy(), whole.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(target_q.numpy(), whole.detach().numpy(), rtol=1e-5, atol=1e-6)  # a copy so far
+    assert not target_q.requires_grad
+    # What reaches the stored state's gradient: where an episode starts, through the
+    # burn-in; elsewhere nothing (sec. 3's burn-in without gradient).
     b = algo.config.burn_in
-    _, expected = algo.network(tensors["obs"][:, :b], stored)
-    for k in algo.state_keys:
-        np.testing.assert_allclose(online[k].detach().numpy(), expected[k].detach().numpy(), rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(target[k].detach().numpy(), expected[k].detach().numpy(),
-                                   rtol=1e-6, atol=1e-7)  # the target is a copy so far
-        assert not online[k].requires_grad
-    q_after, _ = algo.network(tensors["obs"][:, b:], online)
-    q_whole, _ = algo.network(tensors["obs"], stored)
-    np.testing.assert_allclose(q_after.detach().numpy(), q_whole[:, b:].detach().numpy(), rtol=1e-5, atol=1e-6)
+    leaf = {k: v.clone().requires_grad_(True) for k, v in stored.items()}
+    q, _ = algo.values({**tensors, **leaf}, starts)
+    q[:, b:].sum().backward()
+    reached = leaf["state_h"].grad.abs().sum(dim=1) > 0
+    np.testing.assert_array_equal(reached.numpy(), zero)
+    with torch.no_grad():  # initial priorities: no graph at all
+        q, _ = algo.values(tensors, starts)
+    assert not q.requires_grad
 
 
-def test_priorities_mix_each_sequences_largest_and_mean_td_error():
-    algo = make(priority_eta=0.9)
+@pytest.mark.parametrize("train_starts", [True, False], ids=["episode-starts-trained", "paper"])
+def test_priorities_mix_each_sequences_largest_and_mean_td_error(train_starts):
+    algo = make(priority_eta=0.9, train_episode_starts=train_starts)
     batch, _ = collect(algo)
     tensors = algo.preprocess(batch)
     b, u = algo.config.burn_in, algo.config.unroll
+    starts = algo.episode_starts(tensors)
+    assert bool(starts.any()) is train_starts
     with torch.no_grad():
-        online, target_state = algo.burn_in(tensors)
-        q, _ = algo.network(tensors["obs"][:, b:], online)
-        y, trained = algo.target(tensors, q, target_state)
-    q_taken = q[:, :u].gather(-1, tensors["action"][:, b : b + u].long().unsqueeze(-1)).squeeze(-1)
+        q, target_q = algo.values(tensors, starts)
+        y, trained = algo.target(tensors, q, target_q, starts)
+    assert trained.shape == (len(batch["mask"]), b + u)
+    # Burn-in steps are trained only in sequences that start an episode.
+    np.testing.assert_array_equal(trained[:, :b].any(dim=1).numpy(), starts.numpy() & trained[:, :b].any(dim=1).numpy())
+    assert bool(trained[:, :b].any()) is train_starts
+    q_taken = q[:, : b + u].gather(-1, tensors["action"][:, : b + u].long().unsqueeze(-1)).squeeze(-1)
     learned = algo.learn(batch)
     assert learned.priorities.shape == (len(batch["mask"]),) and learned.priorities.dtype == np.float64
     for i in range(len(batch["mask"])):
-        td = [abs(float(y[i, t] - q_taken[i, t])) for t in range(u) if trained[i, t]]
+        td = [abs(float(y[i, t] - q_taken[i, t])) for t in range(b + u) if trained[i, t]]
         mixed = 0.9 * max(td) + 0.1 * sum(td) / len(td) if td else 0.0
         assert learned.priorities[i] == pytest.approx(mixed + algo.config.priority_eps, rel=1e-5)
     assert learned.metrics["trained_steps"] == trained.sum().item() > 0
-    assert set(learned.metrics) == {"loss", "q_mean", "target_mean", "td_abs_mean", "grad_norm", "trained_steps"}
+
+
+def test_targets_over_the_whole_sequence_match_a_loop_over_each_trained_step():
+    algo = make(gamma=0.9, n_step=2, rescale_eps=1e-3)
+    batch, _ = collect(algo)
+    tensors = algo.preprocess(batch)
+    starts = algo.episode_starts(tensors)
+    with torch.no_grad():
+        q, target_q = algo.values(tensors, starts)
+        y, trained = algo.target(tensors, q, target_q, starts)
+    cfg = algo.config
+
+    def h(x):  # the rescaling and its inverse have their own tests (test_targets.py)
+        return float(value_rescale(torch.tensor(x, dtype=torch.float32), cfg.rescale_eps))
+
+    def h_inv(x):
+        return float(inverse_value_rescale(torch.tensor(x, dtype=torch.float32), cfg.rescale_eps))
+
+    checked = 0
+    for i in range(len(batch["mask"])):
+        last = int(batch["mask"][i].sum()) - 1
+        for t in range(cfg.burn_in + cfg.unroll):
+            want = t < last and (t >= cfg.burn_in or bool(starts[i]))
+            assert bool(trained[i, t]) is want
+            if not want:
+                continue
+            total, discount, k = 0.0, 1.0, 0
+            while k < cfg.n_step and t + k < last:
+                total += discount * float(batch["reward"][i, t + k])
+                discount *= 0.0 if batch["terminated"][i, t + k] else cfg.gamma
+                k += 1
+            end = t + k
+            boot = float(target_q[i, end, int(q[i, end].argmax())])
+            assert float(y[i, t]) == pytest.approx(h(total + discount * h_inv(boot)), rel=1e-4, abs=1e-5)
+            checked += 1
+    assert checked > 0
+
+
+def test_without_sequences_that_start_an_episode_both_rules_learn_the_same():
+    # Sequences from mid-episode only (a stored state that is not zero): training the
+    # starts changes nothing, to the bit, for them.
+    batch, _ = collect(make())
+    keep = ~((batch["state_h"] == 0).all(axis=1))
+    batch = {k: v[keep] for k, v in batch.items()}
+    a, b = make(train_episode_starts=True), make(train_episode_starts=False)
+    for _ in range(3):
+        la, lb = a.learn(batch), b.learn(batch)
+        assert la.metrics == lb.metrics
+        np.testing.assert_array_equal(la.priorities, lb.priorities)
+    for pa, pb in zip(a.network.parameters(), b.network.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=0, atol=0)
 
 
 def test_bad_batches_are_refused():
