@@ -33,7 +33,9 @@ class SequenceItems:
     :class:`SequenceAdder` fed the state each step was acted on from (the extras).
 
     A sequence cut by its episode's end is kept only with ``min_valid`` steps (the
-    burn-in and a trained step). Where most episodes are shorter, the actors step past
+    burn-in and a trained step), or 2 if it starts the episode and is trained from its
+    first step (``train_episode_starts``, the default: then every episode makes one).
+    Where most episodes are shorter, the actors step past
     pacing until the replay holds what the learner needs (the runtime's filling);
     where every one is, nothing ever reaches the replay and the learner never starts:
     a run that would play on and learn nothing. So once the sub-envs have ended
@@ -67,7 +69,8 @@ class SequenceItems:
                 f"R2D2 has kept no sequence from the first {self.episodes} episodes (about "
                 f"{self.episode_steps / self.episodes:.1f} env steps each): a sequence cut by its episode's end "
                 f"needs {self.adder.min_valid} steps (--burn-in + 2), so the replay would stay empty and the "
-                "learner never start; lower --burn-in below the episodes' length")
+                "learner never start; lower --burn-in below the episodes' length, or train each episode's "
+                "first sequence from its first step (--train-episode-starts)")
 
 
 class R2D2Actor(Actor):

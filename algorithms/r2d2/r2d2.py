@@ -3,11 +3,14 @@
 Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed Reinforcement
 Learning" (ICLR). Each replayed sequence (:mod:`algorithms.r2d2.adder`'s layout) carries
 the recurrent state its actor had at its first step ("stored state"); the learner
-runs the online and the target network over the first ``burn_in`` steps from it
-without gradient ("burn-in", sec. 3), then over the rest, and regresses the next
-``unroll`` steps' Q values onto n-step double-Q targets under the value rescaling
-(:mod:`algorithms.r2d2.targets`). A sequence's new priority mixes its largest and
-mean absolute TD error (``eta = 0.9``, :func:`rlpar.buffers.mix_priorities`).
+runs the online and the target network over the sequence from it, the online one
+without gradient over the first ``burn_in`` steps ("burn-in", sec. 3: they only warm
+a stale stored state up), and regresses the next ``unroll`` steps' Q values onto
+n-step double-Q targets under the value rescaling (:mod:`algorithms.r2d2.targets`). A
+sequence that starts an episode has no stale state (the zero one): with
+``config.train_episode_starts`` its burn-in steps are trained too (:meth:`R2D2.episode_starts`).
+A sequence's new priority mixes its largest and mean absolute TD error (``eta =
+0.9``, :func:`rlpar.buffers.mix_priorities`).
 
 A batch maps ``obs, action, reward, terminated, mask`` ``[B, L, ...]`` (``L`` =
 ``config.sequence_length``), the network's state fields ``[B, ...]`` and optionally
