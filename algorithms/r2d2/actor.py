@@ -34,7 +34,7 @@ class SequenceItems:
 
     A sequence cut by its episode's end is kept only with ``min_valid`` steps (the
     burn-in and a trained step), or 2 if it starts the episode and is trained from its
-    first step (``train_episode_starts``, the default: then every episode makes one).
+    first step (``train_episode_starts``: then every episode makes one).
     Where most episodes are shorter, the actors step past
     pacing until the replay holds what the learner needs (the runtime's filling);
     where every one is, nothing ever reaches the replay and the learner never starts:

@@ -16,9 +16,9 @@ sequences (each adds ``period`` new steps; the paper's 4M observations were 100K
 sequences of 80 starting every 40), 800K steps unless given (:attr:`replay_steps`).
 ``--learning-starts`` stays in env steps (pacing's); the learner starts once the
 replay holds ``learning_starts / (2 period)`` sequences: an episode makes one sequence
-per ``period`` steps, or one per episode where episodes are shorter (down to one step:
-an episode's first sequence is trained from its first step, ``train_episode_starts``;
-with the paper's rule, ``burn_in + 1`` steps). Where most episodes are shorter still,
+per ``period`` steps, or one per episode where episodes are shorter (down to
+``burn_in + 1`` steps; one step where an episode's first sequence is trained from its
+first step, ``train_episode_starts``). Where most episodes are shorter still,
 pacing's steps make fewer, and the actors step past pacing until the replay holds them
 (the runtime's filling, :mod:`experiments.roles.actor_learner.filling`); where every
 episode is, none is ever made, and the actors end the run with an error naming

@@ -8,12 +8,14 @@ units under a dueling head. The paper's sequences are 80 long with the n-step
 targets of the last steps cut short; here a sequence carries ``n_step`` more steps
 so that every trained step has its full n-step target (``sequence_length`` =
 ``burn_in + unroll + n_step``). Replay's exponents (priority 0.9, importance 0.6)
-belong to the replay buffer, not to this config. One departure: burn-in mends a stale
-stored state, and a sequence that starts an episode has none (its state is the zero
-one the actor had), so it is trained from its first step (``train_episode_starts``);
-under the paper's rule an episode's first ``burn_in`` steps are never trained on,
-which on Atari's thousands of steps costs little and on short episodes (MinAtar
-Breakout's first ones take about 6 steps) costs the serve and most of the episode.
+belong to the replay buffer, not to this config. One option departs from it: burn-in
+mends a stale stored state, and a sequence that starts an episode has none (its state
+is the zero one the actor had), so ``train_episode_starts`` trains it from its first
+step. Under the paper's rule an episode's first ``burn_in`` steps are never trained
+on, which on Atari's thousands of steps costs little, and no sequence is kept from an
+episode shorter than ``burn_in + 1`` steps (MinAtar Breakout's first ones take about
+6). Off by default: on BreakoutNoTrail it learned no better in one 30-minute run and
+cost the learner 25-40% more CPU an update (``experiments/tuning.md``, "R2D2").
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ class R2D2Config:
         "R2D2: epsilon of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + eps x"))
     priority_eta: float = param(0.9, help="R2D2: sequence priority: eta * max |TD| + (1 - eta) * mean |TD|")
     priority_eps: float = internal(1e-6)  # added to each sequence priority so none is exactly 0
-    train_episode_starts: bool = param(True, help=(
+    train_episode_starts: bool = param(False, help=(
         "R2D2: a sequence that starts an episode (its stored state is the exact zero state, nothing to burn in) "
-        "is trained from its first step, and kept from 2 steps; --no-train-episode-starts: after --burn-in, "
-        "as the paper"))
+        "is trained from its first step, and kept from 2 steps (the paper's: after --burn-in, like the others); "
+        "for episodes not much longer than --burn-in"))
     lstm_size: int = param(512, help="R2D2: units of the LSTM between the torso and the head")
     last_action_reward: bool = param(False, help=(
         "R2D2: the LSTM also takes the previous step's action (one-hot) and reward (tanh), as the paper's network"))

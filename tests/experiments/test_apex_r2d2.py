@@ -76,6 +76,18 @@ def test_one_learner_starts_when_its_episodes_make_fewer_sequences_than_pacing_a
     assert summary["stop_reason"] == "env step budget" and summary["updates"] > 0
 
 
+@pytest.mark.timeout(60)
+def test_episodes_shorter_than_the_burn_in_are_learned_from_where_episode_starts_are_trained():
+    # Episodes of 3 and 12 steps, --burn-in 16: under the paper's rule no sequence is
+    # ever kept (18 steps needed), and the actors end the run saying so; trained from
+    # their first step, an episode's first sequences need 2.
+    short = dict(env_id="user_envs:MostlyShortCounting-v0", serial=True, burn_in=16, max_env_steps=800)
+    with pytest.raises(ValueError, match=r"needs 18 steps \(--burn-in \+ 2\).*--train-episode-starts"):
+        apex.run(r2d2_config(**short), quiet=True)
+    summary = apex.run(r2d2_config(**short, train_episode_starts=True), quiet=True)
+    assert summary["updates"] > 0
+
+
 def test_replay_capacity_counts_env_steps_and_r2d2_holds_one_sequence_per_period():
     # A sequence adds `period` new env steps (the rest overlap its neighbours), so
     # --replay-capacity 100000 holds 12,500 sequences of period 8, as it holds 100,000

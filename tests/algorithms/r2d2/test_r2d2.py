@@ -137,7 +137,7 @@ def test_the_previous_action_and_reward_are_inputs_that_an_episode_start_zeroes(
 
 
 def test_the_values_run_from_the_stored_state_and_the_burn_in_passes_gradient_only_where_an_episode_starts():
-    algo = make(target_update_interval=10**6)
+    algo = make(target_update_interval=10**6, train_episode_starts=True)
     batch, _ = collect(algo)
     tensors = algo.preprocess(batch)
     stored = {k: tensors[k] for k in algo.state_keys}
@@ -189,7 +189,7 @@ def test_priorities_mix_each_sequences_largest_and_mean_td_error(train_starts):
 
 
 def test_targets_over_the_whole_sequence_match_a_loop_over_each_trained_step():
-    algo = make(gamma=0.9, n_step=2, rescale_eps=1e-3)
+    algo = make(gamma=0.9, n_step=2, rescale_eps=1e-3, train_episode_starts=True)
     batch, _ = collect(algo)
     tensors = algo.preprocess(batch)
     starts = algo.episode_starts(tensors)
