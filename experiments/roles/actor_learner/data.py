@@ -171,10 +171,8 @@ class LearnerData:
         return reported >= self.min_size
 
     def short_of(self, reported: int) -> int:
-        """What :meth:`ready` lacks by the ``reported`` count: a queue's unrolls for a
-        batch, or a replay's items up to ``learning_starts`` (and a batch)."""
-        if self.queue is not None:
-            return self.lacking()
+        """What a replay lacks before :meth:`ready` by the ``reported`` count: items up
+        to ``learning_starts`` (and a batch)."""
         return max(0, self.min_size - reported)
 
     def local_ready(self) -> bool:
