@@ -69,6 +69,10 @@ class R2D2(Algorithm):
                             f"got {type(network).__name__}")
         if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
             raise ValueError(f"num_actions must be an int >= 1, got {num_actions!r}")
+        if hasattr(type(self), "burn_in"):
+            # An override of the old hook would never be called: say so, not learn without it.
+            raise TypeError(f"{type(self).__name__}.burn_in overrides a hook R2D2 no longer has: the burn-in "
+                            "is part of values(batch, starts), which returns both networks' Q values")
         self.config = config if config is not None else R2D2Config()
         if not isinstance(self.config, R2D2Config):
             raise TypeError(f"config must be an R2D2Config, got {type(self.config).__name__}")

@@ -239,6 +239,16 @@ def test_without_sequences_that_start_an_episode_both_rules_learn_the_same():
         torch.testing.assert_close(pa, pb, rtol=0, atol=0)
 
 
+def test_a_subclass_that_overrides_the_old_burn_in_hook_is_told_where_it_went():
+    class OldHook(R2D2):
+        def burn_in(self, batch):
+            return {}, {}
+
+    net = recurrent_q_network((3,), 2, lstm_size=8, hidden=(8,))
+    with pytest.raises(TypeError, match=r"OldHook.burn_in overrides a hook R2D2 no longer has.*values\(batch, starts\)"):
+        OldHook(network=net, num_actions=2)
+
+
 def test_bad_batches_are_refused():
     algo = make()
     batch, _ = collect(algo)
