@@ -13,6 +13,11 @@ by :func:`protocol_make`, which:
   ``frame_skip=4``, 84x84 grayscale, ``stack_num=4``, ``max_episode_steps=27000``
   (108K frames), the minimal action set, and ``reward_clip=True`` (training only;
   the script asks it too);
+- presents them with the gym API the script was written for (EnvPool 0.6-0.8 under
+  gym 0.2x: ``reset`` gives the observations, ``step`` four values with ``done =
+  terminated or truncated``, gym's spaces) where EnvPool is newer
+  (:class:`OldGymApi`: the pinned 1.2.5 returns gymnasium's five values), so the
+  script runs unedited; ``gym`` itself comes with the ``bench`` extra;
 - wraps their ``step`` so that every ``eval_every`` env steps the script's global
   ``agent`` is written as a snapshot, and the run stops (an exception the script
   does not catch) at the wall-clock budget or the env-step cap; the final
@@ -30,7 +35,7 @@ import importlib.util
 import os
 import sys
 import time
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 # EnvPool's Atari options for the protocol (experiments.bench.atari.protocol.PROTOCOL).
@@ -61,11 +66,45 @@ def envpool_id(env_id: str) -> str:
     return env_id.split("/")[-1]
 
 
+class OldGymApi:
+    """A newer EnvPool's gym-type envs (``reset -> (obs, info)``, ``step -> (obs, reward,
+    terminated, truncated, info)``, gymnasium's spaces) with the API of EnvPool 0.8 under
+    gym 0.2x, which CleanRL's script calls: ``reset -> obs``, ``step -> (obs, reward, done,
+    info)`` with ``done = terminated | truncated`` (the script reads ``info["terminated"]``
+    for the true ends, which EnvPool's info keeps), and gym's ``Discrete``/``Box`` spaces
+    (the script asserts ``isinstance(..., gym.spaces.Discrete)``). Anything else is the
+    env's own."""
+
+    def __init__(self, env: Any) -> None:
+        import gym
+        import numpy as np
+
+        self.env = env
+        self.action_space = gym.spaces.Discrete(int(env.action_space.n))
+        box = env.observation_space
+        self.observation_space = gym.spaces.Box(low=np.asarray(box.low), high=np.asarray(box.high),
+                                                shape=box.shape, dtype=box.dtype)
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, _ = self.env.reset(**kwargs)
+        return obs
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated | truncated, info
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+
 def protocol_make(make: Any, *, seed: int, on_step: Any):
     """``envpool.make`` with the protocol's options over the caller's (see the module
-    docstring) and ``on_step(num_envs)`` after every step."""
+    docstring), the old gym API where EnvPool is newer, and ``on_step(num_envs)``
+    after every step."""
     def make_with_protocol(task_id: str, **kwargs: Any):
         env = make(task_id, **{**kwargs, **ENVPOOL_PROTOCOL, "seed": seed})
+        if kwargs.get("env_type") == "gym" and _new_api(env):
+            env = OldGymApi(env)
         step = env.step
         num_envs = kwargs.get("num_envs", 1)
 
@@ -78,6 +117,12 @@ def protocol_make(make: Any, *, seed: int, on_step: Any):
         return env
 
     return make_with_protocol
+
+
+def _new_api(env: Any) -> bool:
+    """Whether EnvPool's gym-type ``env`` speaks gymnasium's API (EnvPool >= 0.9: its
+    spaces are gymnasium's)."""
+    return type(env.action_space).__module__.startswith("gymnasium")
 
 
 def run_script(script: str, namespace: dict[str, Any], argv: list[str]) -> None:
@@ -157,9 +202,18 @@ def policy(script: str, env_id: str):
 
     from experiments.bench.atari.protocol import make_env
 
-    namespace: dict[str, Any] = {"__name__": "cleanrl_script", "__file__": script, "__builtins__": __builtins__}
+    # A module of its own while it runs: its dataclasses (the script's Args) look their
+    # module up in sys.modules.
+    module = ModuleType("cleanrl_script")
+    module.__file__ = script
     with open(script) as f:
-        exec(compile(f.read(), script, "exec"), namespace)  # noqa: S102 (definitions only: not __main__)
+        code = compile(f.read(), script, "exec")
+    sys.modules[module.__name__] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 (definitions only: not __main__)
+    finally:
+        del sys.modules[module.__name__]
+    namespace = module.__dict__
     env = make_env(env_id)
     n = int(env.action_space.n)
     env.close()
