@@ -122,7 +122,7 @@ def protocol_make(make: Any, *, seed: int, on_step: Any):
 def _new_api(env: Any) -> bool:
     """Whether EnvPool's gym-type ``env`` speaks gymnasium's API (EnvPool >= 0.9: its
     spaces are gymnasium's)."""
-    return type(env.action_space).__module__.startswith("gymnasium")
+    return type(getattr(env, "action_space", None)).__module__.startswith("gymnasium")
 
 
 def run_script(script: str, namespace: dict[str, Any], argv: list[str]) -> None:

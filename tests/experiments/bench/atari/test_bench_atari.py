@@ -119,6 +119,8 @@ def test_the_evaluator_feeds_frames_as_the_jobs_acting_does(tmp_path, impl):
 
 
 FAKE_SCRIPT = '''
+from dataclasses import dataclass
+
 import envpool
 import numpy as np
 import torch
@@ -130,6 +132,11 @@ class Agent(nn.Module):
         super().__init__()
         self.network = nn.Sequential(nn.Flatten(), nn.Linear(4 * 84 * 84, 8), nn.ReLU())
         self.actor = nn.Linear(8, envs.single_action_space.n)
+
+
+@dataclass
+class Args:  # as CleanRL's: a dataclass needs its module in sys.modules (the evaluator loads it)
+    env_id: str = "Pong-v5"
 
 
 if __name__ == "__main__":
@@ -159,6 +166,46 @@ if __name__ == "__main__":
 '''
 
 
+class FakeNewEnvPool:
+    """EnvPool >= 0.9's ``env_type="gym"`` envs: gymnasium's spaces, reset with infos,
+    five values a step (the pinned 1.2.5's), on the protocol env."""
+
+    def __init__(self, n, kwargs):
+        import gymnasium
+
+        self.kwargs, self.steps = kwargs, 0
+        self.envs = [protocol.make_env("ALE/Pong-v5") for _ in range(n)]
+        self.action_space = gymnasium.spaces.Discrete(6)
+        self.observation_space = gymnasium.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+    def reset(self):
+        return np.stack([env.reset(seed=i)[0] for i, env in enumerate(self.envs)]), {}
+
+    def step(self, actions):
+        self.steps += 1
+        out = [env.step(int(a)) for env, a in zip(self.envs, actions)]
+        truncated = np.full(len(out), self.steps % 5 == 0)
+        return (np.stack([o[0] for o in out]), np.array([o[1] for o in out]), np.zeros(len(out), bool), truncated,
+                {"terminated": np.zeros(len(out), bool)})
+
+
+def test_the_old_gym_api_over_a_newer_envpool_is_what_the_script_calls(monkeypatch):
+    import gymnasium
+
+    fake_gym = types.ModuleType("gym")  # CI has no gym (the bench extra's): gymnasium's spaces stand in
+    fake_gym.spaces = gymnasium.spaces
+    monkeypatch.setitem(sys.modules, "gym", fake_gym)
+    env = FakeNewEnvPool(2, {})
+    assert cleanrl._new_api(env) and not cleanrl._new_api(FakeEnvPool(1, {}))
+    old = cleanrl.OldGymApi(env)
+    assert old.action_space.n == 6 and old.observation_space.shape == (4, 84, 84)
+    assert old.reset().shape == (2, 4, 84, 84)  # the observations alone
+    for t in range(1, 6):
+        obs, reward, done, info = old.step(np.zeros(2, int))
+        assert done.tolist() == [t == 5] * 2 and "terminated" in info  # done: terminated or truncated
+    assert old.kwargs == {}  # the rest is the env's own
+
+
 class FakeEnvPool:
     """The old gym vector API of EnvPool's ``env_type="gym"``, on the protocol env."""
 
@@ -174,7 +221,13 @@ class FakeEnvPool:
         return np.stack([o[0] for o in out]), np.array([o[1] for o in out]), np.zeros(len(out), bool), {}
 
 
-def test_cleanrl_script_runs_unedited_under_the_protocol_budget_and_snapshots(tmp_path, monkeypatch):
+@pytest.mark.parametrize("envpool_api", ["0.8", "1.2"])
+def test_cleanrl_script_runs_unedited_under_the_protocol_budget_and_snapshots(tmp_path, monkeypatch, envpool_api):
+    if envpool_api == "1.2":  # the pinned EnvPool: the script gets the old API (and gym's spaces)
+        import gymnasium
+
+        monkeypatch.setitem(sys.modules, "gym", types.SimpleNamespace(spaces=gymnasium.spaces))
+    envpool_cls = FakeEnvPool if envpool_api == "0.8" else FakeNewEnvPool
     script = tmp_path / "ppo_atari_envpool.py"
     script.write_text(textwrap.dedent(FAKE_SCRIPT).replace(
         "types_ns(envs.action_space.n)", "__import__('types').SimpleNamespace(single_action_space="
@@ -184,7 +237,7 @@ def test_cleanrl_script_runs_unedited_under_the_protocol_budget_and_snapshots(tm
 
     def make(task_id, **kwargs):
         made.append((task_id, kwargs))
-        return FakeEnvPool(kwargs["num_envs"], kwargs)
+        return envpool_cls(kwargs["num_envs"], kwargs)
 
     fake.make = make
     monkeypatch.setitem(sys.modules, "envpool", fake)
