@@ -168,7 +168,7 @@ class LearnerData:
         count (a sharded replay's size is only refreshed by sampling)."""
         if self.queue is not None:
             return self.source.ready()
-        return reported >= self.min_size
+        return self.short_of(reported) == 0
 
     def short_of(self, reported: int) -> int:
         """What a replay lacks before :meth:`ready` by the ``reported`` count: items up
