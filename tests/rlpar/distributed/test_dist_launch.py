@@ -237,52 +237,28 @@ def test_invalid_restart_arguments_fail_before_spawning(kwargs, match):
         launch(programs.sleeps_forever, nprocs=2, args=("/nonexistent",), preload=(), **kwargs)
 
 
-@pytest.fixture
-def ctrl_c_raises():
-    """SIGINT raises KeyboardInterrupt here, as in a terminal: a shell without job
-    control starts background commands (a CI runner's, say) with SIGINT ignored,
-    and Python keeps it ignored."""
-    import signal
-
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
-def _ctrl_c_when(*paths, after=0.0):
-    """Ctrl-C this (the launching) process once every path exists, from a helper thread."""
-    import signal
-    import threading
-    import time
-
-    def send():
-        while not all(os.path.exists(p) for p in paths):
-            time.sleep(0.01)
-        time.sleep(after)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=send, daemon=True).start()
-
-
-@pytest.mark.timeout(30)
-def test_a_restartable_rank_that_dies_while_stopping_is_not_restarted_nor_a_failure(tmp_path, ctrl_c_raises):
+@pytest.mark.timeout(90)
+def test_a_restartable_rank_that_dies_while_stopping_is_not_restarted_nor_a_failure(tmp_path, ctrl_c):
     # Rank 1 dies as the stop reaches it: the stop goes on with rank 0's result.
-    _ctrl_c_when(f"{tmp_path}.ready0", f"{tmp_path}.ready1")
-    results = launch(programs.rank1_dies_when_asked_to_stop, nprocs=2, args=(str(tmp_path),),
-                     timeout=25, preload=(), restartable={1}, max_restarts=3, stop_grace=10)
+    # (The launch's timeout bounds its stop's grace too: well above a loaded machine's start.)
+    ctrl_c.when(lambda: os.path.exists(f"{tmp_path}.ready0") and os.path.exists(f"{tmp_path}.ready1"))
+    with ctrl_c.contained():
+        results = launch(programs.rank1_dies_when_asked_to_stop, nprocs=2, args=(str(tmp_path),),
+                         timeout=60, preload=(), restartable={1}, max_restarts=3, stop_grace=10)
     assert results == ["stopped", None]
     assert sorted(os.listdir(tmp_path)) == ["rank0.0.pid", "rank1.0.pid"]
     assert _gone(tmp_path)
 
 
-@pytest.mark.timeout(30)
-def test_the_helper_forks_no_rank_again_once_a_ctrl_c_reached_it(tmp_path, ctrl_c_raises):
+@pytest.mark.timeout(90)
+def test_the_helper_forks_no_rank_again_once_a_ctrl_c_reached_it(tmp_path, ctrl_c):
     # The launcher sees rank 1's death before its own Ctrl-C and asks for a restart;
     # the helper, which got the Ctrl-C first, hands the death back instead.
-    _ctrl_c_when(tmp_path / "rank1.0.pid", after=1.0)
-    results = launch(programs.rank1_dies_after_a_ctrl_c_reached_the_helper, nprocs=2,
-                     args=(str(tmp_path),), timeout=25, preload=(), restartable={1},
-                     max_restarts=10**6, stop_grace=10)
+    ctrl_c.when((tmp_path / "rank1.0.pid").exists, after=1.0)
+    with ctrl_c.contained():
+        results = launch(programs.rank1_dies_after_a_ctrl_c_reached_the_helper, nprocs=2,
+                         args=(str(tmp_path),), timeout=60, preload=(), restartable={1},
+                         max_restarts=10**6, stop_grace=10)
     assert results == ["stopped", None]
     assert sorted(os.listdir(tmp_path)) == ["rank0.0.pid", "rank1.0.pid"]
     assert _gone(tmp_path)

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import dist_launch_programs as programs
@@ -50,24 +49,16 @@ def stops():
     stops.forget()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("when", ["before the launch", "while the ranks start"])
-def test_a_stop_asked_before_the_ranks_handle_it_reaches_them(tmp_path, stops, when):
+def test_a_stop_asked_before_the_ranks_handle_it_reaches_them(tmp_path, stops, ctrl_c, when):
     if when == "before the launch":
         stops.note(signal.SIGINT)  # what python -m experiments.<job> notes while it prepares
     else:
-        def ctrl_c_once_forked():
-            while len(os.listdir(tmp_path)) < 2:
-                time.sleep(0.005)
-            os.kill(os.getpid(), signal.SIGINT)
-
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        threading.Thread(target=ctrl_c_once_forked, daemon=True).start()
-    try:
-        results = launch(programs.reports_stop_request, nprocs=2, args=(str(tmp_path),), timeout=25,
+        ctrl_c.when(lambda: len(os.listdir(tmp_path)) >= 2)  # once both ranks are forked
+    with ctrl_c.contained():
+        results = launch(programs.reports_stop_request, nprocs=2, args=(str(tmp_path),), timeout=60,
                          preload=(), stop_grace=10)
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     assert results == ["interrupted", "interrupted"]
     assert wait_until_dead(_pids(tmp_path)) == []
 
