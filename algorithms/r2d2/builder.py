@@ -67,10 +67,13 @@ class R2D2Builder(Builder):
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
         require(learn, tuple(R2D2_DEFAULTS))
         self.learn = self.apex = learn
+        # Several learners update in step (one update of each per due update), so each
+        # counts the run's env steps times the replay ratio.
+        anneal = max(1, round(r2d2.lr_anneal_steps * learn.updates_per_step)) if r2d2.lr_anneal_steps else None
         self.r2d2 = dataclasses.replace(
             r2d2, gamma=learn.gamma, n_step=learn.n_step, lr=learn.lr, adam_eps=learn.adam_eps,
             target_update_interval=learn.target_update, hidden=learn.hidden, cnn=learn.cnn,
-            dueling=learn.dueling)
+            dueling=learn.dueling, lr_anneal_updates=anneal)
 
     @staticmethod
     def defaults(family: str) -> dict[str, Any]:

@@ -44,6 +44,12 @@ class R2D2Config:
     unroll: int = param(40, help="R2D2: steps after the burn-in that are trained on")
     period: int = param(40, help="R2D2: steps between the starts of consecutive sequences of an episode")
     lr: float = internal(1e-4)
+    lr_anneal_steps: int = param(0, help=(
+        "R2D2: anneal the learning rate linearly to 0 over this many env steps (0: constant; the learner "
+        "counts them as --updates-per-step updates each)"))
+    # Derived by the Ape-X job from lr_anneal_steps: the updates the rate reaches 0 at
+    # (None: constant), so that a resumed learner goes on from its update count.
+    lr_anneal_updates: int | None = internal(None)
     adam_eps: float = internal(1e-3)
     max_grad_norm: float | None = param(40.0, help="R2D2: clip the global gradient norm to this (none: no clipping)")
     target_update_interval: int = internal(2500)
@@ -86,6 +92,9 @@ class R2D2Config:
         for name in ("n_step", "unroll", "period", "target_update_interval", "lstm_size"):
             _int(name, getattr(self, name), low=1)
         _int("burn_in", self.burn_in, low=0)
+        _int("lr_anneal_steps", self.lr_anneal_steps, low=0)
+        if self.lr_anneal_updates is not None:
+            _int("lr_anneal_updates", self.lr_anneal_updates, low=1)
         if self.period > self.sequence_length:
             raise ValueError(f"period ({self.period}) must be <= sequence_length "
                              f"({self.sequence_length} = burn_in + unroll + n_step): steps between "

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
-from algorithms.optim import EagerAdam, clip_grad_norm
+from algorithms.optim import EagerAdam, clip_grad_norm, linear_lr
 from algorithms.r2d2.config import R2D2Config
 from algorithms.r2d2.targets import n_step_targets
 from rlpar.buffers.sequence import mix_priorities
@@ -157,6 +157,7 @@ class R2D2(Algorithm):
         with torch.no_grad():
             target, trained = self.target(tensors, q.detach(), target_q, starts)
         loss, td_error, q_taken = self.compute_loss(tensors, q, target, trained)
+        self.set_learning_rate()
         grad_norm = self.optimize(loss)
         self.updates += 1
         if self.updates % self.config.target_update_interval == 0:
@@ -288,6 +289,14 @@ class R2D2(Algorithm):
         if weights is not None:
             per_sequence = per_sequence * weights.float()
         return per_sequence.mean(), td_error.detach(), q_taken
+
+    def set_learning_rate(self) -> float | None:
+        """Hook: this update's learning rate, annealed linearly to 0 over
+        ``config.lr_anneal_updates`` (None: not annealed, the optimizer's own rate)."""
+        cfg = self.config
+        if cfg.lr_anneal_updates is None:
+            return None
+        return linear_lr(self.optimizer, lr=cfg.lr, step=self.updates, anneal_steps=cfg.lr_anneal_updates)
 
     def optimize(self, loss: torch.Tensor) -> torch.Tensor:
         """Hook: backward, ``grad_hook``, clip, one Adam step; the gradient norm before clipping."""

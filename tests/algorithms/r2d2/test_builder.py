@@ -30,6 +30,14 @@ def test_the_flow_is_a_replay_of_sequences_and_the_learner_config_comes_from_lea
     assert (builder.r2d2.lr, builder.r2d2.n_step, builder.r2d2.hidden, builder.r2d2.gamma) == (1e-3, 1, (8,), 0.99)
 
 
+def test_the_annealing_given_in_env_steps_is_counted_in_updates_at_the_replay_ratio():
+    assert small_builder().r2d2.lr_anneal_updates is None  # 0: a constant rate
+    assert small_builder(lr_anneal_steps=1000).r2d2.lr_anneal_updates == 100  # 0.1 updates per env step
+    assert small_builder(lr_anneal_steps=3).r2d2.lr_anneal_updates == 1
+    algo = small_builder(lr_anneal_steps=1000).make_algorithm(device="cpu", seed=0)
+    assert algo.config.lr_anneal_updates == 100 and algo.config.lr == 1e-3
+
+
 @pytest.mark.parametrize("last_action_reward", [False, True], ids=["lstm", "lstm-last-action-reward"])
 def test_the_actor_keeps_its_state_zeroes_it_at_episode_ends_and_stores_it_at_sequence_starts(last_action_reward):
     from gymnasium.vector import AutoresetMode

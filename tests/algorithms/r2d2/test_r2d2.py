@@ -59,7 +59,9 @@ def test_config_fields_have_help_and_bad_values_name_the_field():
                        ({"gamma": 1.5}, "gamma must be in"), ({"lr": float("nan")}, "lr must be a finite"),
                        ({"period": 100}, "period \\(100\\) must be <= sequence_length \\(85"),
                        ({"hidden": ()}, "hidden must be a non-empty tuple"),
-                       ({"max_grad_norm": 0.0}, "max_grad_norm must be")):
+                       ({"max_grad_norm": 0.0}, "max_grad_norm must be"),
+                       ({"lr_anneal_steps": -1}, "lr_anneal_steps must be an int >= 0"),
+                       ({"lr_anneal_updates": 0}, "lr_anneal_updates must be an int >= 1")):
         with pytest.raises(ValueError, match=match):
             R2D2Config(**bad)
 
@@ -280,6 +282,26 @@ def test_a_checkpoint_round_trip_learns_on_identically():
     np.testing.assert_array_equal(a.priorities, b.priorities)
     with pytest.raises(StateError, match="updates"):
         again.load_state_dict({k: v for k, v in algo.state_dict().items() if k != "updates"})
+
+
+def test_the_learning_rate_anneals_linearly_to_zero_over_its_updates_and_a_resume_goes_on_from_there():
+    algo, constant = make(lr_anneal_updates=4), make()
+    batch, _ = collect(algo)
+    rates = []
+    for _ in range(5):
+        algo.learn(batch)
+        constant.learn(batch)
+        rates.append(algo.optimizer.param_groups[0]["lr"])
+    # Set before each update from the updates made so far: 1e-3 x (1 - k/4), then 0 at the end.
+    np.testing.assert_allclose(rates, [1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], rtol=1e-9, atol=1e-15)
+    assert constant.optimizer.param_groups[0]["lr"] == 1e-3
+    again = make(seed=5, lr_anneal_updates=4)
+    head = make(lr_anneal_updates=4)
+    for _ in range(2):
+        head.learn(batch)
+    again.load_state_dict(head.state_dict())
+    again.learn(batch)
+    assert again.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
 
 
 class Recall:
