@@ -113,6 +113,28 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
                                **user)
 
 
+# The algorithms' own sections, and which of them each algorithm reads: a flag of
+# another's would change nothing in this run, so it is refused, not ignored.
+SECTIONS = {"dqn": ("dqn",), "r2d2": ("r2d2",), "td3": ("continuous",), "ddpg": ("continuous",),
+            "sac": ("continuous", "sac")}
+
+
+def check_sections(config: ApexJobConfig, algorithm: str) -> None:
+    """ValueError naming the flags set (away from their defaults) in the sections of
+    algorithms other than ``algorithm``, and whose they are."""
+    from experiments.runtime.cli import changed_fields
+
+    default = ApexJobConfig()
+    stray = []
+    for name in ("dqn", "r2d2", "continuous", "sac"):
+        if name not in SECTIONS[algorithm]:
+            owners = " or ".join(a for a, sections in SECTIONS.items() if name in sections)
+            stray += [f"{flag(f)} ({owners})" for f in changed_fields(getattr(config, name), getattr(default, name))]
+    if stray:
+        raise ValueError(f"{', '.join(stray)}: not {algorithm}'s flags, and this run is {flag('algorithm')} "
+                         f"{algorithm}: drop them, or choose the algorithm they belong to")
+
+
 resolve = entry.resolve_with_replay  # fills --num-actors 0; ranks: learners, replay, actors
 
 
@@ -131,6 +153,7 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
     if name not in ("dqn", "r2d2") and len(obs_space.shape or ()) != 1 and parts.network is None:
         raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
                          f"{env} has {obs_space.shape} (give a network factory)")
+    check_sections(config, name)
     cls = builder_class(name)
     parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base,
                 why=f"the job runs {flag('algorithm')} {name} for {env}, whose action space is {act_space}")
@@ -153,6 +176,29 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
     if config.replay.replay_capacity is None:
         config.replay.replay_capacity = builder_class(config.algorithm).replay_steps
+    check_replay_fits(config, obs_space)
+
+
+def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, available: int | None = None) -> None:
+    """The replay's observations fit in memory (:meth:`ReplayConfig.check_fits`). An
+    R2D2 sequence stores every step's observation (frames are not shared between
+    sequences: 25 Atari frame stacks are 0.7 MB), a transition its obs and next_obs,
+    about one frame where ``--share-frames`` stores each distinct frame once."""
+    import numpy as np
+
+    from experiments.runtime.envs import is_atari
+
+    obs = int(np.prod(obs_space.shape or (1,))) * np.dtype(obs_space.dtype or np.float32).itemsize
+    shape = tuple(obs_space.shape or ())
+    if config.algorithm == "r2d2":  # the builder's sequence length, with learn's n-step
+        length = config.r2d2.burn_in + config.r2d2.unroll + config.learn.n_step
+        steps, per_item, what = config.r2d2.period, length * obs, f"sequences of {length} observations of shape {shape}"
+    elif config.replay.share_frames and is_atari(config.env.env_id) and len(shape) == 3:
+        steps, per_item, what = 1, obs // shape[0], f"transitions of about one {shape[1:]} frame"
+    else:
+        steps, per_item, what = 1, 2 * obs, f"transitions of obs and next_obs of shape {shape}"
+    config.replay.check_fits(item_bytes=per_item, steps_per_item=steps, learners=config.learners,
+                             num_actors=config.num_actors, what=what, available=available)
 
 
 def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:

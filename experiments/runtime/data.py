@@ -98,6 +98,31 @@ class ReplayConfig:
             raise ValueError(f"{flag('batch_size')} {batch_size} exceeds a learner's replay shard: "
                              f"{held} / --learners {learners} = {shard}")
 
+    def check_fits(self, *, item_bytes: int, steps_per_item: int, learners: int, num_actors: int,
+                   what: str, available: int | None = None) -> None:
+        """ValueError, before any process starts, where one holder's share of the replay
+        (the whole of it, a learner's shard, an actor's or a replay rank's) needs more
+        than this machine's available memory for ``item_bytes`` a stored item; numpy
+        would otherwise fail on its first add, or the kernel kill the process later.
+        ``what``: how the message names the items and their contents. ``available``: bytes (None:
+        read from /proc/meminfo; no check where it cannot be read)."""
+        if self.replay_capacity is None:
+            return
+        available = available_memory() if available is None else available
+        if available is None:
+            return
+        holders = {"learner": learners, "actors": num_actors, "replay-ranks": self.replay_ranks}[self.replay_placement]
+        items = max(1, self.replay_capacity // steps_per_item) // max(1, holders)
+        need = items * item_bytes
+        if need <= available:
+            return
+        fits = max(1, available // 2 // item_bytes) * steps_per_item * max(1, holders)
+        share = "" if holders <= 1 else f" (one of {holders} {self.replay_placement} shards)"
+        raise ValueError(f"{flag('replay_capacity')} {self.replay_capacity} needs {need / 2**30:.1f} GiB{share} "
+                         f"for {items:,} {what} ({item_bytes / 2**20:.2f} MiB each), more than the "
+                         f"{available / 2**30:.1f} GiB this machine has available: give a smaller "
+                         f"{flag('replay_capacity')} (e.g. {fits:,}, which takes half of it)")
+
     def check_resume(self, run_dir: str, *, learners: int, num_actors: int) -> None:
         """Before any process starts: the run to resume has a complete checkpoint for this
         replay's shards (CheckpointMismatch for shards of another count)."""
@@ -135,3 +160,15 @@ class QueueConfig:
     def validate(self) -> None:
         if self.queue_capacity < 1:
             raise ValueError(f"{flag('queue_capacity')} must be >= 1, got {self.queue_capacity}")
+
+
+def available_memory() -> int | None:
+    """This machine's available memory in bytes (Linux's MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -164,3 +164,72 @@ def test_an_unfilled_replay_capacity_is_named_not_used():
     flow = Flow(data="replay", batch_size=1, push_every=1, pull_every=1, held_steps=1, updates_per_step=1.0)
     with pytest.raises(ValueError, match="replay_capacity is not filled"):
         replay_items(SimpleNamespace(path=SimpleNamespace(replay=ReplayConfig()), flow=flow))
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--algorithm", "dqn", "--burn-in", "5", "--lstm-size", "32"], "--burn-in (r2d2), --lstm-size (r2d2)"),
+    (["--algorithm", "r2d2", "--noisy"], "--noisy (dqn)"),
+    (["--burn-in", "5"], "--burn-in (r2d2): not dqn's flags"),  # auto: dqn for a Discrete space
+])
+def test_a_flag_of_another_algorithm_is_refused_not_ignored(argv, named):
+    import re
+
+    from experiments.apex import ApexJobConfig, job
+    from experiments.runtime.job import check_command
+
+    with pytest.raises(ValueError, match=re.escape(named)):
+        check_command(job, ApexJobConfig, ["--env-id", "rlpar/StatelessCartPole-v1", *argv])
+
+
+def test_continuous_flags_belong_to_td3_ddpg_and_sac_and_sacs_own_to_sac_alone():
+    from experiments.apex import ApexJobConfig, job
+    from experiments.runtime.job import check_command
+
+    for algorithm in ("td3", "sac"):  # the continuous section is both's
+        check_command(job, ApexJobConfig, ["--env-id", "Pendulum-v1", "--algorithm", algorithm, "--random-start"])
+    with pytest.raises(ValueError, match="--alpha \\(sac\\): not ddpg's flags"):
+        check_command(job, ApexJobConfig, ["--env-id", "Pendulum-v1", "--algorithm", "ddpg", "--alpha", "0.5"])
+
+
+@pytest.mark.parametrize("algorithm, argv, item_bytes", [
+    # R2D2: every observation of a sequence of burn-in + unroll + learn's n-step steps.
+    ("r2d2", ["--n-step", "3"], (4 + 16 + 3) * 4 * 84 * 84),
+    ("dqn", [], 84 * 84),  # shared frames: about one frame a transition
+    ("dqn", ["--no-share-frames"], 2 * 4 * 84 * 84),
+])
+def test_a_replay_too_large_for_the_memory_is_named_before_anything_starts(algorithm, argv, item_bytes):
+    # Atari frame stacks: R2D2's default replay (100,000 sequences) is 66 GiB.
+    import gymnasium as gym
+
+    from experiments.apex import ApexJobConfig, check_replay_fits
+    from experiments.runtime.cli import apply_overrides
+
+    config = ApexJobConfig()
+    config.env.env_id, config.algorithm = "ALE/Pong-v5", algorithm
+    config.replay.replay_capacity = 800_000
+    config.learn.n_step = 3 if algorithm == "r2d2" else 1
+    if argv:
+        apply_overrides(config, {"share_frames": False})
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), dtype="uint8")
+    items = 800_000 // (8 if algorithm == "r2d2" else 1)
+    check_replay_fits(config, frames, available=items * item_bytes)  # fits exactly
+    with pytest.raises(ValueError, match=r"--replay-capacity 800000 needs .* GiB for .*more than the .* GiB this "
+                                         r"machine has available: give a smaller --replay-capacity \(e\.g\. ") as err:
+        check_replay_fits(config, frames, available=items * item_bytes - 1)
+    # The suggestion (env steps) takes half the memory, to within an item.
+    suggested = int(str(err.value).split("e.g. ")[1].split(" ")[0].replace(",", ""))
+    per_step = item_bytes / (8 if algorithm == "r2d2" else 1)
+    assert abs(suggested * per_step - (items * item_bytes - 1) / 2) <= item_bytes
+
+
+def test_each_holder_of_a_split_replay_needs_its_share_only():
+    import gymnasium as gym
+
+    from experiments.apex import ApexJobConfig, check_replay_fits
+
+    config = ApexJobConfig()
+    config.algorithm, config.learners, config.replay.replay_capacity = "dqn", 4, 1000
+    obs = gym.spaces.Box(-1, 1, (10,), dtype="float32")
+    check_replay_fits(config, obs, available=250 * 80)  # a learner's shard: 250 transitions of 2 x 40 bytes
+    with pytest.raises(ValueError, match=r"\(one of 4 learner shards\)"):
+        check_replay_fits(config, obs, available=250 * 80 - 1)
