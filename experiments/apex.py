@@ -121,9 +121,12 @@ SECTIONS = {"dqn": ("dqn",), "r2d2": ("r2d2",), "td3": ("continuous",), "ddpg": 
 
 def check_sections(config: ApexJobConfig, algorithm: str) -> None:
     """ValueError naming the flags set (away from their defaults) in the sections of
-    algorithms other than ``algorithm``, and whose they are."""
+    algorithms other than ``algorithm``, and whose they are. Not on ``--resume``: a
+    saved config holds the defaults of the version that wrote it."""
     from experiments.runtime.cli import changed_fields
 
+    if config.run.resume:
+        return
     default = ApexJobConfig()
     stray = []
     for name in ("dqn", "r2d2", "continuous", "sac"):
