@@ -117,6 +117,9 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
 # another's would change nothing in this run, so it is refused, not ignored.
 SECTIONS = {"dqn": ("dqn",), "r2d2": ("r2d2",), "td3": ("continuous",), "ddpg": ("continuous",),
             "sac": ("continuous", "sac")}
+# The learn fields an algorithm never reads (R2D2: a hard target copy every
+# --target-update updates, always double Q, eager forwards, no recycling).
+LEARN_UNREAD = {"r2d2": ("tau", "fast", "double_q", "recycle_every", "recycle_tau")}
 
 
 def check_sections(config: ApexJobConfig, algorithm: str) -> None:
@@ -133,6 +136,8 @@ def check_sections(config: ApexJobConfig, algorithm: str) -> None:
         if name not in SECTIONS[algorithm]:
             owners = " or ".join(a for a, sections in SECTIONS.items() if name in sections)
             stray += [f"{flag(f)} ({owners})" for f in changed_fields(getattr(config, name), getattr(default, name))]
+    unread = set(LEARN_UNREAD.get(algorithm, ()))
+    stray += [f"{flag(f)} (unused by {algorithm})" for f in changed_fields(config.learn, default.learn) if f in unread]
     if stray:
         raise ValueError(f"{', '.join(stray)}: not {algorithm}'s flags, and this run is {flag('algorithm')} "
                          f"{algorithm}: drop them, or choose the algorithm they belong to")

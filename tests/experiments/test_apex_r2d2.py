@@ -170,6 +170,7 @@ def test_an_unfilled_replay_capacity_is_named_not_used():
     (["--algorithm", "dqn", "--burn-in", "5", "--lstm-size", "32"], "--burn-in (r2d2), --lstm-size (r2d2)"),
     (["--algorithm", "r2d2", "--noisy"], "--noisy (dqn)"),
     (["--burn-in", "5"], "--burn-in (r2d2): not dqn's flags"),  # auto: dqn for a Discrete space
+    (["--algorithm", "r2d2", "--tau", "0.005", "--fast", "compile"], "--tau (unused by r2d2), --fast (unused by r2d2)"),
 ])
 def test_a_flag_of_another_algorithm_is_refused_not_ignored(argv, named):
     import re
