@@ -122,10 +122,12 @@ SECTIONS = {"dqn": ("dqn",), "r2d2": ("r2d2",), "td3": ("continuous",), "ddpg": 
 LEARN_UNREAD = {"r2d2": ("tau", "fast", "double_q", "recycle_every", "recycle_tau")}
 
 
-def check_sections(config: ApexJobConfig, algorithm: str) -> None:
+def check_sections(config: ApexJobConfig, algorithm: str, *, family: str) -> None:
     """ValueError naming the flags set (away from their defaults) in the sections of
-    algorithms other than ``algorithm``, and whose they are. Not on ``--resume``: a
-    saved config holds the defaults of the version that wrote it."""
+    algorithms other than ``algorithm``, and whose they are, or in ``learn`` where the
+    algorithm never reads them (its own defaults for the observation ``family``, as
+    :func:`fill_learn` fills them, are not flagged). Not on ``--resume``: a saved
+    config holds the defaults of the version that wrote it."""
     from experiments.runtime.cli import changed_fields
 
     if config.run.resume:
@@ -137,7 +139,9 @@ def check_sections(config: ApexJobConfig, algorithm: str) -> None:
             owners = " or ".join(a for a, sections in SECTIONS.items() if name in sections)
             stray += [f"{flag(f)} ({owners})" for f in changed_fields(getattr(config, name), getattr(default, name))]
     unread = set(LEARN_UNREAD.get(algorithm, ()))
-    stray += [f"{flag(f)} (unused by {algorithm})" for f in changed_fields(config.learn, default.learn) if f in unread]
+    filled = builder_class(algorithm).defaults(family)
+    stray += [f"{flag(f)} (unused by {algorithm})" for f, value in changed_fields(config.learn, default.learn).items()
+              if f in unread and not (f in filled and value == filled[f])]
     if stray:
         raise ValueError(f"{', '.join(stray)}: not {algorithm}'s flags, and this run is {flag('algorithm')} "
                          f"{algorithm}: drop them, or choose the algorithm they belong to")
@@ -149,6 +153,7 @@ resolve = entry.resolve_with_replay  # fills --num-actors 0; ranks: learners, re
 def check(config: ApexJobConfig, parts: Parts) -> None:
     from gymnasium import spaces
 
+    from algorithms.nets import observation_family
     from experiments.runtime.envs import env_name, env_spaces
 
     check_env(lambda: entry.job_env_fn(config, parts), env_id=config.env.env_id,
@@ -161,7 +166,7 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
     if name not in ("dqn", "r2d2") and len(obs_space.shape or ()) != 1 and parts.network is None:
         raise ValueError(f"{flag('algorithm')} {name}'s default networks are MLPs on vector observations; "
                          f"{env} has {obs_space.shape} (give a network factory)")
-    check_sections(config, name)
+    check_sections(config, name, family=observation_family(obs_space.shape or ()))
     cls = builder_class(name)
     parts.check(algorithm=cls.algorithm_base, actor=cls.actor_base, learner=cls.learner_base,
                 why=f"the job runs {flag('algorithm')} {name} for {env}, whose action space is {act_space}")
