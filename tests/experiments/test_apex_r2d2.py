@@ -182,6 +182,16 @@ def test_a_flag_of_another_algorithm_is_refused_not_ignored(argv, named):
         check_command(job, ApexJobConfig, ["--env-id", "rlpar/StatelessCartPole-v1", *argv])
 
 
+def test_an_algorithms_own_default_for_a_learn_flag_it_does_not_read_is_accepted():
+    # What the benches and fill_learn set: R2D2's tau (1.0, a hard copy) is its default.
+    from experiments.apex import ApexJobConfig, job
+    from experiments.runtime.job import check_command
+
+    config, _ = check_command(job, ApexJobConfig, ["--env-id", "rlpar/StatelessCartPole-v1", "--algorithm", "r2d2",
+                                                   "--tau", "1.0"])
+    assert config.learn.tau == 1.0
+
+
 def test_continuous_flags_belong_to_td3_ddpg_and_sac_and_sacs_own_to_sac_alone():
     from experiments.apex import ApexJobConfig, job
     from experiments.runtime.job import check_command
