@@ -117,9 +117,14 @@ def builder(config: ApexJobConfig, parts: Parts, spec: Any):
 # another's would change nothing in this run, so it is refused, not ignored.
 SECTIONS = {"dqn": ("dqn",), "r2d2": ("r2d2",), "td3": ("continuous",), "ddpg": ("continuous",),
             "sac": ("continuous", "sac")}
-# The learn fields an algorithm never reads (R2D2: a hard target copy every
-# --target-update updates, always double Q, eager forwards, no recycling).
-LEARN_UNREAD = {"r2d2": ("tau", "fast", "double_q", "recycle_every", "recycle_tau")}
+# The learn fields an algorithm never reads. R2D2: a hard target copy every
+# --target-update updates, always double Q, eager forwards, no recycling. TD3, DDPG
+# and SAC: Polyak targets (--tau), Adam at its default epsilon, MLPs without a dueling
+# head, exploration by --sigma (the continuous section), not epsilon.
+_CONTINUOUS_UNREAD = ("target_update", "adam_eps", "recycle_every", "recycle_tau", "double_q", "dueling", "cnn",
+                      "eps", "eps_alpha")
+LEARN_UNREAD = {"r2d2": ("tau", "fast", "double_q", "recycle_every", "recycle_tau"), "td3": _CONTINUOUS_UNREAD,
+                "ddpg": _CONTINUOUS_UNREAD, "sac": _CONTINUOUS_UNREAD}
 
 
 def check_sections(config: ApexJobConfig, algorithm: str, *, family: str) -> None:

@@ -200,6 +200,10 @@ def test_continuous_flags_belong_to_td3_ddpg_and_sac_and_sacs_own_to_sac_alone()
         check_command(job, ApexJobConfig, ["--env-id", "Pendulum-v1", "--algorithm", algorithm, "--random-start"])
     with pytest.raises(ValueError, match="--alpha \\(sac\\): not ddpg's flags"):
         check_command(job, ApexJobConfig, ["--env-id", "Pendulum-v1", "--algorithm", "ddpg", "--alpha", "0.5"])
+    # Epsilon-greedy's flags and DQN's target copies are not theirs either.
+    with pytest.raises(ValueError, match="--target-update \\(unused by sac\\), --eps \\(unused by sac\\)"):
+        check_command(job, ApexJobConfig, ["--env-id", "Pendulum-v1", "--algorithm", "sac", "--eps", "0.1",
+                                           "--target-update", "100"])
 
 
 @pytest.mark.parametrize("algorithm, argv, item_bytes", [
