@@ -205,7 +205,12 @@ def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, available: int |
     import numpy as np
 
     from experiments.runtime.envs import is_atari
+    from experiments.runtime.job import under_launcher
 
+    if under_launcher():
+        # A torchrun rank checks on its own node, maybe after the replay's holder has
+        # taken the memory (a rank that rejoins): the local launch checks before any rank.
+        return
     obs = int(np.prod(obs_space.shape or (1,))) * np.dtype(obs_space.dtype or np.float32).itemsize
     shape = tuple(obs_space.shape or ())
     if config.algorithm == "r2d2":  # the builder's sequence length, with learn's n-step
