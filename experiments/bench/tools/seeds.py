@@ -25,13 +25,12 @@ seed sets differ, so their means are not paired).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from experiments.bench.tools.emit import RESULTS, emit
+from experiments.bench.tools.emit import RESULTS, emit, read_lines
 
 DEFAULT_KEY = "return_at_s"
 
@@ -47,19 +46,10 @@ def read_runs(paths: Sequence[str], *, key: str = DEFAULT_KEY) -> list[dict[str,
         file = os.path.join(path, RESULTS) if os.path.isdir(path) else path
         if not os.path.isfile(file):
             raise ValueError(f"{path}: no such results file (a results.jsonl, or a folder holding one)")
-        with open(file) as f:
-            for number, text in enumerate(f, start=1):
-                if not text.strip():
-                    continue
-                try:
-                    line = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{file}:{number}: not a JSON line ({exc.msg})") from None
-                if not isinstance(line, dict):
-                    raise ValueError(f"{file}:{number}: a results line is a JSON object, got {type(line).__name__}")
-                if key not in line or "skipped" in line:
-                    continue
-                runs.append({**line, key: _times(line[key], f"{file}:{number}: {key}")})
+        for number, line in read_lines(file):
+            if key not in line or "skipped" in line:
+                continue
+            runs.append({**line, key: _times(line[key], f"{file}:{number}: {key}")})
     return runs
 
 

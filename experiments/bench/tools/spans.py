@@ -21,13 +21,12 @@ last the run reached.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from typing import Any
 
-from experiments.bench.tools.emit import emit
+from experiments.bench.tools.emit import emit, read_lines
 from experiments.bench.tools.wallclock import CURVE
 
 
@@ -38,24 +37,17 @@ def read_snapshots(run_dir: str, *, key: str) -> list[tuple[int, float]]:
     if not os.path.isfile(path):
         raise ValueError(f"{run_dir}: no {CURVE} (a run folder of a budget bench holds one)")
     out = []
-    with open(path) as f:
-        for number, text in enumerate(f, start=1):
-            if not text.strip():
-                continue
-            try:
-                line = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
-            if not isinstance(line, dict) or "env_steps" not in line or key not in line:
-                raise ValueError(f"{path}:{number}: an evaluation line needs env_steps and {key!r}")
-            if line.get("final"):
-                continue
-            steps, value = line["env_steps"], line[key]
-            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-                raise ValueError(f"{path}:{number}: env_steps must be an int >= 0, got {steps!r}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{path}:{number}: {key} must be a finite number, got {value!r}")
-            out.append((steps, float(value)))
+    for number, line in read_lines(path):
+        if "env_steps" not in line or key not in line:
+            raise ValueError(f"{path}:{number}: an evaluation line needs env_steps and {key!r}")
+        if line.get("final"):
+            continue
+        steps, value = line["env_steps"], line[key]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"{path}:{number}: env_steps must be an int >= 0, got {steps!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{path}:{number}: {key} must be a finite number, got {value!r}")
+        out.append((steps, float(value)))
     return sorted(out)
 
 
