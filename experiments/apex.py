@@ -194,17 +194,18 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
     if config.replay.replay_capacity is None:
         config.replay.replay_capacity = builder_class(config.algorithm).replay_steps
-    check_replay_fits(config, obs_space)
+    check_replay_fits(config, obs_space, user_env=parts.env is not None)
 
 
-def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, available: int | None = None) -> None:
+def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, user_env: bool = False,
+                      available: int | None = None) -> None:
     """The replay's observations fit in memory (:meth:`ReplayConfig.check_fits`). An
     R2D2 sequence stores every step's observation (frames are not shared between
     sequences: 25 Atari frame stacks are 0.7 MB), a transition its obs and next_obs,
     about one frame where ``--share-frames`` stores each distinct frame once."""
     import numpy as np
 
-    from experiments.runtime.envs import is_atari
+    from experiments.roles.actor_learner.data import shares_frames
     from experiments.runtime.job import under_launcher
 
     if under_launcher():
@@ -216,7 +217,8 @@ def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, available: int |
     if config.algorithm == "r2d2":  # the builder's sequence length, with learn's n-step
         length = config.r2d2.burn_in + config.r2d2.unroll + config.learn.n_step
         steps, per_item, what = config.r2d2.period, length * obs, f"sequences of {length} observations of shape {shape}"
-    elif config.replay.share_frames and is_atari(config.env.env_id) and len(shape) == 3:
+    elif shares_frames(config.replay, env_id=config.env.env_id, user_env=user_env, items="transitions",
+                       obs_space=obs_space, n_step=config.learn.n_step):
         steps, per_item, what = 1, obs // shape[0], f"transitions of about one {shape[1:]} frame"
     else:
         steps, per_item, what = 1, 2 * obs, f"transitions of obs and next_obs of shape {shape}"

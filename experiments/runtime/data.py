@@ -111,17 +111,22 @@ class ReplayConfig:
         available = available_memory() if available is None else available
         if available is None:
             return
-        holders = {"learner": learners, "actors": num_actors, "replay-ranks": self.replay_ranks}[self.replay_placement]
-        items = max(1, self.replay_capacity // steps_per_item) // max(1, holders)
+        holders = max(1, self.shards(learners=learners, num_actors=num_actors))
+        items = max(1, self.replay_capacity // steps_per_item) // holders
         need = items * item_bytes
         if need <= available:
             return
-        fits = max(1, available // 2 // item_bytes) * steps_per_item * max(1, holders)
+        fits = max(1, available // 2 // item_bytes) * steps_per_item * holders
         share = "" if holders <= 1 else f" (one of {holders} {self.replay_placement} shards)"
         raise ValueError(f"{flag('replay_capacity')} {self.replay_capacity} needs {need / 2**30:.1f} GiB{share} "
                          f"for {items:,} {what} ({item_bytes / 2**20:.2f} MiB each), more than the "
                          f"{available / 2**30:.1f} GiB this machine has available: give a smaller "
                          f"{flag('replay_capacity')} (e.g. {fits:,}, which takes half of it)")
+
+    def shards(self, *, learners: int, num_actors: int) -> int:
+        """How many shards the replay is split into (0: one replay in the learner)."""
+        split = learners if learners > 1 else 0  # a replay split over the learners
+        return {"actors": num_actors, "replay-ranks": self.replay_ranks, "learner": split}[self.replay_placement]
 
     def check_resume(self, run_dir: str, *, learners: int, num_actors: int) -> None:
         """Before any process starts: the run to resume has a complete checkpoint for this
@@ -133,8 +138,7 @@ class ReplayConfig:
         from rlpar.checkpoint import latest_checkpoint
 
         directory = RunDir(run_dir).checkpoints
-        split = learners if learners > 1 else 0  # a replay split over the learners
-        shards = {"actors": num_actors, "replay-ranks": self.replay_ranks, "learner": split}[self.replay_placement]
+        shards = self.shards(learners=learners, num_actors=num_actors)
         if shards and directory and os.path.isdir(directory):  # not on a node without the run dir
             latest_checkpoint(directory, parts=shard_part_names(shards))
 

@@ -61,18 +61,24 @@ def replay_layout(setup: Any) -> dict[str, Any]:
     """Replay keyword arguments for the env's observations: ``SharedFrames`` when
     they are uint8 frame stacks (stack axis first, as both Atari paths make them)
     that an n-step transition's obs and next_obs overlap in."""
-    from experiments.runtime.envs import is_atari
     from rlpar.buffers import SharedFrames
 
-    flow, shape = setup.flow, setup.builder.spec.observation_space.shape or ()
-    if not (setup.path.replay.share_frames and is_atari(setup.env.env_id)) or setup.parts.env is not None:
-        return {}
-    if flow.items != "transitions":  # a sequence has no next_obs to share obs's frames with
-        return {}
-    obs_space = setup.builder.spec.observation_space
-    if obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > flow.n_step:
+    flow = setup.flow
+    if shares_frames(setup.path.replay, env_id=setup.env.env_id, user_env=setup.parts.env is not None,
+                     items=flow.items, obs_space=setup.builder.spec.observation_space, n_step=flow.n_step):
         return {"shared_frames": SharedFrames(shift=flow.n_step)}
     return {}
+
+
+def shares_frames(replay: Any, *, env_id: str, user_env: bool, items: str, obs_space: Any, n_step: int) -> bool:
+    """Whether the replay stores each distinct frame once (``--share-frames``): Atari's
+    uint8 frame stacks in transitions whose obs and next_obs overlap (a sequence has no
+    next_obs to share obs's frames with)."""
+    from experiments.runtime.envs import is_atari
+
+    shape = obs_space.shape or ()
+    return (replay.share_frames and is_atari(env_id) and not user_env and items == "transitions"
+            and obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > n_step)
 
 
 def replay_items(setup: Any) -> int:
