@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, NOISY_DEFAULTS, ApexConfig  # noqa: F401 (the job's tables)
 from algorithms.dqn.dqn import DQNConfig
+from algorithms.params import RUN_BUDGET
+from algorithms.r2d2.config import DEFAULTS_BY_FAMILY as R2D2_BY_FAMILY
 from algorithms.r2d2.config import R2D2Config
 from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
@@ -53,7 +55,9 @@ class ApexJobConfig:
     # R2D2's own; the job's defaults are for small envs (the paper's Atari ones: 40, 40,
     # 40, 512), a sequence of burn_in + unroll + n_step steps starting every period. An
     # LSTM of 128 was not measured better on BreakoutNoTrail (experiments/tuning.md, "R2D2").
-    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=64))
+    # lr_anneal_steps None: filled by observation family (fill_r2d2).
+    r2d2: R2D2Config = section(lambda: R2D2Config(burn_in=4, unroll=16, period=8, lstm_size=64,
+                                                  lr_anneal_steps=None))
     algorithm: Literal["auto", "dqn", "td3", "ddpg", "sac", "r2d2"] = field("auto", help=(
         "the learner: auto (by the action space: Discrete -> dqn, Box -> td3), dqn, td3, ddpg, sac or "
         "r2d2 (recurrent: replays sequences, for partially observed envs)"))
@@ -191,7 +195,10 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     config.algorithm = algorithm_of(config, act_space)
     if config.algorithm == "dqn" and config.dqn.noisy:
         entry.fill_unset(config.learn, NOISY_DEFAULTS)
-    fill_learn(config.learn, algorithm=config.algorithm, family=observation_family(obs_space.shape or ()))
+    family = observation_family(obs_space.shape or ())
+    fill_learn(config.learn, algorithm=config.algorithm, family=family)
+    if config.algorithm == "r2d2":
+        fill_r2d2(config.r2d2, family=family, run_budget=config.run.max_env_steps)
     if config.replay.replay_capacity is None:
         config.replay.replay_capacity = builder_class(config.algorithm).replay_steps
     check_replay_fits(config, obs_space, user_env=parts.env is not None)
@@ -230,6 +237,14 @@ def fill_learn(learn: ApexConfig, *, algorithm: str, family: str) -> ApexConfig:
     """The ``learn`` fields left unset (None) filled by ``algorithm``'s builder's
     ``defaults(family)``. Returns ``learn``."""
     return entry.fill_unset(learn, builder_class(algorithm).defaults(family))
+
+
+def fill_r2d2(r2d2: R2D2Config, *, family: str, run_budget: int) -> R2D2Config:
+    """The ``r2d2`` section's fields left unset filled by observation ``family``
+    (``algorithms.r2d2.config.DEFAULTS_BY_FAMILY``; ``RUN_BUDGET``: ``run_budget``, the
+    run's ``--max-env-steps``). Returns ``r2d2``."""
+    return entry.fill_unset(r2d2, {name: run_budget if value == RUN_BUDGET else value
+                                   for name, value in R2D2_BY_FAMILY[family].items()})
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from algorithms.params import Cnn, check_cnn, internal, param
+from algorithms.params import RUN_BUDGET, Cnn, check_cnn, internal, param
 
 
 @dataclass
@@ -44,9 +44,10 @@ class R2D2Config:
     unroll: int = param(40, help="R2D2: steps after the burn-in that are trained on")
     period: int = param(40, help="R2D2: steps between the starts of consecutive sequences of an episode")
     lr: float = internal(1e-4)
-    lr_anneal_steps: int = param(0, help=(
-        "R2D2: anneal the learning rate linearly to 0 over this many env steps (0: constant; the learner "
-        "counts them as --updates-per-step updates each)"))
+    lr_anneal_steps: int | None = param(0, help=(
+        "R2D2: anneal the learning rate linearly to 0 over this many env steps (0: constant; none: by "
+        "observation family, the run's --max-env-steps for small images such as MinAtar's, else 0; the "
+        "learner counts them as --updates-per-step updates each)"))
     # Derived by the Ape-X job from lr_anneal_steps: the updates the rate reaches 0 at
     # (None: constant), so that a resumed learner goes on from its update count.
     lr_anneal_updates: int | None = internal(None)
@@ -92,7 +93,8 @@ class R2D2Config:
         for name in ("n_step", "unroll", "period", "target_update_interval", "lstm_size"):
             _int(name, getattr(self, name), low=1)
         _int("burn_in", self.burn_in, low=0)
-        _int("lr_anneal_steps", self.lr_anneal_steps, low=0)
+        if self.lr_anneal_steps is not None:  # None: the job fills it (DEFAULTS_BY_FAMILY)
+            _int("lr_anneal_steps", self.lr_anneal_steps, low=0)
         if self.lr_anneal_updates is not None:
             _int("lr_anneal_updates", self.lr_anneal_updates, low=1)
         if self.period > self.sequence_length:
@@ -114,6 +116,19 @@ class R2D2Config:
         if not isinstance(self.hidden, tuple) or not self.hidden or not all(
                 isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.hidden):
             raise ValueError(f"hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+
+
+# The r2d2 section's fields the Ape-X job leaves unset (None), by observation family.
+# Small images: the rate annealed to 0 over the run's --max-env-steps (as PPO's and
+# IMPALA's MinAtar defaults): on BreakoutNoTrail it lifted the plateau a constant 1e-3
+# learned to (experiments/tuning.md, "R2D2", "Annealing the learning rate"). Vectors
+# solve StatelessCartPole at a constant rate; frames keep the paper's constant one.
+DEFAULTS_BY_FAMILY: dict[str, dict[str, int]] = {
+    "vector": {"lr_anneal_steps": 0},
+    "small_image": {"lr_anneal_steps": RUN_BUDGET},
+    "frames": {"lr_anneal_steps": 0},
+    "other": {"lr_anneal_steps": 0},
+}
 
 
 def _int(name: str, value: object, *, low: int) -> None:

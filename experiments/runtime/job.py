@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -35,11 +36,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from experiments.runtime.cli import validate
+from experiments.runtime.cli import flag, leaves, validate
 from experiments.runtime.parts import Parts
 from experiments.runtime.resume import check_fixed, resumed_config
 from experiments.runtime.rundir import RunDir
 from rlpar.distributed import stops
+
+log = logging.getLogger(__name__)
 
 # What the zygote of a local world (rlpar.distributed.launch) does once before it forks
 # the ranks: imports what every job's ranks import, and loads the prioritized replay's
@@ -226,7 +229,21 @@ def checked(job: Job, config: Any, *, parts: Parts, world_size: int | None) -> t
     if job.env_defaults is not None:
         job.env_defaults(config, parts)
         validate(config)
+    warn_idle_steps(config)
     return config, nprocs
+
+
+def warn_idle_steps(config: Any) -> None:
+    """Log a warning where a learning rate annealed over env steps reaches 0 before
+    the run's ``--max-env-steps``: the steps after it learn nothing. A resumed run
+    keeps the annealing it started with, so a budget raised on resume meets this."""
+    budget = config.run.max_env_steps
+    for owner, field, _ in leaves(config):
+        steps = getattr(owner, field.name)
+        if field.name == "lr_anneal_steps" and steps and steps < budget:
+            log.warning("%s %s is below %s %s: the learning rate is 0 from %s env steps on, and the run learns "
+                        "nothing after them (give %s %d to anneal over the whole run)", flag(field.name),
+                        f"{steps:,}", flag("max_env_steps"), f"{budget:,}", f"{steps:,}", flag(field.name), budget)
 
 
 def check_command(job: Job | Callable[[], Job], config_cls: type, argv: Sequence[str], *,

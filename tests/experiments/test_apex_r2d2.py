@@ -154,6 +154,37 @@ def test_the_replay_capacity_left_out_is_the_algorithms_in_env_steps(argv, capac
     assert replay_items(SimpleNamespace(path=SimpleNamespace(replay=config.replay), flow=flow)) == items
 
 
+@pytest.mark.parametrize("env_id, argv, steps", [
+    ("rlpar/BreakoutNoTrail-v1", [], 1_000_000),  # a small image: the run's --max-env-steps (the job's 1M)
+    ("rlpar/BreakoutNoTrail-v1", ["--max-env-steps", "1200000"], 1_200_000),
+    ("rlpar/BreakoutNoTrail-v1", ["--lr-anneal-steps", "0"], 0),  # given: kept
+    ("rlpar/StatelessCartPole-v1", [], 0),  # vectors: constant
+    ("rlpar/StatelessCartPole-v1", ["--lr-anneal-steps", "5000"], 5000),
+])
+def test_r2d2_anneals_its_rate_over_the_run_on_small_images_and_keeps_it_constant_on_vectors(env_id, argv, steps):
+    from experiments.apex import ApexJobConfig, job
+    from experiments.runtime.job import check_command
+
+    config, _ = check_command(job, ApexJobConfig, ["--env-id", env_id, "--algorithm", "r2d2", *argv])
+    assert config.r2d2.lr_anneal_steps == steps
+
+
+def test_the_r2d2_section_is_filled_by_family_for_r2d2_alone():
+    from algorithms.params import RUN_BUDGET
+    from algorithms.r2d2.config import DEFAULTS_BY_FAMILY
+    from experiments.apex import ApexJobConfig, fill_r2d2
+
+    assert DEFAULTS_BY_FAMILY["small_image"]["lr_anneal_steps"] == RUN_BUDGET
+    assert fill_r2d2(ApexJobConfig().r2d2, family="small_image", run_budget=777).lr_anneal_steps == 777
+    assert fill_r2d2(ApexJobConfig().r2d2, family="frames", run_budget=777).lr_anneal_steps == 0
+    # Another algorithm's run leaves R2D2's section as it was: its flags were never given.
+    from experiments.apex import job
+    from experiments.runtime.job import check_command
+
+    config, _ = check_command(job, ApexJobConfig, ["--env-id", "rlpar/StatelessCartPole-v1", "--algorithm", "dqn"])
+    assert config.r2d2.lr_anneal_steps is None
+
+
 def test_an_unfilled_replay_capacity_is_named_not_used():
     from types import SimpleNamespace
 
@@ -248,3 +279,19 @@ def test_each_holder_of_a_split_replay_needs_its_share_only():
     check_replay_fits(config, obs, available=250 * 80)  # a learner's shard: 250 transitions of 2 x 40 bytes
     with pytest.raises(ValueError, match=r"\(one of 4 learner shards\)"):
         check_replay_fits(config, obs, available=250 * 80 - 1)
+
+
+def test_a_rate_annealed_to_zero_before_the_budget_is_warned_about(caplog):
+    # The steps after the rate reached 0 learn nothing: what a budget raised on --resume
+    # (which keeps the annealing the run started with) or a short --lr-anneal-steps gives.
+    from experiments.apex import ApexJobConfig, job
+    from experiments.runtime.job import check_command
+
+    argv = ["--env-id", "rlpar/BreakoutNoTrail-v1", "--algorithm", "r2d2", "--max-env-steps", "2000000"]
+    with caplog.at_level("WARNING", logger="experiments.runtime.job"):
+        check_command(job, ApexJobConfig, argv)  # annealed over the run: nothing to say
+        assert not caplog.records
+        check_command(job, ApexJobConfig, [*argv, "--lr-anneal-steps", "1000000"])
+    (record,) = caplog.records
+    assert ("--lr-anneal-steps 1,000,000 is below --max-env-steps 2,000,000" in record.getMessage()
+            and "--lr-anneal-steps 2000000" in record.getMessage())

@@ -18,9 +18,10 @@ whole machine) the bench runs a trainer and a niced evaluator
 (:func:`experiments.bench.tools.wallclock.run_pair`, as the continuous bench): the
 trainer (ours: :mod:`.ours`, with ``--flags IMPL=FLAGS`` after the job's defaults;
 the peer: :mod:`.peers`) stops at ``--budget-s`` (counted from its launch) or at
-``--max-env-steps`` and writes its acting network every ``--eval-every`` env steps and
-at the end; the evaluator plays every snapshot greedily over ``--eval-episodes``
-episodes (each env copy's first episode, seeded by the snapshot's env steps): ours
+``--max-env-steps`` (by env: 1.2M on BreakoutNoTrail, see ``ENVS``), and writes its
+acting network every ``--eval-every`` env steps and at the end; the evaluator plays
+every snapshot greedily over ``--eval-episodes`` episodes (each env copy's first
+episode, seeded by the snapshot's env steps): ours
 with the builder's greedy policy (R2D2 with its recurrent state, one per episode),
 RecurrentPPO's deterministic action with its LSTM state.
 
@@ -61,16 +62,22 @@ class EnvDefaults:
     eval_every: int
     levels: tuple[float, ...]  # the first is the run's headline ``score``
     needs: str | None = None  # a module the env needs
+    max_env_steps: int = MAX_ENV_STEPS
 
 
 # Levels: StatelessCartPole's solved score and a half-way mark; BreakoutNoTrail's 10 is
 # the MinAtar paper's DQN on full Breakout after 5M frames (Young & Tian 2019), 5 a step
-# on the way.
+# on the way. BreakoutNoTrail's runs stop at 1.2M env steps: about what a 30-minute run
+# of R2D2 steps at its fastest here (755 env steps/s, 1.36M), and what R2D2's rate is
+# annealed over (the job's default for small images is its run's --max-env-steps; the
+# rate annealed over 1.2M lifted its late plateau, experiments/tuning.md, "R2D2"). The
+# same cap for every implementation; a run that reaches it early is reported from its
+# final snapshot, as the MinAtar bench's 5M cap.
 ENVS = {
     "StatelessCartPole": EnvDefaults("rlpar/StatelessCartPole-v1", budget_s=600.0, eval_every=5_000,
                                      levels=(475.0, 200.0)),
     "BreakoutNoTrail": EnvDefaults("rlpar/BreakoutNoTrail-v1", budget_s=1800.0, eval_every=25_000,
-                                   levels=(10.0, 5.0), needs="minatar"),
+                                   levels=(10.0, 5.0), needs="minatar", max_env_steps=1_200_000),
 }
 # --quick stops at 1,000 env steps (20 s bounds a slow start): a snapshot at 500, after
 # learning started at 200, and the final one.
@@ -86,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2")
     add("--budget-s", type=float, default=None, help=(
         "wall-clock seconds per run (default by env: 600 for StatelessCartPole, 1800 for BreakoutNoTrail)"))
-    add("--max-env-steps", type=int, default=MAX_ENV_STEPS, help="env step cap per run (default: none reached)")
+    add("--max-env-steps", type=int, default=None, help=(
+        "env step cap per run (default by env: none reached for StatelessCartPole, 1,200,000 for BreakoutNoTrail)"))
     add("--eval-every", type=int, default=None, help=(
         "env steps between snapshots (default by env: 5000 for StatelessCartPole, 25000 for BreakoutNoTrail)"))
     add("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation")
@@ -107,12 +115,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         if args.envs == parser.get_default("envs"):
             args.envs = QUICK["envs"]
-        for name in ("budget_s", "eval_every"):
+        for name in ("budget_s", "eval_every", "max_env_steps"):
             if getattr(args, name) is None:
                 setattr(args, name, QUICK[name])
-        for name in ("eval_episodes", "max_env_steps"):
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, QUICK[name])
+        if args.eval_episodes == parser.get_default("eval_episodes"):
+            args.eval_episodes = QUICK["eval_episodes"]
     args.env_list = wc.choose(parser, "--envs", args.envs, list(ENVS), what="env")
     args.impl_list = wc.choose(parser, "--impls", args.impls, IMPLS, what="implementation")
     args.seed_list = wc.seed_list(parser, args.seeds)
@@ -156,6 +163,10 @@ def impl_flags(given: list[str]) -> dict[str, str]:
 
 def budget_of(args: argparse.Namespace, env: str) -> float:
     return args.budget_s if args.budget_s is not None else ENVS[env].budget_s
+
+
+def max_env_steps_of(args: argparse.Namespace, env: str) -> int:
+    return args.max_env_steps if args.max_env_steps is not None else ENVS[env].max_env_steps
 
 
 def eval_every_of(args: argparse.Namespace, env: str) -> int:
@@ -212,7 +223,7 @@ def _missing(impl: str) -> str | None:
 def child_command(args: argparse.Namespace, env: str, impl: str, seed: int, run_dir: str) -> list[str]:
     return [sys.executable, "-m", "experiments.bench.pomdp.budget", "--envs", env, "--env", env,
             "--impls", impl, "--seeds", str(seed), "--budget-s", repr(budget_of(args, env)),
-            "--max-env-steps", str(args.max_env_steps), "--eval-every", str(eval_every_of(args, env)),
+            "--max-env-steps", str(max_env_steps_of(args, env)), "--eval-every", str(eval_every_of(args, env)),
             "--eval-episodes", str(args.eval_episodes),
             *[f"--flags={i}={f}" for i, f in args.impl_flags.items()], "--run-dir", run_dir,
             *(["--quick"] if args.quick else [])]
@@ -237,6 +248,7 @@ def run_one(env: str, impl: str, seed: int, args: argparse.Namespace) -> tuple[l
                 "num_actors", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
     line.update({"settings": result.get("settings"), "flags": args.impl_flags.get(impl, ""),
+                 "max_env_steps": max_env_steps_of(args, env),
                  "eval_every": eval_every_of(args, env), "eval_episodes": args.eval_episodes,
                  **{k: figures.get(k) for k in ("eval_cpu_s", "eval_cpu_s_during_training", "eval_tail_s")},
                  "snapshot_pause_s": round(wc.snapshot_pause_s(run_dir), 3), "loadavg_start": load_start,
@@ -279,7 +291,7 @@ def summarize(curve: list[dict[str, Any]], *, levels: tuple[float, ...], times: 
 def train(impl: str, args: argparse.Namespace) -> dict[str, Any]:
     env_id = ENVS[args.env].env_id
     common = {"run_dir": args.run_dir, "seed": args.seed_list[0], "started": args.started or time.time(),
-              "budget_s": budget_of(args, args.env), "max_env_steps": args.max_env_steps,
+              "budget_s": budget_of(args, args.env), "max_env_steps": max_env_steps_of(args, args.env),
               "eval_every": eval_every_of(args, args.env), "quick": args.quick}
     if impl.startswith("sb3-"):
         from experiments.bench.pomdp import peers

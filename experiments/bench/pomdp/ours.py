@@ -87,7 +87,8 @@ def settings(config: Any, *, num_actors: int) -> dict[str, Any]:
     if config.algorithm == "r2d2":
         r2d2 = config.r2d2
         out.update(burn_in=r2d2.burn_in, unroll=r2d2.unroll, period=r2d2.period, lstm_size=r2d2.lstm_size,
-                   last_action_reward=r2d2.last_action_reward, train_episode_starts=r2d2.train_episode_starts)
+                   last_action_reward=r2d2.last_action_reward, train_episode_starts=r2d2.train_episode_starts,
+                   lr_anneal_steps=r2d2.lr_anneal_steps)
     return out
 
 

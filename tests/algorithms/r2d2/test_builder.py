@@ -36,6 +36,9 @@ def test_the_annealing_given_in_env_steps_is_counted_in_updates_at_the_replay_ra
     assert small_builder(lr_anneal_steps=3).r2d2.lr_anneal_updates == 1
     algo = small_builder(lr_anneal_steps=1000).make_algorithm(device="cpu", seed=0)
     assert algo.config.lr_anneal_updates == 100 and algo.config.lr == 1e-3
+    # None is the job's "by observation family": a builder is never handed it unfilled.
+    with pytest.raises(ValueError, match="--lr-anneal-steps unset"):
+        small_builder(lr_anneal_steps=None)
 
 
 @pytest.mark.parametrize("last_action_reward", [False, True], ids=["lstm", "lstm-last-action-reward"])

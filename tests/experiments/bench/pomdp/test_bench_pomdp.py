@@ -137,3 +137,17 @@ def test_reports_give_the_last_evaluation_taken_by_each_time():
     assert summary["reached_score_at_s"] == 210.0 and summary["reached_score_at_steps"] == 15_000
     assert summary["best_eval_greedy"] == 480.0 and summary["final_eval_greedy"] == 300.0
     assert summary["return_at_s"]["100"] == 20.0 and summary["return_at_s"]["600"] == 300.0
+
+
+def test_each_env_has_its_env_step_cap_and_a_given_one_replaces_it(tmp_path):
+    # BreakoutNoTrail's runs stop at 1.2M env steps (ours anneal R2D2's rate over the cap);
+    # StatelessCartPole's cap is out of reach; --quick's is 1,000.
+    def cap(*argv):
+        args = bench_module.parse([*argv, "--out", str(tmp_path)])
+        command = bench_module.child_command(args, args.env_list[0], "rlpar-r2d2", 0, str(tmp_path))
+        return int(command[command.index("--max-env-steps") + 1])
+
+    assert cap("--envs", "BreakoutNoTrail") == 1_200_000
+    assert cap("--envs", "StatelessCartPole") == bench_module.MAX_ENV_STEPS
+    assert cap("--envs", "BreakoutNoTrail", "--max-env-steps", "5000") == 5000
+    assert cap("--quick") == 1_000
