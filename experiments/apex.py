@@ -14,7 +14,6 @@ from typing import Any, ClassVar, Literal
 
 from algorithms.dqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, NOISY_DEFAULTS, ApexConfig  # noqa: F401 (the job's tables)
 from algorithms.dqn.dqn import DQNConfig
-from algorithms.params import RUN_BUDGET
 from algorithms.r2d2.config import DEFAULTS_BY_FAMILY as R2D2_BY_FAMILY
 from algorithms.r2d2.config import R2D2Config
 from algorithms.sac.config import SACConfig
@@ -222,7 +221,7 @@ def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, user_env: bool =
     obs = int(np.prod(obs_space.shape or (1,))) * np.dtype(obs_space.dtype or np.float32).itemsize
     shape = tuple(obs_space.shape or ())
     if config.algorithm == "r2d2":  # the builder's sequence length, with learn's n-step
-        length = config.r2d2.burn_in + config.r2d2.unroll + config.learn.n_step
+        length = dataclasses.replace(config.r2d2, n_step=config.learn.n_step).sequence_length
         steps, per_item, what = config.r2d2.period, length * obs, f"sequences of {length} observations of shape {shape}"
     elif shares_frames(config.replay, env_id=config.env.env_id, user_env=user_env, items="transitions",
                        obs_space=obs_space, n_step=config.learn.n_step):
@@ -243,8 +242,10 @@ def fill_r2d2(r2d2: R2D2Config, *, family: str, run_budget: int) -> R2D2Config:
     """The ``r2d2`` section's fields left unset filled by observation ``family``
     (``algorithms.r2d2.config.DEFAULTS_BY_FAMILY``; ``RUN_BUDGET``: ``run_budget``, the
     run's ``--max-env-steps``). Returns ``r2d2``."""
-    return entry.fill_unset(r2d2, {name: run_budget if value == RUN_BUDGET else value
-                                   for name, value in R2D2_BY_FAMILY[family].items()})
+    from experiments.runtime.envs import fill_family
+
+    fill_family(r2d2, R2D2_BY_FAMILY, family, run_budget=run_budget)
+    return r2d2
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

@@ -35,7 +35,6 @@ from algorithms.builder import Builder, EnvSpec, Flow
 from algorithms.dqn.config import ApexConfig
 from algorithms.params import require
 from algorithms.r2d2.actor import R2D2Actor, R2D2Greedy
-from algorithms.r2d2.config import DEFAULTS_BY_FAMILY as R2D2_SECTION_BY_FAMILY
 from algorithms.r2d2.config import R2D2Config
 from algorithms.r2d2.r2d2 import R2D2
 
@@ -67,7 +66,7 @@ class R2D2Builder(Builder):
             raise ValueError(f"r2d2 needs a Discrete action space, got {spec.action_space}")
         super().__init__(spec=spec, network=network, algorithm=algorithm, actor=actor, learner=learner)
         require(learn, tuple(R2D2_DEFAULTS))
-        require(r2d2, tuple(R2D2_SECTION_BY_FAMILY["vector"]))
+        require(r2d2, ("lr_anneal_steps",))  # the job fills it by family (r2d2.config.DEFAULTS_BY_FAMILY)
         self.learn = self.apex = learn
         # Several learners update in step (one update of each per due update), so each
         # counts the run's env steps times the replay ratio.

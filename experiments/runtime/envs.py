@@ -177,9 +177,17 @@ def fill_by_family(section: Any, defaults: Mapping[str, Mapping[str, Any]],
     from algorithms.nets import observation_family
 
     obs_space, _ = env_spaces(factory)
-    family = observation_family(obs_space.shape or ())
-    for name in unset:
-        value = defaults[family][name]
+    fill_family(section, defaults, observation_family(obs_space.shape or ()), run_budget=run_budget)
+
+
+def fill_family(section: Any, defaults: Mapping[str, Mapping[str, Any]], family: str, *,
+                run_budget: int | None = None) -> None:
+    """:func:`fill_by_family` where the observation ``family`` is known: the fields of
+    ``section`` left ``None`` set to ``defaults[family]``'s (:data:`RUN_BUDGET`:
+    ``run_budget``)."""
+    for name, value in defaults[family].items():
+        if getattr(section, name) is not None:
+            continue
         if value == RUN_BUDGET:
             if run_budget is None:
                 raise TypeError(f"the {family} default of {name} is the run's budget: pass run_budget")

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--budget-s", type=float, default=None, help=(
         "wall-clock seconds per run (default by env: 600 for StatelessCartPole, 1800 for BreakoutNoTrail)"))
     add("--max-env-steps", type=int, default=None, help=(
-        "env step cap per run (default by env: none reached for StatelessCartPole, 1,200,000 for BreakoutNoTrail)"))
+        "env step cap per run (default by env: "
+        + ", ".join(f"{name} {'none reached' if env.max_env_steps == MAX_ENV_STEPS else f'{env.max_env_steps:,}'}"
+                    for name, env in ENVS.items()) + ")"))
     add("--eval-every", type=int, default=None, help=(
         "env steps between snapshots (default by env: 5000 for StatelessCartPole, 25000 for BreakoutNoTrail)"))
     add("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation")
