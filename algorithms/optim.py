@@ -18,6 +18,7 @@ from itertools import chain
 from typing import Any
 
 import torch
+from torch.autograd.graph import increment_version
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
 from rlpar.state import StatePath, optimizer_state
@@ -117,6 +118,10 @@ class _EagerOptimizer(torch.optim.Optimizer):
             params, grads = self._with_grads(group)
             if params:
                 self._update_group(group, params, grads)
+                # The fused kernels write the parameters without counting a new version,
+                # which caches keyed on versions (algorithms.fast's acting forwards) read
+                # as unchanged: a model that acts as it learns kept acting on stale weights.
+                increment_version(params)
         return loss
 
     step = _hooked_step(_step)

@@ -251,3 +251,22 @@ def test_pqn_learns_from_the_bytes_it_acts_on():
     metrics = runner.step()
     env.close()
     assert seen and set(seen) == {torch.uint8} and math.isfinite(metrics["loss"])
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c"])
+def test_acting_after_updates_sees_the_updated_weights(name):
+    """A model that acts as it learns (the sync program's members) acts on its newest
+    weights: the acting forwards' cached weights (algorithms.fast, batches of up to 16
+    rows) follow each optimizer step. Frames' dense layers are large enough to be cached."""
+    torch.manual_seed(0)
+    agent = ALGORITHMS[name](**({"epochs": 1, "minibatches": 2} if name == "ppo" else {}))
+    env = frame_envs()
+    collector = RolloutCollector(env=env, sample_actions=agent.sample_actions, n_steps=4, seed=0)
+    obs = frames(3, seed=1)
+    for _ in range(2):
+        agent.update(collector.collect())
+        with torch.no_grad():
+            expected = agent.model(torch.from_numpy(obs))
+        got = agent._acting(agent._obs_tensor(obs)) if name == "ppo" else agent.model.policy(agent._obs_tensor(obs))
+        torch.testing.assert_close(got[0] if name == "ppo" else got, expected[0], rtol=1e-5, atol=1e-6)
+    env.close()

@@ -141,3 +141,13 @@ def test_linear_lr_anneals_every_group_to_zero_and_holds_there():
     assert [g["lr"] for g in optimizer.param_groups] == [0.0, 0.0]
     assert linear_lr(optimizer, lr=2e-3, step=100, anneal_steps=None) == 2e-3  # None: constant
     assert [g["lr"] for g in optimizer.param_groups] == [2e-3, 2e-3]
+
+
+@pytest.mark.parametrize("name", ["adam", "radam", "rmsprop"])
+def test_a_step_is_a_new_version_of_every_parameter_it_writes(name):
+    """Caches keyed on parameter versions (algorithms.fast) must see each step: the
+    fused kernels write without counting one."""
+    (net, opt), _ = pair(name)
+    before = [p._version for p in net.parameters()]
+    train([(net, opt)], 1)
+    assert all(p._version > v for p, v in zip(net.parameters(), before))
