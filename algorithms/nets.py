@@ -50,11 +50,17 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def scale_bytes(x: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels -> floats in [0, 1]; other tensors as float32, taken as scaled."""
+    return x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+
+
 class ScaleBytes(nn.Module):
-    """uint8 pixels -> floats in [0, 1]; replay stores bytes (4x smaller than floats)."""
+    """uint8 pixels -> floats in [0, 1] (:func:`scale_bytes`); replay stores bytes (4x
+    smaller than floats)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        return scale_bytes(x)
 
 
 class FlattenFloat(nn.Flatten):

@@ -35,6 +35,13 @@ class DQNBuilder(Builder):
             dqn if dqn is not None else DQNConfig(), gamma=learn.gamma, lr=learn.lr, double_q=learn.double_q,
             target_update_interval=learn.target_update, tau=learn.tau, adam_eps=learn.adam_eps,
             recycle_every=learn.recycle_every, recycle_tau=learn.recycle_tau, fast=learn.fast)
+        if self.dqn.augment == "shift":
+            from algorithms.augment import check_shift
+
+            try:
+                check_shift(tuple(spec.observation_space.shape), self.dqn.shift_pad)
+            except ValueError as e:
+                raise ValueError(f"--augment shift: {e}") from None
         if algorithm is None and self.dqn.distributional and self.algorithm_cls is DQN:
             from algorithms.dqn.c51 import CategoricalDQN
 

@@ -17,7 +17,10 @@ Mnih et al. 2015, "Human-level control through deep reinforcement learning"
 - recycling dormant units (ReDo, Sokar et al. 2023, "The Dormant Neuron Phenomenon
   in Deep Reinforcement Learning", ICML): every ``recycle_every`` updates, units whose
   relative activation on the batch is at most ``recycle_tau`` get fresh incoming and
-  zero outgoing weights (:mod:`algorithms.recycling`).
+  zero outgoing weights (:mod:`algorithms.recycling`);
+- random shifts of image batches (DrQ, Kostrikov et al. 2021, "Image Augmentation Is
+  All You Need", ICLR): the learner's ``obs`` and ``next_obs`` moved by a few pixels
+  each (:mod:`algorithms.augment`).
 
 A batch is a mapping of arrays with keys ``obs, action, reward, next_obs,
 terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
@@ -28,7 +31,7 @@ terminated`` and optionally ``discount`` (default ``gamma``) and ``weights``
 with ``a* = argmax_a Q_online(next_obs, a)`` (double) or ``argmax_a Q_target``.
 
 ``learn`` (``update``) is a template method; override one hook to try an idea:
-``preprocess -> target (-> bootstrap) -> compute_loss -> optimize -> postprocess ->
+``preprocess -> augment -> target (-> bootstrap) -> compute_loss -> optimize -> postprocess ->
 recycle``. The hooks' forwards go through ``online`` and ``target_q``, which run as
 ``config.fast`` says (:mod:`algorithms.fast`: denormals flushed, leaner forwards).
 """
@@ -39,13 +42,14 @@ import copy
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from algorithms.augment import AUGMENTATIONS, check_pad, random_shift
 from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
 from algorithms.fast import FastForward, check_fast, flush_denormals, resolve_fast
 from algorithms.noisy import noise_off, noisy_layers, reset_noise
@@ -100,9 +104,18 @@ class DQNConfig:
         "the means; the Ape-X job's --eps then defaults to 0"))
     noisy_sigma0: float = param(0.5, help=(
         "DQN: initial noise scale of the noisy layers: sigma = sigma0 / sqrt(fan in)"))
+    # DrQ (Kostrikov et al. 2021): the learner's batches only; acting and the actors'
+    # initial priorities see the frames as they are.
+    augment: Literal["none", "shift"] = param("none", help=(
+        "DQN: augment the learner's image batches: shift (DrQ, Kostrikov et al. 2021: obs and next_obs "
+        "each moved by up to --shift-pad pixels, the edges repeated), for (C, H, W) frames; none"))
+    shift_pad: int = param(4, help="DQN: the largest shift of --augment shift, in pixels")
 
     def validate(self) -> None:
         check_fast(self.fast)
+        if self.augment not in AUGMENTATIONS:
+            raise ValueError(f"augment must be one of {', '.join(AUGMENTATIONS)}, got {self.augment!r}")
+        check_pad(self.shift_pad)
         if self.distributional:
             if isinstance(self.n_atoms, bool) or not isinstance(self.n_atoms, int) or self.n_atoms < 2:
                 raise ValueError(f"n_atoms must be an int >= 2, got {self.n_atoms!r}")
@@ -183,6 +196,10 @@ class DQN(Algorithm):
         self._params = [p for p in self.network.parameters() if p.requires_grad]
         self.target_network = copy.deepcopy(self.network).requires_grad_(False)
         self._target_noisy = noisy_layers(self.target_network)
+        if self.hard_copy_every_update:
+            # A hard copy after every update is the online network at every target: one
+            # network, no copying, and double Q's two next-state forwards become one.
+            self.tie_target()
         # Built here so a network ReDo cannot trace fails at construction, not mid-run.
         self.recycler = (DormantRecycler(self.network, tau=self.config.recycle_tau)
                          if self.config.recycle_every else None)
@@ -195,11 +212,21 @@ class DQN(Algorithm):
         self.grad_hook = grad_hook
         self._rng = np.random.default_rng(seed)
         self._noise = torch.Generator(device=self.device)  # the noisy layers' draws
+        self._shifts = torch.Generator()  # augment's (offsets drawn on the CPU), apart: noisy runs repeat
         if seed is None:
             self._noise.seed()
+            self._shifts.seed()
         else:
             self._noise.manual_seed(seed)
+            self._shifts.manual_seed(seed + 1)
         self.reset_noise()
+
+    @property
+    def hard_copy_every_update(self) -> bool:
+        """Whether the target is always the online network (target updates every update,
+        tau 1; without noisy layers, whose target draws its own noise)."""
+        cfg = self.config
+        return cfg.target_update_interval == 1 and cfg.tau == 1.0 and not self.noisy_layers
 
     @property
     def optimizer(self) -> Any:
@@ -282,7 +309,7 @@ class DQN(Algorithm):
 
     def _learn(self, batch: Mapping[str, Any]) -> Learned:
         self.reset_noise()  # Rainbow: one noise sample per network per update
-        tensors = self.preprocess(batch)
+        tensors = self.augment(self.preprocess(batch))
         with torch.no_grad():
             target = self.target(tensors)
         loss, td_error, q_taken = self.compute_loss(tensors, target)
@@ -300,6 +327,14 @@ class DQN(Algorithm):
             metrics["dormant_share"] = self.recycler.dormant_share
             metrics["recycled_units"] = float(self.recycler.recycled)
         return Learned(metrics, self.priorities(td_abs))
+
+    def augment(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Hook: the learner's batch as trained on; ``config.augment`` shift moves
+        ``obs`` and ``next_obs`` independently (DrQ's K = M = 1)."""
+        if self.config.augment == "shift":
+            for key in ("obs", "next_obs"):
+                batch[key] = random_shift(batch[key], pad=self.config.shift_pad, generator=self._shifts)
+        return batch
 
     def target_value(self, target: torch.Tensor) -> torch.Tensor:
         """Hook: the target's value per transition, for the metrics (a distributional
@@ -415,7 +450,10 @@ class DQN(Algorithm):
 
     @torch.no_grad()
     def update_target(self) -> None:
-        """``target <- tau * online + (1 - tau) * target`` (a hard copy when tau = 1)."""
+        """``target <- tau * online + (1 - tau) * target`` (a hard copy when tau = 1);
+        nothing where they are one network."""
+        if self.target_network is self.network:
+            return
         tau = self.config.tau
         online = self.network.state_dict()
         for name, value in self.target_network.state_dict().items():
@@ -449,8 +487,10 @@ class DQN(Algorithm):
         # Checkpoints from before ReDo have no recycled_units.
         state = mapping(state, where, required=("network", "target_network", "optimizer", "updates",
                                                 "epsilon"), optional=("recycled_units",))
-        load = torch_loader(state, where, modules={"network": self.network,
-                                                   "target_network": self.target_network},
+        modules = {"network": self.network, "target_network": self.target_network}
+        if self.target_network is self.network:  # one network: its own weights, not a target's
+            del modules["target_network"]
+        load = torch_loader(state, where, modules=modules,
                             optimizers={"optimizer": self.optimizer})
         updates = integer(state["updates"], where["updates"])
         recycled = integer(state.get("recycled_units", 0), where["recycled_units"])

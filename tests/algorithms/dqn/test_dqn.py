@@ -247,3 +247,85 @@ def test_recycling_off_by_default_adds_no_metrics():
 def test_recycling_refuses_a_network_it_cannot_recycle_at_construction():
     with pytest.raises(ValueError, match="no layer of Linear can be recycled"):
         DQN(network=nn.Linear(3, 2), num_actions=2, config=DQNConfig(recycle_every=10))
+
+
+def frames_batch(size=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+            "next_obs": rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+            "action": rng.integers(0, 3, size), "reward": rng.random(size).astype(np.float32),
+            "terminated": np.zeros(size, dtype=np.float32)}
+
+
+def small_cnn_dqn(seed=0, cls=DQN, **config):
+    torch.manual_seed(seed)
+    net = q_network((4, 84, 84), 3, hidden=(8,), dueling=True, n_atoms=1, noisy=False, noisy_sigma0=0.5,
+                    cnn="small")
+    return cls(network=net, num_actions=3, config=DQNConfig(lr=1e-3, **config), seed=seed)
+
+
+def test_augment_shift_trains_on_moved_frames_and_repeats_by_seed():
+    seen = []
+
+    class Watching(DQN):
+        def compute_loss(self, batch, target):
+            seen.append(batch["obs"].clone())
+            return super().compute_loss(batch, target)
+
+    b = frames_batch()
+    runs = []
+    for _ in range(2):
+        dqn = small_cnn_dqn(cls=Watching, augment="shift", shift_pad=4)
+        runs.append([dqn.update(b)["loss"] for _ in range(3)])
+    assert runs[0] == runs[1]
+    scaled = torch.from_numpy(b["obs"]).float() / 255.0
+    assert seen[0].dtype == torch.float32 and not torch.equal(seen[0], scaled)
+    assert not torch.equal(seen[0], seen[1])  # fresh shifts every update
+    # Off, the loss sees the frames as they are.
+    seen.clear()
+    small_cnn_dqn(cls=Watching).update(b)
+    assert torch.equal(seen[0], torch.from_numpy(b["obs"]))
+
+
+@pytest.mark.parametrize(("config", "match"), [
+    ({"augment": "crop"}, "augment must be one of none, shift, got 'crop'"),
+    ({"augment": "shift", "shift_pad": 0}, "shift_pad must be an int >= 1, got 0"),
+])
+def test_bad_augment_settings_are_named(config, match):
+    with pytest.raises(ValueError, match=match):
+        DQNConfig(**config).validate()
+
+
+class Untied(DQN):
+    @property
+    def hard_copy_every_update(self):
+        return False
+
+
+def test_a_hard_copy_every_update_is_one_network_and_learns_as_the_copying_one():
+    tied, copying = small_cnn_dqn(target_update_interval=1), small_cnn_dqn(cls=Untied, target_update_interval=1)
+    assert tied.target_network is tied.network and copying.target_network is not copying.network
+    for i in range(4):
+        b = frames_batch(seed=i)
+        a, c = tied.learn(b), copying.learn(b)
+        # The same arithmetic but one forward fewer: equal up to float rounding.
+        np.testing.assert_allclose(a.priorities, c.priorities, rtol=1e-4, atol=1e-5)
+    for p, q in zip(tied.network.parameters(), copying.network.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    # Soft updates, or a later copy, keep a target of their own.
+    assert small_cnn_dqn(target_update_interval=1, tau=0.5).target_network is not None
+    assert small_cnn_dqn(target_update_interval=1, tau=0.5).target_network is not small_cnn_dqn().network
+    soft = small_cnn_dqn(target_update_interval=1, tau=0.5)
+    assert soft.target_network is not soft.network
+    later = small_cnn_dqn(target_update_interval=2)
+    assert later.target_network is not later.network
+
+
+def test_one_network_resumed_from_a_checkpoint_with_a_target_keeps_the_online_weights():
+    copying = small_cnn_dqn(target_update_interval=100)
+    copying.learn(frames_batch())  # online and target now differ
+    tied = small_cnn_dqn(seed=1, target_update_interval=1)
+    tied.load_state_dict(copying.state_dict())
+    for p, q in zip(tied.network.parameters(), copying.network.parameters()):
+        assert torch.equal(p, q)
+    assert tied.target_network is tied.network

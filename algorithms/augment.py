@@ -1,0 +1,53 @@
+"""Image augmentation of a learner's batch.
+
+Random shifts (Kostrikov, Yarats & Fergus 2021, "Image Augmentation Is All You Need:
+Regularizing Deep Reinforcement Learning from Pixels", ICLR; DrQ): each image of the
+batch moves by up to ``pad`` pixels in each direction, its border pixels repeated into
+the gap, as padding by replication and cropping back to the original size do. DrQ
+shifts a Q-learner's observations and next observations independently, which
+regularizes the value of a state towards that of its slightly moved copies; on Atari
+100K it made DQN about twice as data-efficient.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from algorithms.nets import scale_bytes
+
+AUGMENTATIONS = ("none", "shift")
+
+
+def check_pad(pad: int) -> None:
+    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 1:
+        raise ValueError(f"shift_pad must be an int >= 1, got {pad!r}")
+
+
+def check_shift(shape: tuple[int, ...], pad: int) -> None:
+    """ValueError unless images of ``shape`` (per sample: ``(C, H, W)``) can be shifted
+    by ``pad`` pixels."""
+    check_pad(pad)
+    if len(shape) != 3:
+        raise ValueError(f"random shifts need images of shape (C, H, W), got observations of shape {shape}")
+    if min(shape[1:]) <= 2 * pad:
+        raise ValueError(f"random shifts of {pad} pixels need images larger than {2 * pad} pixels a side, "
+                         f"got {shape[1]}x{shape[2]}")
+
+
+def random_shift(images: torch.Tensor, *, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``images`` ``(B, C, H, W)`` as float32, each moved by its own random whole-pixel
+    offset in ``[-pad, pad]`` along both axes, the edge rows and columns repeated into
+    the gap. uint8 pixels come back scaled to [0, 1] (:func:`algorithms.nets.scale_bytes`,
+    the frames networks' rule, which takes floats as scaled)."""
+    if images.dim() != 4:
+        raise ValueError(f"random_shift takes a batch (B, C, H, W), got shape {tuple(images.shape)}")
+    check_shift(tuple(images.shape[1:]), pad)
+    batch, _, height, width = images.shape
+    # Replicate-padding is a float kernel; scaling first also spares the network's forwards it.
+    padded = F.pad(scale_bytes(images), (pad, pad, pad, pad), mode="replicate")
+    starts = torch.randint(0, 2 * pad + 1, (batch, 2), generator=generator).tolist()
+    out = torch.empty((batch, *images.shape[1:]), dtype=padded.dtype, device=images.device)
+    for i, (top, left) in enumerate(starts):  # B slice copies: cheaper than a gather of every pixel
+        out[i] = padded[i, :, top:top + height, left:left + width]
+    return out
