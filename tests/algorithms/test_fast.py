@@ -279,12 +279,19 @@ def test_acting_forward_equals_the_modules_and_follows_parameter_changes(rows):
             torch.testing.assert_close(fast(obs), net(obs), rtol=1e-5, atol=1e-5)
 
     check()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.5)
-    net(obs).pow(2).mean().backward()  # with gradients: the streams as written, both get one
+    from algorithms.optim import EagerAdam, EagerRAdam, EagerRMSprop
+
     head = net[1]
-    assert head.value.weight.grad is not None and head.advantage.weight.grad is not None
-    optimizer.step()
-    check()
+    # torch's optimizers, and the algorithms' own, whose fused kernels count no version.
+    for make in (lambda p: torch.optim.SGD(p, lr=0.5), lambda p: EagerAdam(p, lr=0.05),
+                 lambda p: EagerRAdam(p, lr=0.05), lambda p: EagerRMSprop(p, lr=0.05)):
+        optimizer = make(net.parameters())
+        for _ in range(2):
+            optimizer.zero_grad()
+            net(obs).pow(2).mean().backward()  # with gradients: the streams as written, both get one
+            assert head.value.weight.grad is not None and head.advantage.weight.grad is not None
+            optimizer.step()
+            check()
     other = q_network(MINATAR, 6, dueling=True)
     net.load_state_dict(other.state_dict())
     check()
