@@ -35,7 +35,7 @@ class DQNBuilder(Builder):
             dqn if dqn is not None else DQNConfig(), gamma=learn.gamma, lr=learn.lr, double_q=learn.double_q,
             target_update_interval=learn.target_update, tau=learn.tau, adam_eps=learn.adam_eps,
             recycle_every=learn.recycle_every, recycle_tau=learn.recycle_tau, fast=learn.fast)
-        if self.dqn.augment == "shift":
+        if self.dqn.augment == "shift" and spec is not None:
             from algorithms.augment import check_shift
 
             try:

@@ -329,3 +329,21 @@ def test_one_network_resumed_from_a_checkpoint_with_a_target_keeps_the_online_we
     for p, q in zip(tied.network.parameters(), copying.network.parameters()):
         assert torch.equal(p, q)
     assert tied.target_network is tied.network
+
+
+def test_the_builder_refuses_shifts_of_observations_that_are_no_images():
+    import gymnasium as gym
+
+    from algorithms.builder import EnvSpec
+    from algorithms.dqn import DQNBuilder
+    from algorithms.dqn.config import ApexConfig
+
+    learn = ApexConfig(**DQNBuilder.defaults("vector"))
+    vector = EnvSpec(observation_space=gym.spaces.Box(-1, 1, (4,)), action_space=gym.spaces.Discrete(2))
+    with pytest.raises(ValueError, match=r"--augment shift: random shifts need images of shape \(C, H, W\), "
+                                         r"got observations of shape \(4,\)"):
+        DQNBuilder(learn=learn, spec=vector, dqn=DQNConfig(augment="shift"))
+    frames = EnvSpec(observation_space=gym.spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8),
+                     action_space=gym.spaces.Discrete(6))
+    built = DQNBuilder(learn=learn, spec=frames, dqn=DQNConfig(augment="shift", shift_pad=2))
+    assert (built.dqn.augment, built.dqn.shift_pad) == ("shift", 2)
