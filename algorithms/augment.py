@@ -11,12 +11,16 @@ regularizes the value of a state towards that of its slightly moved copies; on A
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 import torch.nn.functional as F
 
 from algorithms.nets import scale_bytes
 
-AUGMENTATIONS = ("none", "shift")
+# What DQNConfig.augment (--augment) names: no augmentation, or random shifts.
+Augment = Literal["none", "shift"]
+AUGMENTATIONS: tuple[str, ...] = get_args(Augment)
 
 
 def check_pad(pad: int) -> None:

@@ -42,14 +42,14 @@ import copy
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.augment import AUGMENTATIONS, check_pad, random_shift
+from algorithms.augment import AUGMENTATIONS, Augment, check_pad, random_shift
 from algorithms.base import Algorithm, GradHook, Learned, as_tensor, reduce_gradients
 from algorithms.fast import FastForward, check_fast, flush_denormals, resolve_fast
 from algorithms.noisy import noise_off, noisy_layers, reset_noise
@@ -106,7 +106,7 @@ class DQNConfig:
         "DQN: initial noise scale of the noisy layers: sigma = sigma0 / sqrt(fan in)"))
     # DrQ (Kostrikov et al. 2021): the learner's batches only; acting and the actors'
     # initial priorities see the frames as they are.
-    augment: Literal["none", "shift"] = param("none", help=(
+    augment: Augment = param("none", help=(
         "DQN: augment the learner's image batches: shift (DrQ, Kostrikov et al. 2021: obs and next_obs "
         "each moved by up to --shift-pad pixels, the edges repeated), for (C, H, W) frames; none"))
     shift_pad: int = param(4, help="DQN: the largest shift of --augment shift, in pixels")
