@@ -313,12 +313,14 @@ def test_a_hard_copy_every_update_is_one_network_and_learns_as_the_copying_one()
     for p, q in zip(tied.network.parameters(), copying.network.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
     # Soft updates, or a later copy, keep a target of their own.
-    assert small_cnn_dqn(target_update_interval=1, tau=0.5).target_network is not None
-    assert small_cnn_dqn(target_update_interval=1, tau=0.5).target_network is not small_cnn_dqn().network
     soft = small_cnn_dqn(target_update_interval=1, tau=0.5)
     assert soft.target_network is not soft.network
     later = small_cnn_dqn(target_update_interval=2)
     assert later.target_network is not later.network
+    # Noisy layers: the target draws noise of its own, so it stays a network of its own.
+    net = q_network((4, 84, 84), 3, hidden=(8,), dueling=True, n_atoms=1, noisy=True, noisy_sigma0=0.5, cnn="small")
+    noisy = DQN(network=net, num_actions=3, config=DQNConfig(noisy=True, target_update_interval=1))
+    assert noisy.target_network is not noisy.network
 
 
 def test_one_network_resumed_from_a_checkpoint_with_a_target_keeps_the_online_weights():
