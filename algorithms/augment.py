@@ -50,8 +50,29 @@ def random_shift(images: torch.Tensor, *, pad: int, generator: torch.Generator |
     batch, _, height, width = images.shape
     # Replicate-padding is a float kernel; scaling first also spares the network's forwards it.
     padded = F.pad(scale_bytes(images), (pad, pad, pad, pad), mode="replicate")
-    starts = torch.randint(0, 2 * pad + 1, (batch, 2), generator=generator).tolist()
-    out = torch.empty((batch, *images.shape[1:]), dtype=padded.dtype, device=images.device)
-    for i, (top, left) in enumerate(starts):  # B slice copies: cheaper than a gather of every pixel
-        out[i] = padded[i, :, top:top + height, left:left + width]
-    return out
+    starts = torch.randint(0, 2 * pad + 1, (batch, 2), generator=generator)
+    return crop(padded, starts, height=height, width=width)
+
+
+def crop(padded: torch.Tensor, starts: torch.Tensor, *, height: int, width: int) -> torch.Tensor:
+    """Image ``i`` of ``padded`` cut to ``height x width`` from row ``starts[i, 0]``,
+    column ``starts[i, 1]``. On the CPU one slice copy per image (a quarter of a
+    gather of every pixel's cost at 32 x 4 x 84 x 84); elsewhere one gather, since a
+    kernel launch per image would cost more than the copy."""
+    if padded.device.type == "cpu":
+        out = padded.new_empty((padded.shape[0], padded.shape[1], height, width))
+        for i, (top, left) in enumerate(starts.tolist()):
+            out[i] = padded[i, :, top:top + height, left:left + width]
+        return out
+    return crop_gather(padded, starts.to(padded.device), height=height, width=width)
+
+
+def crop_gather(padded: torch.Tensor, starts: torch.Tensor, *, height: int, width: int) -> torch.Tensor:
+    """:func:`crop` as one advanced-indexing gather (the accelerators' path)."""
+    batch, channels = padded.shape[:2]
+    device = padded.device
+    rows = starts[:, :1] + torch.arange(height, device=device)  # (B, H)
+    cols = starts[:, 1:] + torch.arange(width, device=device)  # (B, W)
+    return padded[torch.arange(batch, device=device)[:, None, None, None],
+                  torch.arange(channels, device=device)[None, :, None, None],
+                  rows[:, None, :, None], cols[:, None, None, :]]

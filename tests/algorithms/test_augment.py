@@ -57,3 +57,14 @@ def test_bad_shapes_and_pads_are_named(shape, pad, match):
 def test_a_batch_without_its_batch_axis_is_refused():
     with pytest.raises(ValueError, match=r"a batch \(B, C, H, W\), got shape \(4, 84, 84\)"):
         random_shift(torch.zeros(4, 84, 84, dtype=torch.uint8), pad=4)
+
+
+def test_the_accelerators_gather_crops_as_the_cpu_loop():
+    """``crop`` runs one gather off the CPU (no GPU in CI: the gather itself, on CPU tensors)."""
+    from algorithms.augment import crop, crop_gather
+
+    padded = torch.rand(6, 3, 14, 15)
+    starts = torch.tensor([[0, 0], [4, 5], [2, 1], [4, 0], [0, 5], [3, 3]])
+    loop = crop(padded, starts, height=10, width=10)
+    assert torch.equal(crop_gather(padded, starts, height=10, width=10), loop)
+    assert torch.equal(loop[1], padded[1, :, 4:14, 5:15])
