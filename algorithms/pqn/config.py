@@ -40,9 +40,10 @@ class PQNConfig:
     reward_scale: float | None = param(1.0, help=f"multiply rewards by this ({_by_family('0.1; 1 for images')})")
     max_grad_norm: float | None = param(10.0, help="clip the averaged gradient to this norm ('none': no clipping)")
     # Epsilon-greedy: linear from start to end over the first decay_steps env steps
-    # (the authors: 1 -> 0.05 over 10% of 10M steps).
+    # (the authors: 1 -> 0.05 on MinAtar, 1 -> 0.001 on Atari, over 10% of 10M steps).
     epsilon_start: float = param(1.0, help="exploration rate at the start")
-    epsilon_end: float | None = param(0.05, help=f"exploration rate after the decay ({_by_family('0.2; 0.05')})")
+    epsilon_end: float | None = param(0.05, help=(
+        f"exploration rate after the decay ({_by_family('0.2; 0.05 for MinAtar; 0.001 for frames')})"))
     epsilon_decay_steps: int | None = param(1_000_000, help=(
         f"env steps of all members over which epsilon decays linearly ({_by_family('100K; 1M for images')})"))
     # The default network (pqn_network): LayerNorm on, hidden sizes of the vector MLP.
@@ -93,7 +94,9 @@ class PQNConfig:
 # - small_image (pqn_minatar): 128 envs x 32 steps, 2 epochs x 32 minibatches, RAdam
 #   5e-4, lambda 0.65, epsilon 1 -> 0.05 over 1M: Breakout training return 8.8 at 1.0M
 #   env steps, 20 at 1.5M, about 30 from 3M, 11.2K env steps/s;
-# - frames: the MinAtar settings at lr 2.5e-4 (not measured here).
+# - frames (pqn_atari): the MinAtar settings at lr 2.5e-4 and epsilon ending at 0.001;
+#   Pong, 2 cores, `--cnn small --num-workers 2 --num-envs 64`: experiments/tuning.md
+#   ("PQN on Pong").
 DEFAULTS_BY_FAMILY: dict[str, dict[str, Any]] = {
     "vector": {"n_steps": 64, "lr": 1e-4, "lr_decay_steps": 500_000, "epochs": 4, "minibatches": 16,
                "lam": 0.95, "reward_scale": 0.1, "epsilon_end": 0.2, "epsilon_decay_steps": 100_000,
@@ -102,7 +105,7 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, Any]] = {
                     "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 1_000_000,
                     "hidden": (128, 128)},
     "frames": {"n_steps": 32, "lr": 2.5e-4, "lr_decay_steps": 0, "epochs": 2, "minibatches": 32,
-               "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.05, "epsilon_decay_steps": 1_000_000,
+               "lam": 0.65, "reward_scale": 1.0, "epsilon_end": 0.001, "epsilon_decay_steps": 1_000_000,
                "hidden": (128, 128)},
 }
 DEFAULTS_BY_FAMILY["other"] = DEFAULTS_BY_FAMILY["vector"]

@@ -88,3 +88,18 @@ def test_a_users_network_starts_alike_on_every_member():
     for a, b in zip(members[0].network.parameters(), members[1].network.parameters()):
         assert torch.equal(a, b)  # the same seed, whatever the process's own RNG did before
     env.close()
+
+
+def test_frames_take_the_authors_atari_settings_and_a_given_flag_wins():
+    pytest.importorskip("ale_py")
+    config = pqn.PQNJobConfig()
+    apply_overrides(config, {"env_id": "ALE/Pong-v5"})
+    pqn.env_defaults(config, Parts())
+    learn = config.learn
+    # purejaxql's pqn_atari: epsilon down to 0.001 (MinAtar's 0.05 cost Pong's training
+    # return about 6 points, experiments/tuning.md "PQN on Pong"), RAdam 2.5e-4.
+    assert (learn.epsilon_end, learn.lr, learn.lam, config.env.num_envs) == (0.001, 2.5e-4, 0.65, 128)
+    config = pqn.PQNJobConfig()
+    apply_overrides(config, {"env_id": "ALE/Pong-v5", "epsilon_end": 0.05})
+    pqn.env_defaults(config, Parts())
+    assert config.learn.epsilon_end == 0.05 and config.learn.lr == 2.5e-4
