@@ -41,6 +41,7 @@ from experiments.runtime.parts import Parts
 from experiments.runtime.resume import check_fixed, resumed_config
 from experiments.runtime.rundir import RunDir
 from rlpar.distributed import stops
+from rlpar.distributed.rendezvous import restart_count
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,9 @@ def prepare(job: Job, config: Any, *, parts: Parts | None = None, quiet: bool = 
     if config.run.resume:  # the same directory: curves, checkpoints and summary go on there
         run_dir = RunDir(config.run.resume if lead else None)
     elif lead and config.run.files() and elastic_id:
-        run_dir = RunDir.for_elastic(config.run.log_dir, job.name, elastic_id)
-        if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and run_dir.has_checkpoint():
+        restart = restart_count()
+        run_dir = RunDir.for_elastic(config.run.log_dir, job.name, elastic_id, restart=restart)
+        if restart > 0 and run_dir.has_checkpoint():
             config.run.resume = run_dir.path  # torchrun restarted the world: go on from there
     elif lead and config.run.files():
         run_dir = RunDir.create(config.run.log_dir, job.name)

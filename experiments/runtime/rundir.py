@@ -39,19 +39,23 @@ class RunDir:
         raise RuntimeError(f"could not create a fresh run directory under {root!r}")
 
     @classmethod
-    def for_elastic(cls, root: str, job: str, run_id: str) -> RunDir:
+    def for_elastic(cls, root: str, job: str, run_id: str, *, restart: int) -> RunDir:
         """Under ``torchrun --max-restarts N`` every restart of the world runs this
-        again: the first attempt creates the directory and notes it under the
-        launcher's run id, restarts find it there and go on in it."""
+        again: the first attempt (``restart`` 0) creates the directory and notes it
+        under the launcher's run id, restarts find it there and go on in it. Only a
+        restart reads the note: torchrun's run id is ``none`` unless ``--rdzv-id`` is
+        given, so a second launch in the same log dir finds the first one's note and
+        must not write into that finished run."""
         os.makedirs(root, exist_ok=True)
         note = os.path.join(root, f".torchrun-{job}-{run_id}")
-        try:
-            with open(note) as f:
-                path = f.read().strip()
-            if os.path.isdir(path):
-                return cls(path)
-        except OSError:
-            pass
+        if restart > 0:
+            try:
+                with open(note) as f:
+                    path = f.read().strip()
+                if os.path.isdir(path):
+                    return cls(path)
+            except OSError:
+                pass  # this node never noted one (rank 0 moved here): a fresh directory
         run_dir = cls.create(root, job)
         with open(note + ".tmp", "w") as f:
             f.write(run_dir.path)
