@@ -34,6 +34,9 @@ LOST_S = 10.0
 # The environment variable that sets it for this process and the ones it starts (a
 # test that waits for a lost rank sets a few seconds); read at each use.
 LOST_S_ENV = "RLPAR_LOST_S"
+# How long stopping waits for a beat in flight: a healthy one returns in milliseconds,
+# even on a loaded machine; one stalled on a cut link is left behind.
+STOP_WAIT_S = 2.0
 
 
 def lost_s() -> float:
@@ -79,10 +82,17 @@ class Heartbeat:
             if self._stop.wait(every):
                 return
 
-    def stop(self) -> None:
-        """Stop beating (the thread ends at its next wake-up; a beat stalled on a cut
-        link is not waited for)."""
+    def stop(self, *, wait: float | None = None) -> None:
+        """Stop beating, and wait (up to ``wait``, default :data:`STOP_WAIT_S`) for a
+        beat in flight to return. The beat's store call runs without the GIL: one that
+        returns while the interpreter finalizes makes Python end the thread by a forced
+        unwind through torch's C++ frames, which aborts the process ("terminate called
+        without an active exception", SIGABRT at exit: seen on a rank that left right
+        after its shutdown). A beat stalled on a cut link is not waited for beyond
+        ``wait``."""
         self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(STOP_WAIT_S if wait is None else wait)
 
 
 class Watch:

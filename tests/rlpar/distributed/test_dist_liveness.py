@@ -4,12 +4,13 @@ came, stop waiting for it within LOST_S (or the timeout) and name it."""
 from __future__ import annotations
 
 import pickle
+import threading
 
 import dist_liveness_programs as programs
 import pytest
 from unsupervised import run_ranks
 
-from rlpar.distributed.liveness import LOST_S, Watch, beat_key, lost_s, wait_for
+from rlpar.distributed.liveness import LOST_S, Heartbeat, Watch, beat_key, lost_s, wait_for
 
 
 class _Store:
@@ -35,6 +36,43 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class _SlowStore(_Store):
+    """A store whose beats block until ``release`` is set, saying when one started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def add(self, key, amount):
+        self.started.set()
+        self.release.wait(30)
+        return super().add(key, amount)
+
+
+def test_stopping_waits_for_the_beat_in_flight():
+    # A beat's store call that returns while the interpreter finalizes aborts the
+    # process (SIGABRT at exit): stop() returns only once the beat is back.
+    store = _SlowStore()
+    heartbeat = Heartbeat(store, 3, every=0.01)
+    assert store.started.wait(10)
+    threading.Timer(0.2, store.release.set).start()
+    heartbeat.stop()
+    assert not heartbeat._thread.is_alive()
+    assert store.data[beat_key(3)] == 1
+
+
+def test_stopping_leaves_a_stalled_beat_behind_after_its_wait():
+    store = _SlowStore()  # a beat stalled on a cut link: it does not return
+    heartbeat = Heartbeat(store, 0, every=0.01)
+    assert store.started.wait(10)
+    heartbeat.stop(wait=0.05)
+    assert heartbeat._thread.is_alive()
+    store.release.set()
+    heartbeat._thread.join(10)
+    assert not heartbeat._thread.is_alive()  # ended at its next wake-up: no second beat
+    assert store.data[beat_key(0)] == 1
 
 
 def test_a_rank_is_lost_once_its_beat_stops_for_lost_after_and_one_that_never_beat_is_not():
