@@ -20,8 +20,8 @@ def _torchrun(tmp_path, module, nproc, *args, env=None, max_restarts=0, timeout=
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
            "--max-restarts", str(max_restarts), "-m", module, *args]
     # The run secret every rank of a torchrun world needs (docs/torchrun.md: the same on every node).
-    # PYTHONFAULTHANDLER: a rank that aborts in C++ (once: rank 1 of the A3C world, SIGABRT
-    # "terminate called without an active exception" at its exit) prints its Python threads' stacks.
+    # PYTHONFAULTHANDLER: a rank that aborts in C++ prints its Python threads' stacks (rank 1 of
+    # the A3C world did, SIGABRT at exit, until liveness.Heartbeat.stop waited for its beat).
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.getcwd()]), PYTHONFAULTHANDLER="1",
                     RLPAR_RUN_SECRET=secrets.token_hex(16), **(env or {}))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
