@@ -85,6 +85,17 @@ def test_minatar_fills_a_larger_entropy_bonus_unless_given():
         unfilled.config  # noqa: B018
 
 
+def test_frames_take_the_papers_rate_and_short_unrolls_unless_given():
+    """Atari frames: the paper's lr 6e-4 and entropy 0.01, with MinAtar's unrolls of 5 in
+    batches of 2 (experiments/tuning.md, "IMPALA on Pong": the paper's 20 x 4 made too few
+    updates on 2 cores to leave a random policy's level in an hour); given values are kept."""
+    learn = filled_learn(env_id="ALE/Pong-v5")
+    assert (learn.lr, learn.entropy_coef, learn.unroll_length, learn.batch_size, learn.lr_anneal_steps) == \
+        (6e-4, 0.01, 5, 2, 0)
+    given = filled_learn(env_id="ALE/Pong-v5", unroll_length=20, batch_size=4)
+    assert (given.unroll_length, given.batch_size) == (20, 4)
+
+
 def test_minatar_anneals_the_learning_rate_over_the_runs_budget_unless_given():
     """Small images anneal to 0 over the run's --max-env-steps (experiments/tuning.md,
     "IMPALA on MinAtar"), CartPole keeps a constant rate; a given value is kept."""
