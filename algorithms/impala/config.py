@@ -161,7 +161,8 @@ DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
     # The paper's rate and entropy bonus, with MinAtar's unrolls of 5 in batches of 2: on
     # Pong (2 cores, 60 minutes) the paper's unrolls of 20 in batches of 4 made 2,901
     # updates and never left a random policy's level; 5 x 2 made 13 updates/s with the
-    # small CNN and left it after 1.3M env steps (experiments/tuning.md, "IMPALA on Pong").
+    # small CNN, left it after about 1M env steps and reached -3.6 (experiments/tuning.md,
+    # "IMPALA on Pong").
     "frames": {"lr": 6e-4, "lr_anneal_steps": 0, "unroll_length": 5, "batch_size": 2, "entropy_coef": 0.01},
     "other": {"lr": 2e-3, "lr_anneal_steps": 0, "unroll_length": 20, "batch_size": 2, "entropy_coef": 0.01},
 }
