@@ -224,7 +224,7 @@ def check_replay_fits(config: ApexJobConfig, obs_space: Any, *, user_env: bool =
         length = dataclasses.replace(config.r2d2, n_step=config.learn.n_step).sequence_length
         steps, per_item, what = config.r2d2.period, length * obs, f"sequences of {length} observations of shape {shape}"
     elif shares_frames(config.replay, env_id=config.env.env_id, user_env=user_env, items="transitions",
-                       obs_space=obs_space, n_step=config.learn.n_step):
+                       obs_space=obs_space):
         steps, per_item, what = 1, obs // shape[0], f"transitions of about one {shape[1:]} frame"
     else:
         steps, per_item, what = 1, 2 * obs, f"transitions of obs and next_obs of shape {shape}"

@@ -16,6 +16,11 @@ Each row is checked before its frames are pooled, and the column has spare rows
 (``RingStorage._rows``), so an insert writes only rows of evicted items until it
 has seen every row.
 
+A ``shift`` equal to the stack ``k`` lays a row out as obs's ``k`` frames, then
+next_obs's ``k``, and every row fits (step count ``k``): the layout of n-step returns
+with ``n >= k``, where obs and next_obs share no frame. Each distinct frame is still
+stored once across transitions (the pool below), which is most of the saving.
+
 Frames are shared across transitions too: the stored column holds, per row, the
 slots of its ``k + shift`` frames in a :class:`~rlpar.buffers.frame_pool.FramePool`,
 where each distinct frame is stored once however many rows show it (in an env's
@@ -89,10 +94,10 @@ class SharedFrames:
                 f"SharedFrames fields must have equal shape and dtype: {self.obs!r} is "
                 f"{o.shape} {o.dtype}, {self.next_obs!r} is {n.shape} {n.dtype}"
             )
-        if len(o.shape) < 1 or o.shape[0] <= self.shift:
+        if len(o.shape) < 1 or o.shape[0] < self.shift:
             raise ValueError(
-                f"SharedFrames needs a stack axis longer than shift={self.shift}: "
-                f"{self.obs!r} has shape {o.shape}"
+                f"SharedFrames needs a stack axis at least shift={self.shift} long "
+                f"(shift = stack: next_obs shares no frame with obs): {self.obs!r} has shape {o.shape}"
             )
         out = {}
         for name, field in spec.items():

@@ -278,7 +278,11 @@ class RingStorage:
             saved = None if saved is None else SharedFrames.from_state(saved)
         except ValueError as exc:
             raise where["shared_frames"].error(str(exc)) from None
-        if saved != self.shared:
+        # A plain state into the layout that holds obs and next_obs whole (shift = the
+        # stack): its rows are pooled on restore. Replays of n-step transitions with n
+        # >= the stack were kept plain before that layout existed.
+        plain = saved is None and self.shared is not None and "frames" not in state and self._whole(state)
+        if saved != self.shared and not plain:
             raise where["shared_frames"].error(
                 f"was saved with shared_frames={saved}, this storage has {self.shared}")
         # Serials are int64 (the sampler's index arithmetic): a larger one cannot be used.
@@ -292,7 +296,7 @@ class RingStorage:
                     f"is None (nothing added), but next_serial is {next_serial} and "
                     f"columns {list(columns)}")
             return Restore(None, 0, {})
-        stored = spec if self.shared is None else self.shared.stored_spec(spec)
+        stored = spec if self.shared is None or plain else self.shared.stored_spec(spec)
         pooled = self.shared is not None and "frames" in state
         if "frames" in state and not pooled:
             raise where["frames"].error("holds pooled frames, but this storage has shared_frames=None")
@@ -304,6 +308,10 @@ class RingStorage:
         parts = {k: self._check_column(columns[k], where["columns"][k], field, n)
                  for k, field in layout.items()}
         frames = None
+        if plain:
+            k = spec[self.shared.obs].shape[0]
+            parts[self.shared.steps_field] = [np.full(len(p), k, np.uint8) for p in parts[self.shared.obs]]
+            return Restore(spec, next_serial, parts, plain=True)
         if self.shared is not None and n:
             # The step count of each row picks next_obs's frames when sampling.
             steps = np.concatenate(parts[self.shared.steps_field])
@@ -314,6 +322,17 @@ class RingStorage:
         if pooled:
             frames = self._check_frames(state["frames"], where, stored[self.shared.obs], parts, n)
         return Restore(spec, next_serial, parts, frames)
+
+    def _whole(self, state: Mapping[str, Any]) -> bool:
+        """Whether a plain state's spec has obs and next_obs stacks as long as this
+        storage's shift (the layout that stores both whole); False for anything else,
+        which check_state then refuses as a layout that differs."""
+        spec = state.get("spec")
+        try:
+            shape = spec[self.shared.obs][0]
+            return spec[self.shared.next_obs] == spec[self.shared.obs] and int(shape[0]) == self.shared.shift
+        except (TypeError, KeyError, IndexError, ValueError):
+            return False
 
     def _check_frames(self, value: Any, where: StatePath, frames: FieldSpec, parts: dict, n: int) -> list:
         """A saved frame pool: arrays of frames, and every saved row's slots in range
@@ -397,6 +416,17 @@ class RingStorage:
         """The frame slots' column and the pool, from a pooled state (slots as saved)
         or from frames saved per row (pooled again here)."""
         refs.fill(-1)  # rows not restored hold no frames
+        if checked.plain:
+            from rlpar.buffers.frame_pool_kernel import intern_rows
+
+            self.frames.reset()
+            done = 0
+            for obs, nxt in zip(checked.parts[self.shared.obs], checked.parts[self.shared.next_obs], strict=True):
+                steps = np.empty(len(obs), np.uint8)  # every row fits: shift = the stack
+                intern_rows(refs, self.next_serial - n + done, rows_of(obs), rows_of(nxt), self.frames.frame_bytes,
+                            self.shared.shift, steps, *self.frames.kernel_args())
+                done += len(obs)
+            return
         if checked.frames is not None:
             if n:
                 _copy_rows([refs[rows] for rows in self._serial_rows(refs, n)], checked.parts[self.shared.obs])
@@ -418,12 +448,14 @@ class RingStorage:
 
 class Restore(NamedTuple):
     """A checked storage state: its spec (None: nothing added), serial, rows per column,
-    and with shared frames the pool's saved frames (None: saved per row)."""
+    and with shared frames the pool's saved frames (None: saved per row); ``plain``: a
+    state saved without shared frames, whose obs and next_obs rows are pooled."""
 
     spec: dict[str, FieldSpec] | None
     next_serial: int
     parts: dict[str, list[np.ndarray]]
     frames: list[np.ndarray] | None = None
+    plain: bool = False
 
 
 def _copy_rows(dst: list[np.ndarray], src: list[np.ndarray]) -> None:

@@ -193,15 +193,20 @@ def test_atari_replay_shares_frames_over_the_n_step_window():
 
     assert _layout("ALE/Pong-v5") == {"shared_frames": SharedFrames(shift=3)}
     assert _layout("ALE/Pong-v5", n_step=1) == {"shared_frames": SharedFrames(shift=1)}
-    assert _layout("ALE/Pong-v5", n_step=4) == {}  # no frame in common
+    # n >= the stack: obs and next_obs share no frame, the pool still stores each once
+    assert _layout("ALE/Pong-v5", n_step=4) == {"shared_frames": SharedFrames(shift=4)}
+    assert _layout("ALE/Pong-v5", n_step=10) == {"shared_frames": SharedFrames(shift=4)}
     assert _layout("ALE/Pong-v5", share_frames=False) == {}
     assert _layout("CartPole-v1") == {}
 
 
-def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
+@pytest.mark.parametrize(("n_step", "counts"), [(3, {1, 2, 3}), (10, {4})])
+def test_an_atari_actor_fills_a_shared_frames_replay_exactly(n_step, counts):
     # Real Pong frames through the actor's n-step assembler, with episodes cut short
-    # so windows flushed at the cut (1 and 2 steps) occur: the shared-frames buffer
-    # must hold exactly what a plain buffer holds.
+    # so windows flushed at the cut (shorter than n) occur: the shared-frames buffer
+    # must hold exactly what a plain buffer holds. With n above the stack (DrQ's 10)
+    # every row stores obs's and next_obs's frames whole (step count 4), and the pool
+    # still holds about one frame per transition.
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     import functools
@@ -219,11 +224,11 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
     from rlpar.servers import ModelStore
 
     ensure_registered("ALE/Pong-v5")
-    config = apex_config(env_id="ALE/Pong-v5", n_step=3)
+    config = apex_config(env_id="ALE/Pong-v5", n_step=n_step)
     env_defaults(config, Parts())
     builder = Setup.of(PROGRAM, JobContext(job="apex", config=config, parts=Parts(), run_dir=None,
                                            started=0.0)).builder
-    shared = PrioritizedReplayBuffer(capacity=400, seed=0, **_layout("ALE/Pong-v5"))
+    shared = PrioritizedReplayBuffer(capacity=400, seed=0, **_layout("ALE/Pong-v5", n_step=n_step))
     plain = PrioritizedReplayBuffer(capacity=400, seed=0)
 
     class Both:
@@ -241,7 +246,7 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
                     params=store, config=ApexConfig(batch_size=4, learning_starts=10_000))
         actor = ApexActor(dqn=builder.make_algorithm(device="cpu", seed=1), env=env,
                           buffer=Both(), params=store, index=0, num_actors=1,
-                          config=ApexConfig(n_step=3, add_every=4, pull_every=1000), seed=0)
+                          config=ApexConfig(n_step=n_step, add_every=4, pull_every=1000), seed=0)
         actor.sync()
         for _ in range(40):
             actor.step()
@@ -250,7 +255,8 @@ def test_an_atari_actor_fills_a_shared_frames_replay_exactly():
         env.close()
     assert len(shared) == len(plain) > 60
     steps = shared.storage.columns["obs.steps"][: len(shared)]
-    assert set(steps) == {1, 2, 3}  # episode cuts flushed shorter windows
+    assert set(steps) == counts  # n = 3: episode cuts flushed shorter windows
+    assert shared.storage.frames.live < 2 * len(shared)  # not the 8 a plain row holds
     slots = np.arange(len(plain))
     got, want = shared.storage.gather(slots), plain.storage.gather(slots)
     for k in want:

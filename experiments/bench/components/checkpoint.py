@@ -5,7 +5,8 @@ Run: ``python -m experiments.bench.components.checkpoint [--quick] [--cases ...]
 One JSON line per case:
 
 * ``atari-1m`` and ``atari-100k``: a PrioritizedReplayBuffer of 1M (100k) Atari
-  transitions (4x84x84 uint8 stacks, 3-step windows) with shared frames, added as 16
+  transitions (4x84x84 uint8 stacks, ``--n-step`` windows, 3 by default; 10 is DrQ's,
+  where obs and next_obs share no frame) with shared frames, added as 16
   envs' interleaved streams of distinct frames (none repeats, unlike a real game's:
   the pool's worst case for a stream), so the pool holds about one frame per
   transition;
@@ -43,25 +44,26 @@ from experiments.bench.tools.memory import PeakMemory, status_mb
 from rlpar.buffers import PrioritizedReplayBuffer, SharedFrames
 from rlpar.checkpoint import load_checkpoint, restore_rng_state, rng_state, save_checkpoint
 
-STACK, SIDE, SHIFT = 4, 84, 3
+STACK, SIDE = 4, 84
 CHUNK, ENVS = 256, 16
 
 
-def fill_atari(capacity: int, rng: np.random.Generator) -> PrioritizedReplayBuffer:
+def fill_atari(capacity: int, rng: np.random.Generator, n_step: int = 3) -> PrioritizedReplayBuffer:
     """ENVS streams of distinct frames, one step of every env per add (as an actor's
-    vector env adds them): obs = frames t..t+3 of its env, next_obs 3 frames on."""
-    buf = PrioritizedReplayBuffer(capacity=capacity, seed=0, shared_frames=SharedFrames(shift=SHIFT))
+    vector env adds them): obs = frames t..t+3 of its env, next_obs ``n_step`` frames
+    on; the layout the Ape-X job gives such transitions (shift: n, at most the stack)."""
+    buf = PrioritizedReplayBuffer(capacity=capacity, seed=0, shared_frames=SharedFrames(shift=min(n_step, STACK)))
     window = np.arange(STACK)
     steps = -(-capacity // ENVS)
-    tail = np.zeros((ENVS, STACK + SHIFT - 1, SIDE, SIDE), np.uint8)  # each env's newest frames
+    tail = np.zeros((ENVS, STACK + n_step - 1, SIDE, SIDE), np.uint8)  # each env's newest frames
     for start in range(0, steps, CHUNK // ENVS):
         t = np.arange(start, min(start + CHUNK // ENVS, steps))
         fresh = rng.integers(0, 256, (ENVS, t.size, SIDE, SIDE), dtype=np.uint8)
-        frames = np.concatenate([tail, fresh], axis=1)  # env, step - start + STACK + SHIFT - 1
+        frames = np.concatenate([tail, fresh], axis=1)  # env, step - start + STACK + n_step - 1
         at = t - start
         obs = frames[:, at[:, None] + window]  # env, step, stack
-        nxt = frames[:, at[:, None] + window + SHIFT]
-        tail = frames[:, -(STACK + SHIFT - 1):].copy()
+        nxt = frames[:, at[:, None] + window + n_step]
+        tail = frames[:, -(STACK + n_step - 1):].copy()
         n = t.size * ENVS
         buf.add(
             {
@@ -76,7 +78,7 @@ def fill_atari(capacity: int, rng: np.random.Generator) -> PrioritizedReplayBuff
     return buf
 
 
-def fill_cartpole(capacity: int, rng: np.random.Generator) -> PrioritizedReplayBuffer:
+def fill_cartpole(capacity: int, rng: np.random.Generator, n_step: int = 1) -> PrioritizedReplayBuffer:
     buf = PrioritizedReplayBuffer(capacity=capacity, seed=0)
     for start in range(0, capacity, CHUNK):
         n = min(CHUNK, capacity - start)
@@ -120,13 +122,13 @@ def _trim_heap() -> None:
         pass
 
 
-def measure(case: str, capacity: int, directory: Path) -> dict:
+def measure(case: str, capacity: int, directory: Path, *, n_step: int = 3) -> dict:
     fill = CASES[case][0]
     rng = np.random.default_rng(0)
     gc.collect()
     _trim_heap()  # freed pages the allocator still holds would leave the baseline and make the delta negative
     before = status_mb("self", "VmRSS")
-    buf = fill(capacity, rng)
+    buf = fill(capacity, rng, n_step)
     gc.collect()
     resident_mb = status_mb("self", "VmRSS") - before
     frames = None if buf.storage.frames is None else buf.storage.frames.live
@@ -168,6 +170,7 @@ def measure(case: str, capacity: int, directory: Path) -> dict:
         "bench": "checkpoint",
         "case": case,
         "capacity": capacity,
+        "n_step": n_step if case.startswith("atari") else None,
         "resident_mb": round(resident_mb),
         "frames": frames,
         "save_s": round(save_s, 3),
@@ -184,14 +187,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000-slot buffers (smoke test)")
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(DEFAULT_CASES))
+    parser.add_argument("--n-step", type=int, default=3,
+                        help="the Atari cases' transitions span this many steps (DrQ: 10)")
     parser.add_argument("--dir", type=Path, default=None,
                         help="where to write (default: a temporary directory, removed after)")
     args = parser.parse_args(argv)
+    if args.n_step < 1:
+        parser.error(f"--n-step must be >= 1, got {args.n_step}")
     for case in args.cases:
         directory = Path(tempfile.mkdtemp(prefix="rlpar-ckpt-bench-", dir=args.dir))
         try:
             capacity = CASES[case][2 if args.quick else 1]
-            emit(measure(case, capacity, directory))
+            emit(measure(case, capacity, directory, n_step=args.n_step))
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -65,20 +65,24 @@ def replay_layout(setup: Any) -> dict[str, Any]:
 
     flow = setup.flow
     if shares_frames(setup.path.replay, env_id=setup.env.env_id, user_env=setup.parts.env is not None,
-                     items=flow.items, obs_space=setup.builder.spec.observation_space, n_step=flow.n_step):
-        return {"shared_frames": SharedFrames(shift=flow.n_step)}
+                     items=flow.items, obs_space=setup.builder.spec.observation_space):
+        # n >= the stack: obs and next_obs share no frame, but the pool still stores
+        # each frame once across transitions (SharedFrames with shift = the stack).
+        stack = setup.builder.spec.observation_space.shape[0]
+        return {"shared_frames": SharedFrames(shift=min(flow.n_step, stack))}
     return {}
 
 
-def shares_frames(replay: Any, *, env_id: str, user_env: bool, items: str, obs_space: Any, n_step: int) -> bool:
+def shares_frames(replay: Any, *, env_id: str, user_env: bool, items: str, obs_space: Any) -> bool:
     """Whether the replay stores each distinct frame once (``--share-frames``): Atari's
-    uint8 frame stacks in transitions whose obs and next_obs overlap (a sequence has no
-    next_obs to share obs's frames with)."""
+    uint8 frame stacks in transitions (a sequence has no next_obs to share obs's frames
+    with). ``n_step`` does not matter: a transition over more steps than the stack shares
+    no frame with its own next_obs, and still all but one with its env's neighbours."""
     from experiments.runtime.envs import is_atari
 
     shape = obs_space.shape or ()
     return (replay.share_frames and is_atari(env_id) and not user_env and items == "transitions"
-            and obs_space.dtype == np.uint8 and len(shape) == 3 and shape[0] > n_step)
+            and obs_space.dtype == np.uint8 and len(shape) == 3)
 
 
 def replay_items(setup: Any) -> int:

@@ -69,6 +69,50 @@ def test_samples_return_what_was_added_across_the_wrap(shift, prioritized):
     assert_rows_match(batch, frames, shift)
 
 
+@pytest.mark.parametrize("steps", [4, 10])
+def test_transitions_over_as_many_steps_as_the_stack_or_more_pool_their_frames(steps):
+    # n-step returns with n >= the stack (DrQ's n = 10): obs and next_obs share no
+    # frame, so a row holds both whole (shift = the stack), and the pool still stores
+    # each frame once across the rows: about one a transition, not eight.
+    frames = frame_stream(300)
+    buf = PrioritizedReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames(shift=STACK))
+    for start in range(0, 280, 64):
+        buf.add(chunk(frames, start, min(64, 280 - start), steps))
+    assert buf.storage.columns["obs"].shape[1:] == (2 * STACK,)
+    assert set(buf.storage.columns["obs.steps"][: len(buf)]) == {STACK}
+    assert buf.storage.frames.live == buf.storage.frames.high_water == 280 + STACK - 1 + steps
+    sample = buf.sample(64)
+    assert_rows_match(sample.batch, frames, steps)
+    back = PrioritizedReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames(shift=STACK))
+    back.load_state_dict(buf.state_dict())
+    again = back.sample(64)
+    assert_rows_match(again.batch, frames, steps)
+
+
+def test_a_plain_state_of_such_transitions_resumes_into_pooled_frames(tmp_path):
+    # Replays of n-step transitions with n >= the stack were kept plain before the
+    # layout above existed: their checkpoints resume into it. A layout that needs the
+    # overlap (shift below the stack) still refuses them.
+    frames = frame_stream(300)
+    plain = PrioritizedReplayBuffer(capacity=100, seed=0)
+    for start in range(0, 280, 64):
+        plain.add(chunk(frames, start, min(64, 280 - start), 10))
+    torch.save(plain.state_dict(), tmp_path / "plain.pt")
+    state = torch.load(tmp_path / "plain.pt", weights_only=True)
+    pooled = PrioritizedReplayBuffer(capacity=100, seed=0, shared_frames=SharedFrames(shift=STACK))
+    pooled.load_state_dict(state)
+    assert len(pooled) == len(plain) == 100
+    assert pooled.storage.frames.live == 100 + STACK - 1 + 10  # the surviving rows' frames
+    a, b = plain.sample(64), pooled.sample(64)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    for k in a.batch:
+        np.testing.assert_array_equal(a.batch[k], b.batch[k])
+    pooled.add(chunk(frames, 280, 8, 10))  # and it goes on filling
+    assert_rows_match(pooled.sample(64).batch, frames, 10)
+    with pytest.raises(ValueError, match="saved with shared_frames=None"):
+        PrioritizedReplayBuffer(capacity=100, shared_frames=SharedFrames(shift=3)).load_state_dict(state)
+
+
 def test_one_add_larger_than_capacity_keeps_the_newest_rows():
     frames = frame_stream(150)
     buf = ReplayBuffer(capacity=50, seed=1, shared_frames=SharedFrames())
@@ -182,8 +226,8 @@ def test_invalid_shared_frames(kwargs, match):
         ),
         (
             {"obs": ((4, 2), np.uint8), "next_obs": ((4, 2), np.uint8)},
-            SharedFrames(shift=4),
-            "stack axis longer than shift=4",
+            SharedFrames(shift=5),
+            "stack axis at least shift=5 long",
         ),
         ({"obs": ((), np.float32), "next_obs": ((), np.float32)}, SharedFrames(), "stack axis"),
     ],

@@ -26,3 +26,16 @@ def test_checkpoint_bench_quick_prints_one_line_per_case(tmp_path, capsys):
     for line in lines:
         assert line["resident_mb"] >= 0 and line["restore_peak_mb"] >= line["restore_peak_anon_mb"] > 0
     assert list(tmp_path.iterdir()) == []  # its directory is removed afterwards
+
+
+@pytest.mark.timeout(120)
+def test_transitions_over_more_steps_than_the_stack_still_hold_a_frame_each(tmp_path, capsys):
+    # DrQ's 10-step windows: obs and next_obs share no frame, and the pool still
+    # holds about one frame per transition (plain rows would hold eight).
+    checkpoint.main(["--quick", "--cases", "atari-100k", "--n-step", "10", "--dir", str(tmp_path)])
+    (line,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert line["n_step"] == 10 and line["identical"] is True
+    assert 2000 < line["frames"] <= 2000 + 16 * 13
+    assert line["bytes"] < 2 * 2000 * 84 * 84
+    with pytest.raises(SystemExit):
+        checkpoint.main(["--quick", "--n-step", "0"])
