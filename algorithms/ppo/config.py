@@ -45,7 +45,9 @@ class PPOConfig:
     minibatches: int = param(4, help="minibatches per pass (a count: every member takes as many steps)")
     gamma: float = param(0.99, help="discount")
     gae_lambda: float = param(0.95, help="GAE lambda")
-    clip_coef: float = param(0.2, help="surrogate clipping range")
+    clip_coef: float | None = param(0.2, help=(
+        "surrogate clipping range, of the value change too with --clip-vloss "
+        "(none: by observation family, 0.2; 0.1 for frames)"))
     clip_vloss: bool = param(True, help="clip the value change like the ratio")
     normalize_advantages: bool = param(True, help="normalize advantages per minibatch")
     entropy_coef: float | None = param(0.01, help=(
@@ -87,7 +89,7 @@ class PPOConfig:
             _positive_int("lr_anneal_updates", self.lr_anneal_updates)
         for name in ("clip_coef", "lr", "optimizer_eps", "reward_scale"):
             value = getattr(self, name)
-            if value is None and name == "lr":  # filled by the job (require)
+            if value is None and name in ("clip_coef", "lr"):  # filled by the job (require)
                 continue
             if isinstance(value, bool) or not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
@@ -119,7 +121,7 @@ def _positive_int(name: str, value: object) -> None:
 
 
 # Filled by a job from the env's observation family (None until then).
-BY_FAMILY = ("lr", "entropy_coef", "lr_anneal_steps")
+BY_FAMILY = ("lr", "entropy_coef", "lr_anneal_steps", "clip_coef")
 
 
 # By observation family, for the fields left unset. Measured in one process
@@ -132,10 +134,10 @@ BY_FAMILY = ("lr", "entropy_coef", "lr_anneal_steps")
 # stayed on it, and step faster). Frames:
 # CleanRL's Atari settings, annealed over the run as CleanRL does (not measured).
 DEFAULTS_BY_FAMILY: dict[str, dict[str, float | int]] = {
-    "vector": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
-    "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.05},
-    "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.01},
-    "other": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01},
+    "vector": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01, "clip_coef": 0.2},
+    "small_image": {"lr": 7e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.05, "clip_coef": 0.2},
+    "frames": {"lr": 2.5e-4, "lr_anneal_steps": RUN_BUDGET, "entropy_coef": 0.01, "clip_coef": 0.1},
+    "other": {"lr": 1e-3, "lr_anneal_steps": 0, "entropy_coef": 0.01, "clip_coef": 0.2},
 }
 
 # The job's --num-envs per member by observation family, when not given.

@@ -124,7 +124,7 @@ class PPO(Algorithm):
         self.config = PPOConfig() if config is None else config
         if not isinstance(self.config, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(self.config).__name__}")
-        require(self.config, ("lr", "entropy_coef"))
+        require(self.config, ("lr", "entropy_coef", "clip_coef"))
         if self.config.target_kl is not None and grad_hook is not None and mean_hook is None:
             raise ValueError("target_kl with a grad_hook needs mean_hook: every member of the "
                              "group must stop its epochs at the same point")

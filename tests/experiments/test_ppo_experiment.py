@@ -8,6 +8,7 @@ import dataclasses
 import os
 import warnings
 
+import gymnasium as gym
 import pytest
 from jobs import scalars
 from sync_parts import (
@@ -184,7 +185,7 @@ def test_images_step_32_envs_with_a_larger_entropy_bonus_unless_given():
     apply_overrides(minatar, {"env_id": "MinAtar/Breakout-v0"})
     assert minatar.env.num_envs is None and minatar.learn.entropy_coef is None
     spec = EnvSpec(*env_spaces(job_env_fn(minatar, Parts())))
-    with pytest.raises(ValueError, match="--lr, --entropy-coef, --lr-anneal-steps unset"):
+    with pytest.raises(ValueError, match="--lr, --entropy-coef, --lr-anneal-steps, --clip-coef unset"):
         ppo.builder(minatar, Parts(), spec)
     ppo.env_defaults(minatar, Parts())
     assert (minatar.env.num_envs, minatar.learn.entropy_coef) == (32, 0.05)
@@ -197,6 +198,31 @@ def test_images_step_32_envs_with_a_larger_entropy_bonus_unless_given():
     assert (cartpole.env.num_envs, cartpole.learn.entropy_coef) == (8, 0.01)
     with pytest.raises(ValueError, match="--num-envs"):
         ppo.run(ppo_config(num_envs=0))
+
+
+def test_frames_clip_at_a_tenth_as_cleanrl_and_the_zoo_do_unless_given():
+    """Atari frames fill CleanRL's ppo_atari settings, its clip of 0.1 (the RL Zoo's too;
+    the ratio's and, with --clip-vloss, the value change's) among them; other families
+    keep 0.2; a given value is kept, and the algorithm refuses a config left unfilled."""
+    pong = ppo.PPOJobConfig()
+    apply_overrides(pong, {"env_id": "ALE/Pong-v5"})
+    assert pong.learn.clip_coef is None
+    ppo.env_defaults(pong, Parts())
+    assert (pong.learn.clip_coef, pong.learn.lr, pong.learn.entropy_coef, pong.env.num_envs) == (0.1, 2.5e-4, 0.01, 8)
+    for env_id in ("CartPole-v1", "MinAtar/Breakout-v0"):
+        other = ppo.PPOJobConfig()
+        apply_overrides(other, {"env_id": env_id})
+        ppo.env_defaults(other, Parts())
+        assert other.learn.clip_coef == 0.2
+    given = ppo.PPOJobConfig()
+    apply_overrides(given, {"env_id": "ALE/Pong-v5", "clip_coef": 0.3})
+    ppo.env_defaults(given, Parts())
+    assert given.learn.clip_coef == 0.3
+    from algorithms.ppo import PPO, PPOConfig
+
+    with pytest.raises(ValueError, match="--clip-coef unset"):
+        PPO(observation_space=gym.spaces.Box(-1, 1, (3,)), action_space=gym.spaces.Discrete(2),
+            config=PPOConfig(clip_coef=None))
 
 
 def test_members_by_default_one_per_gpu_when_learning_on_cuda(monkeypatch):
