@@ -309,6 +309,10 @@ class RingStorage:
                  for k, field in layout.items()}
         frames = None
         if plain:
+            obs, nxt = (parts[name] for name in (self.shared.obs, self.shared.next_obs))
+            if [len(p) for p in obs] != [len(p) for p in nxt]:  # pooled pairwise on restore
+                raise where["columns"][self.shared.next_obs].error(
+                    f"holds parts of {[len(p) for p in nxt]} rows, {self.shared.obs!r} of {[len(p) for p in obs]}")
             k = spec[self.shared.obs].shape[0]
             parts[self.shared.steps_field] = [np.full(len(p), k, np.uint8) for p in parts[self.shared.obs]]
             return Restore(spec, next_serial, parts, plain=True)

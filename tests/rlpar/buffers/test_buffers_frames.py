@@ -111,6 +111,13 @@ def test_a_plain_state_of_such_transitions_resumes_into_pooled_frames(tmp_path):
     assert_rows_match(pooled.sample(64).batch, frames, 10)
     with pytest.raises(ValueError, match="saved with shared_frames=None"):
         PrioritizedReplayBuffer(capacity=100, shared_frames=SharedFrames(shift=3)).load_state_dict(state)
+    # Columns split into other parts than obs's are named, not pooled out of step.
+    columns = state["storage"]["columns"]
+    assert len(columns["obs"]) == 2  # the saved rows wrap: two parts
+    uneven = {**state, "storage": {**state["storage"],
+                                   "columns": {**columns, "next_obs": [np.concatenate(columns["next_obs"])]}}}
+    with pytest.raises(ValueError, match="next_obs.*holds parts of"):
+        PrioritizedReplayBuffer(capacity=100, shared_frames=SharedFrames(shift=STACK)).load_state_dict(uneven)
 
 
 def test_one_add_larger_than_capacity_keeps_the_newest_rows():
