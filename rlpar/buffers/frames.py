@@ -60,6 +60,13 @@ class SharedFrames:
         if self.shift > 255:
             raise ValueError(f"SharedFrames.shift must be at most 255, got {self.shift}")
 
+    @classmethod
+    def for_steps(cls, n_step: int, *, stack: int) -> SharedFrames:
+        """The layout of transitions over ``n_step`` env steps of ``stack``-frame
+        stacks: next_obs continues obs by ``n_step``, or, from ``n_step >= stack`` on,
+        shares no frame with it (shift = the stack: both held whole)."""
+        return cls(shift=min(n_step, stack))
+
     def to_state(self) -> list:
         """Plain values for a state dict (``torch.load(weights_only=True)`` takes them)."""
         return [self.obs, self.next_obs, self.shift]

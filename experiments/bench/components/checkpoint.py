@@ -51,8 +51,8 @@ CHUNK, ENVS = 256, 16
 def fill_atari(capacity: int, rng: np.random.Generator, n_step: int = 3) -> PrioritizedReplayBuffer:
     """ENVS streams of distinct frames, one step of every env per add (as an actor's
     vector env adds them): obs = frames t..t+3 of its env, next_obs ``n_step`` frames
-    on; the layout the Ape-X job gives such transitions (shift: n, at most the stack)."""
-    buf = PrioritizedReplayBuffer(capacity=capacity, seed=0, shared_frames=SharedFrames(shift=min(n_step, STACK)))
+    on, in the layout the Ape-X job gives them."""
+    buf = PrioritizedReplayBuffer(capacity=capacity, seed=0, shared_frames=SharedFrames.for_steps(n_step, stack=STACK))
     window = np.arange(STACK)
     steps = -(-capacity // ENVS)
     tail = np.zeros((ENVS, STACK + n_step - 1, SIDE, SIDE), np.uint8)  # each env's newest frames
@@ -78,7 +78,7 @@ def fill_atari(capacity: int, rng: np.random.Generator, n_step: int = 3) -> Prio
     return buf
 
 
-def fill_cartpole(capacity: int, rng: np.random.Generator, n_step: int = 1) -> PrioritizedReplayBuffer:
+def fill_cartpole(capacity: int, rng: np.random.Generator) -> PrioritizedReplayBuffer:
     buf = PrioritizedReplayBuffer(capacity=capacity, seed=0)
     for start in range(0, capacity, CHUNK):
         n = min(CHUNK, capacity - start)
@@ -128,7 +128,8 @@ def measure(case: str, capacity: int, directory: Path, *, n_step: int = 3) -> di
     gc.collect()
     _trim_heap()  # freed pages the allocator still holds would leave the baseline and make the delta negative
     before = status_mb("self", "VmRSS")
-    buf = fill(capacity, rng, n_step)
+    atari = fill is fill_atari
+    buf = fill_atari(capacity, rng, n_step) if atari else fill(capacity, rng)
     gc.collect()
     resident_mb = status_mb("self", "VmRSS") - before
     frames = None if buf.storage.frames is None else buf.storage.frames.live
@@ -170,7 +171,7 @@ def measure(case: str, capacity: int, directory: Path, *, n_step: int = 3) -> di
         "bench": "checkpoint",
         "case": case,
         "capacity": capacity,
-        "n_step": n_step if case.startswith("atari") else None,
+        "n_step": n_step if atari else None,
         "resident_mb": round(resident_mb),
         "frames": frames,
         "save_s": round(save_s, 3),

@@ -115,7 +115,7 @@ def _replay(point: IngestPoint, group: Any, names: list[str], role: str):
         SharedFrames,
     )
 
-    frames = SharedFrames(shift=point.n_step)
+    frames = SharedFrames.for_steps(point.n_step, stack=4)  # the stacks of `stacks` above
     if point.placement == "learner":
         if role == "learner":
             local = PrioritizedReplayBuffer(capacity=point.capacity, alpha=0.6, beta=0.4, seed=0,

@@ -66,10 +66,8 @@ def replay_layout(setup: Any) -> dict[str, Any]:
     flow = setup.flow
     if shares_frames(setup.path.replay, env_id=setup.env.env_id, user_env=setup.parts.env is not None,
                      items=flow.items, obs_space=setup.builder.spec.observation_space):
-        # n >= the stack: obs and next_obs share no frame, but the pool still stores
-        # each frame once across transitions (SharedFrames with shift = the stack).
         stack = setup.builder.spec.observation_space.shape[0]
-        return {"shared_frames": SharedFrames(shift=min(flow.n_step, stack))}
+        return {"shared_frames": SharedFrames.for_steps(flow.n_step, stack=stack)}
     return {}
 
 
