@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from algorithms.rollout import game_rewards
 from rlpar.protocols import Buffer, ParameterStore
 
 if TYPE_CHECKING:  # torch is imported by the algorithms, not by the program's plumbing
@@ -66,6 +67,8 @@ class Actor:
     last observation of an episode is in ``infos["final_obs"]``). Envs flagged in
     ``infos["env_restarted"]`` (their worker process was replaced) lost that step:
     the adder is told, their cut episode is not reported, the step is not counted.
+    Episode returns count the game's rewards (``algorithms.rollout.game_rewards``);
+    the adder gets the rewards the env gives.
 
     ``behave(obs) -> (actions, extras)`` is the exploring policy of ``acting`` (the
     builder's, with this actor's exploration); ``adder`` makes items of the steps.
@@ -124,7 +127,7 @@ class Actor:
                                    extras=extras, cut=cut):
             if len(next(iter(item.values()))) > 0:
                 self._pending.append(item)
-        self._track_episodes(reward, done, cut)
+        self._track_episodes(game_rewards(reward, infos), done, cut)
         self.rewarded(reward)
         started = done if cut is None else done | np.asarray(cut, dtype=bool)
         if started.any():

@@ -32,6 +32,15 @@ Sampled = (tuple[np.ndarray, np.ndarray]
            | tuple[np.ndarray, np.ndarray, Mapping[str, np.ndarray]])
 SampleFn = Callable[[np.ndarray], Sampled]
 ROLLOUT_KEYS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "valid")
+# Where a vector env that hands learning transformed rewards (a job's --reward-clip)
+# keeps the game's own, one per env: episode returns are counted in them.
+GAME_REWARD = "game_reward"
+
+
+def game_rewards(reward: Any, info: Mapping[str, Any]) -> np.ndarray:
+    """The game's rewards of a vector step: ``info[GAME_REWARD]`` where the env
+    transformed ``reward`` for learning, else ``reward`` itself (float64)."""
+    return np.asarray(info.get(GAME_REWARD, reward), dtype=np.float64)
 
 
 class RolloutCollector:
@@ -40,8 +49,9 @@ class RolloutCollector:
     ``-> (actions, env_actions, extras)`` whose per-env arrays are stored too
     (:meth:`algorithms.ppo.PPO.sample_actions`: ``log_probs`` and ``values``).
 
-    Finished episodes' undiscounted returns and lengths accumulate in
-    ``episode_returns`` / ``episode_lengths`` until :meth:`drain_episodes`.
+    Finished episodes' undiscounted returns (of the game's rewards,
+    :func:`game_rewards`) and lengths accumulate in ``episode_returns`` /
+    ``episode_lengths`` until :meth:`drain_episodes`.
     ``env_steps`` counts valid transitions (reset steps excluded).
 
     Envs flagged in ``info["env_restarted"]`` (their worker process died and was
@@ -130,7 +140,7 @@ class RolloutCollector:
                 # The step before a cut one bootstraps from V(obs), the last state
                 # reached (a rollout's last step already does).
                 truncated[t - 1] |= cut
-            self._track(np.asarray(reward, dtype=np.float64), done, ok, cut)
+            self._track(game_rewards(reward, info), done, ok, cut)
             if not self._same_step:
                 self._reset_next = (done & ok) | cut  # a restarted env's next step is its reset
             self._obs = next_obs
@@ -170,13 +180,15 @@ def _with_final_obs(next_obs: np.ndarray, info: dict, done: np.ndarray) -> np.nd
 
 def evaluate(act: Callable[[np.ndarray], np.ndarray], env: Any, *, episodes: int,
              seed: int | None = None) -> np.ndarray:
-    """Undiscounted returns of ``episodes`` episodes, one per sub-env of ``env``
+    """Undiscounted returns (of the game's rewards, :func:`game_rewards`) of
+    ``episodes`` episodes, one per sub-env of ``env``
     (which must have ``episodes`` envs), counting each env's first episode only so
     that short episodes are not over-represented. ``act(obs)`` should be greedy. A
     policy with memory (R2D2's recurrent one) has ``act.episodes_started(mask)``,
     called after the reset (every row) and after each step with the envs whose
     episode ended (their next observation starts one), and may have
-    ``act.rewarded(reward)``, called after each step before that."""
+    ``act.rewarded(reward)``, called after each step before that with the rewards
+    the env gives (those it learned from)."""
     if env.num_envs != episodes:
         raise ValueError(f"evaluate needs a vector env with {episodes} envs, got {env.num_envs}")
     started = getattr(act, "episodes_started", None)
@@ -187,8 +199,8 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], env: Any, *, episodes: int
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
     while running.any():
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
-        returns += np.asarray(reward, dtype=np.float64) * running
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        returns += game_rewards(reward, info) * running
         if rewarded is not None:
             rewarded(reward)
         done = np.logical_or(terminated, truncated)

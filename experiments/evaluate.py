@@ -129,6 +129,7 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str | None
     whether the returns are the same (else None)."""
     from algorithms.rollout import evaluate
     from envs import make_vector_env
+    from experiments.runtime.envs import learning_rewards
 
     which = which_policy(run_dir, which)
     act, ctx, job, payload = _load(run_dir, which=which, parts=parts)
@@ -141,7 +142,10 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str | None
             raise ValueError(f"--video: not available for {job.name} runs")
         returns = np.asarray(job.play(ctx, act, episodes=episodes, seed=seed))
     else:
-        env = make_vector_env(ctx.env_fn, num_envs=episodes, num_workers=0, seed=seed)
+        # The rewards the policy learned from (one that takes the last reward sees them);
+        # the returns count the game's.
+        env = learning_rewards(make_vector_env(ctx.env_fn, num_envs=episodes, num_workers=0, seed=seed),
+                               ctx.config.env)
         try:
             returns = evaluate(act, env, episodes=episodes, seed=seed)
         finally:
@@ -155,7 +159,8 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str | None
               "last_evaluation": payload.get("last_evaluation"), "replays_recorded": replays,
               "matches_recorded": [float(r) for r in returns] == recorded["returns"] if replays else None}
     if video:
-        result["videos"] = record_video(act, ctx.env_fn, video, episodes=video_episodes, seed=seed)
+        result["videos"] = record_video(act, ctx.env_fn, video, episodes=video_episodes, seed=seed,
+                                        reward_clip=getattr(ctx.config.env, "reward_clip", None))
     return result
 
 
@@ -187,8 +192,10 @@ def describe(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def record_video(act, env_fn, folder: str, *, episodes: int, seed: int) -> list[str]:
-    """Record ``episodes`` greedy episodes as MP4 files in ``folder``."""
+def record_video(act, env_fn, folder: str, *, episodes: int, seed: int,
+                 reward_clip: float | None = None) -> list[str]:
+    """Record ``episodes`` greedy episodes as MP4 files in ``folder`` (a policy that
+    takes the last reward gets it clipped to ``+-reward_clip``, as it learned)."""
     from gymnasium.wrappers import RecordVideo
 
     try:
@@ -208,7 +215,8 @@ def record_video(act, env_fn, folder: str, *, episodes: int, seed: int) -> list[
                 action = act(np.asarray(obs)[None])[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 if hasattr(act, "rewarded"):  # a policy that takes the previous reward
-                    act.rewarded(np.asarray([reward], dtype=np.float32))
+                    bound = np.inf if reward_clip is None else reward_clip
+                    act.rewarded(np.clip(np.asarray([reward], dtype=np.float32), -bound, bound))
                 done = terminated or truncated
     finally:
         env.close()

@@ -57,8 +57,6 @@ class IMPALAConfig:
     entropy_coef: float | None = param(0.01, help="entropy bonus weight (none: by family, 0.01; 0.05 for MinAtar)")
     value_coef: float = param(0.5, help="baseline loss weight")
     max_grad_norm: float | None = param(40.0, help="clip the summed loss's gradient to this norm ('none': no clip)")
-    reward_clip: float | None = param(None, help=(  # rewards clipped to [-reward_clip, reward_clip]
-        "clip rewards to +-this ('none': no clip; the paper's Atari: 1)"))
     hidden: tuple[int, ...] = param((64, 64), help="MLP hidden sizes for vector observations, comma separated")
     cnn: Cnn = cnn_param()
     push_every: int = param(1, help="learner updates between parameter publications")
@@ -74,6 +72,10 @@ class IMPALAConfig:
     vtrace_lambda: float = internal(1.0)
     loss_reduction: Literal["sum", "mean"] = internal("sum")
     lr_anneal_updates: int | None = internal(None)
+    # Rewards clamped to +-this in the loss (None: as given; the paper's Atari: 1). A job
+    # clips in its env section instead (--reward-clip, 1 for frames), where the episode
+    # returns still count the game's.
+    reward_clip: float | None = internal(None)
     optimizer_eps: float | None = internal(None)  # None: 0.01 for RMSProp (the paper's), 1e-8 for Adam
     rmsprop_alpha: float = internal(0.99)
     activation: Literal["tanh", "relu"] = internal("tanh")

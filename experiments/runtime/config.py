@@ -129,11 +129,17 @@ class EnvConfig:
         "inf: no limit. An env in the actor's own process (--env-workers 0) cannot be interrupted: "
         "in a local run the launcher names a rank still stuck when the run ends (--max-seconds); "
         "--serial waits for it"))
+    reward_clip: float | None = field(None, allow_inf=True, help=(
+        "clip the rewards learned from to +-this; episode returns and evaluations count the game's "
+        "(none: by observation family, 1 for 84x84 frames as the DQN papers' Atari preprocessing, "
+        "else inf; inf: no clip)"))
 
     def validate(self) -> None:
         _at_least(self, "num_envs", 1)
         _at_least(self, "env_workers", 0)
         check_step_timeout(self.env_step_timeout, self.env_workers)
+        if self.reward_clip is not None and not self.reward_clip > 0:  # NaN too
+            raise ValueError(f"{flag('reward_clip')} must be > 0 (inf: no clip), got {self.reward_clip}")
         if not self.env_id.strip():
             raise ValueError(f"{flag('env_id')} may not be empty")
 

@@ -157,9 +157,11 @@ def play_with_builder(program: Any, ctx: Any, policy: Any, *, episodes: int, see
     PROGRAM)``): the returns of ``episodes`` greedy episodes of a loaded policy
     (``experiments.evaluate``) on the builder's own vector env, where gymnasium's cannot."""
     from experiments.roles.actor_learner.program import Setup
+    from experiments.runtime.envs import learning_rewards
 
     setup = Setup.of(program, ctx)
-    envs = setup.builder.make_vector_env(setup.env_fn, num_envs=episodes, num_workers=0)
+    envs = learning_rewards(setup.builder.make_vector_env(setup.env_fn, num_envs=episodes, num_workers=0),
+                            setup.env)
     try:
         return [float(r) for r in setup.builder.play(policy, envs, episodes=episodes, seed=seed)]
     finally:

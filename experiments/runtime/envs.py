@@ -137,6 +137,63 @@ def check_env(factory_of: Callable[[], Callable[[], Any]], *, env_id: str, actio
         raise ValueError(f"{name} has observation space {obs}; {job} needs a Box (or a Dict/Tuple, flattened)")
 
 
+# --reward-clip by observation family (algorithms.nets.observation_family): 84x84 frames
+# learn from rewards clipped to +-1, as the DQN papers' Atari preprocessing does (Mnih et
+# al. 2015; IMPALA's "abs_one"; SB3's and CleanRL's Atari wrappers), so that one learning
+# rate suits games that score 1 a point and games that score hundreds; every other family
+# learns from its env's own rewards.
+REWARD_CLIP_BY_FAMILY: dict[str, dict[str, float]] = {
+    "vector": {"reward_clip": math.inf}, "small_image": {"reward_clip": math.inf},
+    "frames": {"reward_clip": 1.0}, "other": {"reward_clip": math.inf}}
+
+
+def fill_reward_clip(env_config: Any, factory: Callable[[], Any]) -> None:
+    """``--reward-clip`` left unset: by the observation family of ``factory``'s env
+    (each program's check before a run; a section without the field, MADDPG's, is left
+    as it is)."""
+    if hasattr(env_config, "reward_clip"):
+        fill_by_family(env_config, REWARD_CLIP_BY_FAMILY, factory)
+
+
+def learning_rewards(env: Any, env_config: Any) -> Any:
+    """The vector env ``env`` as a job's roles step it: rewards clipped to ``+-``
+    ``env_config.reward_clip`` (``--reward-clip``; None, inf or a section without it, as
+    MADDPG's: ``env`` itself), the game's own kept in each step's infos
+    (:data:`algorithms.rollout.GAME_REWARD`) for the episode returns."""
+    bound = getattr(env_config, "reward_clip", None)
+    if bound is None or math.isinf(bound):
+        return env
+    return ClippedRewards(env, bound=bound)
+
+
+class ClippedRewards:
+    """A vector env whose step gives rewards clipped to ``+-bound`` and keeps the game's
+    in ``infos[GAME_REWARD]``; everything else is the wrapped env's (its attributes too:
+    a subprocess env's ``crash_count``). Clipped here, in the process that steps the
+    envs, not in each env: an env's infos would then cross the process boundary on
+    every step."""
+
+    def __init__(self, env: Any, *, bound: float) -> None:
+        if not bound > 0:
+            raise ValueError(f"{flag('reward_clip')} must be > 0, got {bound}")
+        self.env, self.bound = env, float(bound)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        import numpy as np
+
+        from algorithms.rollout import GAME_REWARD
+
+        obs, reward, terminated, truncated, infos = self.env.step(actions)
+        game = np.asarray(reward)
+        infos = {**infos, GAME_REWARD: game, f"_{GAME_REWARD}": np.ones(game.shape, dtype=bool)}
+        return obs, np.clip(game, -self.bound, self.bound), terminated, truncated, infos
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "env":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
 def vector_env_options(config: Any) -> dict[str, Any]:
     """The keywords of ``make_vector_env`` / ``MultiAgentVectorEnv`` that every job's
     actor (worker) env takes from its config: ``--env-workers`` N is N subprocesses

@@ -13,6 +13,7 @@ Nature CNN scales bytes to [0, 1]), float32 to IMPALA's and PPO's (their ``_obs_
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from typing import Any
 
@@ -88,11 +89,14 @@ def train(impl: str, env_id: str, *, flags: str, run_dir: str, seed: int, starte
 
 
 def training_reward_clip(impl: str, flags: str) -> str:
-    """How ``impl`` clips rewards in training with ``flags`` (for the JSON line)."""
-    if impl == "rlpar-impala":
-        clip = jobs.job_config(impl, flags).learn.reward_clip
-        return "none" if clip is None else f"+-{clip:g}"
-    return "none (the job has no reward clip)"
+    """How ``impl`` clips rewards in training with ``flags`` (for the JSON line):
+    ``--reward-clip``, by default the frames family's."""
+    from experiments.runtime.envs import REWARD_CLIP_BY_FAMILY
+
+    clip = jobs.job_config(impl, flags).env.reward_clip
+    if clip is None:
+        clip = REWARD_CLIP_BY_FAMILY["frames"]["reward_clip"]
+    return "none" if math.isinf(clip) else f"+-{clip:g}"
 
 
 # ---------------------------------------------------------- evaluator policies

@@ -226,8 +226,9 @@ def _fill_and_probe(program: Program, env_defaults: Callable | None, env_fn: Cal
     """The job's own defaults, then its builder (the user's, if given) made once here,
     before any process starts: a builder that cannot be made for this config and env
     fails now, with its own error, not in every rank."""
-    from experiments.runtime.envs import env_spaces
+    from experiments.runtime.envs import env_spaces, fill_reward_clip
 
+    fill_reward_clip(config.env, env_fn(config, parts))
     if env_defaults is not None:
         before = copy.deepcopy(config)
         env_defaults(config, parts)

@@ -36,14 +36,15 @@ class ActorShell:
         from gymnasium.vector import AutoresetMode
 
         from algorithms.actor_learner import Actor
+        from experiments.runtime.envs import learning_rewards
 
         # A restarted actor (``restarts``) plays new episodes, not its predecessor's.
         self.seed = actor_seed(setup.run.seed, index, restarts)
         self.index = index
         # A dead env worker is replaced inside the vector env; the actor drops what it cut.
-        self.env = setup.builder.make_vector_env(setup.env_fn, num_envs=setup.env.num_envs,
-                                   autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
-                                   **setup.env_options)
+        self.env = learning_rewards(setup.builder.make_vector_env(
+            setup.env_fn, num_envs=setup.env.num_envs, autoreset_mode=AutoresetMode.SAME_STEP, seed=self.seed,
+            **setup.env_options), setup.env)
         builder, parts = setup.builder, setup.parts
         acting = checked(builder.make_algorithm(device="cpu", seed=self.seed), builder.algorithm_base,
                          builder.make_algorithm, given=parts.algorithm, part="algorithm")

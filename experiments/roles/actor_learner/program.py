@@ -199,8 +199,13 @@ def actor_seed(run_seed: int, index: int, restarts: int = 0) -> int:
 
 
 def eval_env(setup: Setup, *, seed: int):
-    """Greedy evaluation envs: one per episode, each env's first episode counts."""
-    return setup.builder.make_vector_env(setup.env_fn, num_envs=setup.run.eval_episodes, num_workers=0, seed=seed)
+    """Greedy evaluation envs: one per episode, each env's first episode counts. Their
+    rewards are what the actors' envs give (a policy that takes the last reward sees
+    them), their returns the game's."""
+    from experiments.runtime.envs import learning_rewards
+
+    return learning_rewards(setup.builder.make_vector_env(
+        setup.env_fn, num_envs=setup.run.eval_episodes, num_workers=0, seed=seed), setup.env)
 
 
 def evaluate(setup: Setup, algorithm: Any, envs: Any, *, env_steps: int, version: int):

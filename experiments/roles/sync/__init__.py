@@ -214,8 +214,9 @@ def _fill_and_probe(program: SyncProgram, env_defaults: Callable | None, env_fn:
     before any process starts; and a rollout, a preempted one too, must hold a step per
     minibatch (every member takes the same number of gradient steps)."""
     from algorithms.builder import EnvSpec
-    from experiments.runtime.envs import env_spaces
+    from experiments.runtime.envs import env_spaces, fill_reward_clip
 
+    fill_reward_clip(config.env, env_fn(config, parts))
     if env_defaults is not None:
         before = copy.deepcopy(config)
         env_defaults(config, parts)

@@ -48,9 +48,11 @@ class Lead:
         (``algorithms.rollout.evaluate``)."""
         if self._evaluator is None:
             from envs import make_vector_env
+            from experiments.runtime.envs import learning_rewards
 
-            self._evaluator = make_vector_env(self.setup.env_fn, num_envs=self.setup.run.eval_episodes,
-                                              num_workers=0, seed=self.setup.run.seed + 1)
+            self._evaluator = learning_rewards(make_vector_env(
+                self.setup.env_fn, num_envs=self.setup.run.eval_episodes, num_workers=0,
+                seed=self.setup.run.seed + 1), self.setup.env)
         return self._evaluator
 
     @property

@@ -146,12 +146,13 @@ class Member:
         from gymnasium.vector import AutoresetMode
 
         from envs import make_vector_env
-        from experiments.runtime.envs import vector_env_options
+        from experiments.runtime.envs import learning_rewards, vector_env_options
 
         setup = self.setup
         env_seed = member_seeds(setup.run.seed, self.rank, start_step)[1]
-        self.env = make_vector_env(setup.env_fn, num_envs=setup.env.num_envs, seed=env_seed,
-                                   autoreset_mode=AutoresetMode.SAME_STEP, **vector_env_options(setup.ctx.config))
+        self.env = learning_rewards(make_vector_env(
+            setup.env_fn, num_envs=setup.env.num_envs, seed=env_seed, autoreset_mode=AutoresetMode.SAME_STEP,
+            **vector_env_options(setup.ctx.config)), setup.env)
         self.runner = checked(setup.builder.make_runner(self.algorithm, env=self.env, seed=env_seed), SyncRunner,
                               setup.builder.make_runner)
         self.global_steps = start_step

@@ -72,6 +72,7 @@ def test_cpu_smoke_runs_the_gpu_path_on_the_cpu(tmp_path, capsys):
     assert ours["eval_acting"] == protocol.POLICY and set(ours["best_by_s"]) == {"1000"}
     assert ours["device"] == "cpu" and ours["cpu_smoke"] and not ours["compile"]  # compile: cuda's default
     assert ours["num_actors"] == 1 and "--num-actors 1" in ours["flags"]
+    assert ours["training_reward_clip"] == "+-1"  # the frames family's --reward-clip, as the peers' sign
     with open(tmp_path / "results.jsonl") as f:
         assert [json.loads(line) for line in f] == out
 
