@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
+from experiments.runtime.config import evaluation_by_family
 from experiments.runtime.group import GroupConfig
 
 LearnConfig = entry.unset_by_family(A2CConfig, BY_FAMILY)  # the job's learn section
@@ -42,7 +43,7 @@ class A2CJobConfig:
         "env_id", "hidden", "cnn", "shared_network", "state_dependent_std", "optimizer")
 
     # On CPU unless --device says otherwise, as A3C (a member per core).
-    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000, device="cpu"))
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=None, eval_episodes=None, device="cpu"))
     env: A2CEnvConfig = section(A2CEnvConfig)
     group: GroupConfig = section(GroupConfig)
     learn: A2CConfig = section(LearnConfig)
@@ -64,7 +65,8 @@ def check(config: A2CJobConfig, parts: Parts) -> None:
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY,
+                                     run=evaluation_by_family(every=10_000))
 
 PROGRAM = SyncProgram(name="a2c", builder=builder)
 ENTRY = entry.sync_job(title="A2C", config_cls=A2CJobConfig, program=PROGRAM, check=check,

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from algorithms.a2c.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, A2CConfig
 from experiments.roles.actor_learner.program import Program
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, flag, section
+from experiments.runtime.config import evaluation_by_family
 
 # Flags of the job before issue 47 that no longer apply, and what replaced each.
 RETIRED = {
@@ -78,7 +79,7 @@ class A3CJobConfig(entry.WorkersAreActors):
 
     # The server learns on CPU unless --device says otherwise (the actors always do):
     # its work is one optimizer step per gradient, and A3C's networks are small.
-    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000, device="cpu"))
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=None, eval_episodes=None, device="cpu"))
     env: A3CEnvConfig = section(A3CEnvConfig)
     learn: A2CConfig = section(LearnConfig)
     server: ServerConfig = section(ServerConfig)
@@ -142,9 +143,10 @@ def check(config: A3CJobConfig, parts: Parts) -> None:
 
 
 # The fields left unset, by the env's observation family (fill_defaults: from a factory).
-env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+RUN_DEFAULTS_BY_FAMILY = evaluation_by_family(every=10_000)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, run=RUN_DEFAULTS_BY_FAMILY)
 fill_defaults = functools.partial(entry.fill_family, learn=DEFAULTS_BY_FAMILY,
-                                  env=ENV_DEFAULTS_BY_FAMILY)
+                                  env=ENV_DEFAULTS_BY_FAMILY, run=RUN_DEFAULTS_BY_FAMILY)
 
 
 def describe(summary: dict[str, Any]) -> list[str]:

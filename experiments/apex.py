@@ -20,6 +20,7 @@ from algorithms.sac.config import SACConfig
 from algorithms.td3.config import ContinuousConfig
 from experiments.roles.actor_learner.program import Program
 from experiments.runtime import EnvConfig, Parts, RunConfig, entry, field, flag, section
+from experiments.runtime.config import evaluation_by_family
 from experiments.runtime.data import ReplayConfig
 from experiments.runtime.envs import check_env
 
@@ -44,7 +45,7 @@ class ApexJobConfig:
         holds them at that length (a DQN's transitions take any n-step)."""
         return ("n_step",) if self.algorithm == "r2d2" else ()
 
-    run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=5000))
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=1_000_000, eval_every=None, eval_episodes=None))
     env: EnvConfig = section(EnvConfig)
     replay: ReplayConfig = section(ReplayConfig)
     learn: ApexConfig = section(LearnConfig)
@@ -182,13 +183,18 @@ def check(config: ApexJobConfig, parts: Parts) -> None:
         config.replay.check_resume(config.run.resume, learners=config.learners, num_actors=config.num_actors)
 
 
+RUN_DEFAULTS_BY_FAMILY = evaluation_by_family(every=5000)
+
+
 def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
     """``--algorithm auto`` resolved by the action space, then every ``learn`` field left
     unset filled by :func:`fill_learn` (DQN with ``--noisy``: ``--eps`` 0 first, the
-    noisy layers explore), and ``--replay-capacity`` by the builder's ``replay_steps``.
-    The config saved in the run directory holds the results."""
+    noisy layers explore), ``--replay-capacity`` by the builder's ``replay_steps``, and
+    the evaluations' ``--eval-every`` and ``--eval-episodes`` by family
+    (:data:`RUN_DEFAULTS_BY_FAMILY`). The config saved in the run directory holds the
+    results."""
     from algorithms.nets import observation_family
-    from experiments.runtime.envs import env_spaces
+    from experiments.runtime.envs import env_spaces, fill_family
 
     obs_space, act_space = env_spaces(entry.job_env_fn(config, parts))
     config.algorithm = algorithm_of(config, act_space)
@@ -196,6 +202,7 @@ def env_defaults(config: ApexJobConfig, parts: Parts) -> None:
         entry.fill_unset(config.learn, NOISY_DEFAULTS)
     family = observation_family(obs_space.shape or ())
     fill_learn(config.learn, algorithm=config.algorithm, family=family)
+    fill_family(config.run, RUN_DEFAULTS_BY_FAMILY, family)
     if config.algorithm == "r2d2":
         fill_r2d2(config.r2d2, family=family, run_budget=config.run.max_env_steps)
     if config.replay.replay_capacity is None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from algorithms.impala.config import BY_FAMILY, DEFAULTS_BY_FAMILY, IMPALAConfig
 from experiments.roles.actor_learner.program import Program
 from experiments.runtime import EnvConfig, Parts, RunConfig, entry, field, section
+from experiments.runtime.config import evaluation_by_family
 from experiments.runtime.data import QueueConfig
 
 LearnConfig = entry.unset_by_family(IMPALAConfig, BY_FAMILY)  # the job's learn section
@@ -27,7 +28,7 @@ class ImpalaJobConfig:
     # What the checkpoint's state (network, optimizer) is shaped by (experiments.runtime.resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "cnn", "optimizer")
 
-    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=None, eval_episodes=None))
     env: EnvConfig = section(EnvConfig)
     queue: QueueConfig = section(QueueConfig)
     learn: IMPALAConfig = section(LearnConfig)
@@ -66,7 +67,7 @@ def describe(summary: dict[str, Any]) -> list[str]:
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, run=evaluation_by_family(every=10_000))
 
 PROGRAM = Program(name="impala", builder=builder)
 ENTRY = entry.actor_learner_job(title="IMPALA", config_cls=ImpalaJobConfig, program=PROGRAM,

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from algorithms.ppo.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, PPOConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
+from experiments.runtime.config import evaluation_by_family
 from experiments.runtime.group import GroupConfig
 
 LearnConfig = entry.unset_by_family(PPOConfig, BY_FAMILY)  # the job's learn section
@@ -35,7 +36,7 @@ class PPOJobConfig:
     # What the checkpoint's state (network, optimizer) is shaped by (experiments.runtime.resume).
     fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "cnn", "activation", "shared_network")
 
-    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=5_000))
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=None, eval_episodes=None))
     env: PPOEnvConfig = section(PPOEnvConfig)
     group: GroupConfig = section(GroupConfig)
     learn: PPOConfig = section(LearnConfig)
@@ -58,7 +59,8 @@ def check(config: PPOJobConfig, parts: Parts) -> None:
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY,
+                                     run=evaluation_by_family(every=5_000))
 
 PROGRAM = SyncProgram(name="ppo", builder=builder)
 ENTRY = entry.sync_job(title="PPO", config_cls=PPOJobConfig, program=PROGRAM, check=check,

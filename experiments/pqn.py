@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from algorithms.pqn.config import BY_FAMILY, DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY, PQNConfig
 from experiments.roles.sync.member import SyncProgram
 from experiments.runtime import FamilyEnvConfig, Parts, RunConfig, entry, field, section
+from experiments.runtime.config import evaluation_by_family
 from experiments.runtime.group import GroupConfig
 
 LearnConfig = entry.unset_by_family(PQNConfig, BY_FAMILY)  # the job's learn section
@@ -33,7 +34,7 @@ class PQNJobConfig:
 
     fixed_on_resume: ClassVar[tuple[str, ...]] = ("env_id", "hidden", "cnn", "layer_norm", "optimizer")
 
-    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=10_000))
+    run: RunConfig = section(lambda: RunConfig(max_env_steps=5_000_000, eval_every=None, eval_episodes=None))
     env: PQNEnvConfig = section(PQNEnvConfig)
     group: GroupConfig = section(GroupConfig)
     learn: PQNConfig = section(LearnConfig)
@@ -55,7 +56,8 @@ def check(config: PQNJobConfig, parts: Parts) -> None:
 
 
 # The fields left unset, by the env's observation family.
-env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY)
+env_defaults = entry.family_defaults(DEFAULTS_BY_FAMILY, ENV_DEFAULTS_BY_FAMILY,
+                                     run=evaluation_by_family(every=10_000))
 
 PROGRAM = SyncProgram(name="pqn", builder=builder)
 ENTRY = entry.sync_job(title="PQN", config_cls=PQNJobConfig, program=PROGRAM, check=check,

@@ -14,6 +14,21 @@ from experiments.runtime.cli import field, flag
 LISTEN_ENV = "RLPAR_LISTEN_ADDRESS"
 
 
+# Evaluations of 84x84 frames (Atari): every 100K env steps (400K frames), as the Atari
+# bench snapshots, over 10 episodes, its protocol's. A Pong episode is 800-4,000 agent
+# steps: 20 of them every 5-10K env steps (the jobs' values for smaller inputs) left a
+# Pong run evaluating most of the time.
+FRAMES_EVALUATION: dict[str, int] = {"eval_every": 100_000, "eval_episodes": 10}
+
+
+def evaluation_by_family(*, every: int, episodes: int = 20) -> dict[str, dict[str, int]]:
+    """A job's ``--eval-every`` and ``--eval-episodes`` by observation family (its run
+    section leaves them None; ``experiments.runtime.entry.family_defaults`` fills them):
+    ``every`` and ``episodes`` for every family but frames (:data:`FRAMES_EVALUATION`)."""
+    own = {"eval_every": every, "eval_episodes": episodes}
+    return {"vector": own, "small_image": own, "frames": FRAMES_EVALUATION, "other": own}
+
+
 @dataclasses.dataclass
 class RunConfig:
     """Budgets, evaluation, output and transport of one run."""
@@ -21,8 +36,11 @@ class RunConfig:
     seed: int = field(0, help="random seed (every rank derives its own from it)")
     max_seconds: float = field(600.0, allow_inf=True, help="wall-clock budget in seconds")
     max_env_steps: int = field(1_000_000, help="env step budget (all actors together)")
-    eval_every: int = field(5000, help="env steps between greedy evaluations")
-    eval_episodes: int = field(20, help="episodes per evaluation")
+    eval_every: int | None = field(5000, help=(
+        "env steps between greedy evaluations (none: by observation family, 100K for 84x84 frames; else "
+        "5K for Ape-X and PPO, 10K for IMPALA, PQN, A2C and A3C)"))
+    eval_episodes: int | None = field(20, help=(
+        "episodes per evaluation (none: by observation family, 10 for 84x84 frames, else 20)"))
     target_return: float | None = field(None, help=(
         "stop when the evaluation mean reaches this (none: the env's reward threshold)"))
     log_dir: str = field("runs", help=(
@@ -51,8 +69,9 @@ class RunConfig:
 
     def validate(self) -> None:
         _at_least(self, "max_env_steps", 1)
-        _at_least(self, "eval_every", 1)
-        _at_least(self, "eval_episodes", 1)
+        for name in ("eval_every", "eval_episodes"):  # None: the job fills it from the env
+            if getattr(self, name) is not None:
+                _at_least(self, name, 1)
         _at_least(self, "torch_threads", 1)
         _at_least(self, "keep_checkpoints", 1)
         _at_least(self, "max_restarts", 0)

@@ -23,24 +23,26 @@ def job_env_fn(config: Any, parts: Parts):
     return env_factory(config.env.env_id, parts.env)
 
 
-def family_defaults(learn: Any, env: Any = None) -> Callable[[Any, Parts], None]:
+def family_defaults(learn: Any, env: Any = None, *, run: Any = None) -> Callable[[Any, Parts], None]:
     """A job's ``env_defaults`` hook: the ``learn`` fields left unset from the table
-    ``learn`` and, with ``env``, the ``env`` section's from that one, by the
-    observation family of the job's env (:func:`experiments.runtime.envs.fill_by_family`;
-    a default of ``RUN_BUDGET`` becomes the run's ``--max-env-steps``)."""
-    return functools.partial(_fill_by_family, learn, env)
+    ``learn`` and, with ``env`` (``run``), the ``env`` (``run``) section's from that one,
+    by the observation family of the job's env
+    (:func:`experiments.runtime.envs.fill_by_family`; a default of ``RUN_BUDGET``
+    becomes the run's ``--max-env-steps``)."""
+    return functools.partial(_fill_by_family, learn, env, run)
 
 
-def _fill_by_family(learn: Any, env: Any, config: Any, parts: Parts) -> None:
-    fill_family(config, job_env_fn(config, parts), learn=learn, env=env)
+def _fill_by_family(learn: Any, env: Any, run: Any, config: Any, parts: Parts) -> None:
+    fill_family(config, job_env_fn(config, parts), learn=learn, env=env, run=run)
 
 
-def fill_family(config: Any, factory: Callable[[], Any], *, learn: Any, env: Any = None) -> None:
+def fill_family(config: Any, factory: Callable[[], Any], *, learn: Any, env: Any = None, run: Any = None) -> None:
     """:func:`family_defaults`' fill from an env ``factory`` (one env, built once:
     ``env_spaces`` caches it per factory)."""
     fill_by_family(config.learn, learn, factory, run_budget=config.run.max_env_steps)
-    if env is not None:
-        fill_by_family(config.env, env, factory)
+    for section, table in ((config.env, env), (config.run, run)):
+        if table is not None:
+            fill_by_family(section, table, factory)
 
 
 def fill_unset(section: Any, values: Mapping[str, Any]) -> Any:
