@@ -75,27 +75,36 @@ class MetricLogger:
 
 
 class RateMeter:
-    """Events per second over a sliding window of ``window`` seconds."""
+    """Events per second over the last ``window`` seconds: the events since the newest
+    mark at or before the window's start, over the time since it, up to now. So events
+    that come in bursts (two members reporting a rollout each within a millisecond)
+    or further apart than the window are still counted over the time they took; the
+    first ones over the time since the meter was made (``now``: its start, in the
+    clock ``add`` and ``rate`` are given)."""
 
-    def __init__(self, *, window: float = 10.0) -> None:
+    def __init__(self, *, window: float = 10.0, now: float | None = None) -> None:
         if window <= 0:
             raise ValueError(f"window must be positive, got {window}")
         self.window = window
         self.total = 0
-        self._marks: deque[tuple[float, int]] = deque()
+        self._marks: deque[tuple[float, int]] = deque([(time.monotonic() if now is None else now, 0)])
 
     def add(self, count: int = 1, *, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         self.total += count
         self._marks.append((now, self.total))
-        while len(self._marks) > 2 and now - self._marks[0][0] > self.window:
+        self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        # Keep one mark at or before the window's start: the base the rate counts from.
+        while len(self._marks) > 1 and self._marks[1][0] <= now - self.window:
             self._marks.popleft()
 
-    def rate(self) -> float:
-        if len(self._marks) < 2:
-            return 0.0
-        (t0, n0), (t1, n1) = self._marks[0], self._marks[-1]
-        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+    def rate(self, *, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        self._trim(now)
+        t0, n0 = self._marks[0]
+        return (self.total - n0) / (now - t0) if now > t0 else 0.0
 
 
 class Progress:

@@ -21,11 +21,26 @@ def test_metric_logger_without_dir_is_silent():
 
 
 def test_rate_meter_counts_over_window():
-    meter = RateMeter(window=10.0)
-    for t in range(11):
+    meter = RateMeter(window=10.0, now=0.0)
+    for t in range(1, 12):
         meter.add(100, now=float(t))
-    assert meter.rate() == pytest.approx(100.0)
+    assert meter.rate(now=11.0) == pytest.approx(100.0)
     assert meter.total == 1100
+    assert meter.rate(now=16.0) == pytest.approx(500 / 10)  # the last 5 s were quiet
+    assert meter.rate(now=21.0) == pytest.approx(0.0)  # nothing for a whole window
+
+
+def test_rate_meter_spreads_bursts_and_sparse_events_over_the_time_they_took():
+    # Two members report a rollout of 4096 env steps each, 3 ms apart, every 8 s: the
+    # rate is about 1K/s, not 4096 / 0.003 (what the last two marks alone would say).
+    meter = RateMeter(window=5.0, now=0.0)
+    for t in (8.0, 16.0, 24.0):
+        meter.add(4096, now=t)
+        meter.add(4096, now=t + 0.003)
+    assert meter.rate(now=24.5) == pytest.approx(8192 / (24.5 - 16.003))  # since the last pair before 19.5
+    first = RateMeter(window=5.0, now=0.0)
+    first.add(4096, now=20.0)  # the first report: over the time since the start
+    assert first.rate(now=20.0) == pytest.approx(4096 / 20)
 
 
 def test_progress_throttles():
