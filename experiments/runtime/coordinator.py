@@ -81,6 +81,10 @@ class Coordinator:
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._first_step: float | None = None
+        # Where this session's env steps/s counts from: after the first report of each
+        # source (its steps were made during start-up, and two members' first rollouts
+        # arrive within a millisecond), as (time, env steps then, reports with steps).
+        self._rate_base: tuple[float, int, int] | None = None
         # This session's start and the counts it began with (a resumed run's rates and
         # start-up are this session's, not the whole run's over this session's time).
         self._session = (started, 0, 0)
@@ -127,6 +131,22 @@ class Coordinator:
         self._last_eval: float = float("nan")
         self._last_tick = time.monotonic()
 
+    def _count_rate_base(self, steps: int) -> None:
+        if not steps:
+            return
+        at, base, seen = self._rate_base or (0.0, 0, 0)
+        if seen < max(1, self.num_sources):
+            self._rate_base = (time.time(), self.env_steps, seen + 1)
+
+    def _session_rate(self, now: float, steps_before: int, began: float) -> float:
+        """This session's env steps per second after its first round of reports; a
+        session with nothing after it: over its whole time, start-up included."""
+        if self._rate_base is not None:
+            at, base, _ = self._rate_base
+            if self.env_steps > base and now > at:
+                return (self.env_steps - base) / (now - at)
+        return (self.env_steps - steps_before) / (now - began) if now > began else 0.0
+
     # ------------------------------------------------------------ from sources
 
     def report(self, report: Report) -> Directive:
@@ -135,6 +155,7 @@ class Coordinator:
             if self._first_step is None and report.env_steps:
                 self._first_step = time.time()
             self.env_steps += report.env_steps
+            self._count_rate_base(report.env_steps)
             self.transitions += report.transitions
             self.episodes += len(report.episodes)
             self._steps_rate.add(report.env_steps)
@@ -455,6 +476,7 @@ class Coordinator:
             now = time.time()
             active = now - (self._first_step or now)
             began, steps_before, updates_before = self._session
+            sps = self._session_rate(now, steps_before, began)
             solved = self.solved
             best = max((e[2] for e in self.evals), default=float("nan"))
             return {
@@ -472,7 +494,7 @@ class Coordinator:
                 "wall_s": now - self.started,
                 "startup_s": (self._first_step or now) - began,
                 "env_steps": self.env_steps,
-                "env_steps_per_s": (self.env_steps - steps_before) / active if active > 0 else 0.0,
+                "env_steps_per_s": sps,
                 "updates": updates,
                 "updates_per_s": (updates - updates_before) / active if active > 0 else 0.0,
                 "episodes": self.episodes,

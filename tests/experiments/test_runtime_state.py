@@ -23,8 +23,8 @@ from tests.corrupt import corruptions, paths, replaced
 RUN = RunConfig(status_every=0.0, eval_every=10, max_env_steps=10**6, max_seconds=600.0)
 
 
-def coordinator(run=RUN):
-    return Coordinator(job="t", run=run, env_id="x", num_sources=1, target=1e9, started=time.time(),
+def coordinator(run=RUN, *, num_sources=1):
+    return Coordinator(job="t", run=run, env_id="x", num_sources=num_sources, target=1e9, started=time.time(),
                        logger=MetricLogger(log_dir=None), quiet=True)
 
 
@@ -127,6 +127,22 @@ def test_a_resumed_runs_rates_and_start_up_are_this_sessions():
     assert 0.04 <= summary["startup_s"] < 5.0  # not the first session's 100 s
     assert summary["env_steps_per_s"] <= 50 / 0.1 + 1  # not 100,050 steps over ~0.1 s
     assert summary["updates_per_s"] <= 10 / 0.1 + 1
+
+
+def test_env_steps_per_s_counts_after_every_sources_first_report():
+    """Two members' first rollouts arrive within a millisecond, after a start-up that
+    made them: the rate is not their 8,192 steps over that millisecond."""
+    coord = coordinator(num_sources=2)
+    time.sleep(0.1)  # start-up: envs made, the first rollouts stepped
+    for source in (0, 1):
+        coord.report(Report(source=source, env_steps=4096, transitions=4096))
+    one_round = coord.summary(algorithm=torch.nn.Module, updates=1, run_dir=None)
+    assert 0 < one_round["env_steps_per_s"] <= 8192 / 0.1  # over the session, start-up included
+    time.sleep(0.2)
+    for source in (0, 1):
+        coord.report(Report(source=source, env_steps=4096, transitions=4096))
+    two_rounds = coord.summary(algorithm=torch.nn.Module, updates=2, run_dir=None)
+    assert 8192 / 60 <= two_rounds["env_steps_per_s"] <= 8192 / 0.2  # the second round's, over its time
 
 
 def test_a_resume_whose_time_budget_is_spent_says_so(capsys):
