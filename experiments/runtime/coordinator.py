@@ -81,10 +81,12 @@ class Coordinator:
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._first_step: float | None = None
-        # Where this session's env steps/s counts from: after the first report of each
-        # source (its steps were made during start-up, and two members' first rollouts
-        # arrive within a millisecond), as (time, env steps then, reports with steps).
-        self._rate_base: tuple[float, int, int] | None = None
+        # Where this session's rates count from: after the first report of each source
+        # (its steps were made during start-up, and two members' first rollouts arrive
+        # within a millisecond), as (time, env steps then); and how many reports with
+        # steps that base has seen.
+        self._rate_base: tuple[float, int] | None = None
+        self._base_reports = 0
         # This session's start and the counts it began with (a resumed run's rates and
         # start-up are this session's, not the whole run's over this session's time).
         self._session = (started, 0, 0)
@@ -132,20 +134,16 @@ class Coordinator:
         self._last_tick = time.monotonic()
 
     def _count_rate_base(self, steps: int) -> None:
-        if not steps:
-            return
-        at, base, seen = self._rate_base or (0.0, 0, 0)
-        if seen < max(1, self.num_sources):
-            self._rate_base = (time.time(), self.env_steps, seen + 1)
+        if steps and self._base_reports < max(1, self.num_sources):
+            self._rate_base = (time.time(), self.env_steps)
+            self._base_reports += 1
 
-    def _session_rate(self, now: float, steps_before: int, began: float) -> float:
-        """This session's env steps per second after its first round of reports; a
-        session with nothing after it: over its whole time, start-up included."""
-        if self._rate_base is not None:
-            at, base, _ = self._rate_base
-            if self.env_steps > base and now > at:
-                return (self.env_steps - base) / (now - at)
-        return (self.env_steps - steps_before) / (now - began) if now > began else 0.0
+    def _rate_span(self, steps_before: int, began: float) -> tuple[float, int]:
+        """Where this session's rates count from, ``(time, env steps then)``: after
+        its first round of reports; a session with nothing after it, its start."""
+        if self._rate_base is not None and self.env_steps > self._rate_base[1]:
+            return self._rate_base
+        return began, steps_before
 
     # ------------------------------------------------------------ from sources
 
@@ -474,9 +472,9 @@ class Coordinator:
         """The job's final summary (every job the same keys, plus ``extra``)."""
         with self._lock:
             now = time.time()
-            active = now - (self._first_step or now)
             began, steps_before, updates_before = self._session
-            sps = self._session_rate(now, steps_before, began)
+            since, steps_then = self._rate_span(steps_before, began)
+            span = now - since
             solved = self.solved
             best = max((e[2] for e in self.evals), default=float("nan"))
             return {
@@ -494,9 +492,9 @@ class Coordinator:
                 "wall_s": now - self.started,
                 "startup_s": (self._first_step or now) - began,
                 "env_steps": self.env_steps,
-                "env_steps_per_s": sps,
+                "env_steps_per_s": (self.env_steps - steps_then) / span if span > 0 else 0.0,
                 "updates": updates,
-                "updates_per_s": (updates - updates_before) / active if active > 0 else 0.0,
+                "updates_per_s": (updates - updates_before) / span if span > 0 else 0.0,
                 "episodes": self.episodes,
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,

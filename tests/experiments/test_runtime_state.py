@@ -138,6 +138,7 @@ def test_env_steps_per_s_counts_after_every_sources_first_report():
         coord.report(Report(source=source, env_steps=4096, transitions=4096))
     one_round = coord.summary(algorithm=torch.nn.Module, updates=1, run_dir=None)
     assert 0 < one_round["env_steps_per_s"] <= 8192 / 0.1  # over the session, start-up included
+    assert 0 < one_round["updates_per_s"] <= 1 / 0.1  # the one update, over the same time
     time.sleep(0.2)
     for source in (0, 1):
         coord.report(Report(source=source, env_steps=4096, transitions=4096))
