@@ -129,7 +129,7 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str | None
     whether the returns are the same (else None)."""
     from algorithms.rollout import evaluate
     from envs import make_vector_env
-    from experiments.runtime.envs import learning_rewards
+    from experiments.runtime.envs import learning_rewards, reward_bound
 
     which = which_policy(run_dir, which)
     act, ctx, job, payload = _load(run_dir, which=which, parts=parts)
@@ -160,7 +160,7 @@ def evaluate_run(run_dir: str, *, episodes: int | None = None, which: str | None
               "matches_recorded": [float(r) for r in returns] == recorded["returns"] if replays else None}
     if video:
         result["videos"] = record_video(act, ctx.env_fn, video, episodes=video_episodes, seed=seed,
-                                        reward_clip=getattr(ctx.config.env, "reward_clip", None))
+                                        reward_clip=reward_bound(ctx.config.env))
     return result
 
 
@@ -193,7 +193,7 @@ def describe(result: dict[str, Any]) -> list[str]:
 
 
 def record_video(act, env_fn, folder: str, *, episodes: int, seed: int,
-                 reward_clip: float | None = None) -> list[str]:
+                 reward_clip: float = np.inf) -> list[str]:
     """Record ``episodes`` greedy episodes as MP4 files in ``folder`` (a policy that
     takes the last reward gets it clipped to ``+-reward_clip``, as it learned)."""
     from gymnasium.wrappers import RecordVideo
@@ -215,8 +215,7 @@ def record_video(act, env_fn, folder: str, *, episodes: int, seed: int,
                 action = act(np.asarray(obs)[None])[0]
                 obs, reward, terminated, truncated, _ = env.step(action)
                 if hasattr(act, "rewarded"):  # a policy that takes the previous reward
-                    bound = np.inf if reward_clip is None else reward_clip
-                    act.rewarded(np.clip(np.asarray([reward], dtype=np.float32), -bound, bound))
+                    act.rewarded(np.clip(np.asarray([reward], dtype=np.float32), -reward_clip, reward_clip))
                 done = terminated or truncated
     finally:
         env.close()

@@ -160,10 +160,15 @@ def learning_rewards(env: Any, env_config: Any) -> Any:
     ``env_config.reward_clip`` (``--reward-clip``; None, inf or a section without it, as
     MADDPG's: ``env`` itself), the game's own kept in each step's infos
     (:data:`algorithms.rollout.GAME_REWARD`) for the episode returns."""
+    bound = reward_bound(env_config)
+    return env if math.isinf(bound) else ClippedRewards(env, bound=bound)
+
+
+def reward_bound(env_config: Any) -> float:
+    """``env_config.reward_clip``: inf where it is None (a config saved before the
+    flag) or the section has none (MADDPG's)."""
     bound = getattr(env_config, "reward_clip", None)
-    if bound is None or math.isinf(bound):
-        return env
-    return ClippedRewards(env, bound=bound)
+    return math.inf if bound is None else float(bound)
 
 
 class ClippedRewards:
