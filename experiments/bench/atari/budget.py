@@ -17,7 +17,10 @@ trainer (ours through the job's Python API, :mod:`.ours`; a peer, :mod:`.peers`,
 at ``--max-env-steps`` and writes its acting network every ``--eval-every`` env
 steps and at the end; and an evaluator (``nice`` 10) that plays each snapshot over
 ``--eval-episodes`` protocol episodes, unclipped, epsilon-greedy at 0.05 (value
-methods) or sampling the policy (policy methods).
+methods) or sampling the policy (policy methods). ``--evaluate after`` starts the
+evaluator once the trainer has exited: on 2 cores the evaluator otherwise takes a
+quarter of a core from the trainer for most of an hour, the more the longer the
+episodes (the better the policy) get.
 
 One JSON line per run, printed and appended to ``<out>/results.jsonl``: the
 protocol; when the evaluation first reached ``--score`` (``reached_score_at_s`` /
@@ -100,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--eval-episodes", type=int, default=10, help="episodes per evaluation")
     add("--eval-max-steps", type=int, default=None, help=(
         "cut evaluation episodes after this many agent steps (default: the protocol's 27000 only)"))
+    add("--evaluate", choices=("during", "after"), default="during", help=(
+        "when the evaluator plays the snapshots: during training, at nice 10 (default), or after the "
+        "trainer exits, so training has the whole machine"))
     add("--score", type=float, default=None, help="the score whose first crossing is reported (default: Pong 18)")
     add("--report-at", default="", help="comma-separated seconds: best_by_s gives the best evaluation by then")
     add("--out", default=os.path.join("runs", "bench-atari"), help="results directory")
@@ -285,11 +291,13 @@ def run_one(impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     command = child_command(args, impl, seed, run_dir)
     load_start, began = wc.loadavg(), time.time()
     result, figures = wc.run_pair([*command, "--worker", impl], [*command, "--evaluator", impl], run_dir=run_dir,
-                                  trainer_timeout_s=args.budget_s + 300, evaluator_timeout_s=max(300.0, args.budget_s))
+                                  trainer_timeout_s=args.budget_s + 300, evaluator_timeout_s=max(300.0, args.budget_s),
+                                  evaluate_after=args.evaluate == "after")
     line: dict[str, Any] = {
         "bench": BENCH, "env_id": args.env_id, "impl": impl, "seed": seed, "device": args.device,
         "budget_s": args.budget_s, "max_env_steps": args.max_env_steps, "protocol": protocol.PROTOCOL,
-        "eval_acting": acting(impl), "eval_episodes": args.eval_episodes, "eval_every": args.eval_every,
+        "eval_acting": acting(impl), "evaluate": args.evaluate, "eval_episodes": args.eval_episodes,
+        "eval_every": args.eval_every,
         "eval_max_steps": args.eval_max_steps, "training_reward_clip": result.get("training_reward_clip"),
         **summarize(wc.read_curve(run_dir), score=args.score, report_at=args.report_times)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",

@@ -11,7 +11,8 @@ never pauses a trainer and costs it only what the niced process takes from the
 machine (reported: ``eval_cpu_s``, the part of it spent while training ran, and
 how long evaluation went on after training, ``eval_tail_s``). The bench writes
 ``DONE`` in the run directory once the trainer has exited; the evaluator finishes
-the snapshots left and stops.
+the snapshots left and stops. With ``evaluate_after`` the evaluator starts only then,
+and the trainer has the machine to itself.
 
 The snapshot format, its readers and the evaluator's loop live here; the MinAtar
 bench (:mod:`experiments.bench.minatar.evaluation`) plays its snapshots through them and re-exports the
@@ -228,11 +229,12 @@ def watch_snapshots(run_dir: str, evaluate: Callable[[dict[str, Any]], dict[str,
     torch.set_num_threads(1)
     seen: set[str] = set()
     cpu_at_done = done_at = None
-    count = 0
+    count, looked = 0, False
     while True:
         done = os.path.exists(os.path.join(run_dir, DONE))  # before listing: no snapshot is missed
-        if done and done_at is None:
-            cpu_at_done, done_at = time.process_time(), time.time()
+        if done and done_at is None:  # done at the first look: started after training, none spent during it
+            cpu_at_done, done_at = (time.process_time() if looked else 0.0), time.time()
+        looked = True
         pending = [n for n in snapshot_names(run_dir) if n not in seen]
         if not pending:
             if done:
@@ -309,16 +311,27 @@ def loadavg() -> list[float] | None:
 
 
 def run_pair(trainer: Sequence[str], evaluator: Sequence[str], *, run_dir: str, trainer_timeout_s: float,
-             evaluator_timeout_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
+             evaluator_timeout_s: float, evaluate_after: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """Start the evaluator, then run the trainer to its end; write ``DONE`` and wait
     for the evaluator. Returns the trainer's figures (its :func:`report` line, or
     ``{"error": ...}``; with ``peak_memory_mb``, the peak summed PSS of the trainer and
     every process it started, :class:`~experiments.bench.tools.memory.PeakMemory`) and
     the evaluator's (``evaluator.json``; ``{}`` if it failed, which adds an ``error``
     to the first). Both logs go to ``run_dir``. The trainer is
-    told when it was launched (``--started``): its budget counts from then."""
-    with open(os.path.join(run_dir, "evaluator.log"), "w") as log:
-        watcher = subprocess.Popen(list(evaluator), stdout=log, stderr=subprocess.STDOUT)
+    told when it was launched (``--started``): its budget counts from then.
+
+    ``evaluate_after``: start the evaluator only once the trainer has exited, so the
+    trainer has the whole machine; on a machine of few cores the evaluator's share
+    otherwise grows with the episodes' length, so it takes most from the runs that
+    play best. The snapshots are the same; only the curve comes later."""
+    watcher: subprocess.Popen[bytes] | None = None
+
+    def start_evaluator() -> subprocess.Popen[bytes]:
+        with open(os.path.join(run_dir, "evaluator.log"), "w") as log:
+            return subprocess.Popen(list(evaluator), stdout=log, stderr=subprocess.STDOUT)
+
+    if not evaluate_after:
+        watcher = start_evaluator()
     launched = time.time()
     result: dict[str, Any]
     peak: PeakMemory | None = None
@@ -346,6 +359,8 @@ def run_pair(trainer: Sequence[str], evaluator: Sequence[str], *, run_dir: str, 
         if peak is not None:  # the trainer and all it started (a job's ranks, env workers)
             peak_mb = peak.stop()
     result["peak_memory_mb"] = peak_mb
+    if watcher is None:
+        watcher = start_evaluator()
     try:
         watcher.wait(timeout=evaluator_timeout_s)
     except subprocess.TimeoutExpired:

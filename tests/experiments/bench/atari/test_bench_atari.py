@@ -62,7 +62,9 @@ def test_quick_skips_what_is_missing(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.timeout(240)
 def test_cpu_smoke_runs_the_gpu_path_on_the_cpu(tmp_path, capsys):
-    out = records(capsys, "--cpu-smoke", "--report-at", "1000", "--out", str(tmp_path))
+    # --evaluate after: the evaluator starts once the trainer has exited (the during
+    # path is every other bench test's)
+    out = records(capsys, "--cpu-smoke", "--report-at", "1000", "--evaluate", "after", "--out", str(tmp_path))
     by_impl = {r["impl"]: r for r in out}
     assert set(by_impl) == set(bench_cli.GPU_IMPLS)
     if importlib.util.find_spec("rl_games") is None:
@@ -73,6 +75,7 @@ def test_cpu_smoke_runs_the_gpu_path_on_the_cpu(tmp_path, capsys):
     assert ours["device"] == "cpu" and ours["cpu_smoke"] and not ours["compile"]  # compile: cuda's default
     assert ours["num_actors"] == 1 and "--num-actors 1" in ours["flags"]
     assert ours["training_reward_clip"] == "+-1"  # the frames family's --reward-clip, as the peers' sign
+    assert ours["evaluate"] == "after" and ours["eval_cpu_s_during_training"] == 0.0
     with open(tmp_path / "results.jsonl") as f:
         assert [json.loads(line) for line in f] == out
 
