@@ -293,13 +293,14 @@ def run_one(impl: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     result, figures = wc.run_pair([*command, "--worker", impl], [*command, "--evaluator", impl], run_dir=run_dir,
                                   trainer_timeout_s=args.budget_s + 300, evaluator_timeout_s=max(300.0, args.budget_s),
                                   evaluate_after=args.evaluate == "after")
+    curve = wc.read_curve(run_dir, budget_s=args.budget_s)
     line: dict[str, Any] = {
         "bench": BENCH, "env_id": args.env_id, "impl": impl, "seed": seed, "device": args.device,
         "budget_s": args.budget_s, "max_env_steps": args.max_env_steps, "protocol": protocol.PROTOCOL,
         "eval_acting": acting(impl), "evaluate": args.evaluate, "eval_episodes": args.eval_episodes,
         "eval_every": args.eval_every,
         "eval_max_steps": args.eval_max_steps, "training_reward_clip": result.get("training_reward_clip"),
-        **summarize(wc.read_curve(run_dir), score=args.score, report_at=args.report_times)}
+        **summarize(curve, score=args.score, report_at=args.report_times)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
                 "num_actors", "members", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))
@@ -324,6 +325,7 @@ def summarize(curve: list[dict[str, Any]], *, score: float | None, report_at: tu
         "reached_score_at_steps": reached["env_steps"] if reached else None,
         "best_eval": max(r["return"] for r in curve) if curve else None,
         "final_eval": final["return"] if final else None,
+        "final_written_s": final.get("written_s", final["wall_s"]) if final else None,
         "best_by_s": {f"{t:g}": max((r["return"] for r in curve if r["wall_s"] <= t), default=None)
                       for t in report_at},
         "evaluations": len(curve),

@@ -237,7 +237,7 @@ def run_one(env_id: str, impl: str, seed: int, args: argparse.Namespace) -> dict
                                   trainer_timeout_s=budget + 300, evaluator_timeout_s=max(300.0, budget))
     levels = levels_of(args, env_id)
     line = {"bench": BENCH, "env": env_id, "impl": impl, "seed": seed, "budget_s": budget,
-            **summarize(wc.read_curve(run_dir), levels=levels, budget_s=budget)}
+            **summarize(wc.read_curve(run_dir, budget_s=budget), levels=levels, budget_s=budget)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s",
                 "num_actors", "peak_memory_mb"):
         line[key] = wc.rounded(result.get(key))

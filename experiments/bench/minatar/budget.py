@@ -311,7 +311,7 @@ def run_one(game: str, impl: str, seed: int, args: argparse.Namespace) -> dict[s
     paper = ev.PAPER_SCORES[game]
     line = {"bench": BENCH, "game": game, "variant": args.variant, "env_id": ev.env_id(game, args.variant),
             "impl": impl, "seed": seed, "budget_s": args.budget_s, "paper_score": paper,
-            **ev.summarize_curve(ev.read_curve(run_dir), paper_score=paper, score=args.scores[game],
+            **ev.summarize_curve(ev.read_curve(run_dir, budget_s=args.budget_s), paper_score=paper, score=args.scores[game],
                                  report_at=args.report_times)}
     for key in ("env_steps", "env_steps_per_s", "updates", "updates_per_s", "wait_fraction", "startup_s"):
         line[key] = _rounded(result.get(key))

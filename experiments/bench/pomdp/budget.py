@@ -241,7 +241,7 @@ def run_one(env: str, impl: str, seed: int, args: argparse.Namespace) -> tuple[l
     load_start, began = wc.loadavg(), time.time()
     result, figures = wc.run_pair([*command, "--worker", impl], [*command, "--evaluator", impl], run_dir=run_dir,
                                   trainer_timeout_s=budget + 300, evaluator_timeout_s=max(300.0, budget))
-    curve = wc.read_curve(run_dir)
+    curve = wc.read_curve(run_dir, budget_s=budget)
     head = {"bench": BENCH, "env": env, "env_id": ENVS[env].env_id, "impl": impl, "seed": seed, "budget_s": budget}
     reports = [{**head, "kind": "report", **report_at(curve, seconds)}
                for seconds in report_times(budget, args.reports)]

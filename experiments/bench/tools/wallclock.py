@@ -383,13 +383,21 @@ def rounded(value: Any, digits: int = 4) -> Any:
 # ------------------------------------------------------------------- curves
 
 
-def read_curve(run_dir: str) -> list[dict[str, Any]]:
+def read_curve(run_dir: str, *, budget_s: float | None = None) -> list[dict[str, Any]]:
+    """A run's evaluations in env-step order. Given the run's ``budget_s``, its final
+    snapshot, if written after the budget, counts at the budget (``wall_s``; the
+    second it was written stays in ``written_s``): the trainer stops at its budget and
+    writes it once the update in flight is done (PQN on Pong: 0.35 s later), so a
+    report at the budget holds the policy that the budget trained, not the one before."""
     path = os.path.join(run_dir, CURVE)
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return sorted((json.loads(line) for line in f if line.strip()),
-                      key=lambda r: (r["env_steps"], r["final"]))
+        curve = sorted((json.loads(line) for line in f if line.strip()), key=lambda r: (r["env_steps"], r["final"]))
+    if budget_s is None:
+        return curve
+    return [{**r, "wall_s": budget_s, "written_s": r["wall_s"]} if r["final"] and r["wall_s"] > budget_s else r
+            for r in curve]
 
 
 def first_reaching(curve: list[dict[str, Any]], key: str, score: float) -> dict[str, Any] | None:

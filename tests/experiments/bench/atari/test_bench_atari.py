@@ -283,3 +283,14 @@ def test_bad_selection_exits_2_naming_it(tmp_path, capsys, args, named):
     assert exit_.value.code == 2
     assert named in capsys.readouterr().err
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_the_report_at_the_budget_holds_the_final_snapshot(tmp_path):
+    rows = [{"env_steps": 100, "wall_s": 1800.0, "final": False, "return": 7.5, "cut": 0},
+            {"env_steps": 200, "wall_s": 3600.35, "final": True, "return": 15.3, "cut": 0}]
+    (tmp_path / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = bench_cli.summarize(bench_cli.wc.read_curve(str(tmp_path), budget_s=3600.0), score=18.0,
+                                  report_at=(1800.0, 3600.0))
+    assert summary["best_by_s"] == {"1800": 7.5, "3600": 15.3}
+    assert summary["final_eval"] == 15.3 and summary["final_written_s"] == 3600.35
+    assert summary["reached_score_at_s"] is None

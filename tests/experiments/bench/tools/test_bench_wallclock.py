@@ -40,3 +40,19 @@ def test_an_evaluator_that_fails_after_training_is_reported(tmp_path):
     assert figures == {}
     assert result["error"].startswith("evaluator exit 3")
     json.dumps(result)
+
+
+def test_a_final_snapshot_written_just_after_the_budget_counts_at_it(tmp_path):
+    rows = [{"env_steps": 100, "wall_s": 50.0, "final": False, "return": -3.0},
+            {"env_steps": 200, "wall_s": 100.4, "final": True, "return": 5.0}]
+    (tmp_path / wc.CURVE).write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    assert wc.read_curve(str(tmp_path)) == rows  # without a budget: as written, in env-step order
+    counted = wc.read_curve(str(tmp_path), budget_s=100.0)
+    assert counted[0] == rows[0]
+    assert counted[1] == {**rows[1], "wall_s": 100.0, "written_s": 100.4}
+    assert wc.value_at(counted, "return", 100.0) == 5.0
+    # a snapshot that is not the final one keeps its second, and so does a final one
+    # written before the budget (a run stopped by --max-env-steps)
+    assert wc.read_curve(str(tmp_path), budget_s=200.0) == rows
+    (tmp_path / wc.CURVE).write_text(json.dumps({**rows[1], "final": False}) + "\n")
+    assert wc.read_curve(str(tmp_path), budget_s=100.0)[0]["wall_s"] == 100.4
