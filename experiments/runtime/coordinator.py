@@ -83,9 +83,10 @@ class Coordinator:
         self._first_step: float | None = None
         # Where this session's rates count from: after the first report of each source
         # (its steps were made during start-up, and two members' first rollouts arrive
-        # within a millisecond), as (time, env steps then); and how many reports with
-        # steps that base has seen.
-        self._rate_base: tuple[float, int] | None = None
+        # within a millisecond), as (time, env steps then, updates then: the learner's
+        # last tick, at most a second old); and how many reports with steps that base
+        # has seen.
+        self._rate_base: tuple[float, int, int] | None = None
         self._base_reports = 0
         # This session's start and the counts it began with (a resumed run's rates and
         # start-up are this session's, not the whole run's over this session's time).
@@ -135,15 +136,16 @@ class Coordinator:
 
     def _count_rate_base(self, steps: int) -> None:
         if steps and self._base_reports < max(1, self.num_sources):
-            self._rate_base = (time.time(), self.env_steps)
+            self._rate_base = (time.time(), self.env_steps, self.updates)
             self._base_reports += 1
 
-    def _rate_span(self, steps_before: int, began: float) -> tuple[float, int]:
-        """Where this session's rates count from, ``(time, env steps then)``: after
-        its first round of reports; a session with nothing after it, its start."""
+    def _rate_span(self) -> tuple[float, int, int]:
+        """Where this session's rates count from, ``(time, env steps then, updates
+        then)``: after its first round of reports; a session with nothing after it,
+        its start."""
         if self._rate_base is not None and self.env_steps > self._rate_base[1]:
             return self._rate_base
-        return began, steps_before
+        return self._session
 
     # ------------------------------------------------------------ from sources
 
@@ -472,8 +474,8 @@ class Coordinator:
         """The job's final summary (every job the same keys, plus ``extra``)."""
         with self._lock:
             now = time.time()
-            began, steps_before, updates_before = self._session
-            since, steps_then = self._rate_span(steps_before, began)
+            began = self._session[0]
+            since, steps_then, updates_then = self._rate_span()
             span = now - since
             solved = self.solved
             best = max((e[2] for e in self.evals), default=float("nan"))
@@ -494,7 +496,7 @@ class Coordinator:
                 "env_steps": self.env_steps,
                 "env_steps_per_s": (self.env_steps - steps_then) / span if span > 0 else 0.0,
                 "updates": updates,
-                "updates_per_s": (updates - updates_before) / span if span > 0 else 0.0,
+                "updates_per_s": (updates - updates_then) / span if span > 0 else 0.0,
                 "episodes": self.episodes,
                 "train_return": float(np.mean(self._recent)) if self._recent else float("nan"),
                 "num_sources": self.num_sources, "actor_reports": self.reports,

@@ -146,6 +146,20 @@ def test_env_steps_per_s_counts_after_every_sources_first_report():
     assert 8192 / 60 <= two_rounds["env_steps_per_s"] <= 8192 / 0.2  # the second round's, over its time
 
 
+def test_updates_per_s_counts_the_updates_after_the_same_base():
+    """A learner that updated on the first source's data before the second reported:
+    those updates were made before the span the rate counts over."""
+    coord = coordinator(num_sources=2)
+    coord.report(Report(source=0, env_steps=4096, transitions=4096))
+    coord.tick(updates=3, force=True)
+    coord.report(Report(source=1, env_steps=4096, transitions=4096))  # the base: 8,192 steps, 3 updates
+    time.sleep(0.2)
+    for source in (0, 1):
+        coord.report(Report(source=source, env_steps=4096, transitions=4096))
+    summary = coord.summary(algorithm=torch.nn.Module, updates=4, run_dir=None)
+    assert 0 < summary["updates_per_s"] <= 1 / 0.2  # one update over the span, not four
+
+
 def test_a_resume_whose_time_budget_is_spent_says_so(capsys):
     state = coordinator().state_dict()
     state["elapsed_s"] = RUN.max_seconds + 1.0
